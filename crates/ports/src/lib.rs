@@ -1,0 +1,72 @@
+//! Ports: the [`Port`] trait every port kind implements, its counters, and the kinds.
+//!
+//! Threads: a port is created and destroyed by the daemon's control thread and shared (`Arc`)
+//! with the PMD threads. Each rx queue is polled by exactly one PMD at a time; tx may come from
+//! any PMD, so kinds that need it serialize tx per queue internally (an uncontended lock per
+//! burst, never per packet). Control calls (`status`, `stats`) never block the hot path for
+//! longer than a counter read.
+#![deny(unsafe_code)]
+
+pub mod dummy;
+mod stats;
+
+pub use stats::{DropReason, PortCounters, PortStats};
+
+use packet::{Batch, Pool};
+
+/// A port's link as the datapath sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Link {
+    /// Packets can flow.
+    Up,
+    /// No peer or peer not ready; tx is dropped and counted.
+    Down,
+}
+
+/// Everything a port kind must do.
+pub trait Port: Send + Sync {
+    /// Port type as in INTERFACE.md (`dummy`, `vhost-user`, ...).
+    fn kind(&self) -> &'static str;
+
+    /// Rx queues the datapath should poll now (may change when a vhost-user frontend
+    /// negotiates multiqueue).
+    fn n_rxq(&self) -> usize;
+
+    /// NUMA node of the port's memory (for vhost-user, the guest memory), if known.
+    fn numa_node(&self) -> Option<usize> {
+        None
+    }
+
+    /// Receives up to `out.room()` packets from rx queue `q` into `out`, taking buffers from
+    /// `pool`. Returns how many were added. Never blocks.
+    fn rx_burst(&self, q: usize, pool: &mut Pool, out: &mut Batch) -> usize;
+
+    /// Sends the packets of `pkts` on tx queue `q` (taken modulo the port's tx queue count).
+    /// The packets stay in `pkts` for the caller to recycle; the return value is how many were
+    /// sent, and the port counts the rest as drops with their reason. Never blocks.
+    fn tx_burst(&self, q: usize, pkts: &mut Batch) -> usize;
+
+    /// Link state.
+    fn link(&self) -> Link;
+
+    /// Counters.
+    fn stats(&self) -> PortStats;
+
+    /// Kind-specific state for `vireoctl show` (negotiated features, peer, ...).
+    fn status(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+}
+
+/// Error from creating a port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortError(pub String);
+
+impl std::fmt::Display for PortError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for PortError {}

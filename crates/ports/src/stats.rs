@@ -1,0 +1,138 @@
+//! Port counters: lock-free atomics written by the PMD threads, read by the control thread.
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Why a port dropped a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DropReason {
+    /// Link down or peer not ready.
+    LinkDown,
+    /// The peer's ring or queue had no room.
+    QueueFull,
+    /// The frame was larger than the peer's buffers.
+    TooBig,
+    /// The guest or frontend gave malformed descriptors or headers.
+    Malformed,
+    /// The queue was disabled after a protocol violation.
+    QueueBroken,
+}
+
+const REASONS: [DropReason; 5] = [
+    DropReason::LinkDown,
+    DropReason::QueueFull,
+    DropReason::TooBig,
+    DropReason::Malformed,
+    DropReason::QueueBroken,
+];
+
+/// Live counters of one port.
+#[derive(Default, Debug)]
+pub struct PortCounters {
+    rx_packets: AtomicU64,
+    rx_bytes: AtomicU64,
+    tx_packets: AtomicU64,
+    tx_bytes: AtomicU64,
+    rx_errors: AtomicU64,
+    tx_errors: AtomicU64,
+    drops: [AtomicU64; 5],
+}
+
+impl PortCounters {
+    /// Adds received packets.
+    #[inline]
+    pub fn rx(&self, packets: u64, bytes: u64) {
+        self.rx_packets.fetch_add(packets, Relaxed);
+        self.rx_bytes.fetch_add(bytes, Relaxed);
+    }
+
+    /// Adds sent packets.
+    #[inline]
+    pub fn tx(&self, packets: u64, bytes: u64) {
+        self.tx_packets.fetch_add(packets, Relaxed);
+        self.tx_bytes.fetch_add(bytes, Relaxed);
+    }
+
+    /// Adds drops for a reason.
+    #[inline]
+    pub fn drop(&self, reason: DropReason, n: u64) {
+        let i = REASONS.iter().position(|r| *r == reason).unwrap_or(0);
+        self.drops[i].fetch_add(n, Relaxed);
+    }
+
+    /// Adds an rx error (bad input from the peer).
+    #[inline]
+    pub fn rx_error(&self, n: u64) {
+        self.rx_errors.fetch_add(n, Relaxed);
+    }
+
+    /// Adds a tx error.
+    #[inline]
+    pub fn tx_error(&self, n: u64) {
+        self.tx_errors.fetch_add(n, Relaxed);
+    }
+
+    /// A consistent-enough copy for display.
+    pub fn snapshot(&self) -> PortStats {
+        let mut drops = Vec::new();
+        for (i, r) in REASONS.iter().enumerate() {
+            let n = self.drops[i].load(Relaxed);
+            if n > 0 {
+                drops.push((*r, n));
+            }
+        }
+        PortStats {
+            rx_packets: self.rx_packets.load(Relaxed),
+            rx_bytes: self.rx_bytes.load(Relaxed),
+            tx_packets: self.tx_packets.load(Relaxed),
+            tx_bytes: self.tx_bytes.load(Relaxed),
+            rx_errors: self.rx_errors.load(Relaxed),
+            tx_errors: self.tx_errors.load(Relaxed),
+            drops,
+        }
+    }
+}
+
+/// A copy of a port's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PortStats {
+    /// Packets received from the peer.
+    pub rx_packets: u64,
+    /// Bytes received from the peer.
+    pub rx_bytes: u64,
+    /// Packets sent to the peer.
+    pub tx_packets: u64,
+    /// Bytes sent to the peer.
+    pub tx_bytes: u64,
+    /// Malformed input from the peer.
+    pub rx_errors: u64,
+    /// Errors sending.
+    pub tx_errors: u64,
+    /// Drops by reason (only reasons with a non-zero count).
+    pub drops: Vec<(DropReason, u64)>,
+}
+
+impl PortStats {
+    /// Total drops over all reasons.
+    pub fn total_drops(&self) -> u64 {
+        self.drops.iter().map(|(_, n)| n).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drops_are_kept_by_reason() {
+        let c = PortCounters::default();
+        c.drop(DropReason::QueueFull, 3);
+        c.drop(DropReason::Malformed, 1);
+        c.drop(DropReason::QueueFull, 2);
+        let s = c.snapshot();
+        assert_eq!(
+            s.drops,
+            vec![(DropReason::QueueFull, 5), (DropReason::Malformed, 1)]
+        );
+        assert_eq!(s.total_drops(), 6);
+    }
+}

@@ -1,0 +1,250 @@
+//! The flow key: every header field the datapath can match, packed into [`KEY_WORDS`] u64
+//! words so that masking, hashing and comparing are a few word operations.
+//!
+//! Layout (bit ranges within each word, least significant bit 0):
+//!
+//! | word | bits 0..   | contents |
+//! |---|---|---|
+//! | 0 | 0..32 in_port, 32..48 eth_type, 48..64 vlan_tci (CFI bit 0x1000 set when a tag is present) |
+//! | 1 | 0..48 eth_dst, 48..56 ip_proto (ARP: low byte of opcode), 56..64 ip_tos (DSCP+ECN) |
+//! | 2 | 0..48 eth_src, 48..56 ip_ttl, 56..64 ip_frag (bit 0 fragment, bit 1 later fragment) |
+//! | 3 | 0..16 tp_src (ICMP type), 16..32 tp_dst (ICMP code), 32..48 tcp_flags, 48..64 arp_op |
+//! | 4 | 0..32 ipv4_src / arp_spa, 32..64 ipv4_dst / arp_tpa |
+//! | 5 | ipv6_src high 64 bits; ARP: 0..48 arp_sha |
+//! | 6 | ipv6_src low 64 bits; ARP: 0..48 arp_tha |
+//! | 7 | ipv6_dst high 64 bits |
+//! | 8 | ipv6_dst low 64 bits |
+//!
+//! MAC addresses are stored as the 48-bit big-endian number of their six bytes; IPv4 addresses
+//! as the 32-bit big-endian number. The same struct serves as a mask (a set bit means "this bit
+//! is matched"). ARP and IPv6 fields share words 5 and 6: a mask that uses them always includes
+//! eth_type, so the overlap is never ambiguous.
+
+/// Number of 64-bit words in a key.
+pub const KEY_WORDS: usize = 9;
+
+/// A flow key, or a mask over one.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash, Debug)]
+#[repr(C, align(8))]
+pub struct FlowKey {
+    /// The packed words (see the module documentation for the layout).
+    pub w: [u64; KEY_WORDS],
+}
+
+/// A matchable field: which word, first bit, width in bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum Field {
+    InPort,
+    EthType,
+    VlanTci,
+    EthDst,
+    IpProto,
+    IpTos,
+    EthSrc,
+    IpTtl,
+    IpFrag,
+    TpSrc,
+    TpDst,
+    TcpFlags,
+    ArpOp,
+    Ipv4Src,
+    Ipv4Dst,
+    ArpSha,
+    ArpTha,
+    Ipv6SrcHi,
+    Ipv6SrcLo,
+    Ipv6DstHi,
+    Ipv6DstLo,
+}
+
+impl Field {
+    /// Every field, in layout order.
+    pub const ALL: [Field; 21] = [
+        Field::InPort,
+        Field::EthType,
+        Field::VlanTci,
+        Field::EthDst,
+        Field::IpProto,
+        Field::IpTos,
+        Field::EthSrc,
+        Field::IpTtl,
+        Field::IpFrag,
+        Field::TpSrc,
+        Field::TpDst,
+        Field::TcpFlags,
+        Field::ArpOp,
+        Field::Ipv4Src,
+        Field::Ipv4Dst,
+        Field::ArpSha,
+        Field::ArpTha,
+        Field::Ipv6SrcHi,
+        Field::Ipv6SrcLo,
+        Field::Ipv6DstHi,
+        Field::Ipv6DstLo,
+    ];
+
+    /// (word, first bit, width).
+    #[inline]
+    pub const fn layout(self) -> (usize, u32, u32) {
+        match self {
+            Field::InPort => (0, 0, 32),
+            Field::EthType => (0, 32, 16),
+            Field::VlanTci => (0, 48, 16),
+            Field::EthDst => (1, 0, 48),
+            Field::IpProto => (1, 48, 8),
+            Field::IpTos => (1, 56, 8),
+            Field::EthSrc => (2, 0, 48),
+            Field::IpTtl => (2, 48, 8),
+            Field::IpFrag => (2, 56, 8),
+            Field::TpSrc => (3, 0, 16),
+            Field::TpDst => (3, 16, 16),
+            Field::TcpFlags => (3, 32, 16),
+            Field::ArpOp => (3, 48, 16),
+            Field::Ipv4Src => (4, 0, 32),
+            Field::Ipv4Dst => (4, 32, 32),
+            Field::ArpSha => (5, 0, 48),
+            Field::ArpTha => (6, 0, 48),
+            Field::Ipv6SrcHi => (5, 0, 64),
+            Field::Ipv6SrcLo => (6, 0, 64),
+            Field::Ipv6DstHi => (7, 0, 64),
+            Field::Ipv6DstLo => (8, 0, 64),
+        }
+    }
+
+    /// All-ones value of the field's width.
+    #[inline]
+    pub const fn full(self) -> u64 {
+        let (_, _, bits) = self.layout();
+        if bits == 64 {
+            u64::MAX
+        } else {
+            (1u64 << bits) - 1
+        }
+    }
+}
+
+impl FlowKey {
+    /// The all-zero key (also the empty mask).
+    pub const ZERO: FlowKey = FlowKey { w: [0; KEY_WORDS] };
+
+    /// Reads a field.
+    #[inline]
+    pub fn get(&self, f: Field) -> u64 {
+        let (w, shift, _) = f.layout();
+        (self.w[w] >> shift) & f.full()
+    }
+
+    /// Writes a field (the value is truncated to the field's width).
+    #[inline]
+    pub fn set(&mut self, f: Field, v: u64) {
+        let (w, shift, _) = f.layout();
+        let m = f.full() << shift;
+        self.w[w] = (self.w[w] & !m) | ((v << shift) & m);
+    }
+
+    /// Sets every bit of a field (for masks).
+    #[inline]
+    pub fn set_exact(&mut self, f: Field) {
+        self.set(f, f.full());
+    }
+
+    /// `self & mask`, word by word.
+    #[inline]
+    pub fn masked(&self, mask: &FlowKey) -> FlowKey {
+        let mut out = FlowKey::ZERO;
+        for i in 0..KEY_WORDS {
+            out.w[i] = self.w[i] & mask.w[i];
+        }
+        out
+    }
+
+    /// Union of two masks.
+    #[inline]
+    pub fn union(&self, other: &FlowKey) -> FlowKey {
+        let mut out = FlowKey::ZERO;
+        for i in 0..KEY_WORDS {
+            out.w[i] = self.w[i] | other.w[i];
+        }
+        out
+    }
+
+    /// True if `self` and `other` agree on every bit of `mask`.
+    #[inline]
+    pub fn matches(&self, other: &FlowKey, mask: &FlowKey) -> bool {
+        (0..KEY_WORDS).all(|i| (self.w[i] ^ other.w[i]) & mask.w[i] == 0)
+    }
+
+    /// A MAC address as stored in the key.
+    #[inline]
+    pub fn mac_to_u64(mac: [u8; 6]) -> u64 {
+        u64::from_be_bytes([0, 0, mac[0], mac[1], mac[2], mac[3], mac[4], mac[5]])
+    }
+
+    /// The MAC address for a stored value.
+    #[inline]
+    pub fn u64_to_mac(v: u64) -> [u8; 6] {
+        let b = v.to_be_bytes();
+        [b[2], b[3], b[4], b[5], b[6], b[7]]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_do_not_overlap_within_a_word_except_arp_ipv6() {
+        let overlap_ok = |a: Field, b: Field| {
+            matches!(
+                (a, b),
+                (Field::ArpSha, Field::Ipv6SrcHi)
+                    | (Field::Ipv6SrcHi, Field::ArpSha)
+                    | (Field::ArpTha, Field::Ipv6SrcLo)
+                    | (Field::Ipv6SrcLo, Field::ArpTha)
+            )
+        };
+        for a in Field::ALL {
+            for b in Field::ALL {
+                if a == b || overlap_ok(a, b) {
+                    continue;
+                }
+                let mut ka = FlowKey::ZERO;
+                ka.set_exact(a);
+                let mut kb = FlowKey::ZERO;
+                kb.set_exact(b);
+                assert!(
+                    (0..KEY_WORDS).all(|i| ka.w[i] & kb.w[i] == 0),
+                    "{a:?} overlaps {b:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn set_get_round_trip_and_truncation() {
+        let mut k = FlowKey::ZERO;
+        k.set(Field::EthDst, FlowKey::mac_to_u64([1, 2, 3, 4, 5, 6]));
+        k.set(Field::IpProto, 0x1_06); // truncated to 8 bits
+        k.set(Field::InPort, 7);
+        assert_eq!(FlowKey::u64_to_mac(k.get(Field::EthDst)), [1, 2, 3, 4, 5, 6]);
+        assert_eq!(k.get(Field::IpProto), 6);
+        assert_eq!(k.get(Field::InPort), 7);
+        assert_eq!(k.get(Field::EthSrc), 0);
+    }
+
+    #[test]
+    fn masked_match() {
+        let mut a = FlowKey::ZERO;
+        a.set(Field::Ipv4Dst, 0x0a00_0001);
+        a.set(Field::TpDst, 80);
+        let mut b = a;
+        b.set(Field::TpDst, 443);
+        let mut m = FlowKey::ZERO;
+        m.set(Field::Ipv4Dst, 0xffff_ff00);
+        assert!(a.matches(&b, &m));
+        m.set_exact(Field::TpDst);
+        assert!(!a.matches(&b, &m));
+        assert_eq!(a.masked(&m).get(Field::Ipv4Dst), 0x0a00_0000);
+    }
+}
