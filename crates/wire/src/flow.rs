@@ -181,12 +181,73 @@ impl FlowKey {
         u64::from_be_bytes([0, 0, mac[0], mac[1], mac[2], mac[3], mac[4], mac[5]])
     }
 
+    /// 32-bit hash of the whole key, for the exact-match and signature caches. Keyed with a
+    /// per-process random seed so a hostile sender cannot aim for collisions.
+    #[inline]
+    pub fn hash(&self) -> u32 {
+        hash_words(&self.w)
+    }
+
+    /// Hash of `self & mask` (what a megaflow subtable is keyed by), without building it.
+    #[inline]
+    pub fn hash_masked(&self, mask: &FlowKey) -> u32 {
+        let mut w = [0u64; KEY_WORDS];
+        for (i, o) in w.iter_mut().enumerate() {
+            *o = self.w[i] & mask.w[i];
+        }
+        hash_words(&w)
+    }
+
+    /// The fields `mask` matches, as `name=value[/mask]` joined by commas (`*` if none), the
+    /// way `dump-megaflows` shows a megaflow. `self` is the (masked) key.
+    pub fn match_string(&self, mask: &FlowKey) -> String {
+        crate::format::format_match(self, mask)
+    }
+
     /// The MAC address for a stored value.
     #[inline]
     pub fn u64_to_mac(v: u64) -> [u8; 6] {
         let b = v.to_be_bytes();
         [b[2], b[3], b[4], b[5], b[6], b[7]]
     }
+}
+
+/// 128-bit multiply folded to 64 bits: the mixing step of the key hash.
+#[inline(always)]
+fn fmul(a: u64, b: u64) -> u64 {
+    let p = u128::from(a) * u128::from(b);
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
+/// Hash constants: fixed odd constants mixed once with a per-process random seed.
+fn hash_keys() -> &'static [u64; 11] {
+    static KEYS: std::sync::OnceLock<[u64; 11]> = std::sync::OnceLock::new();
+    KEYS.get_or_init(|| {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(0x5eed);
+        let seed = h.finish();
+        let mut k = [0u64; 11];
+        let mut x = seed | 1;
+        for (i, o) in k.iter_mut().enumerate() {
+            x = fmul(x ^ 0x9e37_79b9_7f4a_7c15, 0xbf58_476d_1ce4_e5b9 + i as u64);
+            *o = x | 1;
+        }
+        k
+    })
+}
+
+/// Five independent folded multiplies (they run in parallel) and one to combine them.
+#[inline(always)]
+fn hash_words(w: &[u64; KEY_WORDS]) -> u32 {
+    let k = hash_keys();
+    let a = fmul(w[0] ^ k[0], w[1] ^ k[1]);
+    let b = fmul(w[2] ^ k[2], w[3] ^ k[3]);
+    let c = fmul(w[4] ^ k[4], w[5] ^ k[5]);
+    let d = fmul(w[6] ^ k[6], w[7] ^ k[7]);
+    let e = fmul(w[8] ^ k[8], k[9]);
+    let h = fmul(a ^ c ^ e ^ k[10], b.wrapping_add(d));
+    (h ^ (h >> 32)) as u32
 }
 
 #[cfg(test)]
@@ -231,6 +292,44 @@ mod tests {
         assert_eq!(k.get(Field::IpProto), 6);
         assert_eq!(k.get(Field::InPort), 7);
         assert_eq!(k.get(Field::EthSrc), 0);
+    }
+
+    #[test]
+    fn hash_depends_on_every_word_and_masked_hash_agrees() {
+        let base = FlowKey { w: [3; KEY_WORDS] };
+        for i in 0..KEY_WORDS {
+            let mut k = base;
+            k.w[i] ^= 1 << (i * 7 % 64);
+            assert_ne!(k.hash(), base.hash(), "word {i} ignored");
+        }
+        let mut m = FlowKey::ZERO;
+        m.set(Field::Ipv4Dst, 0xffff_ff00);
+        assert_eq!(base.hash_masked(&m), base.masked(&m).hash());
+    }
+
+    #[test]
+    fn match_string_shows_only_masked_fields() {
+        let mut k = FlowKey::ZERO;
+        k.set(Field::InPort, 1);
+        k.set(Field::EthType, 0x0800);
+        k.set(Field::Ipv4Dst, 0x0a00_0100);
+        k.set(Field::EthSrc, FlowKey::mac_to_u64([0, 1, 2, 3, 4, 5]));
+        let mut m = FlowKey::ZERO;
+        m.set_exact(Field::InPort);
+        m.set_exact(Field::EthType);
+        m.set(Field::Ipv4Dst, 0xffff_ff00);
+        assert_eq!(
+            k.masked(&m).match_string(&m),
+            "in_port=1,eth_type=0x0800,ipv4_dst=10.0.1.0/255.255.255.0"
+        );
+        assert_eq!(k.match_string(&FlowKey::ZERO), "*");
+        let mut m6 = FlowKey::ZERO;
+        m6.set_exact(Field::Ipv6DstHi);
+        m6.set_exact(Field::Ipv6DstLo);
+        let mut k6 = FlowKey::ZERO;
+        k6.set(Field::Ipv6DstHi, 0x2001_0db8_0000_0000);
+        k6.set(Field::Ipv6DstLo, 1);
+        assert_eq!(k6.match_string(&m6), "ipv6_dst=2001:db8::1");
     }
 
     #[test]

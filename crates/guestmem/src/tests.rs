@@ -1,0 +1,128 @@
+use super::*;
+use std::io::Write;
+use std::os::fd::AsFd;
+
+fn file(size: u64) -> std::fs::File {
+    let mut f = tempfile::tempfile().unwrap();
+    f.set_len(size).unwrap();
+    f.write_all(b"hello").unwrap();
+    f
+}
+
+fn spec(gpa: u64, size: u64, uva: u64, off: u64) -> RegionSpec {
+    RegionSpec {
+        guest_phys_addr: gpa,
+        memory_size: size,
+        userspace_addr: uva,
+        mmap_offset: off,
+    }
+}
+
+#[test]
+fn maps_fd_regions_and_translates() {
+    let f = file(8192);
+    let m = GuestMemory::from_fds(&[spec(0x10000, 4096, 0x7000_0000, 0)], &[f.as_fd()]).unwrap();
+    let mut b = [0u8; 5];
+    m.read(0x10000, &mut b).unwrap();
+    assert_eq!(&b, b"hello");
+    assert_eq!(m.uva_to_gpa(0x7000_0010, 16), Some(0x10010));
+    assert_eq!(m.uva_to_gpa(0x7000_0ff0, 32), None);
+    m.write_obj::<u32>(0x10ffc, 0xdead_beef).unwrap();
+    assert_eq!(m.read_obj::<u32>(0x10ffc).unwrap(), 0xdead_beef);
+    assert!(m.read_obj::<u32>(0x10ffd).is_err());
+    assert!(!m.contains(0xffff, 1));
+}
+
+#[test]
+fn mmap_offset_is_honoured_and_checked_against_file_size() {
+    let f = file(8192);
+    let m = GuestMemory::from_fds(&[spec(0, 4096, 0, 4096)], &[f.as_fd()]).unwrap();
+    m.write(0, b"x").unwrap();
+    let e = GuestMemory::from_fds(&[spec(0, 4097, 0, 4096)], &[f.as_fd()]).unwrap_err();
+    assert_eq!(e, MemError::BeyondFile { need: 8193, have: 8192 });
+    let e = GuestMemory::from_fds(&[spec(0, 16, 0, u64::MAX - 4)], &[f.as_fd()]).unwrap_err();
+    assert_eq!(e, MemError::Overflow);
+}
+
+#[test]
+fn rejects_bad_tables() {
+    let f = file(4096);
+    let fd = f.as_fd();
+    assert_eq!(
+        GuestMemory::from_fds(&[], &[]).unwrap_err(),
+        MemError::BadRegionCount(0)
+    );
+    let nine: Vec<RegionSpec> = (0..9).map(|i| spec(i * 4096, 4096, i * 4096, 0)).collect();
+    assert!(matches!(
+        GuestMemory::from_fds(&nine, &[fd; 9]).unwrap_err(),
+        MemError::BadRegionCount(9)
+    ));
+    assert_eq!(
+        GuestMemory::from_fds(&[spec(0, 0, 0, 0)], &[fd]).unwrap_err(),
+        MemError::ZeroSize
+    );
+    let overlap = [spec(0, 4096, 0, 0), spec(4095, 1, 8192, 0)];
+    assert_eq!(
+        GuestMemory::from_fds(&overlap, &[fd, fd]).unwrap_err(),
+        MemError::Overlap
+    );
+    assert_eq!(
+        GuestMemory::from_fds(&[spec(u64::MAX, 2, 0, 0)], &[fd]).unwrap_err(),
+        MemError::Overflow
+    );
+    assert!(matches!(
+        GuestMemory::from_fds(&[spec(0, 4096, 0, 0)], &[]).unwrap_err(),
+        MemError::BadRegionCount(0)
+    ));
+}
+
+#[test]
+fn copies_cross_adjacent_regions_and_fail_atomically() {
+    let m = GuestMemory::anonymous(&[(0, 4096), (4096, 4096)]).unwrap();
+    let data: Vec<u8> = (0..100).collect();
+    m.write(4096 - 50, &data).unwrap();
+    let mut back = [0u8; 100];
+    m.read(4096 - 50, &mut back).unwrap();
+    assert_eq!(&back[..], &data[..]);
+    // Runs past the end: refused, nothing written.
+    assert!(m.write(8192 - 10, &[7u8; 20]).is_err());
+    let mut tail = [1u8; 10];
+    m.read(8192 - 10, &mut tail).unwrap();
+    assert_eq!(tail, [0u8; 10]);
+    assert!(m.read(u64::MAX - 1, &mut [0u8; 4]).is_err());
+}
+
+#[test]
+fn ranges_check_offsets_and_alignment() {
+    let m = Arc::new(GuestMemory::anonymous(&[(0x1000, 4096)]).unwrap());
+    assert!(m.range(0x1001, 4, 2).is_err());
+    assert!(m.range(0x1ff0, 32, 2).is_err());
+    let r = m.range(0x1100, 64, 16).unwrap();
+    assert!(r.store_u16_release(2, 0xabcd));
+    assert_eq!(r.load_u16_acquire(2), Some(0xabcd));
+    assert_eq!(m.read_obj::<u16>(0x1102).unwrap(), 0xabcd);
+    assert_eq!(r.read_u16(63), None);
+    assert_eq!(r.read_u16(64), None);
+    assert!(r.write_u32_pair(8, 1, 2));
+    assert_eq!(r.read_u64_pair(0).unwrap().1, 1 | (2 << 32));
+    assert_eq!(r.read_u64_pair(56), None);
+    assert!(!r.write_u32_pair(usize::MAX - 2, 1, 2));
+    // The range keeps the table alive after the last other Arc is gone.
+    drop(m);
+    assert_eq!(r.load_u16_acquire(2), Some(0xabcd));
+}
+
+proptest::proptest! {
+    #[test]
+    fn translation_never_escapes_a_region(gpa in 0u64..0x6000, len in 0u64..0x3000) {
+        let m = GuestMemory::anonymous(&[(0x1000, 0x1000), (0x3000, 0x1000)]).unwrap();
+        let inside = |a: u64, l: u64| {
+            (a >= 0x1000 && a + l <= 0x2000 && a < 0x2000)
+                || (a >= 0x3000 && a + l <= 0x4000 && a < 0x4000)
+        };
+        proptest::prop_assert_eq!(m.contains(gpa, len), inside(gpa, len));
+        let mut buf = vec![0u8; len as usize];
+        let ok = m.read(gpa, &mut buf).is_ok();
+        proptest::prop_assert_eq!(ok, len == 0 || inside(gpa, len));
+    }
+}

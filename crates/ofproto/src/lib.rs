@@ -1,0 +1,1 @@
+//! ofproto (being written)

@@ -1,0 +1,504 @@
+//! The pipeline of every bridge: topology (bridges, ports, datapath port → bridge), the control
+//! API the daemon calls, and the [`dp::Upcall`] implementation PMD threads call on a miss.
+//!
+//! Publication: the topology is an immutable [`Topology`] behind an `ArcSwap`; control changes
+//! build a new one and swap it (serialized by `ctl`). Flow tables and MAC tables live in each
+//! bridge's `BridgeShared`: a flow-mod takes the table write lock for the insert/remove only
+//! (parsing and validation happen before), so an upcall waits at most that long.
+//!
+//! Threads: `upcall`/`userspace` on PMD threads; everything else on the control thread.
+//! Lock order: `ctl` → bridge `tables` (RwLock) → bridge `macs` (Mutex) → `packet_ins`.
+//! Every change that could alter a translation bumps [`Pipeline::generation`] (after the change
+//! is visible), so the daemon knows to call `dp.revalidate()`.
+
+use crate::bridge::{BridgeShared, BridgeState, PortConfig, PortMap};
+use crate::mac::{MacTable, DEFAULT_AGING, DEFAULT_MAX_ENTRIES};
+use crate::tables::FlowTables;
+use crate::types::{
+    ofpp, FlowMod, Instruction, Match, OfAction, OfPort, PacketInReason, RemovedFlow,
+};
+use crate::xlate::{decode_cookie, Xlate};
+use crate::Error;
+use arc_swap::ArcSwap;
+use dp::{Action, Upcall, UpcallResult};
+use packet::Packet;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
+use wire::{Field, FlowKey};
+
+/// Tunables.
+#[derive(Clone, Debug)]
+pub struct PipelineConfig {
+    /// MAC learning aging time.
+    pub mac_aging: Duration,
+    /// MAC table size limit per bridge.
+    pub mac_max_entries: usize,
+    /// Packet-ins queued for the control thread before new ones are dropped.
+    pub packet_in_queue: usize,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        PipelineConfig {
+            mac_aging: DEFAULT_AGING,
+            mac_max_entries: DEFAULT_MAX_ENTRIES,
+            packet_in_queue: 1024,
+        }
+    }
+}
+
+/// What to add: the OpenFlow number is chosen (lowest free) when `ofport` is `None`.
+#[derive(Clone, Debug, Default)]
+pub struct PortSpec {
+    /// Name, unique in the pipeline.
+    pub name: String,
+    /// Datapath port number, unique in the pipeline.
+    pub dp_port: u32,
+    /// Requested OpenFlow port number.
+    pub ofport: Option<OfPort>,
+    /// Access VLAN.
+    pub tag: Option<u16>,
+    /// Trunk VLANs (empty = all).
+    pub trunks: Vec<u16>,
+}
+
+/// A packet sent to the controller, queued for the control thread.
+#[derive(Clone, Debug)]
+pub struct PacketIn {
+    /// Bridge name.
+    pub bridge: String,
+    /// Reason.
+    pub reason: PacketInReason,
+    /// Table of the rule that sent it.
+    pub table_id: u8,
+    /// That rule's cookie (all ones if the rule is gone).
+    pub cookie: u64,
+    /// Bytes the controller asked for (`max_len` of the action; 0xffff = all).
+    pub max_len: u16,
+    /// OpenFlow ingress port.
+    pub in_port: OfPort,
+    /// The frame as modified by the actions before the CONTROLLER output.
+    pub data: Vec<u8>,
+}
+
+/// The result of translating a packet (the [`UpcallResult`] plus what the caller may want).
+#[derive(Clone, Debug)]
+pub struct Translation {
+    /// Datapath actions.
+    pub actions: Vec<Action>,
+    /// Megaflow mask.
+    pub mask: FlowKey,
+    /// False if the pipeline changed during translation.
+    pub install: bool,
+    /// (table, priority, cookie) of each rule matched, in order.
+    pub rules: Vec<(u8, u16, u64)>,
+}
+
+/// Immutable snapshot of all bridges and ports.
+#[derive(Clone, Default)]
+pub struct Topology {
+    bridges: BTreeMap<String, Arc<BridgeState>>,
+    by_dp: HashMap<u32, (Arc<BridgeState>, OfPort)>,
+}
+
+impl Topology {
+    fn reindex(&mut self) {
+        self.by_dp.clear();
+        for b in self.bridges.values() {
+            for p in b.ports.iter() {
+                self.by_dp.insert(p.dp_port, (Arc::clone(b), p.ofport));
+            }
+        }
+    }
+}
+
+/// Every bridge's OpenFlow pipeline.
+pub struct Pipeline {
+    topo: ArcSwap<Topology>,
+    ctl: Mutex<()>,
+    generation: AtomicU64,
+    config: PipelineConfig,
+    packet_ins: Mutex<VecDeque<PacketIn>>,
+    packet_in_drops: AtomicU64,
+}
+
+impl Default for Pipeline {
+    fn default() -> Self {
+        Pipeline::new(PipelineConfig::default())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub(crate) fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+pub(crate) fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The table-0 priority-0 `actions=NORMAL` rule a new bridge starts with.
+pub fn default_normal_rule() -> FlowMod {
+    let mut fm = FlowMod::add(
+        Match::ANY,
+        vec![Instruction::ApplyActions(vec![OfAction::output(ofpp::NORMAL)])],
+    );
+    fm.priority = 0;
+    fm
+}
+
+impl Pipeline {
+    /// An empty pipeline (no bridges).
+    pub fn new(config: PipelineConfig) -> Pipeline {
+        Pipeline {
+            topo: ArcSwap::from_pointee(Topology::default()),
+            ctl: Mutex::new(()),
+            generation: AtomicU64::new(1),
+            config,
+            packet_ins: Mutex::new(VecDeque::new()),
+            packet_in_drops: AtomicU64::new(0),
+        }
+    }
+
+    /// Changes whenever a translation could change; when it differs from the value seen at the
+    /// last revalidation, the daemon calls `dp.revalidate()`.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    fn bump(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The current topology snapshot.
+    pub(crate) fn topology(&self) -> Arc<Topology> {
+        self.topo.load_full()
+    }
+
+    pub(crate) fn bridge(&self, name: &str) -> Result<Arc<BridgeState>, Error> {
+        self.topo
+            .load()
+            .bridges
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::NoSuchBridge(name.to_string()))
+    }
+
+    /// Names of all bridges.
+    pub fn bridges(&self) -> Vec<String> {
+        self.topo.load().bridges.keys().cloned().collect()
+    }
+
+    fn publish(&self, mut t: Topology) {
+        t.reindex();
+        self.topo.store(Arc::new(t));
+        self.bump();
+    }
+
+    /// Creates a bridge with the default `priority=0 actions=NORMAL` rule in table 0.
+    pub fn add_bridge(&self, name: &str) -> Result<(), Error> {
+        let _g = lock(&self.ctl);
+        let mut t = (*self.topology()).clone();
+        if t.bridges.contains_key(name) {
+            return Err(Error::BridgeExists(name.to_string()));
+        }
+        let used: Vec<u16> = t.bridges.values().map(|b| b.id).collect();
+        let id = (0..=u16::MAX)
+            .find(|i| !used.contains(i))
+            .ok_or(Error::BadConfig("too many bridges".into()))?;
+        let mut tables = FlowTables::default();
+        tables.apply(default_normal_rule(), Instant::now(), name)?;
+        let shared = Arc::new(BridgeShared {
+            tables: RwLock::new(tables),
+            macs: Mutex::new(MacTable::new(
+                self.config.mac_aging,
+                self.config.mac_max_entries,
+            )),
+        });
+        let br = BridgeState {
+            name: name.to_string(),
+            id,
+            ports: PortMap::default(),
+            shared,
+        };
+        t.bridges.insert(name.to_string(), Arc::new(br));
+        self.publish(t);
+        Ok(())
+    }
+
+    /// Deletes a bridge and its ports.
+    pub fn del_bridge(&self, name: &str) -> Result<(), Error> {
+        let _g = lock(&self.ctl);
+        let mut t = (*self.topology()).clone();
+        t.bridges
+            .remove(name)
+            .ok_or_else(|| Error::NoSuchBridge(name.to_string()))?;
+        self.publish(t);
+        Ok(())
+    }
+
+    /// Adds a port; returns its OpenFlow number.
+    pub fn add_port(&self, bridge: &str, spec: PortSpec) -> Result<OfPort, Error> {
+        let _g = lock(&self.ctl);
+        let mut t = (*self.topology()).clone();
+        let br = self.bridge(bridge)?;
+        if t.bridges.values().any(|b| b.ports.by_name(&spec.name).is_some()) {
+            return Err(Error::PortExists(spec.name));
+        }
+        if t.by_dp.contains_key(&spec.dp_port) {
+            return Err(Error::BadConfig(format!(
+                "datapath port {} already in use",
+                spec.dp_port
+            )));
+        }
+        check_vlans(spec.tag, &spec.trunks)?;
+        let ofport = match spec.ofport {
+            Some(p) if br.ports.get(p).is_some() => {
+                return Err(Error::BadConfig(format!("OpenFlow port {p} already in use")))
+            }
+            Some(p) if p == 0 || (p > ofpp::MAX && p != ofpp::LOCAL) => {
+                return Err(Error::BadConfig(format!("bad OpenFlow port number {p}")))
+            }
+            Some(p) => p,
+            None => br.ports.free_ofport(),
+        };
+        let mut ports = br.ports.clone();
+        ports.insert(PortConfig {
+            name: spec.name,
+            ofport,
+            dp_port: spec.dp_port,
+            tag: spec.tag,
+            trunks: spec.trunks,
+        });
+        t.bridges
+            .insert(bridge.to_string(), Arc::new(br.with_ports(ports)));
+        self.publish(t);
+        Ok(ofport)
+    }
+
+    /// Removes a port (its rules stay, as in OpenFlow; its MAC entries go).
+    pub fn del_port(&self, bridge: &str, name: &str) -> Result<(), Error> {
+        let _g = lock(&self.ctl);
+        let mut t = (*self.topology()).clone();
+        let br = self.bridge(bridge)?;
+        let mut ports = br.ports.clone();
+        let gone = ports
+            .remove(name)
+            .ok_or_else(|| Error::NoSuchPort(name.to_string()))?;
+        lock(&br.shared.macs).flush_port(gone.ofport);
+        t.bridges
+            .insert(bridge.to_string(), Arc::new(br.with_ports(ports)));
+        self.publish(t);
+        Ok(())
+    }
+
+    /// Changes a port's VLAN configuration (`tag=`, `trunks=`).
+    pub fn set_port_vlans(
+        &self,
+        bridge: &str,
+        name: &str,
+        tag: Option<u16>,
+        trunks: Vec<u16>,
+    ) -> Result<(), Error> {
+        let _g = lock(&self.ctl);
+        check_vlans(tag, &trunks)?;
+        let mut t = (*self.topology()).clone();
+        let br = self.bridge(bridge)?;
+        let mut ports = br.ports.clone();
+        let mut p = ports
+            .remove(name)
+            .ok_or_else(|| Error::NoSuchPort(name.to_string()))?;
+        p.tag = tag;
+        p.trunks = trunks;
+        lock(&br.shared.macs).flush_port(p.ofport);
+        ports.insert(p);
+        t.bridges
+            .insert(bridge.to_string(), Arc::new(br.with_ports(ports)));
+        self.publish(t);
+        Ok(())
+    }
+
+    /// Ports of a bridge, in OpenFlow number order.
+    pub fn ports(&self, bridge: &str) -> Result<Vec<PortConfig>, Error> {
+        Ok(self.bridge(bridge)?.ports.iter().cloned().collect())
+    }
+
+    /// (bridge, OpenFlow port) of a datapath port.
+    pub fn port_by_dp(&self, dp_port: u32) -> Option<(String, OfPort)> {
+        let t = self.topo.load();
+        let (b, of) = t.by_dp.get(&dp_port)?;
+        Some((b.name.clone(), *of))
+    }
+
+    /// Applies one flow-mod; returns removed rules (check `flags & SEND_FLOW_REM`).
+    pub fn flow_mod(&self, bridge: &str, fm: FlowMod) -> Result<Vec<RemovedFlow>, Error> {
+        self.flow_mods(bridge, vec![fm])
+    }
+
+    /// Applies flow-mods in order under one write lock (one generation bump). Stops at the first
+    /// failure; earlier ones stay applied.
+    pub fn flow_mods(&self, bridge: &str, fms: Vec<FlowMod>) -> Result<Vec<RemovedFlow>, Error> {
+        let br = self.bridge(bridge)?;
+        let now = Instant::now();
+        let mut removed = Vec::new();
+        let mut tables = write(&br.shared.tables);
+        let mut result = Ok(());
+        for fm in fms {
+            match tables.apply(fm, now, bridge) {
+                Ok(r) => removed.extend(r),
+                Err(e) => {
+                    result = Err(Error::Of(e));
+                    break;
+                }
+            }
+        }
+        // Bump while the write lock is held, so an upcall that read the old tables sees a new
+        // generation once it is done and does not install.
+        self.bump();
+        drop(tables);
+        result.map(|()| removed)
+    }
+
+    /// Removes expired rules (idle/hard timeouts) and aged MAC entries of every bridge. Call
+    /// about once a second; send FLOW_REMOVED for returned rules with SEND_FLOW_REM.
+    pub fn expire(&self, now: Instant) -> Vec<RemovedFlow> {
+        let t = self.topology();
+        let mut out = Vec::new();
+        let mut changed = false;
+        for b in t.bridges.values() {
+            let removed = write(&b.shared.tables).expire(now, &b.name);
+            changed |= !removed.is_empty();
+            out.extend(removed);
+            changed |= lock(&b.shared.macs).expire(now) > 0;
+        }
+        if changed {
+            self.bump();
+        }
+        out
+    }
+
+    /// Learned MACs of a bridge: (vlan, mac, OpenFlow port, age).
+    pub fn mac_entries(&self, bridge: &str) -> Result<Vec<(u16, [u8; 6], OfPort, Duration)>, Error> {
+        let br = self.bridge(bridge)?;
+        let now = Instant::now();
+        let entries = lock(&br.shared.macs).entries(now);
+        Ok(entries)
+    }
+
+    /// Translates a packet (datapath key, frame length) at time `now`. Counts the packet on
+    /// every rule it matched and learns MACs (NORMAL).
+    pub fn translate(&self, key: &FlowKey, len: usize, now: Instant) -> Translation {
+        let gen0 = self.generation();
+        let topo = self.topo.load();
+        let in_dp = key.get(Field::InPort) as u32;
+        let mut mask = FlowKey::ZERO;
+        mask.set_exact(Field::InPort);
+        let Some((br, in_of)) = topo.by_dp.get(&in_dp) else {
+            return Translation {
+                actions: Vec::new(),
+                mask,
+                install: true,
+                rules: Vec::new(),
+            };
+        };
+        let tables = read(&br.shared.tables);
+        let mut x = Xlate::new(br, &tables, key, *in_of, now);
+        x.run();
+        for r in &x.hits {
+            r.stats.credit(1, len as u64, now, r.flags);
+        }
+        let rules = x.hits.iter().map(|r| (r.table_id, r.priority, r.cookie)).collect();
+        let install = self.generation() == gen0;
+        let mac_changed = x.mac_changed;
+        let tr = Translation {
+            actions: x.out,
+            mask: x.wc,
+            install,
+            rules,
+        };
+        drop(tables);
+        if mac_changed {
+            self.bump();
+        }
+        tr
+    }
+
+    /// Packet-ins queued by `userspace` since the last call (at most `max`).
+    pub fn take_packet_ins(&self, max: usize) -> Vec<PacketIn> {
+        let mut q = lock(&self.packet_ins);
+        let n = q.len().min(max);
+        q.drain(..n).collect()
+    }
+
+    /// Packet-ins dropped because the queue was full.
+    pub fn packet_in_drops(&self) -> u64 {
+        self.packet_in_drops.load(Ordering::Relaxed)
+    }
+
+    /// Builds the packet-in for a userspace cookie (None if the bridge is gone).
+    pub fn packet_in_for(&self, cookie: u64, key: &FlowKey, frame: &[u8]) -> Option<PacketIn> {
+        let (bid, reason, table_id, serial) = decode_cookie(cookie);
+        let t = self.topo.load();
+        let br = t.bridges.values().find(|b| b.id == bid)?;
+        let (cookie, max_len) = {
+            let tables = read(&br.shared.tables);
+            tables
+                .by_serial(serial)
+                .map(|r| (r.cookie, r.controller_max_len().unwrap_or(u16::MAX)))
+                .unwrap_or((u64::MAX, u16::MAX))
+        };
+        let in_dp = key.get(Field::InPort) as u32;
+        let in_port = br
+            .ports
+            .iter()
+            .find(|p| p.dp_port == in_dp)
+            .map_or(ofpp::ANY, |p| p.ofport);
+        let keep = frame.len().min(usize::from(max_len));
+        Some(PacketIn {
+            bridge: br.name.clone(),
+            reason,
+            table_id,
+            cookie,
+            max_len,
+            in_port,
+            data: frame[..keep].to_vec(),
+        })
+    }
+}
+
+fn check_vlans(tag: Option<u16>, trunks: &[u16]) -> Result<(), Error> {
+    if let Some(v) = tag.into_iter().chain(trunks.iter().copied()).find(|&v| v > 4095) {
+        return Err(Error::BadConfig(format!("VLAN {v} out of range 0..4095")));
+    }
+    Ok(())
+}
+
+impl Upcall for Pipeline {
+    fn upcall(&self, key: &FlowKey, pkt: &Packet) -> UpcallResult {
+        let tr = self.translate(key, pkt.len(), Instant::now());
+        UpcallResult {
+            actions: tr.actions.into(),
+            mask: tr.mask,
+            install: tr.install,
+        }
+    }
+
+    fn userspace(&self, cookie: u64, key: &FlowKey, pkt: &Packet) {
+        let mut q = lock(&self.packet_ins);
+        if q.len() >= self.config.packet_in_queue {
+            self.packet_in_drops.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        drop(q);
+        // Built outside the queue lock (takes the table read lock for the rule's cookie).
+        if let Some(pi) = self.packet_in_for(cookie, key, pkt.data()) {
+            q = lock(&self.packet_ins);
+            q.push_back(pi);
+        }
+    }
+}

@@ -1,0 +1,305 @@
+//! The flow tables of one bridge (0..=254) and the OpenFlow 1.3 flow-mod semantics over them:
+//! add (replace, CHECK_OVERLAP, RESET_COUNTS), modify and delete (strict / non-strict, cookie
+//! masks, out_port filters), and idle/hard timeout expiry.
+//!
+//! Owns: [`FlowTables`]. Threads: the control thread mutates it under the bridge's table write
+//! lock (`RwLock<FlowTables>`); PMD threads read it under the read lock during upcalls.
+
+use crate::classifier::{Rule, RuleStats, Table};
+use crate::types::{
+    flags, ofpp, FlowMod, FlowModCommand, Instruction, OfAction, OfError, RemovedFlow,
+    RemovedReason, TABLE_ALL, TABLE_MAX,
+};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Largest number of rules one table accepts.
+pub const MAX_RULES_PER_TABLE: usize = 1_000_000;
+
+/// All tables of a bridge.
+pub struct FlowTables {
+    tables: Vec<Table>,
+    next_serial: u32,
+    /// Rules with an idle or hard timeout (expiry scans only when non-zero).
+    n_timed: usize,
+}
+
+impl Default for FlowTables {
+    fn default() -> Self {
+        FlowTables {
+            tables: (0..=TABLE_MAX).map(|_| Table::default()).collect(),
+            next_serial: 1,
+            n_timed: 0,
+        }
+    }
+}
+
+fn cookie_ok(fm: &FlowMod, rule: &Rule) -> bool {
+    (rule.cookie ^ fm.cookie) & fm.cookie_mask == 0
+}
+
+fn check_output(a: &OfAction) -> Result<(), OfError> {
+    match *a {
+        OfAction::Output { port, .. } => {
+            let reserved_ok = matches!(
+                port,
+                ofpp::IN_PORT
+                    | ofpp::NORMAL
+                    | ofpp::FLOOD
+                    | ofpp::ALL
+                    | ofpp::CONTROLLER
+                    | ofpp::LOCAL
+            );
+            if port == 0 || (port > ofpp::MAX && !reserved_ok) {
+                return Err(OfError::BadOutPort(port));
+            }
+            Ok(())
+        }
+        OfAction::PushVlan(tpid) if tpid != 0x8100 && tpid != 0x88a8 => {
+            Err(OfError::BadArgument("push_vlan ethertype must be 0x8100 or 0x88a8"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Validates instructions and returns them sorted in execution order.
+pub(crate) fn normalize_instructions(
+    table_id: u8,
+    mut insts: Vec<Instruction>,
+) -> Result<Vec<Instruction>, OfError> {
+    insts.sort_by_key(|i| i.order());
+    if insts.windows(2).any(|w| w[0].order() == w[1].order()) {
+        return Err(OfError::BadInstruction("an instruction type appears twice"));
+    }
+    for inst in &insts {
+        if let Instruction::GotoTable(t) = *inst {
+            if t <= table_id || t > TABLE_MAX {
+                return Err(OfError::BadGotoTable(t));
+            }
+        }
+        inst.actions().iter().try_for_each(check_output)?;
+    }
+    Ok(insts)
+}
+
+impl FlowTables {
+    /// Total rules over all tables.
+    pub fn len(&self) -> usize {
+        self.tables.iter().map(Table::len).sum()
+    }
+
+    /// True if no table holds a rule.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Table `id` (0..=254).
+    pub fn table(&self, id: u8) -> &Table {
+        &self.tables[usize::from(id.min(TABLE_MAX))]
+    }
+
+    /// Every rule, table by table.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Rule>> {
+        self.tables.iter().flat_map(Table::iter)
+    }
+
+    /// Finds a rule by serial (packet-in cookies). Linear; only used on the slow path.
+    pub fn by_serial(&self, serial: u32) -> Option<&Arc<Rule>> {
+        self.iter().find(|r| r.serial == serial)
+    }
+
+    fn table_range(table_id: u8) -> std::ops::RangeInclusive<u8> {
+        if table_id == TABLE_ALL {
+            0..=TABLE_MAX
+        } else {
+            table_id..=table_id
+        }
+    }
+
+    /// Applies a flow-mod. Returns the removed rules (deletes, and the rule an add replaced is
+    /// not reported, as OpenFlow does not send FLOW_REMOVED for it).
+    pub fn apply(
+        &mut self,
+        fm: FlowMod,
+        now: Instant,
+        bridge: &str,
+    ) -> Result<Vec<RemovedFlow>, OfError> {
+        if fm.table_id > TABLE_MAX
+            && !(fm.table_id == TABLE_ALL
+                && matches!(
+                    fm.command,
+                    FlowModCommand::Delete | FlowModCommand::DeleteStrict
+                ))
+        {
+            return Err(OfError::BadTableId(fm.table_id));
+        }
+        match fm.command {
+            FlowModCommand::Add => self.add(fm, now).map(|()| Vec::new()),
+            FlowModCommand::Modify | FlowModCommand::ModifyStrict => {
+                self.modify(fm).map(|_| Vec::new())
+            }
+            FlowModCommand::Delete | FlowModCommand::DeleteStrict => {
+                Ok(self.delete(&fm, now, bridge))
+            }
+        }
+    }
+
+    fn add(&mut self, fm: FlowMod, now: Instant) -> Result<(), OfError> {
+        fm.match_.check_prerequisites()?;
+        let instructions = normalize_instructions(fm.table_id, fm.instructions)?;
+        let table = &mut self.tables[usize::from(fm.table_id)];
+        if fm.flags & flags::CHECK_OVERLAP != 0
+            && table.iter().any(|r| {
+                r.priority == fm.priority
+                    && r.match_ != fm.match_
+                    && r.match_.overlaps(&fm.match_)
+            })
+        {
+            return Err(OfError::Overlap);
+        }
+        let existing = table.find_strict(&fm.match_, fm.priority);
+        if existing.is_none() && table.len() >= MAX_RULES_PER_TABLE {
+            return Err(OfError::TableFull);
+        }
+        let (p, b) = match existing {
+            Some(old) if fm.flags & flags::RESET_COUNTS == 0 => {
+                (old.packet_count(), old.byte_count())
+            }
+            _ => (0, 0),
+        };
+        let serial = self.next_serial;
+        self.next_serial = self.next_serial.wrapping_add(1).max(1);
+        let rule = Rule {
+            table_id: fm.table_id,
+            priority: fm.priority,
+            match_: fm.match_,
+            cookie: fm.cookie,
+            idle_timeout: fm.idle_timeout,
+            hard_timeout: fm.hard_timeout,
+            flags: fm.flags,
+            instructions,
+            serial,
+            stats: RuleStats::new(now, p, b),
+        };
+        let timed = rule.idle_timeout != 0 || rule.hard_timeout != 0;
+        if let Some(old) = table.insert(Arc::new(rule)) {
+            if old.idle_timeout != 0 || old.hard_timeout != 0 {
+                self.n_timed -= 1;
+            }
+        }
+        if timed {
+            self.n_timed += 1;
+        }
+        Ok(())
+    }
+
+    fn selected(&self, fm: &FlowMod, strict: bool, out_filter: bool) -> Vec<Arc<Rule>> {
+        let mut out = Vec::new();
+        for t in Self::table_range(fm.table_id) {
+            let table = &self.tables[usize::from(t)];
+            let keep = |r: &&Arc<Rule>| {
+                cookie_ok(fm, r)
+                    && (!out_filter || fm.out_port == ofpp::ANY || r.outputs_to(fm.out_port))
+                    && (!out_filter || fm.out_group == ofpp::ANY)
+            };
+            if strict {
+                out.extend(
+                    table
+                        .find_strict(&fm.match_, fm.priority)
+                        .filter(keep)
+                        .cloned(),
+                );
+            } else {
+                out.extend(table.covered_by(&fm.match_).filter(keep).cloned());
+            }
+        }
+        out
+    }
+
+    /// Modify: replaces the instructions of the selected rules; returns how many changed.
+    fn modify(&mut self, fm: FlowMod) -> Result<usize, OfError> {
+        let strict = fm.command == FlowModCommand::ModifyStrict;
+        let instructions = normalize_instructions(fm.table_id, fm.instructions.clone())?;
+        let chosen = self.selected(&fm, strict, false);
+        for old in &chosen {
+            let stats = if fm.flags & flags::RESET_COUNTS != 0 {
+                RuleStats::new(old.stats.created, 0, 0)
+            } else {
+                Arc::clone(&old.stats)
+            };
+            let rule = Rule {
+                table_id: old.table_id,
+                priority: old.priority,
+                match_: old.match_,
+                cookie: old.cookie,
+                idle_timeout: old.idle_timeout,
+                hard_timeout: old.hard_timeout,
+                flags: old.flags,
+                instructions: instructions.clone(),
+                serial: old.serial,
+                stats,
+            };
+            self.tables[usize::from(old.table_id)].insert(Arc::new(rule));
+        }
+        Ok(chosen.len())
+    }
+
+    fn delete(&mut self, fm: &FlowMod, now: Instant, bridge: &str) -> Vec<RemovedFlow> {
+        let strict = fm.command == FlowModCommand::DeleteStrict;
+        let chosen = self.selected(fm, strict, true);
+        chosen
+            .iter()
+            .filter_map(|r| self.remove_rule(r, RemovedReason::Delete, now, bridge))
+            .collect()
+    }
+
+    fn remove_rule(
+        &mut self,
+        r: &Rule,
+        reason: RemovedReason,
+        now: Instant,
+        bridge: &str,
+    ) -> Option<RemovedFlow> {
+        let removed = self.tables[usize::from(r.table_id)].remove(&r.match_, r.priority)?;
+        if removed.idle_timeout != 0 || removed.hard_timeout != 0 {
+            self.n_timed -= 1;
+        }
+        Some(RemovedFlow {
+            bridge: bridge.to_string(),
+            reason,
+            table_id: removed.table_id,
+            priority: removed.priority,
+            cookie: removed.cookie,
+            match_: removed.match_,
+            idle_timeout: removed.idle_timeout,
+            hard_timeout: removed.hard_timeout,
+            flags: removed.flags,
+            duration: removed.duration(now),
+            packet_count: removed.packet_count(),
+            byte_count: removed.byte_count(),
+        })
+    }
+
+    /// Removes rules whose hard or idle timeout has passed at `now`.
+    pub fn expire(&mut self, now: Instant, bridge: &str) -> Vec<RemovedFlow> {
+        if self.n_timed == 0 {
+            return Vec::new();
+        }
+        let secs = |s: u16| Duration::from_secs(u64::from(s));
+        let due: Vec<(Arc<Rule>, RemovedReason)> = self
+            .iter()
+            .filter_map(|r| {
+                if r.hard_timeout != 0 && r.duration(now) >= secs(r.hard_timeout) {
+                    Some((Arc::clone(r), RemovedReason::HardTimeout))
+                } else if r.idle_timeout != 0 && r.idle_for(now) >= secs(r.idle_timeout) {
+                    Some((Arc::clone(r), RemovedReason::IdleTimeout))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        due.iter()
+            .filter_map(|(r, why)| self.remove_rule(r, *why, now, bridge))
+            .collect()
+    }
+}

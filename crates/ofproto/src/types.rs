@@ -1,0 +1,486 @@
+//! OpenFlow 1.3 vocabulary, independent of the wire codec: port numbers, [`Match`],
+//! [`OfAction`], [`Instruction`], [`FlowMod`], flow-removed records and OpenFlow errors.
+//!
+//! Owns: plain data only (no locks, no threads). The `openflow` codec maps decoded messages to
+//! these types; the `ovs-ofctl` parser in [`crate::parse`] builds them from text.
+//!
+//! A [`Match`] is a value/mask pair over a [`FlowKey`]. The `in_port` field of a match holds the
+//! *OpenFlow* port number (the pipeline swaps the datapath number for it before lookup).
+
+use std::fmt;
+use std::time::Duration;
+use wire::{Field, FlowKey};
+
+/// An OpenFlow port number.
+pub type OfPort = u32;
+
+/// Reserved OpenFlow 1.3 port numbers.
+pub mod ofpp {
+    use super::OfPort;
+    /// Largest number of a physical/logical port.
+    pub const MAX: OfPort = 0xffff_ff00;
+    /// The port the packet came in on.
+    pub const IN_PORT: OfPort = 0xffff_fff8;
+    /// Submit to the first table (packet-out only).
+    pub const TABLE: OfPort = 0xffff_fff9;
+    /// The traditional L2 switch (MAC learning, VLANs).
+    pub const NORMAL: OfPort = 0xffff_fffa;
+    /// Every port except the ingress port.
+    pub const FLOOD: OfPort = 0xffff_fffb;
+    /// Every port except the ingress port.
+    pub const ALL: OfPort = 0xffff_fffc;
+    /// The controller (packet-in).
+    pub const CONTROLLER: OfPort = 0xffff_fffd;
+    /// The bridge's local port.
+    pub const LOCAL: OfPort = 0xffff_fffe;
+    /// Wildcard (out_port filters).
+    pub const ANY: OfPort = 0xffff_ffff;
+}
+
+/// `OFPTT_ALL`: every table (delete and dump requests).
+pub const TABLE_ALL: u8 = 0xff;
+/// Highest usable table id.
+pub const TABLE_MAX: u8 = 254;
+/// `OFP_DEFAULT_PRIORITY`.
+pub const DEFAULT_PRIORITY: u16 = 0x8000;
+/// `OFPCML_NO_BUFFER`: send the whole packet to the controller.
+pub const CONTROLLER_MAX_LEN_NO_BUFFER: u16 = 0xffff;
+
+/// Flow-mod flags (`ofp_flow_mod_flags`).
+pub mod flags {
+    /// Send FLOW_REMOVED when the rule expires or is deleted.
+    pub const SEND_FLOW_REM: u16 = 1 << 0;
+    /// Refuse an add that overlaps a rule of the same priority.
+    pub const CHECK_OVERLAP: u16 = 1 << 1;
+    /// Reset counters on replace/modify.
+    pub const RESET_COUNTS: u16 = 1 << 2;
+    /// Do not count packets.
+    pub const NO_PKT_COUNTS: u16 = 1 << 3;
+    /// Do not count bytes.
+    pub const NO_BYT_COUNTS: u16 = 1 << 4;
+}
+
+/// VLAN TCI bit that marks "a tag is present" (in the key and in OF1.3 `vlan_vid`).
+pub const VLAN_PRESENT: u16 = 0x1000;
+/// VID bits of a TCI.
+pub const VLAN_VID_MASK: u16 = 0x0fff;
+/// Ethernet types used by prerequisites.
+pub mod ethertype {
+    /// IPv4.
+    pub const IPV4: u16 = 0x0800;
+    /// ARP.
+    pub const ARP: u16 = 0x0806;
+    /// IPv6.
+    pub const IPV6: u16 = 0x86dd;
+    /// 802.1Q.
+    pub const VLAN: u16 = 0x8100;
+}
+/// IP protocol numbers used by prerequisites.
+pub mod ipproto {
+    /// ICMP.
+    pub const ICMP: u8 = 1;
+    /// TCP.
+    pub const TCP: u8 = 6;
+    /// UDP.
+    pub const UDP: u8 = 17;
+    /// ICMPv6.
+    pub const ICMPV6: u8 = 58;
+}
+
+/// A masked match over the flow key. Bits outside `mask` are zero in `key`.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash, Debug)]
+pub struct Match {
+    /// Values (in_port holds the OpenFlow port number).
+    pub key: FlowKey,
+    /// Which bits are matched.
+    pub mask: FlowKey,
+}
+
+impl Match {
+    /// Matches every packet.
+    pub const ANY: Match = Match {
+        key: FlowKey::ZERO,
+        mask: FlowKey::ZERO,
+    };
+
+    /// Matches `field == value` exactly.
+    pub fn set(&mut self, f: Field, value: u64) -> &mut Self {
+        self.set_masked(f, value, f.full())
+    }
+
+    /// Matches `field & mask == value & mask`. A zero mask clears the field.
+    pub fn set_masked(&mut self, f: Field, value: u64, mask: u64) -> &mut Self {
+        self.mask.set(f, mask);
+        self.key.set(f, value & mask);
+        self
+    }
+
+    /// Matches the OpenFlow ingress port.
+    pub fn set_in_port(&mut self, port: OfPort) -> &mut Self {
+        self.set(Field::InPort, u64::from(port))
+    }
+
+    /// `(value, mask)` of a field, `None` when the field is wildcarded.
+    pub fn get(&self, f: Field) -> Option<(u64, u64)> {
+        let m = self.mask.get(f);
+        (m != 0).then(|| (self.key.get(f), m))
+    }
+
+    /// The exact value of a field, if every bit of it is matched.
+    pub fn exact(&self, f: Field) -> Option<u64> {
+        (self.mask.get(f) == f.full()).then(|| self.key.get(f))
+    }
+
+    /// True if every packet this match accepts is also accepted by `self` being a looser
+    /// filter: `self.mask ⊆ rule.mask` and the rule agrees on `self`'s bits (OpenFlow
+    /// non-strict semantics, `self` is the filter).
+    pub fn covers(&self, rule: &Match) -> bool {
+        (0..wire::KEY_WORDS).all(|i| {
+            self.mask.w[i] & !rule.mask.w[i] == 0
+                && (rule.key.w[i] & self.mask.w[i]) == self.key.w[i]
+        })
+    }
+
+    /// True if some packet matches both.
+    pub fn overlaps(&self, other: &Match) -> bool {
+        (0..wire::KEY_WORDS)
+            .all(|i| (self.key.w[i] ^ other.key.w[i]) & self.mask.w[i] & other.mask.w[i] == 0)
+    }
+
+    /// True if the match accepts `key` (whose in_port holds the OpenFlow port).
+    #[inline]
+    pub fn matches(&self, key: &FlowKey) -> bool {
+        self.key.matches(key, &self.mask)
+    }
+
+    fn requires(&self, f: Field, allowed: &[u64], what: &'static str) -> Result<(), OfError> {
+        match self.exact(f) {
+            Some(v) if allowed.contains(&v) => Ok(()),
+            _ => Err(OfError::BadPrereq(what)),
+        }
+    }
+
+    /// Checks OpenFlow 1.3 prerequisites (e.g. `tp_dst` needs `ip_proto` TCP/UDP, which needs
+    /// an IP `eth_type`). The key layout overlaps ARP/IPv6 and ICMP/L4 fields, so a match that
+    /// breaks a prerequisite would be ambiguous; it is refused.
+    pub fn check_prerequisites(&self) -> Result<(), OfError> {
+        use ethertype::*;
+        let ip = [u64::from(IPV4), u64::from(IPV6)];
+        let uses = |f: Field| self.mask.get(f) != 0;
+        if uses(Field::IpProto) || uses(Field::IpTos) || uses(Field::IpTtl) || uses(Field::IpFrag)
+        {
+            self.requires(Field::EthType, &ip, "ip fields need dl_type=0x0800 or 0x86dd")?;
+        }
+        if uses(Field::Ipv4Src) || uses(Field::Ipv4Dst) {
+            let v4arp = [u64::from(IPV4), u64::from(ARP)];
+            self.requires(Field::EthType, &v4arp, "nw_src/nw_dst need ip or arp")?;
+        }
+        if uses(Field::ArpOp) {
+            self.requires(Field::EthType, &[u64::from(ARP)], "arp_op needs arp")?;
+        }
+        let w5 = uses(Field::Ipv6SrcHi) || uses(Field::Ipv6SrcLo);
+        let w7 = uses(Field::Ipv6DstHi) || uses(Field::Ipv6DstLo);
+        if w5 || w7 {
+            let v6arp = [u64::from(IPV6), u64::from(ARP)];
+            self.requires(Field::EthType, &v6arp, "ipv6/arp_sha/arp_tha fields need ipv6 or arp")?;
+            if w7 {
+                self.requires(Field::EthType, &[u64::from(IPV6)], "ipv6_dst needs ipv6")?;
+            }
+        }
+        if uses(Field::TpSrc) || uses(Field::TpDst) || uses(Field::TcpFlags) {
+            let l4 = [6, 17, 1, 58, 132];
+            self.requires(Field::IpProto, &l4, "tp_src/tp_dst need tcp, udp, sctp or icmp")?;
+            if uses(Field::TcpFlags) {
+                self.requires(Field::IpProto, &[6], "tcp_flags needs tcp")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A field an action can set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SetField {
+    /// Ethernet source.
+    EthSrc([u8; 6]),
+    /// Ethernet destination.
+    EthDst([u8; 6]),
+    /// VLAN id (12 bits). Pushes a tag if the packet has none (as OVS `mod_vlan_vid`).
+    VlanVid(u16),
+    /// VLAN priority (3 bits). Pushes a tag if the packet has none.
+    VlanPcp(u8),
+    /// IPv4 source.
+    Ipv4Src(u32),
+    /// IPv4 destination.
+    Ipv4Dst(u32),
+    /// DSCP (6 bits).
+    IpDscp(u8),
+    /// TCP source port.
+    TcpSrc(u16),
+    /// TCP destination port.
+    TcpDst(u16),
+    /// UDP source port.
+    UdpSrc(u16),
+    /// UDP destination port.
+    UdpDst(u16),
+}
+
+impl SetField {
+    /// Identifies the field (the action set keeps one set-field per field).
+    pub fn kind(&self) -> u8 {
+        match self {
+            SetField::EthSrc(_) => 0,
+            SetField::EthDst(_) => 1,
+            SetField::VlanVid(_) => 2,
+            SetField::VlanPcp(_) => 3,
+            SetField::Ipv4Src(_) => 4,
+            SetField::Ipv4Dst(_) => 5,
+            SetField::IpDscp(_) => 6,
+            SetField::TcpSrc(_) => 7,
+            SetField::TcpDst(_) => 8,
+            SetField::UdpSrc(_) => 9,
+            SetField::UdpDst(_) => 10,
+        }
+    }
+}
+
+/// An OpenFlow action.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OfAction {
+    /// Output to a port (a number or one of [`ofpp`]); `max_len` matters for CONTROLLER.
+    Output {
+        /// Port.
+        port: OfPort,
+        /// Bytes to send to the controller.
+        max_len: u16,
+    },
+    /// Push an 802.1Q tag with this TPID (only 0x8100 is executed).
+    PushVlan(u16),
+    /// Pop the outer VLAN tag.
+    PopVlan,
+    /// Set a field.
+    SetField(SetField),
+}
+
+impl OfAction {
+    /// `output:port`.
+    pub fn output(port: OfPort) -> OfAction {
+        OfAction::Output {
+            port,
+            max_len: CONTROLLER_MAX_LEN_NO_BUFFER,
+        }
+    }
+}
+
+/// An OpenFlow 1.3 instruction.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Instruction {
+    /// Run these actions now.
+    ApplyActions(Vec<OfAction>),
+    /// Empty the action set.
+    ClearActions,
+    /// Merge these actions into the action set.
+    WriteActions(Vec<OfAction>),
+    /// Continue in a later table.
+    GotoTable(u8),
+}
+
+impl Instruction {
+    /// Execution order of OF1.3 (apply, clear, write, goto).
+    pub fn order(&self) -> u8 {
+        match self {
+            Instruction::ApplyActions(_) => 0,
+            Instruction::ClearActions => 1,
+            Instruction::WriteActions(_) => 2,
+            Instruction::GotoTable(_) => 3,
+        }
+    }
+
+    /// The actions the instruction carries (none for clear/goto).
+    pub fn actions(&self) -> &[OfAction] {
+        match self {
+            Instruction::ApplyActions(a) | Instruction::WriteActions(a) => a,
+            _ => &[],
+        }
+    }
+}
+
+/// `ofp_flow_mod_command`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FlowModCommand {
+    /// OFPFC_ADD.
+    Add,
+    /// OFPFC_MODIFY (non-strict).
+    Modify,
+    /// OFPFC_MODIFY_STRICT.
+    ModifyStrict,
+    /// OFPFC_DELETE (non-strict).
+    Delete,
+    /// OFPFC_DELETE_STRICT.
+    DeleteStrict,
+}
+
+/// A flow-table modification, as OpenFlow 1.3 expresses it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlowMod {
+    /// What to do.
+    pub command: FlowModCommand,
+    /// Table (for delete, [`TABLE_ALL`] means every table).
+    pub table_id: u8,
+    /// Priority (add, strict commands).
+    pub priority: u16,
+    /// Cookie of a new rule; for modify/delete, a filter together with `cookie_mask`.
+    pub cookie: u64,
+    /// Bits of `cookie` that modify/delete filter on (0 = no filter).
+    pub cookie_mask: u64,
+    /// Seconds without traffic before removal (0 = never).
+    pub idle_timeout: u16,
+    /// Seconds after creation before removal (0 = never).
+    pub hard_timeout: u16,
+    /// [`flags`].
+    pub flags: u16,
+    /// Delete filter: only rules that output to this port ([`ofpp::ANY`] = no filter).
+    pub out_port: OfPort,
+    /// Delete filter on groups (groups are not supported; must be ANY to match anything).
+    pub out_group: u32,
+    /// The match.
+    pub match_: Match,
+    /// Instructions (add/modify).
+    pub instructions: Vec<Instruction>,
+}
+
+impl FlowMod {
+    /// An `ADD` with default fields (table 0, default priority, no timeouts).
+    pub fn add(match_: Match, instructions: Vec<Instruction>) -> FlowMod {
+        FlowMod {
+            command: FlowModCommand::Add,
+            table_id: 0,
+            priority: DEFAULT_PRIORITY,
+            cookie: 0,
+            cookie_mask: 0,
+            idle_timeout: 0,
+            hard_timeout: 0,
+            flags: 0,
+            out_port: ofpp::ANY,
+            out_group: ofpp::ANY,
+            match_,
+            instructions,
+        }
+    }
+
+    /// A non-strict `DELETE` over every table.
+    pub fn delete(match_: Match) -> FlowMod {
+        FlowMod {
+            command: FlowModCommand::Delete,
+            table_id: TABLE_ALL,
+            ..FlowMod::add(match_, Vec::new())
+        }
+    }
+}
+
+/// Why a rule left its table (`ofp_flow_removed_reason`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RemovedReason {
+    /// Idle timeout.
+    IdleTimeout = 0,
+    /// Hard timeout.
+    HardTimeout = 1,
+    /// Deleted by a flow-mod.
+    Delete = 2,
+}
+
+/// A removed rule, for FLOW_REMOVED messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemovedFlow {
+    /// Bridge the rule was on.
+    pub bridge: String,
+    /// Why it was removed.
+    pub reason: RemovedReason,
+    /// Table.
+    pub table_id: u8,
+    /// Priority.
+    pub priority: u16,
+    /// Cookie.
+    pub cookie: u64,
+    /// Match.
+    pub match_: Match,
+    /// Idle timeout (s).
+    pub idle_timeout: u16,
+    /// Hard timeout (s).
+    pub hard_timeout: u16,
+    /// Flags (check [`flags::SEND_FLOW_REM`] before sending FLOW_REMOVED).
+    pub flags: u16,
+    /// How long the rule lived.
+    pub duration: Duration,
+    /// Packets counted.
+    pub packet_count: u64,
+    /// Bytes counted.
+    pub byte_count: u64,
+}
+
+/// Packet-in reason (`ofp_packet_in_reason`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PacketInReason {
+    /// A table-miss rule sent it.
+    NoMatch = 0,
+    /// An output:CONTROLLER action sent it.
+    Action = 1,
+}
+
+/// OpenFlow-level failures of a flow-mod, with the OF1.3 (type, code) they map to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OfError {
+    /// Table id above 254 (or 255 where not allowed).
+    BadTableId(u8),
+    /// Add would overlap an existing rule (CHECK_OVERLAP).
+    Overlap,
+    /// The table holds too many rules.
+    TableFull,
+    /// goto_table to a table not after the current one.
+    BadGotoTable(u8),
+    /// Instructions repeated or unsupported.
+    BadInstruction(&'static str),
+    /// Match prerequisite missing.
+    BadPrereq(&'static str),
+    /// Output to an invalid port.
+    BadOutPort(OfPort),
+    /// Bad action argument.
+    BadArgument(&'static str),
+    /// Unsupported flag combination.
+    BadFlags,
+}
+
+impl OfError {
+    /// OpenFlow 1.3 `(ofp_error_type, code)`.
+    pub fn type_code(&self) -> (u16, u16) {
+        match self {
+            OfError::BadTableId(_) => (5, 2),
+            OfError::Overlap => (5, 3),
+            OfError::TableFull => (5, 1),
+            OfError::BadFlags => (5, 7),
+            OfError::BadGotoTable(_) => (3, 2),
+            OfError::BadInstruction(_) => (3, 1),
+            OfError::BadPrereq(_) => (4, 9),
+            OfError::BadOutPort(_) => (2, 4),
+            OfError::BadArgument(_) => (2, 5),
+        }
+    }
+}
+
+impl fmt::Display for OfError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OfError::BadTableId(t) => write!(f, "bad table id {t}"),
+            OfError::Overlap => write!(f, "rule overlaps an existing rule of the same priority"),
+            OfError::TableFull => write!(f, "table full"),
+            OfError::BadGotoTable(t) => write!(f, "goto_table:{t} must name a later table"),
+            OfError::BadInstruction(s) => write!(f, "bad instructions: {s}"),
+            OfError::BadPrereq(s) => write!(f, "missing prerequisite: {s}"),
+            OfError::BadOutPort(p) => write!(f, "bad output port {p:#x}"),
+            OfError::BadArgument(s) => write!(f, "bad action argument: {s}"),
+            OfError::BadFlags => write!(f, "bad flags"),
+        }
+    }
+}
+
+impl std::error::Error for OfError {}

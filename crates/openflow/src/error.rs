@@ -1,0 +1,120 @@
+//! OpenFlow error types and codes (`ofp_error_type` and the per-type code enums of
+//! OpenFlow 1.3 §7.4.4), and [`OfError`], the value every decoder returns on bad input.
+//! Pure data; used from whichever thread decodes.
+
+use std::fmt;
+
+/// An OpenFlow error (type, code) pair, ready to be sent back as an `OFPT_ERROR`
+/// with the offending message's first 64 bytes (see [`crate::ErrorMsg::for_request`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OfError {
+    /// `ofp_error_type`.
+    pub etype: u16,
+    /// Type-specific code.
+    pub code: u16,
+}
+
+impl OfError {
+    /// Builds an error from a raw type and code.
+    pub const fn new(etype: u16, code: u16) -> Self {
+        Self { etype, code }
+    }
+
+    /// Whether the spec lets the connection stay up after this error. Only a failed
+    /// version negotiation (HELLO_FAILED) ends the connection.
+    pub fn keeps_connection(&self) -> bool {
+        self.etype != error_type::HELLO_FAILED
+    }
+}
+
+impl fmt::Display for OfError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "OpenFlow error type {} code {}", self.etype, self.code)
+    }
+}
+
+impl std::error::Error for OfError {}
+
+/// `ofp_error_type` values.
+pub mod error_type {
+    pub const HELLO_FAILED: u16 = 0;
+    pub const BAD_REQUEST: u16 = 1;
+    pub const BAD_ACTION: u16 = 2;
+    pub const BAD_INSTRUCTION: u16 = 3;
+    pub const BAD_MATCH: u16 = 4;
+    pub const FLOW_MOD_FAILED: u16 = 5;
+    pub const GROUP_MOD_FAILED: u16 = 6;
+    pub const PORT_MOD_FAILED: u16 = 7;
+    pub const TABLE_MOD_FAILED: u16 = 8;
+    pub const QUEUE_OP_FAILED: u16 = 9;
+    pub const SWITCH_CONFIG_FAILED: u16 = 10;
+    pub const ROLE_REQUEST_FAILED: u16 = 11;
+    pub const METER_MOD_FAILED: u16 = 12;
+    pub const TABLE_FEATURES_FAILED: u16 = 13;
+    pub const EXPERIMENTER: u16 = 0xffff;
+}
+
+macro_rules! codes {
+    ($ty:ident: $($name:ident = $code:expr),* $(,)?) => {
+        $(pub const $name: OfError = OfError::new(error_type::$ty, $code);)*
+    };
+}
+
+/// Named (type, code) pairs, e.g. `errors::BAD_REQUEST_BAD_LEN`.
+#[allow(missing_docs)]
+pub mod errors {
+    use super::{error_type, OfError};
+
+    codes!(HELLO_FAILED: HELLO_FAILED_INCOMPATIBLE = 0, HELLO_FAILED_EPERM = 1);
+    codes!(BAD_REQUEST:
+        BAD_REQUEST_BAD_VERSION = 0, BAD_REQUEST_BAD_TYPE = 1, BAD_REQUEST_BAD_MULTIPART = 2,
+        BAD_REQUEST_BAD_EXPERIMENTER = 3, BAD_REQUEST_BAD_EXP_TYPE = 4, BAD_REQUEST_EPERM = 5,
+        BAD_REQUEST_BAD_LEN = 6, BAD_REQUEST_BUFFER_EMPTY = 7, BAD_REQUEST_BUFFER_UNKNOWN = 8,
+        BAD_REQUEST_BAD_TABLE_ID = 9, BAD_REQUEST_IS_SLAVE = 10, BAD_REQUEST_BAD_PORT = 11,
+        BAD_REQUEST_BAD_PACKET = 12, BAD_REQUEST_MULTIPART_BUFFER_OVERFLOW = 13);
+    codes!(BAD_ACTION:
+        BAD_ACTION_BAD_TYPE = 0, BAD_ACTION_BAD_LEN = 1, BAD_ACTION_BAD_EXPERIMENTER = 2,
+        BAD_ACTION_BAD_EXP_TYPE = 3, BAD_ACTION_BAD_OUT_PORT = 4, BAD_ACTION_BAD_ARGUMENT = 5,
+        BAD_ACTION_EPERM = 6, BAD_ACTION_TOO_MANY = 7, BAD_ACTION_BAD_QUEUE = 8,
+        BAD_ACTION_BAD_OUT_GROUP = 9, BAD_ACTION_MATCH_INCONSISTENT = 10,
+        BAD_ACTION_UNSUPPORTED_ORDER = 11, BAD_ACTION_BAD_TAG = 12, BAD_ACTION_BAD_SET_TYPE = 13,
+        BAD_ACTION_BAD_SET_LEN = 14, BAD_ACTION_BAD_SET_ARGUMENT = 15);
+    codes!(BAD_INSTRUCTION:
+        BAD_INSTRUCTION_UNKNOWN_INST = 0, BAD_INSTRUCTION_UNSUP_INST = 1,
+        BAD_INSTRUCTION_BAD_TABLE_ID = 2, BAD_INSTRUCTION_UNSUP_METADATA = 3,
+        BAD_INSTRUCTION_UNSUP_METADATA_MASK = 4, BAD_INSTRUCTION_BAD_EXPERIMENTER = 5,
+        BAD_INSTRUCTION_BAD_EXP_TYPE = 6, BAD_INSTRUCTION_BAD_LEN = 7, BAD_INSTRUCTION_EPERM = 8);
+    codes!(BAD_MATCH:
+        BAD_MATCH_BAD_TYPE = 0, BAD_MATCH_BAD_LEN = 1, BAD_MATCH_BAD_TAG = 2,
+        BAD_MATCH_BAD_DL_ADDR_MASK = 3, BAD_MATCH_BAD_NW_ADDR_MASK = 4,
+        BAD_MATCH_BAD_WILDCARDS = 5, BAD_MATCH_BAD_FIELD = 6, BAD_MATCH_BAD_VALUE = 7,
+        BAD_MATCH_BAD_MASK = 8, BAD_MATCH_BAD_PREREQ = 9, BAD_MATCH_DUP_FIELD = 10,
+        BAD_MATCH_EPERM = 11);
+    codes!(FLOW_MOD_FAILED:
+        FLOW_MOD_FAILED_UNKNOWN = 0, FLOW_MOD_FAILED_TABLE_FULL = 1,
+        FLOW_MOD_FAILED_BAD_TABLE_ID = 2, FLOW_MOD_FAILED_OVERLAP = 3, FLOW_MOD_FAILED_EPERM = 4,
+        FLOW_MOD_FAILED_BAD_TIMEOUT = 5, FLOW_MOD_FAILED_BAD_COMMAND = 6,
+        FLOW_MOD_FAILED_BAD_FLAGS = 7);
+    codes!(GROUP_MOD_FAILED:
+        GROUP_MOD_FAILED_GROUP_EXISTS = 0, GROUP_MOD_FAILED_INVALID_GROUP = 1,
+        GROUP_MOD_FAILED_WEIGHT_UNSUPPORTED = 2, GROUP_MOD_FAILED_OUT_OF_GROUPS = 3,
+        GROUP_MOD_FAILED_OUT_OF_BUCKETS = 4, GROUP_MOD_FAILED_CHAINING_UNSUPPORTED = 5,
+        GROUP_MOD_FAILED_WATCH_UNSUPPORTED = 6, GROUP_MOD_FAILED_LOOP = 7,
+        GROUP_MOD_FAILED_UNKNOWN_GROUP = 8, GROUP_MOD_FAILED_CHAINED_GROUP = 9,
+        GROUP_MOD_FAILED_BAD_TYPE = 10, GROUP_MOD_FAILED_BAD_COMMAND = 11,
+        GROUP_MOD_FAILED_BAD_BUCKET = 12, GROUP_MOD_FAILED_BAD_WATCH = 13,
+        GROUP_MOD_FAILED_EPERM = 14);
+    codes!(PORT_MOD_FAILED:
+        PORT_MOD_FAILED_BAD_PORT = 0, PORT_MOD_FAILED_BAD_HW_ADDR = 1,
+        PORT_MOD_FAILED_BAD_CONFIG = 2, PORT_MOD_FAILED_BAD_ADVERTISE = 3,
+        PORT_MOD_FAILED_EPERM = 4);
+    codes!(TABLE_MOD_FAILED:
+        TABLE_MOD_FAILED_BAD_TABLE = 0, TABLE_MOD_FAILED_BAD_CONFIG = 1,
+        TABLE_MOD_FAILED_EPERM = 2);
+    codes!(SWITCH_CONFIG_FAILED:
+        SWITCH_CONFIG_FAILED_BAD_FLAGS = 0, SWITCH_CONFIG_FAILED_BAD_LEN = 1,
+        SWITCH_CONFIG_FAILED_EPERM = 2);
+    codes!(ROLE_REQUEST_FAILED:
+        ROLE_REQUEST_FAILED_STALE = 0, ROLE_REQUEST_FAILED_UNSUP = 1,
+        ROLE_REQUEST_FAILED_BAD_ROLE = 2);
+}

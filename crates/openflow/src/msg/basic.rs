@@ -1,0 +1,304 @@
+//! Small fixed-layout messages: HELLO (with version-bitmap negotiation), ERROR,
+//! FEATURES_REPLY, GET/SET_CONFIG, PORT_MOD, TABLE_MOD, ROLE_REQUEST/REPLY.
+//! Pure codec; runs on the decoding thread.
+
+use super::{finish, Message, HEADER_LEN, OFP_VERSION};
+use crate::buf::{Reader, Writer};
+use crate::error::{errors, OfError};
+use crate::oxm::Mac;
+
+/// `OFPHET_VERSIONBITMAP`.
+pub const HELLO_ELEM_VERSIONBITMAP: u16 = 1;
+
+/// HELLO: the header version and the optional version bitmap element.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    /// Highest version the sender speaks (header version).
+    pub version: u8,
+    /// Version bitmap words (bit n of word 0 = version n), if the element was sent.
+    pub bitmap: Option<Vec<u32>>,
+}
+
+impl Default for Hello {
+    /// Our HELLO: version 1.3 only.
+    fn default() -> Self {
+        Hello { version: OFP_VERSION, bitmap: Some(vec![1 << OFP_VERSION]) }
+    }
+}
+
+impl Hello {
+    pub(crate) fn decode(version: u8, r: &mut Reader<'_>) -> Result<Self, OfError> {
+        let mut bitmap = None;
+        while r.remaining() >= 4 {
+            let etype = r.u16()?;
+            let len = usize::from(r.u16()?);
+            if len < 4 {
+                return Err(errors::BAD_REQUEST_BAD_LEN);
+            }
+            let mut body = r.sub(len - 4, errors::BAD_REQUEST_BAD_LEN)?;
+            let pad = (8 - len % 8) % 8;
+            r.skip(pad.min(r.remaining()))?;
+            if etype == HELLO_ELEM_VERSIONBITMAP && bitmap.is_none() {
+                let mut words = Vec::new();
+                while body.remaining() >= 4 {
+                    words.push(body.u32()?);
+                }
+                bitmap = Some(words);
+            }
+        }
+        Ok(Hello { version, bitmap })
+    }
+
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        if let Some(words) = &self.bitmap {
+            let start = out.len();
+            out.put_u16(HELLO_ELEM_VERSIONBITMAP);
+            out.put_u16((4 + 4 * words.len()).min(0xffff) as u16);
+            for w in words {
+                out.put_u32(*w);
+            }
+            out.pad8_from(start);
+        }
+    }
+
+    /// Negotiates with a peer's HELLO: `Ok(OFP_VERSION)` if the peer speaks 1.3, else
+    /// HELLO_FAILED/INCOMPATIBLE.
+    pub fn negotiate(&self) -> Result<u8, OfError> {
+        let ok = match &self.bitmap {
+            Some(words) => words.first().is_some_and(|w| w & (1 << OFP_VERSION) != 0),
+            None => self.version >= OFP_VERSION,
+        };
+        if ok {
+            Ok(OFP_VERSION)
+        } else {
+            Err(errors::HELLO_FAILED_INCOMPATIBLE)
+        }
+    }
+}
+
+/// ERROR: type, code and data (for requests: at least the first 64 bytes of the request;
+/// for experimenter errors, the experimenter id is the first 4 data bytes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorMsg {
+    pub etype: u16,
+    pub code: u16,
+    pub data: Vec<u8>,
+}
+
+impl ErrorMsg {
+    /// The error reply to a failed request: `err` with the request's first 64 bytes.
+    pub fn for_request(err: OfError, request: &[u8]) -> Self {
+        ErrorMsg { etype: err.etype, code: err.code, data: request[..request.len().min(64)].to_vec() }
+    }
+
+    /// The (type, code) pair.
+    pub fn error(&self) -> OfError {
+        OfError::new(self.etype, self.code)
+    }
+
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
+        Ok(ErrorMsg { etype: r.u16()?, code: r.u16()?, data: r.rest().to_vec() })
+    }
+
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        out.put_u16(self.etype);
+        out.put_u16(self.code);
+        out.extend_from_slice(&self.data);
+    }
+}
+
+/// FEATURES_REPLY (1.3: no port list; ports come from the PORT_DESC multipart).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FeaturesReply {
+    pub datapath_id: u64,
+    pub n_buffers: u32,
+    pub n_tables: u8,
+    pub auxiliary_id: u8,
+    /// `ofp_capabilities` bits.
+    pub capabilities: u32,
+}
+
+/// `ofp_capabilities`.
+pub mod capabilities {
+    pub const FLOW_STATS: u32 = 1 << 0;
+    pub const TABLE_STATS: u32 = 1 << 1;
+    pub const PORT_STATS: u32 = 1 << 2;
+    pub const GROUP_STATS: u32 = 1 << 3;
+    pub const IP_REASM: u32 = 1 << 5;
+    pub const QUEUE_STATS: u32 = 1 << 6;
+    pub const PORT_BLOCKED: u32 = 1 << 8;
+}
+
+impl FeaturesReply {
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
+        let datapath_id = r.u64()?;
+        let n_buffers = r.u32()?;
+        let n_tables = r.u8()?;
+        let auxiliary_id = r.u8()?;
+        r.skip(2)?;
+        let capabilities = r.u32()?;
+        r.skip(4)?;
+        finish(r, FeaturesReply { datapath_id, n_buffers, n_tables, auxiliary_id, capabilities })
+    }
+
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        out.put_u64(self.datapath_id);
+        out.put_u32(self.n_buffers);
+        out.put_u8(self.n_tables);
+        out.put_u8(self.auxiliary_id);
+        out.pad(2);
+        out.put_u32(self.capabilities);
+        out.pad(4);
+    }
+}
+
+/// GET_CONFIG_REPLY / SET_CONFIG body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SwitchConfig {
+    /// `ofp_config_flags` (fragment handling).
+    pub flags: u16,
+    /// Bytes of a table-miss packet sent to the controller.
+    pub miss_send_len: u16,
+}
+
+impl Default for SwitchConfig {
+    fn default() -> Self {
+        SwitchConfig { flags: 0, miss_send_len: 128 }
+    }
+}
+
+impl SwitchConfig {
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
+        let c = SwitchConfig { flags: r.u16()?, miss_send_len: r.u16()? };
+        if c.flags & !0x3 != 0 {
+            return Err(errors::SWITCH_CONFIG_FAILED_BAD_FLAGS);
+        }
+        finish(r, c)
+    }
+
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        out.put_u16(self.flags);
+        out.put_u16(self.miss_send_len);
+    }
+}
+
+/// PORT_MOD.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PortMod {
+    pub port_no: u32,
+    pub hw_addr: Mac,
+    pub config: u32,
+    pub mask: u32,
+    pub advertise: u32,
+}
+
+impl PortMod {
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
+        let port_no = r.u32()?;
+        r.skip(4)?;
+        let hw_addr = r.array()?;
+        r.skip(2)?;
+        let config = r.u32()?;
+        let mask = r.u32()?;
+        let advertise = r.u32()?;
+        r.skip(4)?;
+        finish(r, PortMod { port_no, hw_addr, config, mask, advertise })
+    }
+
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        out.put_u32(self.port_no);
+        out.pad(4);
+        out.extend_from_slice(&self.hw_addr);
+        out.pad(2);
+        out.put_u32(self.config);
+        out.put_u32(self.mask);
+        out.put_u32(self.advertise);
+        out.pad(4);
+    }
+}
+
+/// TABLE_MOD.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TableMod {
+    pub table_id: u8,
+    pub config: u32,
+}
+
+impl TableMod {
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
+        let table_id = r.u8()?;
+        r.skip(3)?;
+        let config = r.u32()?;
+        if config & !0x3 != 0 {
+            return Err(errors::TABLE_MOD_FAILED_BAD_CONFIG);
+        }
+        finish(r, TableMod { table_id, config })
+    }
+
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        out.put_u8(self.table_id);
+        out.pad(3);
+        out.put_u32(self.config);
+    }
+}
+
+/// Controller roles (`ofp_controller_role`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Role {
+    NoChange,
+    #[default]
+    Equal,
+    Master,
+    Slave,
+}
+
+impl Role {
+    fn from_u32(v: u32) -> Result<Self, OfError> {
+        Ok(match v {
+            0 => Role::NoChange,
+            1 => Role::Equal,
+            2 => Role::Master,
+            3 => Role::Slave,
+            _ => return Err(errors::ROLE_REQUEST_FAILED_BAD_ROLE),
+        })
+    }
+
+    fn to_u32(self) -> u32 {
+        match self {
+            Role::NoChange => 0,
+            Role::Equal => 1,
+            Role::Master => 2,
+            Role::Slave => 3,
+        }
+    }
+}
+
+/// ROLE_REQUEST / ROLE_REPLY body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RoleMsg {
+    pub role: Role,
+    pub generation_id: u64,
+}
+
+impl RoleMsg {
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
+        let role = Role::from_u32(r.u32()?)?;
+        r.skip(4)?;
+        let generation_id = r.u64()?;
+        finish(r, RoleMsg { role, generation_id })
+    }
+
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        out.put_u32(self.role.to_u32());
+        out.pad(4);
+        out.put_u64(self.generation_id);
+    }
+}
+
+/// The ERROR message to send for a request that failed with `err`.
+pub fn error_reply(err: OfError, request: &[u8]) -> Message {
+    Message::Error(ErrorMsg::for_request(err, request))
+}
+
+/// Size of an encoded HELLO with our bitmap (header + 8-byte element).
+pub const OUR_HELLO_LEN: usize = HEADER_LEN + 8;

@@ -1,0 +1,235 @@
+//! Groups: GROUP_MOD with its buckets, and the group description / statistics entries of
+//! the GROUP_DESC and GROUP multipart replies. Pure codec; runs on the decoding thread.
+
+use crate::action::{decode_actions, encode_actions, Action};
+use crate::buf::{len_u16, Reader, Writer};
+use crate::error::{errors, OfError};
+
+/// `ofp_group_mod_command`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GroupModCommand {
+    Add,
+    Modify,
+    Delete,
+}
+
+/// `ofp_group_type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GroupType {
+    All,
+    Select,
+    Indirect,
+    FastFailover,
+}
+
+impl GroupType {
+    fn from_u8(v: u8) -> Result<Self, OfError> {
+        Ok(match v {
+            0 => Self::All,
+            1 => Self::Select,
+            2 => Self::Indirect,
+            3 => Self::FastFailover,
+            _ => return Err(errors::GROUP_MOD_FAILED_BAD_TYPE),
+        })
+    }
+
+    fn to_u8(self) -> u8 {
+        match self {
+            Self::All => 0,
+            Self::Select => 1,
+            Self::Indirect => 2,
+            Self::FastFailover => 3,
+        }
+    }
+}
+
+/// `ofp_bucket`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Bucket {
+    /// Relative weight (select groups).
+    pub weight: u16,
+    /// Port whose liveness gates this bucket (fast failover), or `OFPP_ANY`.
+    pub watch_port: u32,
+    /// Group whose liveness gates this bucket, or `OFPG_ANY`.
+    pub watch_group: u32,
+    pub actions: Vec<Action>,
+}
+
+impl Bucket {
+    /// A bucket with only actions (no weight or watch).
+    pub fn new(actions: Vec<Action>) -> Self {
+        Bucket { weight: 0, watch_port: u32::MAX, watch_group: u32::MAX, actions }
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
+        let len = usize::from(r.peek_u16().map_err(|_| errors::GROUP_MOD_FAILED_BAD_BUCKET)?);
+        if len < 16 || len % 8 != 0 {
+            return Err(errors::GROUP_MOD_FAILED_BAD_BUCKET);
+        }
+        let mut b = r.sub(len, errors::GROUP_MOD_FAILED_BAD_BUCKET)?;
+        b.skip(2)?;
+        let weight = b.u16()?;
+        let watch_port = b.u32()?;
+        let watch_group = b.u32()?;
+        b.skip(4)?;
+        let actions = decode_actions(&mut b)?;
+        Ok(Bucket { weight, watch_port, watch_group, actions })
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.put_u16(0);
+        out.put_u16(self.weight);
+        out.put_u32(self.watch_port);
+        out.put_u32(self.watch_group);
+        out.pad(4);
+        encode_actions(&self.actions, out);
+        let len = len_u16(out, start);
+        out.set_u16(start, len);
+    }
+}
+
+pub(crate) fn decode_buckets(r: &mut Reader<'_>) -> Result<Vec<Bucket>, OfError> {
+    let mut v = Vec::new();
+    while !r.is_empty() {
+        v.push(Bucket::decode(r)?);
+    }
+    Ok(v)
+}
+
+pub(crate) fn encode_buckets(buckets: &[Bucket], out: &mut Vec<u8>) {
+    for b in buckets {
+        b.encode(out);
+    }
+}
+
+/// GROUP_MOD.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupMod {
+    pub command: GroupModCommand,
+    pub group_type: GroupType,
+    pub group_id: u32,
+    pub buckets: Vec<Bucket>,
+}
+
+impl GroupMod {
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
+        let command = match r.u16()? {
+            0 => GroupModCommand::Add,
+            1 => GroupModCommand::Modify,
+            2 => GroupModCommand::Delete,
+            _ => return Err(errors::GROUP_MOD_FAILED_BAD_COMMAND),
+        };
+        let group_type = GroupType::from_u8(r.u8()?)?;
+        r.skip(1)?;
+        let group_id = r.u32()?;
+        if command != GroupModCommand::Delete && group_id > 0xffff_ff00 {
+            return Err(errors::GROUP_MOD_FAILED_INVALID_GROUP);
+        }
+        let buckets = decode_buckets(r)?;
+        if group_type == GroupType::Indirect && command != GroupModCommand::Delete && buckets.len() != 1 {
+            return Err(errors::GROUP_MOD_FAILED_INVALID_GROUP);
+        }
+        Ok(GroupMod { command, group_type, group_id, buckets })
+    }
+
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        out.put_u16(match self.command {
+            GroupModCommand::Add => 0,
+            GroupModCommand::Modify => 1,
+            GroupModCommand::Delete => 2,
+        });
+        out.put_u8(self.group_type.to_u8());
+        out.pad(1);
+        out.put_u32(self.group_id);
+        encode_buckets(&self.buckets, out);
+    }
+}
+
+/// `ofp_group_desc`: one entry of the GROUP_DESC reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupDesc {
+    pub group_type: GroupType,
+    pub group_id: u32,
+    pub buckets: Vec<Bucket>,
+}
+
+impl GroupDesc {
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
+        let len = usize::from(r.peek_u16()?);
+        if len < 8 {
+            return Err(errors::BAD_REQUEST_BAD_LEN);
+        }
+        let mut e = r.sub(len, errors::BAD_REQUEST_BAD_LEN)?;
+        e.skip(2)?;
+        let group_type = GroupType::from_u8(e.u8()?)?;
+        e.skip(1)?;
+        let group_id = e.u32()?;
+        let buckets = decode_buckets(&mut e)?;
+        Ok(GroupDesc { group_type, group_id, buckets })
+    }
+
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.put_u16(0);
+        out.put_u8(self.group_type.to_u8());
+        out.pad(1);
+        out.put_u32(self.group_id);
+        encode_buckets(&self.buckets, out);
+        let len = len_u16(out, start);
+        out.set_u16(start, len);
+    }
+}
+
+/// `ofp_group_stats`: one entry of the GROUP reply.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GroupStats {
+    pub group_id: u32,
+    pub ref_count: u32,
+    pub packet_count: u64,
+    pub byte_count: u64,
+    pub duration_sec: u32,
+    pub duration_nsec: u32,
+    /// (packet_count, byte_count) per bucket.
+    pub bucket_stats: Vec<(u64, u64)>,
+}
+
+impl GroupStats {
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
+        let len = usize::from(r.peek_u16()?);
+        if len < 40 || (len - 40) % 16 != 0 {
+            return Err(errors::BAD_REQUEST_BAD_LEN);
+        }
+        let mut e = r.sub(len, errors::BAD_REQUEST_BAD_LEN)?;
+        e.skip(4)?;
+        let mut g = GroupStats { group_id: e.u32()?, ref_count: e.u32()?, ..Default::default() };
+        e.skip(4)?;
+        g.packet_count = e.u64()?;
+        g.byte_count = e.u64()?;
+        g.duration_sec = e.u32()?;
+        g.duration_nsec = e.u32()?;
+        while !e.is_empty() {
+            g.bucket_stats.push((e.u64()?, e.u64()?));
+        }
+        Ok(g)
+    }
+
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.put_u16(0);
+        out.pad(2);
+        out.put_u32(self.group_id);
+        out.put_u32(self.ref_count);
+        out.pad(4);
+        out.put_u64(self.packet_count);
+        out.put_u64(self.byte_count);
+        out.put_u32(self.duration_sec);
+        out.put_u32(self.duration_nsec);
+        for (p, b) in &self.bucket_stats {
+            out.put_u64(*p);
+            out.put_u64(*b);
+        }
+        let len = len_u16(out, start);
+        out.set_u16(start, len);
+    }
+}

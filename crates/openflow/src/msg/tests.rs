@@ -1,0 +1,140 @@
+//! Round-trip and error-code tests for whole messages.
+
+use super::*;
+use crate::oxm::{Match, OxmField};
+
+#[test]
+fn every_example_roundtrips() {
+    for (i, m) in examples().into_iter().enumerate() {
+        let bytes = m.encode(i as u32).unwrap();
+        assert_eq!(usize::from(Header::parse(&bytes).unwrap().length), bytes.len());
+        let (xid, back) = decode(&bytes).unwrap_or_else(|e| panic!("{m:?}: {e}"));
+        assert_eq!(xid, i as u32);
+        assert_eq!(back, m);
+        assert_eq!(back.encode(i as u32).unwrap(), bytes, "canonical re-encode of {m:?}");
+    }
+}
+
+#[test]
+fn every_truncation_is_an_error_not_a_panic() {
+    for m in examples() {
+        let bytes = m.encode(1).unwrap();
+        for cut in 0..bytes.len() {
+            let mut b = bytes[..cut].to_vec();
+            if b.len() >= 4 {
+                b[2..4].copy_from_slice(&(cut as u16).to_be_bytes());
+            }
+            if let Ok((_, back)) = decode(&b) {
+                // Only messages with trailing free-form data may decode shorter.
+                assert!(matches!(
+                    back,
+                    Message::EchoRequest(_)
+                        | Message::EchoReply(_)
+                        | Message::Error(_)
+                        | Message::Hello(_)
+                        | Message::PacketIn(_)
+                        | Message::PacketOut(_)
+                        | Message::FlowMod(_)
+                        | Message::GroupMod(_)
+                        | Message::MultipartReply(_)
+                ));
+            }
+        }
+    }
+}
+
+fn frame(version: u8, mtype: u8, body: &[u8]) -> Vec<u8> {
+    let mut v = vec![version, mtype, 0, 0, 0, 0, 0, 9];
+    v.extend_from_slice(body);
+    let len = v.len() as u16;
+    v[2..4].copy_from_slice(&len.to_be_bytes());
+    v
+}
+
+#[test]
+fn header_errors() {
+    assert_eq!(decode(&[4, 0, 0]), Err(errors::BAD_REQUEST_BAD_LEN));
+    let mut b = frame(4, msg_type::BARRIER_REQUEST, &[]);
+    b[3] = 9;
+    assert_eq!(decode(&b), Err(errors::BAD_REQUEST_BAD_LEN));
+    assert_eq!(decode(&frame(1, msg_type::BARRIER_REQUEST, &[])), Err(errors::BAD_REQUEST_BAD_VERSION));
+    assert_eq!(decode(&frame(4, 200, &[])), Err(errors::BAD_REQUEST_BAD_TYPE));
+    assert_eq!(decode(&frame(4, msg_type::EXPERIMENTER, &[0; 8])), Err(errors::BAD_REQUEST_BAD_EXPERIMENTER));
+    assert_eq!(decode(&frame(4, msg_type::BARRIER_REQUEST, &[0])), Err(errors::BAD_REQUEST_BAD_LEN));
+    // A HELLO of another version decodes, and negotiation refuses it.
+    let (_, h) = decode(&frame(1, msg_type::HELLO, &[])).unwrap();
+    match h {
+        Message::Hello(h) => assert_eq!(h.negotiate(), Err(errors::HELLO_FAILED_INCOMPATIBLE)),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn hello_negotiation() {
+    let ours = Hello::default();
+    assert_eq!(ours.negotiate(), Ok(OFP_VERSION));
+    assert_eq!(Hello { version: 6, bitmap: None }.negotiate(), Ok(OFP_VERSION));
+    assert_eq!(Hello { version: 6, bitmap: Some(vec![0b10_0010]) }.negotiate(), Err(errors::HELLO_FAILED_INCOMPATIBLE));
+    assert_eq!(Hello { version: 6, bitmap: Some(vec![0b11_0010]) }.negotiate(), Ok(OFP_VERSION));
+}
+
+fn flow_mod_bytes(f: impl FnOnce(&mut FlowMod)) -> Vec<u8> {
+    let mut fm = FlowMod::add(1, Match::default(), Vec::new());
+    f(&mut fm);
+    Message::FlowMod(fm).encode(5).unwrap()
+}
+
+#[test]
+fn flow_mod_errors() {
+    let bad_cmd = {
+        let mut b = flow_mod_bytes(|_| {});
+        b[8 + 17] = 9;
+        b
+    };
+    assert_eq!(decode(&bad_cmd), Err(errors::FLOW_MOD_FAILED_BAD_COMMAND));
+    let b = flow_mod_bytes(|f| f.flags = 0x100);
+    assert_eq!(decode(&b), Err(errors::FLOW_MOD_FAILED_BAD_FLAGS));
+    let b = flow_mod_bytes(|f| f.table_id = 0xff);
+    assert_eq!(decode(&b), Err(errors::FLOW_MOD_FAILED_BAD_TABLE_ID));
+    let b = flow_mod_bytes(|f| f.matches = Match::new(vec![OxmField::TcpDst(80)]));
+    assert_eq!(decode(&b), Err(errors::BAD_MATCH_BAD_PREREQ));
+    let b = flow_mod_bytes(|f| {
+        f.matches = Match::new(vec![OxmField::InPort(1), OxmField::InPort(2)])
+    });
+    assert_eq!(decode(&b), Err(errors::BAD_MATCH_DUP_FIELD));
+}
+
+#[test]
+fn unsupported_multipart_is_bad_multipart() {
+    let b = frame(4, msg_type::MULTIPART_REQUEST, &[0, 12, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(decode(&b), Err(errors::BAD_REQUEST_BAD_MULTIPART));
+}
+
+#[test]
+fn large_replies_split_with_more_flag() {
+    let ports: Vec<Port> = (0..2000).map(|n| Port { port_no: n, ..Default::default() }).collect();
+    let reply = MultipartReply::new(MultipartReplyBody::PortDesc(ports.clone()));
+    assert!(Message::MultipartReply(reply.clone()).encode(1).is_err());
+    let parts = reply.split(MAX_MSG_LEN);
+    assert_eq!(parts.len(), 2);
+    assert_eq!(parts[0].flags, MULTIPART_MORE);
+    assert_eq!(parts[1].flags, 0);
+    let mut back = Vec::new();
+    for p in parts {
+        let bytes = Message::MultipartReply(p).encode(1).unwrap();
+        assert!(bytes.len() <= MAX_MSG_LEN);
+        match decode(&bytes).unwrap().1 {
+            Message::MultipartReply(MultipartReply { body: MultipartReplyBody::PortDesc(v), .. }) => back.extend(v),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(back, ports);
+}
+
+#[test]
+fn error_reply_carries_64_bytes() {
+    let req = vec![7u8; 100];
+    let e = ErrorMsg::for_request(errors::BAD_MATCH_BAD_FIELD, &req);
+    assert_eq!(e.data.len(), 64);
+    assert_eq!(e.error(), errors::BAD_MATCH_BAD_FIELD);
+}

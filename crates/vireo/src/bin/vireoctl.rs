@@ -1,0 +1,4 @@
+//! `vireoctl`: the command-line client of `vireod`. See `vireo::ctl`.
+fn main() {
+    vireo::ctl::main()
+}

@@ -1,0 +1,189 @@
+//! Turning switch state into answers: the JSON data of `show`/`port-stats` and the text
+//! `vireoctl` prints from it, plus hex helpers for dummy-port frames. Control thread only.
+use super::switch::{link_name, LivePort};
+use crate::store::Config;
+use ports::PortStats;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// One item a line.
+pub fn lines<T: std::fmt::Display>(items: &[T]) -> String {
+    items.iter().map(|i| format!("{i}\n")).collect()
+}
+
+/// The data of `show`.
+pub fn show_data(
+    config: &Config,
+    live: &BTreeMap<String, LivePort>,
+    failed: &BTreeMap<String, String>,
+) -> Value {
+    let bridges: Vec<Value> = config
+        .bridges
+        .iter()
+        .map(|(br, b)| {
+            let ports: Vec<Value> = b
+                .ports
+                .iter()
+                .map(|(name, pc)| {
+                    let (link, status) = match live.get(name) {
+                        Some(lp) => (link_name(lp.port.link()), lp.port.status()),
+                        None => ("down", Value::Null),
+                    };
+                    json!({
+                        "name": name,
+                        "type": pc.kind,
+                        "ofport": pc.ofport,
+                        "options": pc.options,
+                        "link": link,
+                        "status": status,
+                        "error": failed.get(name),
+                    })
+                })
+                .collect();
+            json!({ "name": br, "controllers": b.controllers, "ports": ports })
+        })
+        .collect();
+    json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "pmd_cores": config.pmd_cores,
+        "bridges": bridges,
+    })
+}
+
+/// The text of `show`, from its data.
+pub fn show_text(d: &Value) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "vireod {}", d["version"].as_str().unwrap_or("?"));
+    if let Some(c) = d["pmd_cores"].as_str() {
+        let _ = writeln!(s, "    pmd-cores: {c}");
+    }
+    for b in d["bridges"].as_array().into_iter().flatten() {
+        let _ = writeln!(s, "    Bridge {}", b["name"].as_str().unwrap_or("?"));
+        for c in b["controllers"].as_array().into_iter().flatten() {
+            let _ = writeln!(s, "        Controller \"{}\"", c.as_str().unwrap_or("?"));
+        }
+        for p in b["ports"].as_array().into_iter().flatten() {
+            let _ = writeln!(s, "        Port {}", p["name"].as_str().unwrap_or("?"));
+            let _ = writeln!(s, "            type: {}", p["type"].as_str().unwrap_or("?"));
+            let _ = writeln!(s, "            ofport: {}", p["ofport"]);
+            if let Some(o) = p["options"].as_object().filter(|o| !o.is_empty()) {
+                let kv: Vec<String> = o
+                    .iter()
+                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                    .collect();
+                let _ = writeln!(s, "            options: {{{}}}", kv.join(", "));
+            }
+            let _ = writeln!(s, "            link: {}", p["link"].as_str().unwrap_or("?"));
+            if let Some(e) = p["error"].as_str() {
+                let _ = writeln!(s, "            error: \"{e}\"");
+            }
+            if let Some(st) = p["status"].as_object() {
+                for (k, v) in st {
+                    let _ = writeln!(s, "            {k}: {v}");
+                }
+            }
+        }
+    }
+    s
+}
+
+/// The data of `port-stats`.
+pub fn stats_data(rows: &[(String, PortStats)]) -> Value {
+    Value::Array(
+        rows.iter()
+            .map(|(name, s)| {
+                let drops: serde_json::Map<String, Value> = s
+                    .drops
+                    .iter()
+                    .map(|(r, n)| {
+                        (
+                            serde_json::to_value(r)
+                                .unwrap_or_default()
+                                .as_str()
+                                .unwrap_or("?")
+                                .to_string(),
+                            json!(n),
+                        )
+                    })
+                    .collect();
+                json!({
+                    "port": name,
+                    "rx_packets": s.rx_packets, "rx_bytes": s.rx_bytes,
+                    "tx_packets": s.tx_packets, "tx_bytes": s.tx_bytes,
+                    "rx_errors": s.rx_errors, "tx_errors": s.tx_errors,
+                    "drops": drops,
+                })
+            })
+            .collect(),
+    )
+}
+
+/// The text of `port-stats`.
+pub fn stats_text(rows: &[(String, PortStats)]) -> String {
+    let mut s = String::new();
+    for (name, st) in rows {
+        let _ = writeln!(s, "port {name}:");
+        let _ = writeln!(
+            s,
+            "  rx pkts={} bytes={} errors={}",
+            st.rx_packets, st.rx_bytes, st.rx_errors
+        );
+        let _ = writeln!(
+            s,
+            "  tx pkts={} bytes={} errors={}",
+            st.tx_packets, st.tx_bytes, st.tx_errors
+        );
+        let drops: Vec<String> = st
+            .drops
+            .iter()
+            .map(|(r, n)| {
+                let r = serde_json::to_value(r).unwrap_or_default();
+                format!("{}={n}", r.as_str().unwrap_or("?"))
+            })
+            .collect();
+        let _ = writeln!(s, "  drops={} {}", st.total_drops(), drops.join(" "));
+    }
+    s
+}
+
+/// Parses hex bytes, ignoring spaces, colons and an optional `0x`.
+pub fn parse_hex(s: &str) -> Result<Vec<u8>, String> {
+    let clean: String = s
+        .trim_start_matches("0x")
+        .chars()
+        .filter(|c| !c.is_whitespace() && *c != ':')
+        .collect();
+    if clean.len() % 2 != 0 {
+        return Err("hex frame has an odd number of digits".into());
+    }
+    (0..clean.len())
+        .step_by(2)
+        .map(|i| {
+            u8::from_str_radix(&clean[i..i + 2], 16)
+                .map_err(|_| format!("bad hex digits {:?} in frame", &clean[i..i + 2]))
+        })
+        .collect()
+}
+
+/// Lower-case hex of bytes.
+pub fn to_hex(b: &[u8]) -> String {
+    b.iter()
+        .fold(String::with_capacity(b.len() * 2), |mut s, x| {
+            let _ = write!(s, "{x:02x}");
+            s
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trip_and_errors() {
+        assert_eq!(parse_hex("0x0a:ff 01").unwrap(), vec![10, 255, 1]);
+        assert_eq!(to_hex(&[10, 255, 1]), "0aff01");
+        assert!(parse_hex("abc").unwrap_err().contains("odd"));
+        assert!(parse_hex("zz").unwrap_err().contains("bad hex"));
+    }
+}

@@ -1,0 +1,274 @@
+//! Port types and their options: which types exist, which are built, which `key=value`
+//! options each accepts, and the checks on their values. Pure functions, control thread only.
+use std::collections::BTreeMap;
+
+/// What the daemon knows about one port type.
+#[derive(Debug)]
+pub struct KindSpec {
+    /// Type name as typed by the user.
+    pub name: &'static str,
+    /// Options specific to this type.
+    pub options: &'static [&'static str],
+    /// False for types named in INTERFACE.md that this build cannot create yet.
+    pub built: bool,
+}
+
+/// Options every port type accepts.
+pub const COMMON_OPTIONS: &[&str] = &["tag", "trunks", "pmd-rxq-affinity"];
+
+/// Every port type, built or not.
+pub const KINDS: &[KindSpec] = &[
+    KindSpec {
+        name: "dummy",
+        options: &[],
+        built: true,
+    },
+    KindSpec {
+        name: "vhost-user",
+        options: &["path", "queues"],
+        built: false,
+    },
+    KindSpec {
+        name: "vhost-user-client",
+        options: &["path", "queues", "reconnect-ms"],
+        built: false,
+    },
+    KindSpec {
+        name: "af-xdp",
+        options: &["ifname", "queues", "mode"],
+        built: false,
+    },
+    KindSpec {
+        name: "af-packet",
+        options: &["ifname"],
+        built: false,
+    },
+    KindSpec {
+        name: "tap",
+        options: &[],
+        built: false,
+    },
+    KindSpec {
+        name: "internal",
+        options: &[],
+        built: false,
+    },
+];
+
+/// The default type of `add-port` without `type=`.
+pub const DEFAULT_KIND: &str = "vhost-user";
+
+/// Looks up a type, failing with a message naming it.
+pub fn kind(name: &str) -> Result<&'static KindSpec, String> {
+    let spec = KINDS.iter().find(|k| k.name == name).ok_or_else(|| {
+        let names: Vec<_> = KINDS.iter().map(|k| k.name).collect();
+        format!("unknown port type {name:?} (types: {})", names.join(", "))
+    })?;
+    if !spec.built {
+        return Err(format!(
+            "port type {name:?} is not implemented yet in this build of vireod"
+        ));
+    }
+    Ok(spec)
+}
+
+/// Splits `key=value` arguments, rejecting malformed and repeated keys.
+pub fn parse_kv(args: &[String]) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    for a in args {
+        let Some((k, v)) = a.split_once('=') else {
+            return Err(format!("malformed option {a:?}: expected key=value"));
+        };
+        if k.is_empty()
+            || !k
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(format!("malformed option {a:?}: bad key {k:?}"));
+        }
+        if out.insert(k.to_string(), v.to_string()).is_some() {
+            return Err(format!("option {k:?} given twice"));
+        }
+    }
+    Ok(out)
+}
+
+/// Checks that every option is known for `spec` and that its value makes sense. An empty value
+/// is allowed (it clears the option in `set-port`).
+pub fn validate(spec: &KindSpec, opts: &BTreeMap<String, String>) -> Result<(), String> {
+    for (k, v) in opts {
+        if !COMMON_OPTIONS.contains(&k.as_str()) && !spec.options.contains(&k.as_str()) {
+            let mut known: Vec<&str> = COMMON_OPTIONS.to_vec();
+            known.extend_from_slice(spec.options);
+            return Err(format!(
+                "unknown option {k:?} for port type {} (options: {})",
+                spec.name,
+                known.join(", ")
+            ));
+        }
+        if v.is_empty() {
+            continue;
+        }
+        check_value(k, v).map_err(|e| format!("bad value for {k}: {e}"))?;
+    }
+    Ok(())
+}
+
+fn check_value(key: &str, v: &str) -> Result<(), String> {
+    match key {
+        "tag" => parse_vlan(v).map(|_| ()),
+        "trunks" => parse_vlan_list(v).map(|_| ()),
+        "pmd-rxq-affinity" => parse_affinity(v).map(|_| ()),
+        "queues" => match v.parse::<usize>() {
+            Ok(n) if (1..=16).contains(&n) => Ok(()),
+            _ => Err(format!("{v:?} is not a queue count from 1 to 16")),
+        },
+        "reconnect-ms" => match v.parse::<u64>() {
+            Ok(n) if (1..=3_600_000).contains(&n) => Ok(()),
+            _ => Err(format!(
+                "{v:?} is not a number of milliseconds (1..3600000)"
+            )),
+        },
+        "mode" => match v {
+            "native" | "skb" | "auto" => Ok(()),
+            _ => Err(format!("{v:?} is not one of native, skb, auto")),
+        },
+        "path" => {
+            if v.len() > 107 {
+                Err("longer than a unix socket path can be (107 bytes)".into())
+            } else if v.contains('\0') {
+                Err("contains a NUL byte".into())
+            } else {
+                Ok(())
+            }
+        }
+        "ifname" => {
+            if v.len() > 15 || v.contains('/') || v.contains(char::is_whitespace) {
+                Err(format!("{v:?} is not an interface name"))
+            } else {
+                Ok(())
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A VLAN id, 1..=4094.
+pub fn parse_vlan(v: &str) -> Result<u16, String> {
+    match v.parse::<u16>() {
+        Ok(n) if (1..=4094).contains(&n) => Ok(n),
+        _ => Err(format!("{v:?} is not a VLAN id from 1 to 4094")),
+    }
+}
+
+/// A comma-separated list of VLAN ids.
+pub fn parse_vlan_list(v: &str) -> Result<Vec<u16>, String> {
+    v.split(',').map(|s| parse_vlan(s.trim())).collect()
+}
+
+/// `RXQ:CORE[,RXQ:CORE...]`.
+pub fn parse_affinity(v: &str) -> Result<Vec<(usize, usize)>, String> {
+    v.split(',')
+        .map(|pair| {
+            let (q, c) = pair
+                .split_once(':')
+                .ok_or_else(|| format!("{pair:?} is not RXQ:CORE"))?;
+            let q = q
+                .trim()
+                .parse()
+                .map_err(|_| format!("bad rx queue {q:?}"))?;
+            let c = c.trim().parse().map_err(|_| format!("bad core {c:?}"))?;
+            Ok((q, c))
+        })
+        .collect()
+}
+
+/// A CPU list such as `0,2-3`: sorted, without duplicates, each below 1024.
+pub fn parse_cpu_list(v: &str) -> Result<Vec<usize>, String> {
+    let mut out = Vec::new();
+    for part in v.split(',').map(str::trim) {
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (a, b),
+            None => (part, part),
+        };
+        let (a, b): (usize, usize) = match (a.parse(), b.parse()) {
+            (Ok(a), Ok(b)) if a <= b && b < 1024 => (a, b),
+            _ => return Err(format!("{part:?} is not a core or core range (like 0,2-3)")),
+        };
+        out.extend(a..=b);
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
+/// Bridge and port names: 1 to 64 characters of letters, digits, `_`, `-`, `.`, not starting
+/// with `-` or `.` (they name files in the run directory).
+pub fn check_name(what: &str, name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with(['-', '.'])
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid {what} name {name:?}: use 1-64 letters, digits, '_', '-', '.'"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kv_parsing_rejects_malformed_and_repeated() {
+        let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(parse_kv(&a(&["tag=5"])).unwrap()["tag"], "5");
+        assert!(parse_kv(&a(&["tag"]))
+            .unwrap_err()
+            .contains("expected key=value"));
+        assert!(parse_kv(&a(&["=5"])).unwrap_err().contains("bad key"));
+        assert!(parse_kv(&a(&["tag=1", "tag=2"]))
+            .unwrap_err()
+            .contains("given twice"));
+    }
+
+    #[test]
+    fn option_values_are_checked() {
+        let spec = kind("dummy").unwrap();
+        let o = |k: &str, v: &str| BTreeMap::from([(k.to_string(), v.to_string())]);
+        assert!(validate(spec, &o("tag", "100")).is_ok());
+        assert!(validate(spec, &o("tag", "4095")).is_err());
+        assert!(validate(spec, &o("trunks", "1,2,x")).is_err());
+        assert!(validate(spec, &o("pmd-rxq-affinity", "0:1,1:0")).is_ok());
+        assert!(validate(spec, &o("pmd-rxq-affinity", "0-1")).is_err());
+        assert!(validate(spec, &o("path", "/x"))
+            .unwrap_err()
+            .contains("unknown option \"path\""));
+    }
+
+    #[test]
+    fn unbuilt_and_unknown_types_say_so() {
+        assert!(kind("nope").unwrap_err().contains("unknown port type"));
+        assert!(kind("af-xdp").unwrap_err().contains("not implemented yet"));
+    }
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0,2-3,2").unwrap(), vec![0, 2, 3]);
+        assert!(parse_cpu_list("3-1").is_err());
+        assert!(parse_cpu_list("a").is_err());
+    }
+
+    #[test]
+    fn names() {
+        assert!(check_name("bridge", "br0").is_ok());
+        assert!(check_name("bridge", "../x").is_err());
+        assert!(check_name("bridge", "").is_err());
+        assert!(check_name("port", "-p").is_err());
+    }
+}

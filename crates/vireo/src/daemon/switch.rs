@@ -1,0 +1,394 @@
+//! The switch as the control plane sees it: the config store plus the live objects built from
+//! it (ports today; datapath and pipeline as they land). Every command runs here, serialized by
+//! the mutex the control server holds around the `Switch`.
+//!
+//! Rule for every mutating command: validate everything first, then make the change durable in
+//! the store, then apply it to the live objects. A command that fails changes nothing.
+//!
+//! Threads: control connection threads, one at a time (the caller holds the `Switch` mutex).
+use super::format;
+use super::options::{self, KindSpec};
+use crate::proto::Response;
+use crate::store::{BridgeConfig, Config, PortConfig, Store, StoreError};
+use ports::dummy::DummyPort;
+use ports::{Link, Port};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// A command's failure: the one line the user sees.
+#[derive(Debug)]
+pub struct CmdError(pub String);
+
+impl From<StoreError> for CmdError {
+    fn from(e: StoreError) -> Self {
+        CmdError(e.to_string())
+    }
+}
+
+impl From<String> for CmdError {
+    fn from(s: String) -> Self {
+        CmdError(s)
+    }
+}
+
+type CmdResult = Result<Response, CmdError>;
+
+/// A port that exists at run time.
+pub struct LivePort {
+    /// The port object shared with the datapath.
+    pub port: Arc<dyn Port>,
+    /// Set for dummy ports, for injection and capture.
+    pub dummy: Option<Arc<DummyPort>>,
+}
+
+/// The control plane's state.
+pub struct Switch {
+    store: Store,
+    run_dir: PathBuf,
+    live: BTreeMap<String, LivePort>,
+    /// Ports whose creation failed at startup, with the reason (shown by `show`).
+    failed: BTreeMap<String, String>,
+}
+
+impl Switch {
+    /// Builds the live objects for everything in `store`. A port that cannot be created is
+    /// logged and shown with its error; the others still come up.
+    pub fn new(store: Store, run_dir: PathBuf) -> Switch {
+        let mut sw = Switch {
+            store,
+            run_dir,
+            live: BTreeMap::new(),
+            failed: BTreeMap::new(),
+        };
+        let config = sw.store.config().clone();
+        for (br, b) in &config.bridges {
+            tracing::info!(bridge = %br, ports = b.ports.len(), "restoring bridge");
+            for (name, pc) in &b.ports {
+                if let Err(e) = sw.start_port(name, pc) {
+                    tracing::error!(port = %name, error = %e.0, "cannot restore port");
+                    sw.failed.insert(name.clone(), e.0);
+                }
+            }
+        }
+        sw
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        self.store.config()
+    }
+
+    /// Runs one command.
+    pub fn execute(&mut self, command: &str, args: &[String]) -> Response {
+        match self.dispatch(command, args) {
+            Ok(r) => r,
+            Err(CmdError(e)) => Response::err(e),
+        }
+    }
+
+    fn dispatch(&mut self, command: &str, args: &[String]) -> CmdResult {
+        let arity = |min: usize, max: usize, usage: &str| -> Result<(), CmdError> {
+            if args.len() < min || args.len() > max {
+                Err(CmdError(format!("usage: {command} {usage}")))
+            } else {
+                Ok(())
+            }
+        };
+        match command {
+            "add-br" => arity(1, 1, "BR").and_then(|_| self.add_br(&args[0])),
+            "del-br" => arity(1, 1, "BR").and_then(|_| self.del_br(&args[0])),
+            "list-br" => arity(0, 0, "").map(|_| self.list_br()),
+            "add-port" => arity(2, usize::MAX, "BR PORT [type=T] [key=value...]")
+                .and_then(|_| self.add_port(&args[0], &args[1], &args[2..])),
+            "del-port" => arity(2, 2, "BR PORT").and_then(|_| self.del_port(&args[0], &args[1])),
+            "list-ports" => arity(1, 1, "BR").and_then(|_| self.list_ports(&args[0])),
+            "set-port" => arity(2, usize::MAX, "PORT key=value...")
+                .and_then(|_| self.set_port(&args[0], &args[1..])),
+            "show" => arity(0, 0, "").map(|_| self.show()),
+            "port-stats" => arity(0, 1, "[PORT]").and_then(|_| self.port_stats(args.first())),
+            "set-pmd-cores" => arity(1, 1, "LIST").and_then(|_| self.set_pmd_cores(&args[0])),
+            "inject" => arity(2, 2, "PORT HEX").and_then(|_| self.inject(&args[0], &args[1])),
+            "capture" => arity(1, 1, "PORT").and_then(|_| self.capture(&args[0])),
+            "version" => arity(0, 0, "").map(|_| {
+                let v = env!("CARGO_PKG_VERSION");
+                Response::ok(format!("vireod {v}"), json!({ "vireod": v }))
+            }),
+            _ => Err(CmdError(format!(
+                "unknown command {command:?} (see vireoctl --help)"
+            ))),
+        }
+    }
+
+    fn bridge(&self, br: &str) -> Result<&BridgeConfig, CmdError> {
+        self.config()
+            .bridges
+            .get(br)
+            .ok_or_else(|| CmdError(format!("no bridge named {br}")))
+    }
+
+    fn name_in_use(&self, name: &str) -> bool {
+        self.config().bridges.contains_key(name) || self.config().bridge_of_port(name).is_some()
+    }
+
+    fn add_br(&mut self, br: &str) -> CmdResult {
+        options::check_name("bridge", br)?;
+        if self.name_in_use(br) {
+            return Err(CmdError(format!(
+                "a bridge or port named {br} already exists"
+            )));
+        }
+        self.store.update(|c| {
+            c.bridges.insert(br.to_string(), BridgeConfig::default());
+            Ok::<_, CmdError>(())
+        })?;
+        tracing::info!(bridge = %br, "bridge added");
+        Ok(Response::ok("", json!(null)))
+    }
+
+    fn del_br(&mut self, br: &str) -> CmdResult {
+        let ports: Vec<String> = self.bridge(br)?.ports.keys().cloned().collect();
+        self.store.update(|c| {
+            c.bridges.remove(br);
+            Ok::<_, CmdError>(())
+        })?;
+        for p in ports {
+            self.stop_port(&p);
+        }
+        tracing::info!(bridge = %br, "bridge deleted");
+        Ok(Response::ok("", json!(null)))
+    }
+
+    fn list_br(&self) -> Response {
+        let names: Vec<&String> = self.config().bridges.keys().collect();
+        Response::ok(format::lines(&names), json!(names))
+    }
+
+    fn list_ports(&self, br: &str) -> CmdResult {
+        let names: Vec<&String> = self.bridge(br)?.ports.keys().collect();
+        Ok(Response::ok(format::lines(&names), json!(names)))
+    }
+
+    fn add_port(&mut self, br: &str, name: &str, args: &[String]) -> CmdResult {
+        self.bridge(br)?;
+        options::check_name("port", name)?;
+        if self.name_in_use(name) {
+            return Err(CmdError(format!(
+                "a bridge or port named {name} already exists"
+            )));
+        }
+        let mut opts = options::parse_kv(args)?;
+        let kind = opts
+            .remove("type")
+            .unwrap_or_else(|| options::DEFAULT_KIND.to_string());
+        let spec = options::kind(&kind)?;
+        options::validate(spec, &opts)?;
+        opts.retain(|_, v| !v.is_empty());
+        let ofport = next_ofport(self.bridge(br)?);
+        let pc = PortConfig {
+            kind,
+            ofport,
+            options: opts,
+        };
+        // Create the live port before committing, so a port that cannot start is never stored.
+        self.start_port(name, &pc)?;
+        let r = self.store.update(|c| {
+            let b = c.bridges.get_mut(br).expect("checked above");
+            b.ports.insert(name.to_string(), pc.clone());
+            Ok::<_, CmdError>(())
+        });
+        if let Err(e) = r {
+            self.stop_port(name);
+            return Err(e);
+        }
+        tracing::info!(bridge = %br, port = %name, kind = %pc.kind, ofport, "port added");
+        Ok(Response::ok("", json!({ "ofport": ofport })))
+    }
+
+    fn del_port(&mut self, br: &str, name: &str) -> CmdResult {
+        if !self.bridge(br)?.ports.contains_key(name) {
+            return Err(CmdError(format!("bridge {br} has no port named {name}")));
+        }
+        self.store.update(|c| {
+            c.bridges.get_mut(br).expect("checked").ports.remove(name);
+            Ok::<_, CmdError>(())
+        })?;
+        self.stop_port(name);
+        tracing::info!(bridge = %br, port = %name, "port deleted");
+        Ok(Response::ok("", json!(null)))
+    }
+
+    fn set_port(&mut self, name: &str, args: &[String]) -> CmdResult {
+        let br = self
+            .config()
+            .bridge_of_port(name)
+            .ok_or_else(|| CmdError(format!("no port named {name}")))?
+            .to_string();
+        let old = self.config().bridges[&br].ports[name].clone();
+        let changes = options::parse_kv(args)?;
+        if changes.contains_key("type") {
+            return Err(CmdError(format!(
+                "the type of port {name} cannot be changed: del-port and add-port it"
+            )));
+        }
+        let spec = options::kind(&old.kind)?;
+        options::validate(spec, &changes)?;
+        let mut new = old.clone();
+        for (k, v) in changes {
+            if v.is_empty() {
+                new.options.remove(&k);
+            } else {
+                new.options.insert(k, v);
+            }
+        }
+        if new == old {
+            return Ok(Response::ok("", json!(null)));
+        }
+        let restart = needs_restart(spec, &old, &new);
+        if restart {
+            self.stop_port(name);
+            if let Err(e) = self.start_port(name, &new) {
+                // Put the old port back; the command fails and nothing changed.
+                let _ = self.start_port(name, &old);
+                return Err(e);
+            }
+        }
+        self.store.update(|c| {
+            c.bridges
+                .get_mut(&br)
+                .expect("checked")
+                .ports
+                .insert(name.to_string(), new.clone());
+            Ok::<_, CmdError>(())
+        })?;
+        tracing::info!(port = %name, restarted = restart, "port options changed");
+        Ok(Response::ok("", json!(null)))
+    }
+
+    fn set_pmd_cores(&mut self, list: &str) -> CmdResult {
+        let cores = options::parse_cpu_list(list)?;
+        let online = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if let Some(c) = cores.iter().find(|c| **c >= online.max(1024)) {
+            return Err(CmdError(format!("core {c} does not exist")));
+        }
+        self.store.update(|c| {
+            c.pmd_cores = Some(list.to_string());
+            Ok::<_, CmdError>(())
+        })?;
+        Ok(Response::ok("", json!({ "pmd_cores": cores })))
+    }
+
+    fn show(&self) -> Response {
+        let data = format::show_data(self.config(), &self.live, &self.failed);
+        Response::ok(format::show_text(&data), data)
+    }
+
+    fn port_stats(&self, port: Option<&String>) -> CmdResult {
+        let mut rows = Vec::new();
+        if let Some(p) = port {
+            if self.config().bridge_of_port(p).is_none() {
+                return Err(CmdError(format!("no port named {p}")));
+            }
+        }
+        for (name, lp) in &self.live {
+            if port.is_some_and(|p| p != name) {
+                continue;
+            }
+            rows.push((name.clone(), lp.port.stats()));
+        }
+        let data = format::stats_data(&rows);
+        Ok(Response::ok(format::stats_text(&rows), data))
+    }
+
+    fn dummy(&self, name: &str) -> Result<&Arc<DummyPort>, CmdError> {
+        let lp = self
+            .live
+            .get(name)
+            .ok_or_else(|| CmdError(format!("no port named {name}")))?;
+        lp.dummy
+            .as_ref()
+            .ok_or_else(|| CmdError(format!("port {name} is not a dummy port")))
+    }
+
+    fn inject(&self, name: &str, hex: &str) -> CmdResult {
+        let frame = format::parse_hex(hex)?;
+        if frame.len() < 14 || frame.len() > packet::MAX_FRAME {
+            return Err(CmdError(format!(
+                "frame of {} bytes: must be 14 to {} bytes",
+                frame.len(),
+                packet::MAX_FRAME
+            )));
+        }
+        self.dummy(name)?
+            .inject(frame)
+            .map_err(|e| CmdError(e.to_string()))?;
+        Ok(Response::ok("", json!(null)))
+    }
+
+    fn capture(&self, name: &str) -> CmdResult {
+        let frames: Vec<String> = self
+            .dummy(name)?
+            .take_captured()
+            .iter()
+            .map(|f| format::to_hex(f))
+            .collect();
+        Ok(Response::ok(format::lines(&frames), json!(frames)))
+    }
+
+    fn start_port(&mut self, name: &str, pc: &PortConfig) -> Result<(), CmdError> {
+        let lp = match pc.kind.as_str() {
+            "dummy" => {
+                let d = Arc::new(DummyPort::new());
+                LivePort {
+                    port: d.clone(),
+                    dummy: Some(d),
+                }
+            }
+            other => {
+                return Err(CmdError(format!(
+                    "port type {other:?} is not implemented yet in this build of vireod"
+                )))
+            }
+        };
+        let _ = &self.run_dir;
+        self.failed.remove(name);
+        self.live.insert(name.to_string(), lp);
+        Ok(())
+    }
+
+    fn stop_port(&mut self, name: &str) {
+        self.failed.remove(name);
+        self.live.remove(name);
+    }
+
+    /// Stops every live port (daemon shutdown). The store is untouched.
+    pub fn shutdown(&mut self) {
+        let names: Vec<String> = self.live.keys().cloned().collect();
+        for n in names {
+            self.stop_port(&n);
+        }
+    }
+}
+
+/// Lowest OpenFlow port number not used in the bridge.
+fn next_ofport(b: &BridgeConfig) -> u32 {
+    let used: std::collections::BTreeSet<u32> = b.ports.values().map(|p| p.ofport).collect();
+    (1..).find(|n| !used.contains(n)).unwrap_or(1)
+}
+
+/// Whether changing options from `old` to `new` needs the port re-created (device options), or
+/// can be applied live (VLAN and PMD placement options).
+fn needs_restart(spec: &KindSpec, old: &PortConfig, new: &PortConfig) -> bool {
+    spec.options
+        .iter()
+        .any(|k| old.options.get(*k) != new.options.get(*k))
+}
+
+/// Link state as text.
+pub fn link_name(l: Link) -> &'static str {
+    match l {
+        Link::Up => "up",
+        Link::Down => "down",
+    }
+}

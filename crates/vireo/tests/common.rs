@@ -1,0 +1,110 @@
+//! Test harness: runs the real `vireod` in a temporary run directory and the real `vireoctl`
+//! against it.
+#![allow(dead_code)]
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const VIREOD: &str = env!("CARGO_BIN_EXE_vireod");
+pub const VIREOCTL: &str = env!("CARGO_BIN_EXE_vireoctl");
+
+/// A running daemon; killed on drop.
+pub struct Daemon {
+    pub child: Child,
+    pub run_dir: PathBuf,
+}
+
+/// What a `vireoctl` run printed.
+#[derive(Debug)]
+pub struct Out {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+pub fn spawn_daemon(run_dir: &Path, extra: &[&str]) -> Child {
+    Command::new(VIREOD)
+        .arg("--run-dir")
+        .arg(run_dir)
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn vireod")
+}
+
+impl Daemon {
+    /// Starts vireod and waits until its control socket answers.
+    pub fn start(run_dir: &Path) -> Daemon {
+        Daemon::start_with(run_dir, &[])
+    }
+
+    pub fn start_with(run_dir: &Path, extra: &[&str]) -> Daemon {
+        let child = spawn_daemon(run_dir, extra);
+        let d = Daemon {
+            child,
+            run_dir: run_dir.to_path_buf(),
+        };
+        d.wait_ready();
+        d
+    }
+
+    pub fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if ctl(&self.run_dir, &["version"]).code == 0 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("vireod did not become ready in {}", self.run_dir.display());
+    }
+
+    pub fn ctl(&self, args: &[&str]) -> Out {
+        ctl(&self.run_dir, args)
+    }
+
+    /// Runs vireoctl and asserts success; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let o = self.ctl(args);
+        assert_eq!(o.code, 0, "vireoctl {args:?} failed: {}", o.stderr);
+        o.stdout
+    }
+
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let mut a = vec!["--json"];
+        a.extend_from_slice(args);
+        serde_json::from_str(&self.ok(&a)).expect("vireoctl --json prints JSON")
+    }
+
+    /// SIGTERM and wait; returns the exit status code.
+    pub fn stop(mut self) -> Option<i32> {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let st = self.child.wait().ok()?;
+        st.code()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn ctl(run_dir: &Path, args: &[&str]) -> Out {
+    let o = Command::new(VIREOCTL)
+        .arg("--run-dir")
+        .arg(run_dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run vireoctl");
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}

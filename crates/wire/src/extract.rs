@@ -1,0 +1,188 @@
+//! One-pass flow-key extraction.
+//!
+//! Owns: [`extract()`], which reads a frame's headers into a [`FlowKey`] in one forward pass
+//! with no allocation, and [`l3_offset`], the same L2 walk for actions that rewrite L3/L4.
+//! Extraction never panics: every layer is read through a checked view, and a truncated or
+//! malformed layer ends extraction with the fields of the complete layers before it.
+//!
+//! VLAN: the outermost tag's TCI (with 0x1000 set to mean "tag present") goes into the key; one
+//! further inner tag (QinQ) is skipped, and `eth_type` is the innermost EtherType.
+//! Threads: PMD threads, per packet. Pure function.
+use crate::arp::ArpPacket;
+use crate::bytes::be16;
+use crate::ethernet::{ethertype, HEADER_LEN, VLAN_TAG_LEN};
+use crate::flow::FlowKey;
+use crate::icmp::IcmpPacket;
+use crate::ipv4::{proto, Ipv4Packet};
+use crate::ipv6::{skip_extensions, Ipv6Packet};
+use crate::tcp::TcpPacket;
+use crate::udp::UdpPacket;
+
+/// Bit set in the key's `vlan_tci` when the frame carries a tag.
+pub const VLAN_PRESENT: u16 = 0x1000;
+
+/// The result of walking Ethernet and VLAN headers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct L2 {
+    ethertype: u16,
+    tci: u16,
+    l3: usize,
+    complete: bool,
+}
+
+#[inline]
+fn walk_l2(frame: &[u8]) -> L2 {
+    let mut t = be16(frame, 12);
+    let mut off = HEADER_LEN;
+    let mut tci = 0;
+    let l2 = |t: u16, tci: u16, l3: usize, complete: bool| L2 {
+        ethertype: t,
+        tci,
+        l3,
+        complete,
+    };
+    if ethertype::is_vlan(t) {
+        let Some(tag) = frame.get(off..off + VLAN_TAG_LEN) else {
+            return l2(t, 0, off, false);
+        };
+        tci = be16(tag, 0) | VLAN_PRESENT;
+        t = be16(tag, 2);
+        off += VLAN_TAG_LEN;
+        if ethertype::is_vlan(t) {
+            let Some(tag) = frame.get(off..off + VLAN_TAG_LEN) else {
+                return l2(t, tci, off, false);
+            };
+            t = be16(tag, 2);
+            off += VLAN_TAG_LEN;
+        }
+    }
+    if t < ethertype::MIN_TYPE {
+        return l2(ethertype::NONE, tci, off, false);
+    }
+    l2(t, tci, off, true)
+}
+
+/// EtherType and offset of the L3 header after Ethernet and up to two VLAN tags, or `None` if
+/// the frame is too short or has no EtherType.
+#[inline]
+pub fn l3_offset(frame: &[u8]) -> Option<(u16, usize)> {
+    if frame.len() < HEADER_LEN {
+        return None;
+    }
+    let l2 = walk_l2(frame);
+    l2.complete.then_some((l2.ethertype, l2.l3))
+}
+
+/// The flow key of `frame` received on `in_port`. Never panics, never allocates.
+#[inline]
+pub fn extract(frame: &[u8], in_port: u32) -> FlowKey {
+    let mut k = FlowKey::ZERO;
+    k.w[0] = u64::from(in_port);
+    let (Some(a), Some(b)) = (frame.get(0..8), frame.get(4..12)) else {
+        return k;
+    };
+    if frame.len() < HEADER_LEN {
+        return k;
+    }
+    k.w[1] = u64::from_be_bytes(a.try_into().unwrap_or([0; 8])) >> 16;
+    k.w[2] = u64::from_be_bytes(b.try_into().unwrap_or([0; 8])) & 0xffff_ffff_ffff;
+    let l2 = walk_l2(frame);
+    k.w[0] |= u64::from(l2.ethertype) << 32 | u64::from(l2.tci) << 48;
+    if !l2.complete {
+        return k;
+    }
+    let l3 = frame.get(l2.l3..).unwrap_or(&[]);
+    match l2.ethertype {
+        ethertype::IPV4 => extract_ipv4(l3, &mut k),
+        ethertype::IPV6 => extract_ipv6(l3, &mut k),
+        ethertype::ARP => extract_arp(l3, &mut k),
+        _ => {}
+    }
+    k
+}
+
+#[inline]
+fn extract_ipv4(b: &[u8], k: &mut FlowKey) {
+    let Ok(ip) = Ipv4Packet::new_checked(b) else {
+        return;
+    };
+    let p = ip.protocol();
+    let off = ip.frag_offset();
+    let frag = if off != 0 {
+        3u64
+    } else {
+        u64::from(ip.more_frags())
+    };
+    k.w[1] |= u64::from(p) << 48 | u64::from(ip.tos()) << 56;
+    k.w[2] |= u64::from(ip.ttl()) << 48 | frag << 56;
+    k.w[4] = u64::from(ip.src()) | u64::from(ip.dst()) << 32;
+    if off == 0 {
+        extract_l4(p, ip.payload(), false, k);
+    }
+}
+
+#[inline]
+fn extract_ipv6(b: &[u8], k: &mut FlowKey) {
+    let Ok(ip) = Ipv6Packet::new_checked(b) else {
+        return;
+    };
+    let (s, d) = (ip.src(), ip.dst());
+    let hi_lo = |a: [u8; 16]| {
+        let x = u128::from_be_bytes(a);
+        ((x >> 64) as u64, x as u64)
+    };
+    (k.w[5], k.w[6]) = hi_lo(s);
+    (k.w[7], k.w[8]) = hi_lo(d);
+    k.w[1] |= u64::from(ip.traffic_class()) << 56;
+    let payload = ip.payload();
+    let ul = skip_extensions(ip.next_header(), payload);
+    k.w[2] |= u64::from(ip.hop_limit()) << 48 | u64::from(ul.frag) << 56;
+    if !ul.complete {
+        return;
+    }
+    k.w[1] |= u64::from(ul.proto) << 48;
+    if ul.frag & 2 == 0 {
+        extract_l4(ul.proto, payload.get(ul.offset..).unwrap_or(&[]), true, k);
+    }
+}
+
+#[inline]
+fn extract_l4(p: u8, b: &[u8], v6: bool, k: &mut FlowKey) {
+    let ports = |src: u16, dst: u16| u64::from(src) | u64::from(dst) << 16;
+    match p {
+        proto::TCP => {
+            if let Ok(t) = TcpPacket::new_checked(b) {
+                k.w[3] |= ports(t.src_port(), t.dst_port()) | u64::from(t.flags()) << 32;
+            }
+        }
+        proto::UDP => {
+            if let Ok(u) = UdpPacket::new_checked(b) {
+                k.w[3] |= ports(u.src_port(), u.dst_port());
+            }
+        }
+        proto::SCTP => {
+            if b.len() >= 12 {
+                k.w[3] |= ports(be16(b, 0), be16(b, 2));
+            }
+        }
+        proto::ICMP | proto::ICMPV6 if v6 == (p == proto::ICMPV6) => {
+            if let Ok(i) = IcmpPacket::new_checked(b) {
+                k.w[3] |= ports(u16::from(i.msg_type()), u16::from(i.code()));
+            }
+        }
+        _ => {}
+    }
+}
+
+#[inline]
+fn extract_arp(b: &[u8], k: &mut FlowKey) {
+    let Ok(a) = ArpPacket::new_checked(b) else {
+        return;
+    };
+    let op = a.oper();
+    k.w[1] |= u64::from(op & 0xff) << 48;
+    k.w[3] |= u64::from(op) << 48;
+    k.w[4] = u64::from(a.spa()) | u64::from(a.tpa()) << 32;
+    k.w[5] = FlowKey::mac_to_u64(a.sha());
+    k.w[6] = FlowKey::mac_to_u64(a.tha());
+}

@@ -1,0 +1,108 @@
+//! Text form of a masked flow key, as `dump-megaflows` shows it.
+//!
+//! Owns: [`format_match`]. Threads: control thread (display only).
+use crate::flow::{Field, FlowKey};
+use std::fmt::Write;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+fn name(f: Field, arp: bool) -> &'static str {
+    match f {
+        Field::InPort => "in_port",
+        Field::EthType => "eth_type",
+        Field::VlanTci => "vlan_tci",
+        Field::EthDst => "eth_dst",
+        Field::IpProto => "ip_proto",
+        Field::IpTos => "ip_tos",
+        Field::EthSrc => "eth_src",
+        Field::IpTtl => "ip_ttl",
+        Field::IpFrag => "ip_frag",
+        Field::TpSrc => "tp_src",
+        Field::TpDst => "tp_dst",
+        Field::TcpFlags => "tcp_flags",
+        Field::ArpOp => "arp_op",
+        Field::Ipv4Src if arp => "arp_spa",
+        Field::Ipv4Src => "ipv4_src",
+        Field::Ipv4Dst if arp => "arp_tpa",
+        Field::Ipv4Dst => "ipv4_dst",
+        Field::ArpSha => "arp_sha",
+        Field::ArpTha => "arp_tha",
+        Field::Ipv6SrcHi | Field::Ipv6SrcLo => "ipv6_src",
+        Field::Ipv6DstHi | Field::Ipv6DstLo => "ipv6_dst",
+    }
+}
+
+fn mac(v: u64) -> String {
+    let m = FlowKey::u64_to_mac(v);
+    format!(
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        m[0], m[1], m[2], m[3], m[4], m[5]
+    )
+}
+
+fn v6(key: &FlowKey, mask: &FlowKey, hi: Field, lo: Field) -> String {
+    let join = |k: &FlowKey| Ipv6Addr::from(u128::from(k.get(hi)) << 64 | u128::from(k.get(lo)));
+    let (v, m) = (join(&key.masked(mask)), u128::from(join(mask)));
+    if m == u128::MAX {
+        v.to_string()
+    } else if m.leading_ones() + m.trailing_zeros() == 128 {
+        format!("{v}/{}", m.leading_ones())
+    } else {
+        format!("{v}/{}", Ipv6Addr::from(m))
+    }
+}
+
+/// `name=value[/mask]` for every field `mask` touches, comma-separated; `*` if none.
+pub(crate) fn format_match(key: &FlowKey, mask: &FlowKey) -> String {
+    let arp = mask.get(Field::EthType) == 0xffff && key.get(Field::EthType) == 0x0806;
+    let mut out = String::new();
+    for f in Field::ALL {
+        let m = mask.get(f);
+        let skip = match f {
+            Field::ArpSha | Field::ArpTha => !arp,
+            Field::Ipv6SrcHi | Field::Ipv6DstHi => arp,
+            Field::Ipv6SrcLo => arp || mask.get(Field::Ipv6SrcHi) != 0,
+            Field::Ipv6DstLo => arp || mask.get(Field::Ipv6DstHi) != 0,
+            _ => false,
+        };
+        if m == 0 || skip {
+            continue;
+        }
+        let v = key.get(f) & m;
+        let exact = m == f.full();
+        if !out.is_empty() {
+            out.push(',');
+        }
+        let _ = write!(out, "{}=", name(f, arp));
+        let _ = match f {
+            Field::EthDst | Field::EthSrc | Field::ArpSha | Field::ArpTha if exact => {
+                write!(out, "{}", mac(v))
+            }
+            Field::EthDst | Field::EthSrc | Field::ArpSha | Field::ArpTha => {
+                write!(out, "{}/{}", mac(v), mac(m))
+            }
+            Field::Ipv4Src | Field::Ipv4Dst if exact => {
+                write!(out, "{}", Ipv4Addr::from(v as u32))
+            }
+            Field::Ipv4Src | Field::Ipv4Dst => {
+                write!(out, "{}/{}", Ipv4Addr::from(v as u32), Ipv4Addr::from(m as u32))
+            }
+            Field::Ipv6SrcHi | Field::Ipv6SrcLo => {
+                out.push_str(&v6(key, mask, Field::Ipv6SrcHi, Field::Ipv6SrcLo));
+                Ok(())
+            }
+            Field::Ipv6DstHi | Field::Ipv6DstLo => {
+                out.push_str(&v6(key, mask, Field::Ipv6DstHi, Field::Ipv6DstLo));
+                Ok(())
+            }
+            Field::EthType if exact => write!(out, "0x{v:04x}"),
+            Field::VlanTci | Field::TcpFlags if exact => write!(out, "0x{v:x}"),
+            Field::VlanTci | Field::TcpFlags | Field::EthType => write!(out, "0x{v:x}/0x{m:x}"),
+            _ if exact => write!(out, "{v}"),
+            _ => write!(out, "{v}/0x{m:x}"),
+        };
+    }
+    if out.is_empty() {
+        out.push('*');
+    }
+    out
+}

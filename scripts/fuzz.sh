@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Runs every cargo-fuzz target in the repository for N seconds each (default 10), starting from
+# the corpus kept in the repo. Needs a nightly toolchain; installs cargo-fuzz if missing.
+#   scripts/fuzz.sh [SECONDS] [TARGET-FILTER]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+secs="${1:-10}"
+filter="${2:-}"
+
+if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+    rustup toolchain install nightly --profile minimal >/dev/null 2>&1 || {
+        echo "fuzz: no nightly toolchain and none can be installed" >&2; exit 1; }
+fi
+command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+
+status=0
+for dir in crates/*/fuzz; do
+    [ -f "$dir/Cargo.toml" ] || continue
+    for target in $(cargo +nightly fuzz list --fuzz-dir "$dir"); do
+        case "$target" in *"$filter"*) ;; *) continue ;; esac
+        corpus="$dir/corpus/$target"
+        mkdir -p "$corpus"
+        printf 'fuzz %-40s ' "$dir:$target"
+        # Runs on a scratch copy so the smoke run does not churn the committed corpus.
+        work=$(mktemp -d)
+        cp -r "$corpus/." "$work/" 2>/dev/null || true
+        if cargo +nightly fuzz run --fuzz-dir "$dir" "$target" "$work" -- \
+            -max_total_time="$secs" -rss_limit_mb=2048 -print_final_stats=1 >"$work.log" 2>&1; then
+            echo "ok ($(grep -o 'stat::number_of_executed_units: [0-9]*' "$work.log" | awk '{print $2}') runs)"
+        else
+            echo "FAILED"; tail -30 "$work.log"; status=1
+        fi
+        rm -rf "$work" "$work.log"
+    done
+done
+exit $status

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Installs what Vireo's build, tests and demo need on a Debian 12 machine, as root.
+# Safe to run again: it installs only what is missing. Sourced by demo.sh, test.sh and bench.
+#   setup.sh            build + test dependencies
+#   setup.sh --bench    also OVS-DPDK and hugepages
+set -euo pipefail
+
+want_bench=0
+[ "${1:-}" = "--bench" ] && want_bench=1
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# Debian packages: testpmd (dpdk-dev), ovs-ofctl (openvswitch-common), QEMU and a guest kernel,
+# busybox for the guest's initramfs, iproute2 for namespaces, clang runtime for fuzzing.
+apt_pkgs=(build-essential pkg-config curl ca-certificates git python3 iproute2
+          dpdk dpdk-dev openvswitch-common qemu-system-x86 busybox-static
+          linux-image-amd64 cpio)
+[ "$want_bench" = 1 ] && apt_pkgs+=(openvswitch-switch-dpdk gnuplot-nox)
+
+missing=()
+for p in "${apt_pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    log "installing Debian packages: ${missing[*]}"
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Rust: rustup reads rust-toolchain.toml (pinned version, rustfmt, clippy).
+if ! command -v rustup >/dev/null 2>&1; then
+    [ -x "$HOME/.cargo/bin/rustup" ] || {
+        log "installing rustup"
+        curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --default-toolchain none
+    }
+    export PATH="$HOME/.cargo/bin:$PATH"
+fi
+cd "$(dirname "$0")/.."
+rustup show active-toolchain >/dev/null 2>&1 || rustup toolchain install "$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)"
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+# Hugepages for OVS-DPDK (benchmarks only).
+if [ "$want_bench" = 1 ]; then
+    if [ "$(cat /proc/sys/vm/nr_hugepages)" -lt 1024 ]; then
+        log "reserving 2048 hugepages"
+        echo 2048 | as_root tee /proc/sys/vm/nr_hugepages >/dev/null
+    fi
+    mountpoint -q /dev/hugepages || { as_root mkdir -p /dev/hugepages; as_root mount -t hugetlbfs nodev /dev/hugepages; }
+fi
+log "ready"
