@@ -1,10 +1,34 @@
 //! The datapath: PMD threads that poll rx queues, classify packets through the per-PMD caches
 //! (EMC, SMC, megaflow classifier), ask the pipeline on a miss, and execute actions.
 //!
+//! Modules, from the packet up: [`emc`], [`smc`], [`dpcls`] (caches), [`flow`] (megaflows),
+//! [`execute`] (actions, tx batching), [`worker`] (one PMD's burst pipeline), `pmd` (the thread
+//! loop), [`sched`] (rx queue assignment), [`topology`] (NUMA), [`stats`], and [`Datapath`]
+//! (the control API the daemon uses).
+//!
 //! Threads: PMD threads own their caches and pools; the control thread publishes new port lists
-//! and rxq assignments with atomic swaps and never blocks a PMD.
+//! and rxq assignments with atomic swaps and never blocks a PMD. The only `unsafe` is the TSC
+//! read in `cycles`.
 #![deny(unsafe_code)]
 
 pub mod action;
+pub mod config;
+pub mod cycles;
+mod datapath;
+pub mod dpcls;
+pub mod emc;
+pub mod execute;
+pub mod flow;
+mod pmd;
+pub mod sched;
+pub mod smc;
+pub mod stats;
+pub mod topology;
+pub mod worker;
 
-pub use action::{Action, Upcall, UpcallResult};
+pub use action::{Action, Actions, Upcall, UpcallResult};
+pub use config::{AutoLb, DpConfig, DpError};
+pub use datapath::Datapath;
+pub use sched::AssignMode;
+pub use stats::{MegaflowInfo, PmdStats, RxqInfo};
+pub use topology::Topology;

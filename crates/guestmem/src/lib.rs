@@ -372,6 +372,35 @@ impl GuestMemory {
         })
     }
 
+    /// Copies `a` then `b` into guest memory at `gpa` (a header and its frame): one lookup
+    /// when both fit in one region.
+    #[inline]
+    pub fn write2(&self, gpa: u64, a: &[u8], b: &[u8]) -> Result<(), MemError> {
+        let total = (a.len() + b.len()) as u64;
+        if let Some((p, _)) = self.lookup(gpa, total) {
+            // SAFETY: `lookup` checked that `a.len() + b.len()` bytes from `p` lie in a live
+            // mapping; `a` and `b` are our own memory, so nothing overlaps.
+            unsafe {
+                std::ptr::copy_nonoverlapping(a.as_ptr(), p.as_ptr(), a.len());
+                std::ptr::copy_nonoverlapping(b.as_ptr(), p.as_ptr().add(a.len()), b.len());
+            }
+            return Ok(());
+        }
+        if !self.contains_split(gpa, total) {
+            return Err(MemError::OutOfRange {
+                addr: gpa,
+                len: total,
+            });
+        }
+        self.write(gpa, a)?;
+        self.write(gpa + a.len() as u64, b)
+    }
+
+    /// True if `[gpa, gpa + len)` is covered by regions (possibly several adjacent ones).
+    fn contains_split(&self, gpa: u64, len: u64) -> bool {
+        self.for_each_piece(gpa, len as usize, |_, _, _| {}).is_ok()
+    }
+
     /// Reads a plain little-endian field.
     #[inline]
     pub fn read_obj<T: LeField>(&self, gpa: u64) -> Result<T, MemError> {
@@ -390,11 +419,16 @@ impl GuestMemory {
 
     /// A range `[gpa, gpa + len)` within one region, checked now and usable without further
     /// lookups while it (and so this table) lives. `align` must divide `gpa`'s host address.
-    pub fn range(self: &Arc<Self>, gpa: u64, len: u64, align: usize) -> Result<GuestRange, MemError> {
+    pub fn range(
+        self: &Arc<Self>,
+        gpa: u64,
+        len: u64,
+        align: usize,
+    ) -> Result<GuestRange, MemError> {
         let oor = MemError::OutOfRange { addr: gpa, len };
         let len_us = usize::try_from(len).map_err(|_| MemError::Overflow)?;
         let (ptr, _) = self.lookup(gpa, len).ok_or(oor.clone())?;
-        if align == 0 || !align.is_power_of_two() || (ptr.as_ptr() as usize) % align != 0 {
+        if align == 0 || !align.is_power_of_two() || !(ptr.as_ptr() as usize).is_multiple_of(align) {
             return Err(oor);
         }
         Ok(GuestRange {
@@ -509,7 +543,9 @@ impl GuestRange {
     pub fn read_u16(&self, off: usize) -> Option<u16> {
         let p = self.at(off, 2, 2)?;
         // SAFETY: aligned, in range, mapping alive.
-        Some(u16::from_le(unsafe { std::ptr::read_volatile(p as *const u16) }))
+        Some(u16::from_le(unsafe {
+            std::ptr::read_volatile(p as *const u16)
+        }))
     }
 
     /// Writes a u16 (volatile).

@@ -39,7 +39,13 @@ fn mmap_offset_is_honoured_and_checked_against_file_size() {
     let m = GuestMemory::from_fds(&[spec(0, 4096, 0, 4096)], &[f.as_fd()]).unwrap();
     m.write(0, b"x").unwrap();
     let e = GuestMemory::from_fds(&[spec(0, 4097, 0, 4096)], &[f.as_fd()]).unwrap_err();
-    assert_eq!(e, MemError::BeyondFile { need: 8193, have: 8192 });
+    assert_eq!(
+        e,
+        MemError::BeyondFile {
+            need: 8193,
+            have: 8192
+        }
+    );
     let e = GuestMemory::from_fds(&[spec(0, 16, 0, u64::MAX - 4)], &[f.as_fd()]).unwrap_err();
     assert_eq!(e, MemError::Overflow);
 }
@@ -90,6 +96,11 @@ fn copies_cross_adjacent_regions_and_fail_atomically() {
     m.read(8192 - 10, &mut tail).unwrap();
     assert_eq!(tail, [0u8; 10]);
     assert!(m.read(u64::MAX - 1, &mut [0u8; 4]).is_err());
+    m.write2(4096 - 4, b"abcd", b"efgh").unwrap();
+    let mut both = [0u8; 8];
+    m.read(4096 - 4, &mut both).unwrap();
+    assert_eq!(&both, b"abcdefgh");
+    assert!(m.write2(8192 - 4, b"abcd", b"e").is_err());
 }
 
 #[test]

@@ -173,7 +173,11 @@ mod tests {
     fn access_and_trunk_vlan_rules() {
         let access = port(Some(10), &[]);
         assert_eq!(access.input_vlan(0), Some(10));
-        assert_eq!(access.input_vlan(VLAN_PRESENT | 0x2000), Some(10), "priority tag");
+        assert_eq!(
+            access.input_vlan(VLAN_PRESENT | 0x2000),
+            Some(10),
+            "priority tag"
+        );
         assert_eq!(access.input_vlan(VLAN_PRESENT | 20), None);
         assert!(access.carries(10) && !access.carries(20));
         assert_eq!(access.output_tci(10, 0), 0);

@@ -14,7 +14,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use wire::FlowKey;
+use wire::{Field, FlowKey};
 
 /// A fast hasher for flow keys (multiply-rotate over 64-bit words; keys are not attacker-chosen
 /// in the control plane and the datapath key is masked, so HashDoS resistance is not needed).
@@ -174,16 +174,95 @@ impl Rule {
 /// Rules sharing one match (same mask, same masked key), highest priority first.
 type Bucket = Vec<Arc<Rule>>;
 
+/// Cumulative stage masks for staged lookup: L2 (in_port, VLAN, MACs, eth_type), then + L3
+/// (IP/ARP fields). The last stage is the whole subtable mask (+ L4).
+fn stage_limits() -> [FlowKey; 2] {
+    let mut l2 = FlowKey::ZERO;
+    for f in [
+        Field::InPort,
+        Field::EthType,
+        Field::VlanTci,
+        Field::EthDst,
+        Field::EthSrc,
+    ] {
+        l2.set_exact(f);
+    }
+    let mut l3 = FlowKey::ZERO;
+    for w in 0..wire::KEY_WORDS {
+        l3.w[w] = u64::MAX;
+    }
+    for f in [Field::TpSrc, Field::TpDst, Field::TcpFlags] {
+        l3.set(f, 0);
+    }
+    [l2, l3]
+}
+
+/// A set of stage-masked keys with reference counts (one per rule).
+type StageSet = HashMap<FlowKey, u32, KeyHash>;
+
 struct Subtable {
     mask: FlowKey,
+    /// Staged lookup (as OVS): if a packet's L2 (or L2+L3) bits match no rule here, only those
+    /// bits enter the megaflow mask, not the subtable's L3/L4 bits. Stages that add no bits
+    /// are left out.
+    stages: Vec<(FlowKey, StageSet)>,
     rules: HashMap<FlowKey, Bucket, KeyHash>,
     /// priority -> number of rules with it (gives the max priority after removals).
     prios: BTreeMap<u16, u32>,
 }
 
 impl Subtable {
+    fn new(mask: FlowKey) -> Subtable {
+        let mut stages = Vec::new();
+        let mut prev = FlowKey::ZERO;
+        for limit in stage_limits() {
+            let m = mask.masked(&limit);
+            if m != prev && m != mask {
+                stages.push((m, StageSet::default()));
+                prev = m;
+            }
+        }
+        Subtable {
+            mask,
+            stages,
+            rules: HashMap::default(),
+            prios: BTreeMap::new(),
+        }
+    }
+
     fn max_priority(&self) -> u16 {
         self.prios.keys().next_back().copied().unwrap_or(0)
+    }
+
+    fn stages_add(&mut self, key: &FlowKey) {
+        for (m, set) in &mut self.stages {
+            *set.entry(key.masked(m)).or_default() += 1;
+        }
+    }
+
+    fn stages_remove(&mut self, key: &FlowKey) {
+        for (m, set) in &mut self.stages {
+            let k = key.masked(m);
+            if let Some(c) = set.get_mut(&k) {
+                *c -= 1;
+                if *c == 0 {
+                    set.remove(&k);
+                }
+            }
+        }
+    }
+
+    /// The best rule here for `key`, ORing into `wc` the bits consulted.
+    #[inline]
+    fn lookup(&self, key: &FlowKey, wc: &mut FlowKey) -> Option<&Arc<Rule>> {
+        for (m, set) in &self.stages {
+            if !set.contains_key(&key.masked(m)) {
+                *wc = wc.union(m);
+                return None;
+            }
+        }
+        *wc = wc.union(&self.mask);
+        self.rules.get(&key.masked(&self.mask))?.first()
     }
 }
 
@@ -225,8 +304,7 @@ impl Table {
             let Some(st) = self.slots[slot].as_ref() else {
                 continue;
             };
-            *wc = wc.union(&st.mask);
-            if let Some(r) = st.rules.get(&key.masked(&st.mask)).and_then(|b| b.first()) {
+            if let Some(r) = st.lookup(key, wc) {
                 if best.is_none_or(|b| r.priority > b.priority) {
                     best = Some(r);
                 }
@@ -246,12 +324,14 @@ impl Table {
             unreachable!("by_mask names a live slot")
         };
         let old_max = st.max_priority();
-        let bucket = st.rules.entry(rule.match_.key).or_default();
+        let key = rule.match_.key;
+        let bucket = st.rules.entry(key).or_default();
         let prio = rule.priority;
         match bucket.binary_search_by(|r| prio.cmp(&r.priority)) {
             Ok(pos) => return Some(std::mem::replace(&mut bucket[pos], rule)),
             Err(pos) => bucket.insert(pos, rule),
         }
+        st.stages_add(&key);
         *st.prios.entry(prio).or_default() += 1;
         self.n_rules += 1;
         let new_max = st.max_priority();
@@ -262,11 +342,7 @@ impl Table {
     }
 
     fn new_subtable(&mut self, mask: FlowKey) -> usize {
-        let st = Subtable {
-            mask,
-            rules: HashMap::default(),
-            prios: BTreeMap::new(),
-        };
+        let st = Subtable::new(mask);
         let slot = match self.free.pop() {
             Some(s) => {
                 self.slots[s] = Some(st);
@@ -308,6 +384,7 @@ impl Table {
         if bucket.is_empty() {
             st.rules.remove(&m.key);
         }
+        st.stages_remove(&m.key);
         if let Some(c) = st.prios.get_mut(&priority) {
             *c -= 1;
             if *c == 0 {
@@ -343,9 +420,7 @@ impl Table {
         self.slots
             .iter()
             .flatten()
-            .filter(move |st| {
-                (0..wire::KEY_WORDS).all(|i| filter.mask.w[i] & !st.mask.w[i] == 0)
-            })
+            .filter(move |st| (0..wire::KEY_WORDS).all(|i| filter.mask.w[i] & !st.mask.w[i] == 0))
             .flat_map(|st| st.rules.values().flatten())
             .filter(move |r| filter.covers(&r.match_))
     }
@@ -354,7 +429,6 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use wire::Field;
 
     fn rule(prio: u16, m: Match) -> Arc<Rule> {
         Arc::new(Rule {
@@ -401,7 +475,10 @@ mod tests {
         let mut m = Match::ANY;
         m.set(Field::IpProto, 6);
         assert!(t.insert(rule(5, m)).is_none());
-        assert!(t.insert(rule(5, m)).is_some(), "same match+priority replaces");
+        assert!(
+            t.insert(rule(5, m)).is_some(),
+            "same match+priority replaces"
+        );
         assert!(t.insert(rule(7, m)).is_none());
         assert_eq!(t.len(), 2);
         assert!(t.remove(&m, 7).is_some());

@@ -21,6 +21,9 @@ struct Entry {
     stamp: u64,
 }
 
+/// A learned entry as shown to users: (VLAN, MAC, OpenFlow port, age).
+pub type MacEntry = (u16, [u8; 6], OfPort, Duration);
+
 /// What [`MacTable::learn`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Learned {
@@ -71,8 +74,7 @@ impl MacTable {
         self.next_stamp += 1;
         let key = (vlan, mac);
         if let Some(e) = self.map.get_mut(&key) {
-            let outcome = if e.port == port && now.saturating_duration_since(e.seen) < self.aging
-            {
+            let outcome = if e.port == port && now.saturating_duration_since(e.seen) < self.aging {
                 Learned::Refreshed
             } else if e.port == port {
                 Learned::New
@@ -80,7 +82,11 @@ impl MacTable {
                 Learned::Moved
             };
             self.lru.remove(&e.stamp);
-            *e = Entry { port, seen: now, stamp };
+            *e = Entry {
+                port,
+                seen: now,
+                stamp,
+            };
             self.lru.insert(stamp, key);
             return outcome;
         }
@@ -90,7 +96,14 @@ impl MacTable {
             };
             self.map.remove(&old);
         }
-        self.map.insert(key, Entry { port, seen: now, stamp });
+        self.map.insert(
+            key,
+            Entry {
+                port,
+                seen: now,
+                stamp,
+            },
+        );
         self.lru.insert(stamp, key);
         Learned::New
     }
@@ -137,7 +150,7 @@ impl MacTable {
     }
 
     /// Every live entry as (vlan, mac, port, age), for `fdb/show`-style output.
-    pub fn entries(&self, now: Instant) -> Vec<(u16, [u8; 6], OfPort, Duration)> {
+    pub fn entries(&self, now: Instant) -> Vec<MacEntry> {
         let mut v: Vec<_> = self
             .map
             .iter()

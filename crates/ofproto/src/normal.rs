@@ -19,6 +19,12 @@ fn is_multicast(mac: u64) -> bool {
     mac & (1 << 40) != 0
 }
 
+/// IEEE 802.1D reserved group addresses 01:80:c2:00:00:00..0f (STP, LACP, LLDP, ...): a
+/// bridge must not forward them.
+fn is_reserved(mac: u64) -> bool {
+    mac & !0xf == 0x0180_c200_0000
+}
+
 /// Translates output:NORMAL for the packet in `x`.
 pub(crate) fn xlate_normal(x: &mut Xlate<'_>) {
     x.wc.set_exact(Field::VlanTci);
@@ -32,46 +38,63 @@ pub(crate) fn xlate_normal(x: &mut Xlate<'_>) {
     let Some(vlan) = inp.input_vlan(tci) else {
         return; // VLAN not allowed on this port: drop
     };
-    let src = x.key.get(Field::EthSrc);
-    let dst = x.key.get(Field::EthDst);
-    let known = {
-        let mut macs = match br.shared.macs.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        if !is_multicast(src) && macs.learn(vlan, src, x.in_of, x.now) != Learned::Refreshed {
-            x.mac_changed = true;
-        }
-        if is_multicast(dst) {
-            None
-        } else {
-            macs.lookup(vlan, dst, x.now)
-        }
-    };
+    if is_reserved(x.key.get(Field::EthDst)) {
+        return; // link-local control frames are not forwarded
+    }
+    let known = learn_and_lookup(x, vlan);
     let outs: Vec<&PortConfig> = match known {
         Some(p) if p == x.in_of => Vec::new(),
-        Some(p) => br.ports.get(p).filter(|c| c.carries(vlan)).into_iter().collect(),
+        Some(p) => br
+            .ports
+            .get(p)
+            .filter(|c| c.carries(vlan))
+            .into_iter()
+            .collect(),
         None => br
             .ports
             .iter()
             .filter(|c| c.ofport != x.in_of && c.carries(vlan))
             .collect(),
     };
+    output_in_vlan(x, &outs, vlan, tci);
+}
+
+/// Learns the source (unless this is an accounting walk) and looks up the destination port.
+fn learn_and_lookup(x: &mut Xlate<'_>, vlan: u16) -> Option<crate::types::OfPort> {
+    let src = x.key.get(Field::EthSrc);
+    let dst = x.key.get(Field::EthDst);
+    let mut macs = match x.br.shared.macs.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    if x.learn && !is_multicast(src) && macs.learn(vlan, src, x.in_of, x.now) != Learned::Refreshed
+    {
+        x.mac_changed = true;
+    }
+    if is_multicast(dst) {
+        None
+    } else {
+        macs.lookup(vlan, dst, x.now)
+    }
+}
+
+/// Outputs to `outs`, each with the tagging its port wants for `vlan` (the PCP of an incoming
+/// tag is kept). Ports needing the packet's current VLAN state go first, then the others: at
+/// most one pop/push switch per NORMAL.
+fn output_in_vlan(x: &mut Xlate<'_>, outs: &[&PortConfig], vlan: u16, tci: u16) {
     let pcp = if tci & VLAN_PRESENT != 0 {
         tci & 0xe000
     } else {
         0
     };
-    let saved = tci;
-    // Outputs needing the packet's current VLAN state first, then the others: at most one
-    // pop/push switch per NORMAL.
     let now_tci = x.committed_tci();
-    let (same, other): (Vec<_>, Vec<_>) = outs
-        .into_iter()
+    let (same, other): (Vec<&&PortConfig>, Vec<_>) = outs
+        .iter()
         .partition(|c| c.output_tci(vlan, pcp) == now_tci);
     for c in same.into_iter().chain(other) {
-        x.key.set(Field::VlanTci, u64::from(c.output_tci(vlan, pcp)));
+        x.key
+            .set(Field::VlanTci, u64::from(c.output_tci(vlan, pcp)));
         x.emit_output(c.dp_port);
     }
-    x.key.set(Field::VlanTci, u64::from(saved));
+    x.key.set(Field::VlanTci, u64::from(tci));
 }

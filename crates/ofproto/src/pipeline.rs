@@ -12,7 +12,7 @@
 //! is visible), so the daemon knows to call `dp.revalidate()`.
 
 use crate::bridge::{BridgeShared, BridgeState, PortConfig, PortMap};
-use crate::mac::{MacTable, DEFAULT_AGING, DEFAULT_MAX_ENTRIES};
+use crate::mac::{MacEntry, MacTable, DEFAULT_AGING, DEFAULT_MAX_ENTRIES};
 use crate::tables::FlowTables;
 use crate::types::{
     ofpp, FlowMod, Instruction, Match, OfAction, OfPort, PacketInReason, RemovedFlow,
@@ -27,6 +27,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 use wire::{Field, FlowKey};
+
+/// Flow-mods applied per table write-lock hold in [`Pipeline::flow_mods`].
+pub const FLOW_MOD_CHUNK: usize = 1024;
 
 /// Tunables.
 #[derive(Clone, Debug)]
@@ -146,7 +149,9 @@ pub(crate) fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 pub fn default_normal_rule() -> FlowMod {
     let mut fm = FlowMod::add(
         Match::ANY,
-        vec![Instruction::ApplyActions(vec![OfAction::output(ofpp::NORMAL)])],
+        vec![Instruction::ApplyActions(vec![OfAction::output(
+            ofpp::NORMAL,
+        )])],
     );
     fm.priority = 0;
     fm
@@ -247,7 +252,10 @@ impl Pipeline {
         let _g = lock(&self.ctl);
         let mut t = (*self.topology()).clone();
         let br = self.bridge(bridge)?;
-        if t.bridges.values().any(|b| b.ports.by_name(&spec.name).is_some()) {
+        if t.bridges
+            .values()
+            .any(|b| b.ports.by_name(&spec.name).is_some())
+        {
             return Err(Error::PortExists(spec.name));
         }
         if t.by_dp.contains_key(&spec.dp_port) {
@@ -259,7 +267,9 @@ impl Pipeline {
         check_vlans(spec.tag, &spec.trunks)?;
         let ofport = match spec.ofport {
             Some(p) if br.ports.get(p).is_some() => {
-                return Err(Error::BadConfig(format!("OpenFlow port {p} already in use")))
+                return Err(Error::BadConfig(format!(
+                    "OpenFlow port {p} already in use"
+                )))
             }
             Some(p) if p == 0 || (p > ofpp::MAX && p != ofpp::LOCAL) => {
                 return Err(Error::BadConfig(format!("bad OpenFlow port number {p}")))
@@ -340,28 +350,33 @@ impl Pipeline {
         self.flow_mods(bridge, vec![fm])
     }
 
-    /// Applies flow-mods in order under one write lock (one generation bump). Stops at the first
-    /// failure; earlier ones stay applied.
+    /// Applies flow-mods in order (one generation bump per chunk). The table write lock is
+    /// released every [`FLOW_MOD_CHUNK`] flow-mods so upcalls never wait behind a large batch.
+    /// Stops at the first failure; earlier ones stay applied.
     pub fn flow_mods(&self, bridge: &str, fms: Vec<FlowMod>) -> Result<Vec<RemovedFlow>, Error> {
         let br = self.bridge(bridge)?;
         let now = Instant::now();
         let mut removed = Vec::new();
-        let mut tables = write(&br.shared.tables);
-        let mut result = Ok(());
-        for fm in fms {
-            match tables.apply(fm, now, bridge) {
-                Ok(r) => removed.extend(r),
-                Err(e) => {
-                    result = Err(Error::Of(e));
-                    break;
+        let mut fms = fms.into_iter().peekable();
+        while fms.peek().is_some() {
+            let mut tables = write(&br.shared.tables);
+            let mut result = Ok(());
+            for fm in fms.by_ref().take(FLOW_MOD_CHUNK) {
+                match tables.apply(fm, now, bridge) {
+                    Ok(r) => removed.extend(r),
+                    Err(e) => {
+                        result = Err(Error::Of(e));
+                        break;
+                    }
                 }
             }
+            // Bump while the write lock is held, so an upcall that read the old tables sees a
+            // new generation once it is done and does not install its result.
+            self.bump();
+            drop(tables);
+            result?;
         }
-        // Bump while the write lock is held, so an upcall that read the old tables sees a new
-        // generation once it is done and does not install.
-        self.bump();
-        drop(tables);
-        result.map(|()| removed)
+        Ok(removed)
     }
 
     /// Removes expired rules (idle/hard timeouts) and aged MAC entries of every bridge. Call
@@ -371,7 +386,12 @@ impl Pipeline {
         let mut out = Vec::new();
         let mut changed = false;
         for b in t.bridges.values() {
-            let removed = write(&b.shared.tables).expire(now, &b.name);
+            // Checked under the read lock first: no writer stalls upcalls when nothing times out.
+            let removed = if read(&b.shared.tables).has_timeouts() {
+                write(&b.shared.tables).expire(now, &b.name)
+            } else {
+                Vec::new()
+            };
             changed |= !removed.is_empty();
             out.extend(removed);
             changed |= lock(&b.shared.macs).expire(now) > 0;
@@ -383,7 +403,7 @@ impl Pipeline {
     }
 
     /// Learned MACs of a bridge: (vlan, mac, OpenFlow port, age).
-    pub fn mac_entries(&self, bridge: &str) -> Result<Vec<(u16, [u8; 6], OfPort, Duration)>, Error> {
+    pub fn mac_entries(&self, bridge: &str) -> Result<Vec<MacEntry>, Error> {
         let br = self.bridge(bridge)?;
         let now = Instant::now();
         let entries = lock(&br.shared.macs).entries(now);
@@ -393,6 +413,25 @@ impl Pipeline {
     /// Translates a packet (datapath key, frame length) at time `now`. Counts the packet on
     /// every rule it matched and learns MACs (NORMAL).
     pub fn translate(&self, key: &FlowKey, len: usize, now: Instant) -> Translation {
+        self.walk(key, 1, len as u64, now, true)
+    }
+
+    /// Credits traffic that a datapath megaflow carried (`packets`/`bytes` since the last call)
+    /// to the rules it was translated from: keeps rule counters and idle timeouts true for
+    /// traffic that never reaches an upcall. `key` is the megaflow's `key & mask` (or any key it
+    /// matched). No MAC learning and no generation bump; returns the rules credited.
+    pub fn credit(&self, key: &FlowKey, packets: u64, bytes: u64, now: Instant) -> usize {
+        self.walk(key, packets, bytes, now, false).rules.len()
+    }
+
+    fn walk(
+        &self,
+        key: &FlowKey,
+        packets: u64,
+        bytes: u64,
+        now: Instant,
+        learn: bool,
+    ) -> Translation {
         let gen0 = self.generation();
         let topo = self.topo.load();
         let in_dp = key.get(Field::InPort) as u32;
@@ -408,11 +447,16 @@ impl Pipeline {
         };
         let tables = read(&br.shared.tables);
         let mut x = Xlate::new(br, &tables, key, *in_of, now);
+        x.learn = learn;
         x.run();
         for r in &x.hits {
-            r.stats.credit(1, len as u64, now, r.flags);
+            r.stats.credit(packets, bytes, now, r.flags);
         }
-        let rules = x.hits.iter().map(|r| (r.table_id, r.priority, r.cookie)).collect();
+        let rules = x
+            .hits
+            .iter()
+            .map(|r| (r.table_id, r.priority, r.cookie))
+            .collect();
         let install = self.generation() == gen0;
         let mac_changed = x.mac_changed;
         let tr = Translation {
@@ -448,8 +492,7 @@ impl Pipeline {
         let (cookie, max_len) = {
             let tables = read(&br.shared.tables);
             tables
-                .by_serial(serial)
-                .map(|r| (r.cookie, r.controller_max_len().unwrap_or(u16::MAX)))
+                .controller_info(serial)
                 .unwrap_or((u64::MAX, u16::MAX))
         };
         let in_dp = key.get(Field::InPort) as u32;
@@ -472,7 +515,11 @@ impl Pipeline {
 }
 
 fn check_vlans(tag: Option<u16>, trunks: &[u16]) -> Result<(), Error> {
-    if let Some(v) = tag.into_iter().chain(trunks.iter().copied()).find(|&v| v > 4095) {
+    if let Some(v) = tag
+        .into_iter()
+        .chain(trunks.iter().copied())
+        .find(|&v| v > 4095)
+    {
         return Err(Error::BadConfig(format!("VLAN {v} out of range 0..4095")));
     }
     Ok(())

@@ -10,6 +10,7 @@ use crate::types::{
     flags, ofpp, FlowMod, FlowModCommand, Instruction, OfAction, OfError, RemovedFlow,
     RemovedReason, TABLE_ALL, TABLE_MAX,
 };
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,6 +23,8 @@ pub struct FlowTables {
     next_serial: u32,
     /// Rules with an idle or hard timeout (expiry scans only when non-zero).
     n_timed: usize,
+    /// serial -> (cookie, max_len) of rules that output to CONTROLLER (packet-in lookups).
+    controller: HashMap<u32, (u64, u16)>,
 }
 
 impl Default for FlowTables {
@@ -30,6 +33,7 @@ impl Default for FlowTables {
             tables: (0..=TABLE_MAX).map(|_| Table::default()).collect(),
             next_serial: 1,
             n_timed: 0,
+            controller: HashMap::new(),
         }
     }
 }
@@ -55,9 +59,9 @@ fn check_output(a: &OfAction) -> Result<(), OfError> {
             }
             Ok(())
         }
-        OfAction::PushVlan(tpid) if tpid != 0x8100 && tpid != 0x88a8 => {
-            Err(OfError::BadArgument("push_vlan ethertype must be 0x8100 or 0x88a8"))
-        }
+        OfAction::PushVlan(tpid) if tpid != 0x8100 && tpid != 0x88a8 => Err(OfError::BadArgument(
+            "push_vlan ethertype must be 0x8100 or 0x88a8",
+        )),
         _ => Ok(()),
     }
 }
@@ -103,9 +107,17 @@ impl FlowTables {
         self.tables.iter().flat_map(Table::iter)
     }
 
-    /// Finds a rule by serial (packet-in cookies). Linear; only used on the slow path.
-    pub fn by_serial(&self, serial: u32) -> Option<&Arc<Rule>> {
-        self.iter().find(|r| r.serial == serial)
+    /// (cookie, controller max_len) of the rule with this serial, if it outputs to CONTROLLER.
+    pub fn controller_info(&self, serial: u32) -> Option<(u64, u16)> {
+        self.controller.get(&serial).copied()
+    }
+
+    fn index(&mut self, rule: &Rule) {
+        if let Some(len) = rule.controller_max_len() {
+            self.controller.insert(rule.serial, (rule.cookie, len));
+        } else {
+            self.controller.remove(&rule.serial);
+        }
     }
 
     fn table_range(table_id: u8) -> std::ops::RangeInclusive<u8> {
@@ -150,9 +162,7 @@ impl FlowTables {
         let table = &mut self.tables[usize::from(fm.table_id)];
         if fm.flags & flags::CHECK_OVERLAP != 0
             && table.iter().any(|r| {
-                r.priority == fm.priority
-                    && r.match_ != fm.match_
-                    && r.match_.overlaps(&fm.match_)
+                r.priority == fm.priority && r.match_ != fm.match_ && r.match_.overlaps(&fm.match_)
             })
         {
             return Err(OfError::Overlap);
@@ -182,11 +192,14 @@ impl FlowTables {
             stats: RuleStats::new(now, p, b),
         };
         let timed = rule.idle_timeout != 0 || rule.hard_timeout != 0;
-        if let Some(old) = table.insert(Arc::new(rule)) {
+        let rule = Arc::new(rule);
+        if let Some(old) = table.insert(Arc::clone(&rule)) {
             if old.idle_timeout != 0 || old.hard_timeout != 0 {
                 self.n_timed -= 1;
             }
+            self.controller.remove(&old.serial);
         }
+        self.index(&rule);
         if timed {
             self.n_timed += 1;
         }
@@ -239,6 +252,7 @@ impl FlowTables {
                 serial: old.serial,
                 stats,
             };
+            self.index(&rule);
             self.tables[usize::from(old.table_id)].insert(Arc::new(rule));
         }
         Ok(chosen.len())
@@ -264,6 +278,7 @@ impl FlowTables {
         if removed.idle_timeout != 0 || removed.hard_timeout != 0 {
             self.n_timed -= 1;
         }
+        self.controller.remove(&removed.serial);
         Some(RemovedFlow {
             bridge: bridge.to_string(),
             reason,
@@ -278,6 +293,11 @@ impl FlowTables {
             packet_count: removed.packet_count(),
             byte_count: removed.byte_count(),
         })
+    }
+
+    /// True if some rule has a timeout (so [`FlowTables::expire`] has work to do).
+    pub fn has_timeouts(&self) -> bool {
+        self.n_timed != 0
     }
 
     /// Removes rules whose hard or idle timeout has passed at `now`.

@@ -88,6 +88,16 @@ pub mod ipproto {
 }
 
 /// A masked match over the flow key. Bits outside `mask` are zero in `key`.
+///
+/// OF1.3 OXM fields map onto [`Field`]s: IN_PORT → `InPort` (OpenFlow number), ETH_DST/SRC →
+/// `EthDst`/`EthSrc`, ETH_TYPE → `EthType`, VLAN_VID/PCP → `VlanTci` (use
+/// [`Match::set_vlan_vid`] / [`Match::set_vlan_pcp`]), IP_DSCP/ECN → `IpTos`
+/// ([`Match::set_ip_dscp`] / [`Match::set_ip_ecn`]), IP_PROTO → `IpProto`, IPV4_SRC/DST and
+/// ARP_SPA/TPA → `Ipv4Src`/`Ipv4Dst`, TCP/UDP/SCTP_SRC/DST → `TpSrc`/`TpDst`, ICMPV4/6
+/// TYPE/CODE → `TpSrc`/`TpDst` (8 bits), ARP_OP → `ArpOp`, ARP_SHA/THA → `ArpSha`/`ArpTha`,
+/// IPV6_SRC/DST → [`Match::set_ipv6_src`] / [`Match::set_ipv6_dst`]. Other OXM fields
+/// (METADATA, IN_PHY_PORT, IPV6_FLABEL, ND_*, MPLS_*, PBB_ISID, TUNNEL_ID, IPV6_EXTHDR) have no
+/// place in the key: the codec answers them with OFPBMC_BAD_FIELD.
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash, Debug)]
 pub struct Match {
     /// Values (in_port holds the OpenFlow port number).
@@ -118,6 +128,56 @@ impl Match {
     /// Matches the OpenFlow ingress port.
     pub fn set_in_port(&mut self, port: OfPort) -> &mut Self {
         self.set(Field::InPort, u64::from(port))
+    }
+
+    /// OF1.3 `OXM_OF_VLAN_VID` semantics: `value` is `OFPVID_PRESENT | vid` (or
+    /// `OFPVID_NONE` = 0 for "no tag"), `mask` as in the OXM (0x1fff when unmasked).
+    pub fn set_vlan_vid(&mut self, value: u16, mask: u16) -> &mut Self {
+        self.merge(
+            Field::VlanTci,
+            u64::from(value & 0x1fff),
+            u64::from(mask & 0x1fff),
+        )
+    }
+
+    /// OF1.3 `OXM_OF_VLAN_PCP` (implies a tag is present).
+    pub fn set_vlan_pcp(&mut self, pcp: u8) -> &mut Self {
+        let v = u64::from(VLAN_PRESENT) | u64::from(pcp & 7) << 13;
+        self.merge(Field::VlanTci, v, 0xf000)
+    }
+
+    /// OF1.3 `OXM_OF_IP_DSCP` (6 bits).
+    pub fn set_ip_dscp(&mut self, dscp: u8) -> &mut Self {
+        self.merge(Field::IpTos, u64::from(dscp & 0x3f) << 2, 0xfc)
+    }
+
+    /// OF1.3 `OXM_OF_IP_ECN` (2 bits).
+    pub fn set_ip_ecn(&mut self, ecn: u8) -> &mut Self {
+        self.merge(Field::IpTos, u64::from(ecn & 3), 3)
+    }
+
+    /// A MAC field (`EthSrc`, `EthDst`, `ArpSha`, `ArpTha`) with a mask.
+    pub fn set_mac(&mut self, f: Field, mac: [u8; 6], mask: [u8; 6]) -> &mut Self {
+        self.set_masked(f, FlowKey::mac_to_u64(mac), FlowKey::mac_to_u64(mask))
+    }
+
+    /// `OXM_OF_IPV6_SRC` with a mask.
+    pub fn set_ipv6_src(&mut self, addr: u128, mask: u128) -> &mut Self {
+        self.set_masked(Field::Ipv6SrcHi, (addr >> 64) as u64, (mask >> 64) as u64);
+        self.set_masked(Field::Ipv6SrcLo, addr as u64, mask as u64)
+    }
+
+    /// `OXM_OF_IPV6_DST` with a mask.
+    pub fn set_ipv6_dst(&mut self, addr: u128, mask: u128) -> &mut Self {
+        self.set_masked(Field::Ipv6DstHi, (addr >> 64) as u64, (mask >> 64) as u64);
+        self.set_masked(Field::Ipv6DstLo, addr as u64, mask as u64)
+    }
+
+    /// Adds `value/mask` bits to a field, keeping bits already matched (VLAN VID + PCP, DSCP +
+    /// ECN share one field).
+    pub fn merge(&mut self, f: Field, value: u64, mask: u64) -> &mut Self {
+        let (old_v, old_m) = (self.key.get(f), self.mask.get(f));
+        self.set_masked(f, (old_v & !mask) | (value & mask), old_m | mask)
     }
 
     /// `(value, mask)` of a field, `None` when the field is wildcarded.
@@ -167,9 +227,12 @@ impl Match {
         use ethertype::*;
         let ip = [u64::from(IPV4), u64::from(IPV6)];
         let uses = |f: Field| self.mask.get(f) != 0;
-        if uses(Field::IpProto) || uses(Field::IpTos) || uses(Field::IpTtl) || uses(Field::IpFrag)
-        {
-            self.requires(Field::EthType, &ip, "ip fields need dl_type=0x0800 or 0x86dd")?;
+        if uses(Field::IpProto) || uses(Field::IpTos) || uses(Field::IpTtl) || uses(Field::IpFrag) {
+            self.requires(
+                Field::EthType,
+                &ip,
+                "ip fields need dl_type=0x0800 or 0x86dd",
+            )?;
         }
         if uses(Field::Ipv4Src) || uses(Field::Ipv4Dst) {
             let v4arp = [u64::from(IPV4), u64::from(ARP)];
@@ -182,14 +245,22 @@ impl Match {
         let w7 = uses(Field::Ipv6DstHi) || uses(Field::Ipv6DstLo);
         if w5 || w7 {
             let v6arp = [u64::from(IPV6), u64::from(ARP)];
-            self.requires(Field::EthType, &v6arp, "ipv6/arp_sha/arp_tha fields need ipv6 or arp")?;
+            self.requires(
+                Field::EthType,
+                &v6arp,
+                "ipv6/arp_sha/arp_tha fields need ipv6 or arp",
+            )?;
             if w7 {
                 self.requires(Field::EthType, &[u64::from(IPV6)], "ipv6_dst needs ipv6")?;
             }
         }
         if uses(Field::TpSrc) || uses(Field::TpDst) || uses(Field::TcpFlags) {
             let l4 = [6, 17, 1, 58, 132];
-            self.requires(Field::IpProto, &l4, "tp_src/tp_dst need tcp, udp, sctp or icmp")?;
+            self.requires(
+                Field::IpProto,
+                &l4,
+                "tp_src/tp_dst need tcp, udp, sctp or icmp",
+            )?;
             if uses(Field::TcpFlags) {
                 self.requires(Field::IpProto, &[6], "tcp_flags needs tcp")?;
             }
@@ -484,3 +555,42 @@ impl fmt::Display for OfError {
 }
 
 impl std::error::Error for OfError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oxm_helpers_map_onto_the_key() {
+        let mut m = Match::ANY;
+        m.set_vlan_vid(VLAN_PRESENT | 10, 0x1fff).set_vlan_pcp(5);
+        assert_eq!(m.get(Field::VlanTci), Some((0xa000 | 0x1000 | 10, 0xffff)));
+        let mut none = Match::ANY;
+        none.set_vlan_vid(0, 0x1fff);
+        let mut untagged = FlowKey::ZERO;
+        assert!(none.matches(&untagged));
+        untagged.set(Field::VlanTci, 0x1000 | 3);
+        assert!(!none.matches(&untagged));
+        m.set_ip_dscp(46).set_ip_ecn(1);
+        assert_eq!(m.get(Field::IpTos), Some((46 << 2 | 1, 0xff)));
+        m.set_ipv6_src(0x2001_0db8 << 96, !0u128 << 96);
+        assert_eq!(
+            m.get(Field::Ipv6SrcHi),
+            Some((0x2001_0db8 << 32, 0xffff_ffff << 32))
+        );
+        assert_eq!(m.get(Field::Ipv6SrcLo), None);
+    }
+
+    #[test]
+    fn covers_and_overlaps() {
+        let mut tcp = Match::ANY;
+        tcp.set(Field::EthType, 0x0800).set(Field::IpProto, 6);
+        let mut web = tcp;
+        web.set(Field::TpDst, 80);
+        assert!(tcp.covers(&web) && !web.covers(&tcp));
+        assert!(Match::ANY.covers(&web));
+        let mut udp = Match::ANY;
+        udp.set(Field::EthType, 0x0800).set(Field::IpProto, 17);
+        assert!(!udp.overlaps(&web) && tcp.overlaps(&web));
+    }
+}

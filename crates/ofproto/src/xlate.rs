@@ -22,10 +22,7 @@ use wire::{Field, FlowKey};
 /// Packs what a packet-in needs into a datapath userspace cookie:
 /// bits 0..32 rule serial, 32..40 table id, 40..48 reason, 48..64 bridge id.
 pub fn encode_cookie(bridge: u16, reason: PacketInReason, table: u8, serial: u32) -> u64 {
-    u64::from(serial)
-        | u64::from(table) << 32
-        | (reason as u64) << 40
-        | u64::from(bridge) << 48
+    u64::from(serial) | u64::from(table) << 32 | (reason as u64) << 40 | u64::from(bridge) << 48
 }
 
 /// Inverse of [`encode_cookie`]: (bridge id, reason, table id, rule serial).
@@ -82,6 +79,8 @@ pub struct Xlate<'a> {
     pub(crate) hits: Vec<&'a Rule>,
     /// NORMAL learned a new MAC or saw a move (stale megaflows must be revalidated).
     pub(crate) mac_changed: bool,
+    /// False for accounting walks: NORMAL must not learn.
+    pub(crate) learn: bool,
     cur_table: u8,
     cur_rule: Option<&'a Rule>,
 }
@@ -112,6 +111,7 @@ impl<'a> Xlate<'a> {
             out: Vec::new(),
             hits: Vec::new(),
             mac_changed: false,
+            learn: true,
             cur_table: 0,
             cur_rule: None,
         }
@@ -206,7 +206,12 @@ impl<'a> Xlate<'a> {
             return false;
         }
         self.wc.set_exact(Field::IpProto);
-        self.key.get(Field::IpProto) == u64::from(proto)
+        if self.key.get(Field::IpProto) != u64::from(proto) {
+            return false;
+        }
+        // A later fragment has no L4 header to rewrite.
+        self.wc.set(Field::IpFrag, self.wc.get(Field::IpFrag) | 2);
+        self.key.get(Field::IpFrag) & 2 == 0
     }
 
     fn set_field(&mut self, sf: SetField) {
@@ -214,15 +219,16 @@ impl<'a> Xlate<'a> {
         let (field, value, action) = match sf {
             SetField::EthSrc(m) => (Field::EthSrc, FlowKey::mac_to_u64(m), Action::SetEthSrc(m)),
             SetField::EthDst(m) => (Field::EthDst, FlowKey::mac_to_u64(m), Action::SetEthDst(m)),
-            SetField::VlanVid(v) | SetField::VlanPcp(v) => {
+            SetField::VlanVid(vid) => {
                 self.wc.set_exact(Field::VlanTci);
-                let mut tci = self.tci() | VLAN_PRESENT;
-                if let SetField::VlanVid(vid) = sf {
-                    tci = (tci & !VLAN_VID_MASK) | (vid & VLAN_VID_MASK);
-                } else {
-                    tci = (tci & 0x1fff) | (u16::from(v as u8 & 7) << 13);
-                }
-                self.set_tci(tci);
+                let tci = self.tci() | VLAN_PRESENT;
+                self.set_tci((tci & !VLAN_VID_MASK) | (vid & VLAN_VID_MASK));
+                return;
+            }
+            SetField::VlanPcp(pcp) => {
+                self.wc.set_exact(Field::VlanTci);
+                let tci = self.tci() | VLAN_PRESENT;
+                self.set_tci((tci & 0x1fff) | (u16::from(pcp & 7) << 13));
                 return;
             }
             SetField::Ipv4Src(a) if self.eth_type_is(&[ethertype::IPV4]) => {
@@ -277,8 +283,8 @@ impl<'a> Xlate<'a> {
             ofpp::IN_PORT => self.emit_output(self.in_dp),
             ofpp::NORMAL => crate::normal::xlate_normal(self),
             ofpp::FLOOD | ofpp::ALL => {
-                let br = self.br;
-                for p in br.ports.iter().filter(|p| p.ofport != self.in_of) {
+                let (br, in_of) = (self.br, self.in_of);
+                for p in br.ports.iter().filter(|p| p.ofport != in_of) {
                     self.emit_output(p.dp_port);
                 }
             }
@@ -312,7 +318,10 @@ mod tests {
     #[test]
     fn cookie_round_trip() {
         let c = encode_cookie(7, PacketInReason::Action, 3, 0xdead_beef);
-        assert_eq!(decode_cookie(c), (7, PacketInReason::Action, 3, 0xdead_beef));
+        assert_eq!(
+            decode_cookie(c),
+            (7, PacketInReason::Action, 3, 0xdead_beef)
+        );
         let c = encode_cookie(0, PacketInReason::NoMatch, 254, 1);
         assert_eq!(decode_cookie(c), (0, PacketInReason::NoMatch, 254, 1));
     }

@@ -9,6 +9,7 @@
 
 pub mod dummy;
 mod stats;
+pub mod vhost_user;
 
 pub use stats::{DropReason, PortCounters, PortStats};
 

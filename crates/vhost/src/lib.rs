@@ -1,1 +1,24 @@
-//! placeholder
+//! vhost-user backend (device side): Vireo serves virtio-net devices to VMs (QEMU) and
+//! containers (DPDK virtio-user) over a unix socket.
+//!
+//! Owns: the wire format ([`msg`]), fd passing ([`sock`]), the protocol state machine with its
+//! declarative request table ([`backend`]), the PMD-facing device ([`shared`]), the socket
+//! endpoint and its control thread in server or client mode ([`endpoint`]), and a test
+//! frontend ([`frontend`]).
+//!
+//! Threads: one control thread per endpoint; PMD threads call [`Device::rx_burst`] and
+//! [`Device::tx_burst`]. See each module for what it owns.
+#![deny(unsafe_code)]
+
+pub mod backend;
+pub mod endpoint;
+pub mod frontend;
+pub mod msg;
+pub mod shared;
+pub mod sock;
+
+pub use endpoint::{Endpoint, Mode};
+pub use shared::{ConnState, Device};
+
+#[cfg(test)]
+mod tests;

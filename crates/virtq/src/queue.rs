@@ -243,7 +243,7 @@ impl Queue {
         let ok = self.feat.indirect
             && matches!(table, Table::Direct)
             && !d.has(VIRTQ_DESC_F_NEXT)
-            && d.len % DESC_SIZE as u32 == 0
+            && d.len.is_multiple_of(DESC_SIZE as u32)
             && n > 0
             && n <= MAX_INDIRECT
             && self.mem.contains(d.addr, u64::from(d.len));
@@ -253,20 +253,24 @@ impl Queue {
         Ok(Table::Indirect { gpa: d.addr, n })
     }
 
-    /// Walks the chain at `head`, calling `seg(desc)` for each data descriptor (indirect tables
-    /// resolved). Caps the walk at the table size so loops end.
+    /// Walks a chain whose head descriptor `first` the caller already read, calling `seg(desc)`
+    /// for each data descriptor (indirect tables resolved). Caps the walk at the table size so
+    /// loops end.
     #[inline]
-    fn walk(
+    fn walk_from(
         &self,
-        head: u16,
+        first: Desc,
         mut seg: impl FnMut(&Desc) -> Result<(), ChainError>,
     ) -> Result<(), ChainError> {
         let mut table = Table::Direct;
-        let mut idx = head;
+        let mut next = None;
         let mut limit = u32::from(self.size);
         let mut count = 0u32;
         loop {
-            let d = self.read_desc(table, idx)?;
+            let d = match next {
+                None => first,
+                Some(idx) => self.read_desc(table, idx)?,
+            };
             count += 1;
             if count > limit {
                 return Err(ChainError::Malformed);
@@ -277,7 +281,7 @@ impl Queue {
                     Table::Indirect { n, .. } => n,
                     Table::Direct => limit,
                 };
-                idx = 0;
+                next = Some(0);
                 count = 0;
                 continue;
             }
@@ -292,17 +296,34 @@ impl Queue {
             if u32::from(d.next) >= n {
                 return Err(ChainError::Malformed);
             }
-            idx = d.next;
+            next = Some(d.next);
         }
     }
 
-    /// Copies a device-readable chain into `buf`, stripping the virtio-net header. Returns the
-    /// frame length.
+    /// Copies the device-readable chain at `head` into `buf`, stripping the virtio-net header.
+    /// Returns the frame length.
     #[inline]
     fn read_chain(&self, head: u16, buf: &mut [u8]) -> Result<usize, ChainError> {
+        let first = self.read_desc(Table::Direct, head)?;
+        let hdr = self.feat.hdr_len as u32;
+        if first.flags == 0 && first.len >= hdr {
+            // Fast path: header and frame in one descriptor.
+            let len = (first.len - hdr) as usize;
+            let dst = buf.get_mut(..len).ok_or(ChainError::TooBig)?;
+            let addr = first
+                .addr
+                .checked_add(u64::from(hdr))
+                .ok_or(ChainError::Malformed)?;
+            self.mem.read(addr, dst)?;
+            return Ok(len);
+        }
+        self.read_chain_from(first, buf)
+    }
+
+    fn read_chain_from(&self, first: Desc, buf: &mut [u8]) -> Result<usize, ChainError> {
         let mut skip = self.feat.hdr_len as u64;
         let mut written = 0usize;
-        self.walk(head, |d| {
+        self.walk_from(first, |d| {
             if d.has(VIRTQ_DESC_F_WRITE) {
                 return Err(ChainError::Malformed);
             }
@@ -329,8 +350,7 @@ impl Queue {
     #[inline]
     fn push_used(&mut self, head: u16, len: u32) {
         let slot = usize::from(self.used_idx & self.mask);
-        self.used
-            .write_u32_pair(4 + 8 * slot, u32::from(head), len);
+        self.used.write_u32_pair(4 + 8 * slot, u32::from(head), len);
         self.used_idx = self.used_idx.wrapping_add(1);
     }
 
@@ -389,16 +409,19 @@ impl Queue {
             }
             self.push_used(head, 0);
         }
-        self.last_avail = self.last_avail.wrapping_add(self.used_idx.wrapping_sub(old_used));
+        self.last_avail = self
+            .last_avail
+            .wrapping_add(self.used_idx.wrapping_sub(old_used));
         self.flush(old_used, &mut b);
         b
     }
 
-    /// Collects the writable segments of the chain at `head` into `segs`; returns its capacity.
-    fn gather(&mut self, head: u16) -> Result<u64, ChainError> {
+    /// Collects the writable segments of the chain headed by `first` into `segs`; returns its
+    /// capacity.
+    fn gather(&mut self, first: Desc) -> Result<u64, ChainError> {
         let mut segs = std::mem::take(&mut self.segs);
         let mut cap = 0u64;
-        let r = self.walk(head, |d| {
+        let r = self.walk_from(first, |d| {
             if !d.has(VIRTQ_DESC_F_WRITE) || segs.len() >= MAX_SEGS {
                 return Err(ChainError::Malformed);
             }
@@ -440,12 +463,23 @@ impl Queue {
         Ok(())
     }
 
-    /// Gathers enough guest buffers for `need` bytes starting at avail position `*taken`.
+    /// Gathers enough guest buffers for `need` bytes: the chain `(head, first)` already taken,
+    /// then more from avail position `*taken` (mergeable rx).
     /// Err(None) = no buffers left (queue full); Err(Some(e)) = this packet fails with `e`.
-    fn gather_for(&mut self, need: u64, avail: u16, taken: &mut u16, b: &mut Burst) -> Result<(), Option<ChainError>> {
+    fn gather_for(
+        &mut self,
+        need: u64,
+        head: u16,
+        first: Desc,
+        avail: u16,
+        taken: &mut u16,
+        b: &mut Burst,
+    ) -> Result<(), Option<ChainError>> {
         self.segs.clear();
         self.heads.clear();
-        let mut cap = 0u64;
+        let r = self.gather(first);
+        self.heads.push((head, self.segs.len()));
+        let mut cap = r.map_err(Some)?;
         while cap < need {
             if !self.heads.is_empty() && !self.feat.mrg_rxbuf {
                 return Err(Some(ChainError::TooBig));
@@ -460,7 +494,14 @@ impl Queue {
                 return Err(None);
             };
             *taken += 1;
-            let r = self.gather(head);
+            let first = match self.read_desc(Table::Direct, head) {
+                Ok(d) => d,
+                Err(e) => {
+                    self.heads.push((head, self.segs.len()));
+                    return Err(Some(e));
+                }
+            };
+            let r = self.gather(first);
             self.heads.push((head, self.segs.len()));
             cap += r.map_err(Some)?;
         }
@@ -492,6 +533,82 @@ impl Queue {
         }
     }
 
+    /// Writes a packet over the gathered buffers (slow path: chains, mergeable).
+    fn enqueue_gathered(&mut self, hdr: &mut [u8; 12], data: &[u8], need: u64, b: &mut Burst) {
+        let nbuf = self.heads.len() as u16;
+        hdr[10..12].copy_from_slice(&nbuf.to_le_bytes());
+        let r = self.scatter(&hdr[..self.feat.hdr_len], data);
+        hdr[10..12].copy_from_slice(&1u16.to_le_bytes());
+        match r {
+            Ok(()) => {
+                self.return_heads_written(need as usize);
+                b.packets += 1;
+                b.bytes += data.len() as u64;
+            }
+            Err(_) => {
+                self.return_heads_empty();
+                b.malformed += 1;
+            }
+        }
+    }
+
+    /// Enqueues one frame, consuming guest buffers from avail position `*taken`. False when no
+    /// buffer is left (the burst stops); every other outcome is counted in `b`.
+    #[inline]
+    fn enqueue_one(
+        &mut self,
+        data: &[u8],
+        avail: u16,
+        taken: &mut u16,
+        hdr: &mut [u8; 12],
+        b: &mut Burst,
+    ) -> bool {
+        let need = (self.feat.hdr_len + data.len()) as u64;
+        let start = *taken;
+        if *taken == avail {
+            return false;
+        }
+        let Some(head) = self.head_at(*taken, b) else {
+            return false;
+        };
+        *taken += 1;
+        let Ok(first) = self.read_desc(Table::Direct, head) else {
+            self.push_used(head, 0);
+            b.malformed += 1;
+            return true;
+        };
+        if first.flags == VIRTQ_DESC_F_WRITE && u64::from(first.len) >= need {
+            // Fast path: the frame fits in one plain buffer.
+            let h = &hdr[..self.feat.hdr_len];
+            if self.mem.write2(first.addr, h, data).is_ok() {
+                self.push_used(head, need as u32);
+                b.packets += 1;
+                b.bytes += data.len() as u64;
+            } else {
+                self.push_used(head, 0);
+                b.malformed += 1;
+            }
+            return true;
+        }
+        match self.gather_for(need, head, first, avail, taken, b) {
+            Ok(()) => self.enqueue_gathered(hdr, data, need, b),
+            Err(Some(ChainError::Malformed)) => {
+                self.return_heads_empty();
+                b.malformed += 1;
+            }
+            Err(Some(ChainError::TooBig)) => {
+                // Keep the buffers for the next frame.
+                *taken = start;
+                b.too_big += 1;
+            }
+            Err(None) => {
+                *taken = start;
+                return false;
+            }
+        }
+        true
+    }
+
     /// Packets → guest rx: enqueues each packet of `pkts` into the guest's buffers. Stops at
     /// the first packet that finds no buffer (the rest count as `full`).
     pub fn enqueue(&mut self, pkts: &[Packet]) -> Burst {
@@ -504,46 +621,16 @@ impl Queue {
         let old_used = self.used_idx;
         let mut taken = 0u16;
         let mut hdr = [0u8; 12];
+        hdr[10] = 1;
         for (i, p) in pkts.iter().enumerate() {
-            let data = p.data();
-            let need = (self.feat.hdr_len + data.len()) as u64;
-            let start = taken;
-            match self.gather_for(need, avail, &mut taken, &mut b) {
-                Ok(()) => {
-                    let nbuf = self.heads.len() as u16;
-                    hdr[10..12].copy_from_slice(&nbuf.to_le_bytes());
-                    let h = &hdr[..self.feat.hdr_len];
-                    match self.scatter(h, data) {
-                        Ok(()) => {
-                            self.return_heads_written(need as usize);
-                            b.packets += 1;
-                            b.bytes += data.len() as u64;
-                        }
-                        Err(_) => {
-                            self.return_heads_empty();
-                            b.malformed += 1;
-                        }
-                    }
+            if !self.enqueue_one(p.data(), avail, &mut taken, &mut hdr, &mut b) {
+                let rest = (pkts.len() - i) as u32;
+                if self.broken.is_some() {
+                    b.broken_drops += rest;
+                } else {
+                    b.full += rest;
                 }
-                Err(Some(ChainError::Malformed)) => {
-                    self.return_heads_empty();
-                    b.malformed += 1;
-                }
-                Err(Some(ChainError::TooBig)) => {
-                    // Keep the buffers for the next packet.
-                    taken = start;
-                    b.too_big += 1;
-                }
-                Err(None) => {
-                    taken = start;
-                    let rest = (pkts.len() - i) as u32;
-                    if self.broken.is_some() {
-                        b.broken_drops += rest;
-                    } else {
-                        b.full += rest;
-                    }
-                    break;
-                }
+                break;
             }
         }
         self.last_avail = self.last_avail.wrapping_add(taken);

@@ -124,7 +124,7 @@ mod tests {
         d[10..12].copy_from_slice(&c.to_be_bytes());
         assert!(verify(&d));
         let old = u32::from_be_bytes([d[12], d[13], d[14], d[15]]);
-        let new = 0xc0a8_0101;
+        let new: u32 = 0xc0a8_0101;
         d[12..16].copy_from_slice(&new.to_be_bytes());
         let c2 = update32(c, old, new);
         d[10..12].copy_from_slice(&c2.to_be_bytes());

@@ -1,1 +1,268 @@
-//! Connections (placeholder).
+//! OpenFlow connections for one bridge ([`OfSwitch`]): passive [`Listener`]s
+//! (`unix:PATH`, `ptcp:PORT[:IP]`), active [`Connector`]s (`tcp:IP:PORT`, `unix:PATH`, with
+//! 1 s → 8 s exponential backoff and echo keepalive), and the [`SwitchHandler`] trait the
+//! daemon implements.
+//!
+//! Threads: each listener has an accept thread; each connector has a connect thread that also
+//! reads its connection; each accepted connection has a reader thread. Every connection has
+//! its own writer thread draining a bounded queue, so a slow or dead peer only ever blocks
+//! itself. Replies to a peer's own requests wait for room in its queue (back-pressure on that
+//! peer); asynchronous messages pushed with [`OfSwitch::broadcast`] never wait: a connection
+//! whose queue is full is dropped.
+//!
+//! The connection layer answers HELLO, ECHO, FEATURES_REQUEST (from
+//! [`SwitchHandler::features`]), BARRIER and ROLE_REQUEST itself, refuses state changes from
+//! slave controllers, and turns decode errors into `OFPT_ERROR` replies carrying the first 64
+//! bytes of the offending message. Everything else goes to [`SwitchHandler::handle`], called
+//! on the connection's reader thread, one message at a time per connection.
+//!
+//! Lock order: one mutex (`Shared::state`); it is never held while calling the handler or
+//! while blocking on a queue.
+
+mod connector;
+mod framing;
+mod listener;
+mod session;
+mod stream;
+
+pub use connector::Connector;
+pub use framing::{FrameError, FrameReader};
+pub use listener::Listener;
+pub use stream::{Stream, Target, DEFAULT_PORT};
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::error::{errors, OfError};
+use crate::msg::{FeaturesReply, Message, Role, RoleMsg};
+use session::Outbox;
+
+/// Identifies one connection for the lifetime of the process.
+pub type ConnId = u64;
+
+/// What the daemon implements for each bridge.
+pub trait SwitchHandler: Send + Sync + 'static {
+    /// Contents of FEATURES_REPLY (datapath id, tables, capabilities).
+    fn features(&self) -> FeaturesReply;
+
+    /// A decoded message from controller `conn` (not HELLO, ECHO, FEATURES_REQUEST,
+    /// BARRIER or ROLE_REQUEST, which the connection layer answers). The returned messages
+    /// are sent with the request's `xid` (multipart replies are split as needed); an error
+    /// is sent as `OFPT_ERROR` with the request's first 64 bytes. Runs on the connection's
+    /// reader thread; a barrier is answered only after every earlier `handle` returned.
+    fn handle(&self, conn: ConnId, xid: u32, msg: Message) -> Result<Vec<Message>, OfError>;
+
+    /// A connection finished version negotiation.
+    fn connected(&self, _conn: ConnId, _peer: &str) {}
+
+    /// A connection ended.
+    fn disconnected(&self, _conn: ConnId) {}
+}
+
+/// Tunables for every connection of an [`OfSwitch`].
+#[derive(Debug, Clone)]
+pub struct ConnConfig {
+    /// Send ECHO_REQUEST after this long without input; drop the connection if nothing
+    /// arrives for as long again. `None` disables keepalive.
+    pub inactivity_probe: Option<Duration>,
+    /// Messages queued per connection before async pushes drop it.
+    pub tx_queue_len: usize,
+    /// A write blocked this long means the peer is dead.
+    pub write_timeout: Duration,
+    /// First reconnect delay of an active connection (doubles on each failure).
+    pub backoff_initial: Duration,
+    /// Cap on the reconnect delay.
+    pub backoff_max: Duration,
+    /// Timeout of one TCP connect attempt.
+    pub connect_timeout: Duration,
+}
+
+impl Default for ConnConfig {
+    fn default() -> Self {
+        ConnConfig {
+            inactivity_probe: Some(Duration::from_secs(5)),
+            tx_queue_len: 1024,
+            write_timeout: Duration::from_secs(30),
+            backoff_initial: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(8),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A live connection as seen from [`OfSwitch::connections`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnInfo {
+    pub id: ConnId,
+    pub peer: String,
+    pub role: Role,
+    /// Version negotiation finished.
+    pub ready: bool,
+}
+
+struct ConnEntry {
+    outbox: Outbox,
+    peer: String,
+    role: Role,
+    ready: bool,
+}
+
+#[derive(Default)]
+struct State {
+    conns: HashMap<ConnId, ConnEntry>,
+    /// Last generation id seen in a master/slave role request.
+    generation: Option<u64>,
+}
+
+pub(crate) struct Shared {
+    handler: Arc<dyn SwitchHandler>,
+    config: ConnConfig,
+    state: Mutex<State>,
+    next_id: AtomicU64,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn new_id(&self) -> ConnId {
+        self.next_id.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    fn register(&self, id: ConnId, peer: String, outbox: Outbox) {
+        let e = ConnEntry { outbox, peer, role: Role::Equal, ready: false };
+        self.lock().conns.insert(id, e);
+    }
+
+    fn set_ready(&self, id: ConnId) {
+        if let Some(e) = self.lock().conns.get_mut(&id) {
+            e.ready = true;
+        }
+    }
+
+    fn unregister(&self, id: ConnId) {
+        self.lock().conns.remove(&id);
+    }
+
+    fn role(&self, id: ConnId) -> Role {
+        self.lock().conns.get(&id).map_or(Role::Equal, |e| e.role)
+    }
+
+    /// ROLE_REQUEST semantics of OpenFlow 1.3 §6.3.5.
+    fn change_role(&self, id: ConnId, req: RoleMsg) -> Result<RoleMsg, OfError> {
+        let mut st = self.lock();
+        let current = st.conns.get(&id).map_or(Role::Equal, |e| e.role);
+        if matches!(req.role, Role::Master | Role::Slave) {
+            if let Some(g) = st.generation {
+                if (req.generation_id.wrapping_sub(g) as i64) < 0 {
+                    return Err(errors::ROLE_REQUEST_FAILED_STALE);
+                }
+            }
+            st.generation = Some(req.generation_id);
+        }
+        let role = if req.role == Role::NoChange { current } else { req.role };
+        if role == Role::Master {
+            for (other, e) in st.conns.iter_mut() {
+                if *other != id && e.role == Role::Master {
+                    e.role = Role::Slave;
+                }
+            }
+        }
+        if let Some(e) = st.conns.get_mut(&id) {
+            e.role = role;
+        }
+        Ok(RoleMsg { role, generation_id: st.generation.unwrap_or(0) })
+    }
+}
+
+/// The OpenFlow side of one bridge: its connections and how to reach them.
+#[derive(Clone)]
+pub struct OfSwitch {
+    shared: Arc<Shared>,
+}
+
+impl OfSwitch {
+    /// A switch endpoint whose connections are served by `handler`.
+    pub fn new(handler: Arc<dyn SwitchHandler>, config: ConnConfig) -> Self {
+        let shared = Shared {
+            handler,
+            config,
+            state: Mutex::new(State::default()),
+            next_id: AtomicU64::new(0),
+        };
+        OfSwitch { shared: Arc::new(shared) }
+    }
+
+    /// Listens on `unix:PATH` (or `punix:PATH`) or `ptcp:PORT[:IP]`; each accepted peer is
+    /// served on its own thread. Dropping the [`Listener`] stops accepting (live
+    /// connections stay up).
+    pub fn listen(&self, target: &str) -> io::Result<Listener> {
+        Listener::start(self.shared.clone(), Target::parse_passive(target)?)
+    }
+
+    /// Keeps a connection to controller `tcp:IP[:PORT]` or `unix:PATH`, reconnecting with
+    /// backoff. Dropping the [`Connector`] closes it.
+    pub fn connect(&self, target: &str) -> io::Result<Connector> {
+        Ok(Connector::start(self.shared.clone(), Target::parse_active(target)?))
+    }
+
+    /// Pushes an asynchronous message (PACKET_IN, PORT_STATUS, FLOW_REMOVED, …, xid 0) to
+    /// every ready connection whose role wants it (slaves get only PORT_STATUS). Never
+    /// blocks; a connection whose queue is full is dropped. Returns how many were sent.
+    pub fn broadcast(&self, msg: &Message) -> usize {
+        let frames = session::encode_frames(0, msg);
+        if frames.is_empty() {
+            return 0;
+        }
+        let targets: Vec<Outbox> = {
+            let st = self.shared.lock();
+            st.conns
+                .values()
+                .filter(|e| e.ready)
+                .filter(|e| e.role != Role::Slave || matches!(msg, Message::PortStatus(_)))
+                .map(|e| e.outbox.clone())
+                .collect()
+        };
+        targets.iter().filter(|o| frames.iter().all(|f| o.push(f.clone()))).count()
+    }
+
+    /// Sends `msg` with `xid` to one connection without blocking. False if it is gone or
+    /// its queue was full (it is then dropped).
+    pub fn send_to(&self, conn: ConnId, xid: u32, msg: &Message) -> bool {
+        let outbox = self.shared.lock().conns.get(&conn).map(|e| e.outbox.clone());
+        match outbox {
+            Some(o) => session::encode_frames(xid, msg).into_iter().all(|f| o.push(f)),
+            None => false,
+        }
+    }
+
+    /// The live connections.
+    pub fn connections(&self) -> Vec<ConnInfo> {
+        let st = self.shared.lock();
+        let mut v: Vec<ConnInfo> = st
+            .conns
+            .iter()
+            .map(|(id, e)| ConnInfo { id: *id, peer: e.peer.clone(), role: e.role, ready: e.ready })
+            .collect();
+        v.sort_by_key(|c| c.id);
+        v
+    }
+
+    /// Closes one connection (an active one will reconnect).
+    pub fn disconnect(&self, conn: ConnId) {
+        if let Some(e) = self.shared.lock().conns.get(&conn) {
+            e.outbox.close();
+        }
+    }
+
+    /// Closes every connection.
+    pub fn disconnect_all(&self) {
+        for e in self.shared.lock().conns.values() {
+            e.outbox.close();
+        }
+    }
+}

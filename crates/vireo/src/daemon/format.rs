@@ -154,7 +154,7 @@ pub fn parse_hex(s: &str) -> Result<Vec<u8>, String> {
         .chars()
         .filter(|c| !c.is_whitespace() && *c != ':')
         .collect();
-    if clean.len() % 2 != 0 {
+    if !clean.len().is_multiple_of(2) {
         return Err("hex frame has an odd number of digits".into());
     }
     (0..clean.len())

@@ -108,3 +108,5 @@ pub fn ctl(run_dir: &Path, args: &[&str]) -> Out {
         stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
     }
 }
+
+pub mod peers;

@@ -1,0 +1,319 @@
+//! The switches under test: Vireo (vireod + vireoctl), OVS-DPDK 3.1 (Debian's
+//! ovs-vswitchd-dpdk in a private run directory) and DPDK testpmd's vhost PMD in io mode
+//! (the raw upper bound). Each starts with its PMD on the switch core, wires two vhost-user
+//! ports and the scenario's rules, reports its own busy cycles per packet where it has them,
+//! and stops completely (nothing left spinning).
+//!
+//! Threads: vireo-bench's main thread.
+use crate::parse::{ovs_pmd_stats, vireo_pmd_stats, PmdCycles};
+use crate::proc::{kill_pidfile, run, wait_for_path, which, Proc};
+use crate::scenario::Scenario;
+use crate::testpmd::{switch_args, TESTPMD};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// Where the generator finds the switch.
+#[derive(Clone, Debug)]
+pub struct Ports {
+    /// The two vhost-user sockets.
+    pub socks: [PathBuf; 2],
+    /// The generator must listen (the switch is a vhost-user client).
+    pub gen_server: bool,
+}
+
+/// One switch under test.
+pub trait Contender {
+    /// Short name: `vireo`, `ovs`, `dpdk`.
+    fn name(&self) -> &'static str;
+    /// Why it cannot run here, if it cannot.
+    fn check(&self) -> Result<(), String>;
+    /// Starts it in `dir` with the scenario's ports and rules.
+    fn start(&mut self, dir: &Path, sc: &Scenario) -> Result<Ports, String>;
+    /// Zeroes its PMD statistics (start of the measurement window).
+    fn clear_stats(&mut self) {}
+    /// Its PMD statistics since `clear_stats`, if it keeps them.
+    fn pmd_cycles(&mut self) -> Option<PmdCycles> {
+        None
+    }
+    /// Stops everything it started.
+    fn stop(&mut self);
+}
+
+fn socks(dir: &Path) -> [PathBuf; 2] {
+    [dir.join("vu0.sock"), dir.join("vu1.sock")]
+}
+
+/// DPDK testpmd with two vhost PMD ports, io forwarding.
+pub struct Dpdk {
+    core: usize,
+    proc: Option<Proc>,
+}
+
+impl Dpdk {
+    /// Its forwarding lcore goes on `core`.
+    pub fn new(core: usize) -> Dpdk {
+        Dpdk { core, proc: None }
+    }
+}
+
+impl Contender for Dpdk {
+    fn name(&self) -> &'static str {
+        "dpdk"
+    }
+    fn check(&self) -> Result<(), String> {
+        which(TESTPMD).map(|_| ()).ok_or_else(|| format!("{TESTPMD} not found (Debian dpdk-dev)"))
+    }
+    fn start(&mut self, dir: &Path, sc: &Scenario) -> Result<Ports, String> {
+        let s = socks(dir);
+        let args = switch_args(&s, sc.queues, self.core);
+        let mut p = Proc::spawn("testpmd switch", Command::new(TESTPMD).args(&args), &dir.join("switch.log"))?;
+        for sock in &s {
+            if !wait_for_path(sock, Duration::from_secs(15)) || !p.running() {
+                return Err(format!("testpmd switch did not create {}: {}", sock.display(), p.log_tail(8)));
+            }
+        }
+        self.proc = Some(p);
+        Ok(Ports {
+            socks: s,
+            gen_server: false,
+        })
+    }
+    fn stop(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            p.stop(Duration::from_secs(5));
+        }
+    }
+}
+
+/// The OVS-DPDK vswitchd from Debian's openvswitch-switch-dpdk.
+pub const OVS_VSWITCHD: &str = "/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk";
+
+/// OVS-DPDK in a private directory, vhost-user client ports.
+pub struct Ovs {
+    core: usize,
+    dir: Option<PathBuf>,
+}
+
+impl Ovs {
+    /// Its PMD (and DPDK lcore) goes on `core`.
+    pub fn new(core: usize) -> Ovs {
+        Ovs { core, dir: None }
+    }
+
+    fn cmd(&self, dir: &Path, bin: &str) -> Command {
+        let mut c = Command::new(bin);
+        for k in ["OVS_RUNDIR", "OVS_LOGDIR", "OVS_DBDIR"] {
+            c.env(k, dir);
+        }
+        c
+    }
+
+    fn vsctl(&self, dir: &Path, args: &[&str]) -> Result<String, String> {
+        let db = format!("--db=unix:{}", dir.join("db.sock").display());
+        run(self.cmd(dir, "ovs-vsctl").arg(db).arg("--timeout=20").args(args))
+    }
+
+    fn appctl(&self, dir: &Path, args: &[&str]) -> Result<String, String> {
+        let pid = std::fs::read_to_string(dir.join("vswitchd.pid")).map_err(|e| e.to_string())?;
+        let ctl = dir.join(format!("ovs-vswitchd-dpdk.{}.ctl", pid.trim()));
+        run(self.cmd(dir, "ovs-appctl").arg("-t").arg(ctl).args(args))
+    }
+
+    fn start_daemons(&self, dir: &Path) -> Result<(), String> {
+        let d = dir.display();
+        let db = dir.join("conf.db");
+        run(self.cmd(dir, "ovsdb-tool").arg("create").arg(&db).arg("/usr/share/openvswitch/vswitch.ovsschema"))?;
+        run(self.cmd(dir, "ovsdb-server")
+            .arg(format!("--remote=punix:{d}/db.sock"))
+            .arg(format!("--pidfile={d}/ovsdb.pid"))
+            .arg("--detach")
+            .arg(format!("--log-file={d}/ovsdb.log"))
+            .arg(&db))?;
+        self.vsctl(dir, &["--no-wait", "init"])?;
+        let mask = format!("0x{:x}", 1u64 << self.core);
+        let lcore = format!("other_config:dpdk-lcore-mask={mask}");
+        let pmd = format!("other_config:pmd-cpu-mask={mask}");
+        self.vsctl(dir, &[
+            "--no-wait", "set", "Open_vSwitch", ".", "other_config:dpdk-init=true", &lcore, &pmd,
+            "other_config:dpdk-socket-mem=1024",
+            "other_config:dpdk-extra=--no-pci --file-prefix=vbovs",
+        ])?;
+        run(Command::new("taskset")
+            .env("OVS_RUNDIR", dir)
+            .env("OVS_LOGDIR", dir)
+            .env("OVS_DBDIR", dir)
+            .args(["-c", &self.core.to_string(), OVS_VSWITCHD])
+            .arg(format!("unix:{d}/db.sock"))
+            .arg(format!("--pidfile={d}/vswitchd.pid"))
+            .arg("--detach")
+            .arg(format!("--log-file={d}/vswitchd.log")))?;
+        Ok(())
+    }
+
+    fn ofctl(&self, dir: &Path, args: &[&str]) -> Result<String, String> {
+        run(self.cmd(dir, "ovs-ofctl").args(args))
+    }
+}
+
+fn hugepages_free() -> u64 {
+    let m = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    m.lines()
+        .find(|l| l.starts_with("HugePages_Free:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
+impl Contender for Ovs {
+    fn name(&self) -> &'static str {
+        "ovs"
+    }
+    fn check(&self) -> Result<(), String> {
+        if !Path::new(OVS_VSWITCHD).is_file() {
+            return Err(format!("{OVS_VSWITCHD} not found (Debian openvswitch-switch-dpdk)"));
+        }
+        if hugepages_free() < 512 {
+            return Err("OVS-DPDK needs 1 GB of free 2 MB hugepages (scripts/setup.sh --bench)".into());
+        }
+        Ok(())
+    }
+    fn start(&mut self, dir: &Path, sc: &Scenario) -> Result<Ports, String> {
+        self.dir = Some(dir.to_path_buf());
+        self.start_daemons(dir)?;
+        self.vsctl(dir, &["add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev"])?;
+        let s = socks(dir);
+        for (i, sock) in s.iter().enumerate() {
+            let (name, path, ofp) = (format!("vhu{i}"), format!("options:vhost-server-path={}", sock.display()), format!("ofport_request={}", i + 1));
+            self.vsctl(dir, &["add-port", "br0", &name, "--", "set", "Interface", &name, "type=dpdkvhostuserclient", &path, &ofp])?;
+        }
+        self.ofctl(dir, &["del-flows", "br0"])?;
+        let rules = dir.join("rules.txt");
+        std::fs::write(&rules, sc.rules("1", "2").join("\n") + "\n").map_err(|e| e.to_string())?;
+        self.ofctl(dir, &["add-flows", "br0", &rules.display().to_string()])?;
+        Ok(Ports {
+            socks: s,
+            gen_server: true,
+        })
+    }
+    fn clear_stats(&mut self) {
+        if let Some(d) = self.dir.clone() {
+            let _ = self.appctl(&d, &["dpif-netdev/pmd-stats-clear"]);
+        }
+    }
+    fn pmd_cycles(&mut self) -> Option<PmdCycles> {
+        let d = self.dir.clone()?;
+        let out = self.appctl(&d, &["dpif-netdev/pmd-stats-show"]).ok()?;
+        let _ = std::fs::write(d.join("pmd-stats.txt"), &out);
+        ovs_pmd_stats(&out)
+    }
+    fn stop(&mut self) {
+        if let Some(d) = self.dir.take() {
+            let _ = self.appctl(&d, &["exit"]);
+            kill_pidfile(&d.join("vswitchd.pid"), Duration::from_secs(10));
+            kill_pidfile(&d.join("ovsdb.pid"), Duration::from_secs(5));
+        }
+    }
+}
+
+/// Vireo: vireod with its PMD on the switch core, configured with vireoctl.
+pub struct Vireo {
+    core: usize,
+    bin_dir: PathBuf,
+    /// Use `vhost-user` server ports instead of `vhost-user-client`.
+    pub server_ports: bool,
+    proc: Option<Proc>,
+    dir: Option<PathBuf>,
+}
+
+impl Vireo {
+    /// vireod and vireoctl are taken from `bin_dir`.
+    pub fn new(core: usize, bin_dir: PathBuf) -> Vireo {
+        Vireo {
+            core,
+            bin_dir,
+            server_ports: false,
+            proc: None,
+            dir: None,
+        }
+    }
+
+    fn ctl(&self, dir: &Path, args: &[&str]) -> Result<String, String> {
+        run(Command::new(self.bin_dir.join("vireoctl")).arg("--run-dir").arg(dir).args(args))
+    }
+}
+
+impl Contender for Vireo {
+    fn name(&self) -> &'static str {
+        "vireo"
+    }
+    fn check(&self) -> Result<(), String> {
+        for b in ["vireod", "vireoctl"] {
+            if !self.bin_dir.join(b).is_file() {
+                return Err(format!(
+                    "{b} not found in {} (cargo build --release -p vireo, or --vireo-bin DIR)",
+                    self.bin_dir.display()
+                ));
+            }
+        }
+        Ok(())
+    }
+    fn start(&mut self, dir: &Path, sc: &Scenario) -> Result<Ports, String> {
+        let mut cmd = Command::new("taskset");
+        cmd.args(["-c", &self.core.to_string()])
+            .arg(self.bin_dir.join("vireod"))
+            .arg("--run-dir")
+            .arg(dir)
+            .args(["--pmd-cores", &self.core.to_string()]);
+        let p = Proc::spawn("vireod", &mut cmd, &dir.join("vireod.log"))?;
+        self.proc = Some(p);
+        self.dir = Some(dir.to_path_buf());
+        if !wait_for_path(&dir.join("vireod.ctl"), Duration::from_secs(10)) {
+            let tail = self.proc.as_ref().map(|p| p.log_tail(8)).unwrap_or_default();
+            return Err(format!("vireod did not start: {tail}"));
+        }
+        self.ctl(dir, &["add-br", "br0"])?;
+        let s = socks(dir);
+        let ty = if self.server_ports { "type=vhost-user" } else { "type=vhost-user-client" };
+        for (i, sock) in s.iter().enumerate() {
+            let path = format!("path={}", sock.display());
+            let q = format!("queues={}", sc.queues);
+            let mut args = vec!["add-port", "br0", if i == 0 { "vu0" } else { "vu1" }, ty, &path];
+            if sc.queues > 1 {
+                args.push(&q);
+            }
+            self.ctl(dir, &args)
+                .map_err(|e| format!("vireod cannot carry vhost-user yet (add-port failed: {e})"))?;
+        }
+        let _ = self.ctl(dir, &["del-flows", "br0"]);
+        let rules = dir.join("rules.txt");
+        std::fs::write(&rules, sc.rules("vu0", "vu1").join("\n") + "\n").map_err(|e| e.to_string())?;
+        self.ctl(dir, &["add-flows", "br0", &rules.display().to_string()])?;
+        Ok(Ports {
+            socks: s,
+            gen_server: !self.server_ports,
+        })
+    }
+    fn clear_stats(&mut self) {
+        if let Some(d) = self.dir.clone() {
+            let _ = self.ctl(&d, &["pmd-stats-clear"]);
+        }
+    }
+    fn pmd_cycles(&mut self) -> Option<PmdCycles> {
+        let d = self.dir.clone()?;
+        let out = self.ctl(&d, &["--json", "pmd-stats-show"]).ok()?;
+        let _ = std::fs::write(d.join("pmd-stats.json"), &out);
+        vireo_pmd_stats(&out)
+    }
+    fn stop(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            p.stop(Duration::from_secs(10));
+        }
+        self.dir = None;
+    }
+}
+
+impl Drop for Ovs {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -1,0 +1,356 @@
+//! vireo-gen's traffic engine: builds UDP frames with a sequence number and a TSC timestamp
+//! in the payload, sends them on both ports at a set rate, receives what the switch returns
+//! and measures loss, reordering and latency. Implements [`TrialRunner`] for the RFC 2544
+//! search.
+//!
+//! Threads: vireo-gen's single poll loop, pinned to the generator core; it busy-polls every
+//! queue of both ports in turn.
+use crate::frontend::shm::rdtsc;
+use crate::frontend::VhostPort;
+use crate::rfc2544::{SearchResult, Trial, TrialRunner};
+use crate::stats::LatencyHist;
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
+
+/// Payload marker ("VGEN").
+pub const MAGIC: u32 = 0x4e45_4756;
+/// Offset of the payload (after Ethernet, IPv4 and UDP headers).
+pub const PAYLOAD: usize = 42;
+/// Smallest frame that holds our payload.
+pub const MIN_FRAME: usize = PAYLOAD + 21;
+/// Rules per direction in the flow scenarios: flows differ in UDP destination port
+/// (flow % RULES) and IPv4 source (flow / RULES).
+pub const RULES: u32 = 1000;
+
+/// When to kick the switch after publishing tx entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kick {
+    /// When the used ring does not carry NO_NOTIFY.
+    Auto,
+    /// After every burst.
+    Always,
+    /// Never (the switch polls).
+    Never,
+}
+
+/// Traffic settings.
+#[derive(Clone, Copy, Debug)]
+pub struct TrafficConfig {
+    /// Frame length on the ring (without FCS), >= [`MIN_FRAME`].
+    pub size: usize,
+    /// Distinct flows per direction.
+    pub flows: u32,
+    /// Packets per burst.
+    pub burst: usize,
+    /// Seconds per trial.
+    pub trial_secs: f64,
+    /// Kick policy.
+    pub kick: Kick,
+}
+
+/// The MAC of generator port `p`.
+pub fn mac(p: usize) -> [u8; 6] {
+    [0x02, 0x00, 0x00, 0x00, 0x00, p as u8 + 1]
+}
+
+/// The frame port `p` sends (before per-packet fields are written).
+pub fn frame_template(p: usize, size: usize) -> Vec<u8> {
+    let mut f = vec![0u8; size];
+    f[0..6].copy_from_slice(&mac(1 - p.min(1)));
+    f[6..12].copy_from_slice(&mac(p));
+    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    let ip_len = (size - 14) as u16;
+    f[14] = 0x45;
+    f[16..18].copy_from_slice(&ip_len.to_be_bytes());
+    f[22] = 64;
+    f[23] = 17;
+    f[26..30].copy_from_slice(&[10, 0, 0, p as u8 + 1]);
+    f[30..34].copy_from_slice(&[10, 1, 0, p as u8 + 1]);
+    let csum = ipv4_checksum(&f[14..34]);
+    f[24..26].copy_from_slice(&csum.to_be_bytes());
+    f[34..36].copy_from_slice(&1024u16.to_be_bytes());
+    f[38..40].copy_from_slice(&(ip_len - 20).to_be_bytes());
+    f[PAYLOAD..PAYLOAD + 4].copy_from_slice(&MAGIC.to_le_bytes());
+    f[PAYLOAD + 4] = p as u8;
+    f
+}
+
+fn ipv4_checksum(h: &[u8]) -> u16 {
+    let mut s: u32 = h.chunks(2).map(|c| u32::from(u16::from_be_bytes([c[0], c[1]]))).sum();
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    !(s as u16)
+}
+
+/// The per-flow fields of flow `f`: (IPv4 source, UDP destination port).
+pub fn flow_fields(p: usize, f: u32) -> ([u8; 4], u16) {
+    let hi = f / RULES;
+    ([10, p as u8 + 2, (hi >> 8) as u8, hi as u8], (f % RULES) as u16)
+}
+
+/// What vireo-gen prints (JSON).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct GenReport {
+    /// Frame size.
+    pub size: usize,
+    /// Flows per direction.
+    pub flows: u32,
+    /// Queue pairs per port.
+    pub queues: u16,
+    /// Measured TSC rate.
+    pub tsc_hz: f64,
+    /// virtio features agreed with the switch.
+    pub features: u64,
+    /// The as-fast-as-possible trial, when run.
+    pub saturation: Option<Trial>,
+    /// The fixed-rate trial, when a rate was given.
+    pub trial: Option<Trial>,
+    /// RFC 2544 results, when searched.
+    pub search: Vec<SearchResult>,
+    /// Every search trial.
+    pub trials: Vec<Trial>,
+}
+
+/// Receive-side counters of one trial.
+#[derive(Default)]
+struct RxStats {
+    received: u64,
+    foreign: u64,
+    reordered: u64,
+    max_seq: [Option<u64>; 2],
+    lat: LatencyHist,
+}
+
+/// Two ports and the traffic state.
+pub struct Generator {
+    ports: Vec<VhostPort>,
+    cfg: TrafficConfig,
+    tsc_hz: f64,
+    seq: [u64; 2],
+    flow: [u32; 2],
+}
+
+/// Measures the TSC rate against the monotonic clock over `d`.
+pub fn calibrate_tsc(d: Duration) -> f64 {
+    let (t0, c0) = (Instant::now(), rdtsc());
+    std::thread::sleep(d);
+    let (t1, c1) = (Instant::now(), rdtsc());
+    (c1 - c0) as f64 / (t1 - t0).as_secs_f64()
+}
+
+impl Generator {
+    /// Takes two started ports and writes the frame templates into every tx buffer.
+    pub fn new(ports: Vec<VhostPort>, cfg: TrafficConfig, tsc_hz: f64) -> Generator {
+        assert!(ports.len() == 2 && cfg.size >= MIN_FRAME && cfg.size <= 1518 + 4);
+        for (p, port) in ports.iter().enumerate() {
+            let mut buf = vec![0u8; port.hdr_len];
+            buf.extend(frame_template(p, cfg.size));
+            for qp in &port.qps {
+                for i in 0..qp.tx.l.size {
+                    port.shm.write(qp.tx.l.buf(i), &buf);
+                    qp.tx.set_len(&port.shm, i, buf.len() as u32);
+                }
+            }
+        }
+        Generator {
+            ports,
+            cfg,
+            tsc_hz,
+            seq: [0; 2],
+            flow: [0; 2],
+        }
+    }
+
+    /// Sends up to `n` packets on queue pair `q` of port `p`; returns how many.
+    #[inline]
+    fn tx_burst(&mut self, p: usize, q: usize, n: usize) -> usize {
+        let port = &mut self.ports[p];
+        let (shm, hdr) = (&port.shm, port.hdr_len);
+        let qp = &mut port.qps[q];
+        let free = &mut qp.tx_free;
+        qp.tx.reap(shm, usize::MAX, |id, _| free.push(id));
+        let n = n.min(qp.tx_free.len());
+        if n == 0 {
+            return 0;
+        }
+        let now = rdtsc();
+        for _ in 0..n {
+            let Some(id) = qp.tx_free.pop() else { break };
+            let off = qp.tx.l.buf(id) + hdr;
+            let mut pl = [0u8; 16];
+            pl[..8].copy_from_slice(&self.seq[p].to_le_bytes());
+            pl[8..].copy_from_slice(&now.to_le_bytes());
+            shm.write(off + PAYLOAD + 5, &pl);
+            self.seq[p] += 1;
+            if self.cfg.flows > 1 {
+                let (src, dport) = flow_fields(p, self.flow[p]);
+                shm.write(off + 26, &src);
+                shm.write(off + 36, &dport.to_be_bytes());
+                self.flow[p] = (self.flow[p] + 1) % self.cfg.flows;
+            }
+            qp.tx.push(shm, id);
+        }
+        let wants = qp.tx.publish(shm);
+        if self.cfg.kick == Kick::Always || (self.cfg.kick == Kick::Auto && wants) {
+            qp.kick_tx();
+        }
+        n
+    }
+
+    /// Receives what arrived on queue pair `q` of port `p`, records it, reposts the buffers.
+    #[inline]
+    fn rx_burst(&mut self, p: usize, q: usize, st: &mut RxStats) -> usize {
+        let port = &mut self.ports[p];
+        let (shm, hdr) = (&port.shm, port.hdr_len);
+        let qp = &mut port.qps[q];
+        let now = rdtsc();
+        let ns_per_tick = 1e9 / self.tsc_hz;
+        let layout = qp.rx.l;
+        let mut ids = [0u16; 64];
+        let mut k = 0;
+        let n = qp.rx.reap(shm, ids.len().min(self.cfg.burst * 2), |id, len| {
+            ids[k] = id;
+            k += 1;
+            if (len as usize) < hdr + PAYLOAD + 21 {
+                st.foreign += 1;
+                return;
+            }
+            let mut pl = [0u8; 21];
+            shm.read(layout.buf(id) + hdr + PAYLOAD, &mut pl);
+            let magic = u32::from_le_bytes([pl[0], pl[1], pl[2], pl[3]]);
+            let src = usize::from(pl[4]);
+            if magic != MAGIC || src > 1 {
+                st.foreign += 1;
+                return;
+            }
+            let seq = u64::from_le_bytes(pl[5..13].try_into().unwrap_or_default());
+            let ts = u64::from_le_bytes(pl[13..21].try_into().unwrap_or_default());
+            st.received += 1;
+            match st.max_seq[src] {
+                Some(m) if seq < m => st.reordered += 1,
+                _ => st.max_seq[src] = Some(seq),
+            }
+            st.lat.record((now.saturating_sub(ts) as f64 * ns_per_tick) as u64);
+        });
+        for &id in &ids[..n] {
+            qp.rx.push(shm, id);
+        }
+        if n > 0 && qp.rx.publish(shm) && self.cfg.kick != Kick::Never {
+            qp.kick_rx();
+        }
+        n
+    }
+
+    fn queues(&self) -> Vec<(usize, usize)> {
+        (0..2)
+            .flat_map(|p| (0..self.ports[p].qps.len()).map(move |q| (p, q)))
+            .collect()
+    }
+
+    /// Sends at `rate_pps` (all ports together; 0 = as fast as possible) for `secs`, then
+    /// keeps receiving until nothing arrives for 20 ms (at most 500 ms).
+    pub fn run(&mut self, rate_pps: f64, secs: f64) -> Trial {
+        let queues = self.queues();
+        let mut st = RxStats::default();
+        let t0 = rdtsc();
+        let end = t0 + (secs * self.tsc_hz) as u64;
+        let per_tick = rate_pps / self.tsc_hz;
+        let mut sent: u64 = 0;
+        let mut now = t0;
+        while now < end {
+            for &(p, q) in &queues {
+                let budget = if rate_pps > 0.0 {
+                    let allowed = ((now - t0) as f64 * per_tick) as u64;
+                    allowed.saturating_sub(sent).min(self.cfg.burst as u64) as usize
+                } else {
+                    self.cfg.burst
+                };
+                if budget > 0 {
+                    sent += self.tx_burst(p, q, budget) as u64;
+                }
+                self.rx_burst(p, q, &mut st);
+            }
+            now = rdtsc();
+        }
+        let tx_secs = (now - t0) as f64 / self.tsc_hz;
+        let rx_done = self.drain(&queues, &mut st);
+        let rx_secs = (rx_done - t0) as f64 / self.tsc_hz;
+        Trial {
+            offered_pps: rate_pps,
+            secs: tx_secs,
+            sent,
+            received: st.received,
+            reordered: st.reordered,
+            rx_pps: st.received as f64 / rx_secs.max(1e-9),
+            latency: st.lat.summary(),
+        }
+    }
+
+    /// Receives until quiet; returns the TSC of the last packet seen (or of the start).
+    fn drain(&mut self, queues: &[(usize, usize)], st: &mut RxStats) -> u64 {
+        let start = rdtsc();
+        let (quiet, max) = ((0.02 * self.tsc_hz) as u64, (0.5 * self.tsc_hz) as u64);
+        let mut last = start;
+        loop {
+            let mut got = 0;
+            for &(p, q) in queues {
+                // Reclaim tx buffers too, so the next trial starts with a full free list.
+                self.tx_burst(p, q, 0);
+                got += self.rx_burst(p, q, st);
+            }
+            let now = rdtsc();
+            if got > 0 {
+                last = now;
+            }
+            if now - last > quiet || now - start > max {
+                return last;
+            }
+        }
+    }
+}
+
+impl TrialRunner for Generator {
+    type Error = std::convert::Infallible;
+    fn trial(&mut self, rate_pps: f64) -> Result<Trial, Self::Error> {
+        let secs = self.cfg.trial_secs;
+        let t = self.run(rate_pps, secs);
+        eprintln!(
+            "vireo-gen: trial {:.3} Mpps offered: sent {} received {} ({:.2} ppm lost, {:.3} Mpps rx)",
+            rate_pps / 1e6,
+            t.sent,
+            t.received,
+            t.loss_ppm(),
+            t.rx_pps / 1e6
+        );
+        Ok(t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn template_is_a_valid_udp_frame() {
+        let f = frame_template(1, 64);
+        assert_eq!(f.len(), 64);
+        assert_eq!(&f[0..6], &mac(0));
+        assert_eq!(&f[6..12], &mac(1));
+        assert_eq!(u16::from_be_bytes([f[16], f[17]]), 50);
+        assert_eq!(u16::from_be_bytes([f[38], f[39]]), 30);
+        assert_eq!(ipv4_checksum(&f[14..34]), 0, "checksum over a valid header folds to 0");
+        assert_eq!(u32::from_le_bytes(f[42..46].try_into().unwrap()), MAGIC);
+        assert_eq!(f[46], 1);
+        assert!(MIN_FRAME <= 64);
+    }
+
+    #[test]
+    fn flows_spread_over_rules_and_sources() {
+        assert_eq!(flow_fields(0, 0), ([10, 2, 0, 0], 0));
+        assert_eq!(flow_fields(0, 999), ([10, 2, 0, 0], 999));
+        assert_eq!(flow_fields(1, 1000), ([10, 3, 0, 1], 0));
+        let (ip, port) = flow_fields(0, 999_999);
+        assert_eq!((ip, port), ([10, 2, 3, 231], 999));
+    }
+}

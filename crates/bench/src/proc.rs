@@ -1,0 +1,218 @@
+//! Child processes of vireo-bench: spawning with output to a log file, stopping by pid
+//! (SIGINT, then SIGKILL), running short commands, waiting for sockets, and checking that
+//! the measurement cores are quiet.
+//!
+//! Threads: vireo-bench's main thread.
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A child we started; stopped when dropped.
+pub struct Proc {
+    child: Child,
+    name: String,
+    /// Where its stdout and stderr go.
+    pub log: PathBuf,
+}
+
+impl Proc {
+    /// Spawns `cmd` with stdin from /dev/null and stdout+stderr appended to `log`.
+    pub fn spawn(name: &str, cmd: &mut Command, log: &Path) -> Result<Proc, String> {
+        let f = File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
+        let f2 = f.try_clone().map_err(|e| e.to_string())?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(f)
+            .stderr(f2)
+            .spawn()
+            .map_err(|e| format!("start {name}: {e}"))?;
+        Ok(Proc {
+            child,
+            name: name.to_string(),
+            log: log.to_path_buf(),
+        })
+    }
+
+    /// Whether it is still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Bytes logged so far.
+    pub fn log_len(&self) -> u64 {
+        std::fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0)
+    }
+
+    /// The last `n` lines of the log (for error messages).
+    pub fn log_tail(&self, n: usize) -> String {
+        let t = self.log_text();
+        let lines: Vec<&str> = t.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// Sends SIGINT, waits up to `grace`, then SIGKILL; returns whether it exited cleanly.
+    pub fn stop(&mut self, grace: Duration) -> bool {
+        if !self.running() {
+            return true;
+        }
+        let pid = Pid::from_raw(self.child.id() as i32);
+        let _ = kill(pid, Signal::SIGINT);
+        let end = Instant::now() + grace;
+        while Instant::now() < end {
+            if !self.running() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!("vireo-bench: {} did not stop; killing it", self.name);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        false
+    }
+
+    /// Waits for it to exit by itself, up to `timeout`; kills it after that.
+    pub fn wait(&mut self, timeout: Duration) -> Result<(), String> {
+        let end = Instant::now() + timeout;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(st)) if st.success() => return Ok(()),
+                Ok(Some(st)) => return Err(format!("{} failed ({st}): {}", self.name, self.log_tail(5))),
+                Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(20)),
+                _ => {
+                    self.stop(Duration::from_secs(2));
+                    return Err(format!("{} timed out after {timeout:?}", self.name));
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.stop(Duration::from_secs(5));
+    }
+}
+
+/// Runs a short command; its stdout on success, else an error with its stderr.
+pub fn run(cmd: &mut Command) -> Result<String, String> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{:?}: {e}", cmd.get_program()))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "{:?} {:?}: {}",
+            cmd.get_program(),
+            cmd.get_args().collect::<Vec<_>>(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Whether `bin` is on PATH (or is an executable path).
+pub fn which(bin: &str) -> Option<PathBuf> {
+    if bin.contains('/') {
+        return Path::new(bin).is_file().then(|| PathBuf::from(bin));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(bin))
+        .find(|p| p.is_file())
+}
+
+/// Waits until `p` exists.
+pub fn wait_for_path(p: &Path, timeout: Duration) -> bool {
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        if p.exists() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    p.exists()
+}
+
+/// Stops the process whose pid is in `pidfile` (SIGTERM, then SIGKILL after `grace`).
+pub fn kill_pidfile(pidfile: &Path, grace: Duration) {
+    let Some(pid) = std::fs::read_to_string(pidfile)
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+    else {
+        return;
+    };
+    let pid = Pid::from_raw(pid);
+    let _ = kill(pid, Signal::SIGTERM);
+    let end = Instant::now() + grace;
+    while Instant::now() < end {
+        if kill(pid, None).is_err() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = kill(pid, Signal::SIGKILL);
+}
+
+fn cpu_times(stat: &str, core: usize) -> Option<(u64, u64)> {
+    let line = stat.lines().find(|l| l.starts_with(&format!("cpu{core} ")))?;
+    let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    let idle = v.get(3)? + v.get(4).unwrap_or(&0);
+    Some((v.iter().sum(), idle))
+}
+
+/// Busy share (0..1) of each of `cores` over `window`, from /proc/stat.
+pub fn core_busy(cores: &[usize], window: Duration) -> Vec<f64> {
+    let a = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    std::thread::sleep(window);
+    let b = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    cores
+        .iter()
+        .map(|&c| match (cpu_times(&a, c), cpu_times(&b, c)) {
+            (Some((t0, i0)), Some((t1, i1))) if t1 > t0 => {
+                1.0 - (i1.saturating_sub(i0)) as f64 / (t1 - t0) as f64
+            }
+            _ => 0.0,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_times_parse() {
+        let s = "cpu  10 0 10 80 0 0 0\ncpu0 5 0 5 40 2 0 0 0 0 0\ncpu1 1 0 1 1 0\n";
+        assert_eq!(cpu_times(s, 0), Some((52, 42)));
+        assert_eq!(cpu_times(s, 1), Some((3, 1)));
+        assert_eq!(cpu_times(s, 2), None);
+    }
+
+    #[test]
+    fn spawn_log_and_stop() {
+        let d = tempfile::tempdir().unwrap();
+        let mut p = Proc::spawn(
+            "sh",
+            Command::new("sh").args(["-c", "echo hello; exec sleep 30"]),
+            &d.path().join("log"),
+        )
+        .unwrap();
+        assert!(wait_for_path(&d.path().join("log"), Duration::from_secs(1)));
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(p.running());
+        assert_eq!(p.log_tail(1), "hello");
+        assert!(p.stop(Duration::from_secs(2)));
+        assert!(!p.running());
+        assert!(run(Command::new("sh").args(["-c", "exit 3"])).is_err());
+        assert_eq!(run(Command::new("echo").arg("x")).unwrap(), "x\n");
+    }
+}

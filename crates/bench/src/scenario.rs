@@ -1,0 +1,204 @@
+//! The benchmark scenarios (rule set x traffic x packet size x queues), their names on the
+//! command line, and the OpenFlow rules each one installs.
+//!
+//! Threads: the caller's (vireo-bench's main thread).
+use crate::gen::RULES;
+use serde::{Deserialize, Serialize};
+
+/// What the switch is asked to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Kind {
+    /// One rule per direction: in_port=A -> output B.
+    P2p,
+    /// One rule: NORMAL (MAC learning).
+    Normal,
+    /// `RULES` rules per direction on UDP dst port; this many distinct flows per direction.
+    Flows(u32),
+}
+
+/// One scenario.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Scenario {
+    /// Rules and traffic.
+    pub kind: Kind,
+    /// Frame size in bytes (without FCS).
+    pub size: usize,
+    /// Queue pairs per port.
+    pub queues: u16,
+}
+
+/// Packet sizes the full run sweeps.
+pub const SIZES: [usize; 5] = [64, 256, 512, 1024, 1518];
+/// Flow counts the full run sweeps.
+pub const FLOWS: [u32; 4] = [1, 1_000, 100_000, 1_000_000];
+
+fn flow_label(n: u32) -> String {
+    match n {
+        n if n >= 1_000_000 && n % 1_000_000 == 0 => format!("{}m", n / 1_000_000),
+        n if n >= 1_000 && n % 1_000 == 0 => format!("{}k", n / 1_000),
+        n => n.to_string(),
+    }
+}
+
+fn parse_count(s: &str) -> Option<u32> {
+    let (num, mul) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 1_000),
+        b'm' | b'M' => (&s[..s.len() - 1], 1_000_000),
+        _ => (s, 1),
+    };
+    num.parse::<u32>().ok()?.checked_mul(mul)
+}
+
+impl Scenario {
+    /// Port-to-port with one queue.
+    pub fn p2p(size: usize) -> Scenario {
+        Scenario {
+            kind: Kind::P2p,
+            size,
+            queues: 1,
+        }
+    }
+
+    /// The name used on the command line and in reports: `p2p:64`, `normal:64`,
+    /// `flows1m:64`, `p2p:64:2q`.
+    pub fn name(&self) -> String {
+        let k = match self.kind {
+            Kind::P2p => "p2p".to_string(),
+            Kind::Normal => "normal".to_string(),
+            Kind::Flows(n) => format!("flows{}", flow_label(n)),
+        };
+        let q = if self.queues > 1 {
+            format!(":{}q", self.queues)
+        } else {
+            String::new()
+        };
+        format!("{k}:{}{q}", self.size)
+    }
+
+    /// Parses a name as written by [`Scenario::name`].
+    pub fn parse(s: &str) -> Result<Scenario, String> {
+        let bad = || format!("bad scenario {s:?} (e.g. p2p:64, normal:1518, flows100k:64, p2p:64:2q)");
+        let mut it = s.split(':');
+        let kind = match it.next().ok_or_else(bad)? {
+            "p2p" => Kind::P2p,
+            "normal" => Kind::Normal,
+            f => Kind::Flows(f.strip_prefix("flows").and_then(parse_count).ok_or_else(bad)?),
+        };
+        let size: usize = it.next().unwrap_or("64").parse().map_err(|_| bad())?;
+        let queues = match it.next() {
+            None => 1,
+            Some(q) => q.trim_end_matches('q').parse().map_err(|_| bad())?,
+        };
+        if it.next().is_some() || !(64..=1518).contains(&size) || queues == 0 {
+            return Err(bad());
+        }
+        Ok(Scenario { kind, size, queues })
+    }
+
+    /// Distinct flows per direction the generator sends.
+    pub fn flows(&self) -> u32 {
+        match self.kind {
+            Kind::Flows(n) => n.max(1),
+            _ => 1,
+        }
+    }
+
+    /// Whether the testpmd generator can drive it (it sends one flow; see `flows`).
+    pub fn testpmd_can_drive(&self) -> bool {
+        !matches!(self.kind, Kind::Flows(n) if n > 1)
+    }
+
+    /// OpenFlow rules (ovs-ofctl syntax), with the two ports written as `p0` and `p1`.
+    pub fn rules(&self, p0: &str, p1: &str) -> Vec<String> {
+        match self.kind {
+            Kind::P2p => vec![
+                format!("in_port={p0},actions=output:{p1}"),
+                format!("in_port={p1},actions=output:{p0}"),
+            ],
+            Kind::Normal => vec!["actions=NORMAL".to_string()],
+            Kind::Flows(_) => {
+                let mut v = Vec::with_capacity(2 * RULES as usize);
+                for (a, b) in [(p0, p1), (p1, p0)] {
+                    for k in 0..RULES {
+                        v.push(format!("priority=100,udp,in_port={a},tp_dst={k},actions=output:{b}"));
+                    }
+                }
+                v
+            }
+        }
+    }
+}
+
+/// The full matrix: every size port-to-port, NORMAL at 64 B, every flow count at 64 B, and
+/// two queues per port at 64 B.
+pub fn full() -> Vec<Scenario> {
+    let mut v: Vec<Scenario> = SIZES.iter().map(|&s| Scenario::p2p(s)).collect();
+    v.push(Scenario {
+        kind: Kind::Normal,
+        ..Scenario::p2p(64)
+    });
+    for f in FLOWS {
+        v.push(Scenario {
+            kind: Kind::Flows(f),
+            ..Scenario::p2p(64)
+        });
+    }
+    v.push(Scenario {
+        queues: 2,
+        ..Scenario::p2p(64)
+    });
+    v
+}
+
+/// The `--quick` subset.
+pub fn quick() -> Vec<Scenario> {
+    vec![Scenario::p2p(64)]
+}
+
+/// Parses a comma-separated list; `full`, `quick` and `sizes` expand to their sets.
+pub fn parse_list(s: &str) -> Result<Vec<Scenario>, String> {
+    let mut v = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part {
+            "full" | "all" => v.extend(full()),
+            "quick" => v.extend(quick()),
+            "sizes" => v.extend(SIZES.iter().map(|&s| Scenario::p2p(s))),
+            p => v.push(Scenario::parse(p)?),
+        }
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_roundtrip() {
+        for sc in full() {
+            assert_eq!(Scenario::parse(&sc.name()).unwrap(), sc, "{}", sc.name());
+        }
+        assert_eq!(full().len(), 11);
+        let s = Scenario::parse("flows1m:64:2q").unwrap();
+        assert_eq!((s.kind, s.size, s.queues), (Kind::Flows(1_000_000), 64, 2));
+        assert_eq!(Scenario::parse("normal").unwrap().size, 64);
+        for bad in ["p2p:63", "p2p:64:0q", "flowsx:64", "tcp:64", "p2p:64:2q:1"] {
+            assert!(Scenario::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_list("quick, sizes").unwrap().len(), 6);
+    }
+
+    #[test]
+    fn rules_per_scenario() {
+        assert_eq!(
+            Scenario::p2p(64).rules("1", "2"),
+            vec!["in_port=1,actions=output:2", "in_port=2,actions=output:1"]
+        );
+        let f = Scenario::parse("flows1k:64").unwrap();
+        let r = f.rules("vu0", "vu1");
+        assert_eq!(r.len(), 2000);
+        assert_eq!(r[1999], "priority=100,udp,in_port=vu1,tp_dst=999,actions=output:vu0");
+        assert!(!f.testpmd_can_drive());
+        assert!(Scenario::parse("flows1:64").unwrap().testpmd_can_drive());
+    }
+}

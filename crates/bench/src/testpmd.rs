@@ -1,0 +1,151 @@
+//! DPDK testpmd in the two roles it plays here: the reference generator (virtio-user, io or
+//! mac forwarding with `--tx-first`, forwarding lcore on the generator core) and the raw
+//! upper-bound "switch" (vhost PMD in io mode, forwarding lcore on the switch core).
+//!
+//! Threads: vireo-bench's main thread (testpmd runs as a child process).
+use crate::gen::mac;
+use crate::parse::testpmd_aggregate_rx_pps;
+use crate::proc::Proc;
+use crate::scenario::{Kind, Scenario};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// The testpmd binary.
+pub const TESTPMD: &str = "dpdk-testpmd";
+
+fn mac_str(m: [u8; 6]) -> String {
+    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
+/// EAL arguments common to both roles: no PCI, no hugepages, the lcore layout.
+fn eal(lcores: &str, prefix: &str) -> Vec<String> {
+    [
+        "--lcores", lcores, "-n", "1", "--no-pci", "--no-huge", "-m", "1024", "--file-prefix", prefix,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn fwd_args(mode: &str, queues: u16) -> Vec<String> {
+    let q = queues.to_string();
+    [
+        "--nb-cores=1",
+        &format!("--forward-mode={mode}"),
+        "--txd=1024",
+        "--rxd=1024",
+        "--total-num-mbufs=16384",
+        "--stats-period=1",
+        &format!("--rxq={q}"),
+        &format!("--txq={q}"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// Arguments for the generator: ports on `socks`, main lcore idle on `switch_core`,
+/// forwarding lcore on `gen_core`; `server` when the switch is a vhost-user client.
+pub fn generator_args(socks: &[PathBuf; 2], server: bool, sc: &Scenario, gen_core: usize, switch_core: usize) -> Vec<String> {
+    let mut a = eal(&format!("0@{switch_core},1@{gen_core}"), "vbgen");
+    for (i, s) in socks.iter().enumerate() {
+        let srv = if server { ",server=1" } else { "" };
+        a.push("--vdev".into());
+        a.push(format!(
+            "net_virtio_user{i},mac={},path={},queues={}{srv}",
+            mac_str(mac(i)),
+            s.display(),
+            sc.queues
+        ));
+    }
+    a.push("--".into());
+    let mode = if sc.kind == Kind::Normal { "mac" } else { "io" };
+    a.extend(fwd_args(mode, sc.queues));
+    a.push("--tx-first".into());
+    a.push(format!("--txpkts={}", sc.size));
+    if sc.kind == Kind::Normal {
+        a.push(format!("--eth-peer=0,{}", mac_str(mac(1))));
+        a.push(format!("--eth-peer=1,{}", mac_str(mac(0))));
+    }
+    a
+}
+
+/// Arguments for testpmd as the switch: vhost PMD servers at `socks`, both lcores on
+/// `switch_core` (the main one sleeps between stats reports).
+pub fn switch_args(socks: &[PathBuf; 2], queues: u16, switch_core: usize) -> Vec<String> {
+    let mut a = eal(&format!("0@{switch_core},1@{switch_core}"), "vbsw");
+    for (i, s) in socks.iter().enumerate() {
+        a.push("--vdev".into());
+        a.push(format!("net_vhost{i},iface={},queues={queues}", s.display()));
+    }
+    a.push("--".into());
+    a.extend(fwd_args("io", queues));
+    a
+}
+
+/// The testpmd generator's measurement: aggregate Rx-pps per reporting period.
+pub struct GenMeasure {
+    /// Aggregate packets/s, one value per second of the window.
+    pub samples: Vec<f64>,
+}
+
+impl GenMeasure {
+    /// The median of the samples, packets/s.
+    pub fn median(&self) -> Option<f64> {
+        crate::stats::summarize(&self.samples).map(|s| s.median)
+    }
+}
+
+/// Starts the generator, waits `warmup`, calls `at_start`, measures for `secs`, calls
+/// `at_end`, stops it and returns the samples of the window.
+pub fn run_generator(
+    args: &[String],
+    dir: &Path,
+    warmup: Duration,
+    secs: f64,
+    at_start: &mut dyn FnMut(),
+    at_end: &mut dyn FnMut(),
+) -> Result<GenMeasure, String> {
+    let mut p = Proc::spawn("testpmd generator", Command::new(TESTPMD).args(args), &dir.join("gen.log"))?;
+    std::thread::sleep(warmup);
+    if !p.running() {
+        return Err(format!("testpmd generator exited: {}", p.log_tail(8)));
+    }
+    at_start();
+    let from = p.log_len() as usize;
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    at_end();
+    let to = p.log_len() as usize;
+    p.stop(Duration::from_secs(5));
+    let log = p.log_text();
+    let window = log.get(from.min(log.len())..to.min(log.len())).unwrap_or("");
+    let mut samples = testpmd_aggregate_rx_pps(window);
+    if samples.is_empty() {
+        samples = testpmd_aggregate_rx_pps(&log);
+    }
+    if samples.is_empty() {
+        return Err(format!("no statistics from the testpmd generator: {}", p.log_tail(8)));
+    }
+    Ok(GenMeasure { samples })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generator_and_switch_command_lines() {
+        let socks = [PathBuf::from("/r/vu0.sock"), PathBuf::from("/r/vu1.sock")];
+        let sc = Scenario::parse("normal:256:2q").unwrap();
+        let a = generator_args(&socks, true, &sc, 1, 0).join(" ");
+        assert!(a.starts_with("--lcores 0@0,1@1 -n 1 --no-pci --no-huge"), "{a}");
+        assert!(a.contains("net_virtio_user1,mac=02:00:00:00:00:02,path=/r/vu1.sock,queues=2,server=1"), "{a}");
+        assert!(a.contains("--forward-mode=mac") && a.contains("--eth-peer=0,02:00:00:00:00:02"), "{a}");
+        assert!(a.contains("--txpkts=256") && a.contains("--rxq=2") && a.contains("--tx-first"), "{a}");
+        let s = switch_args(&socks, 1, 0).join(" ");
+        assert!(s.starts_with("--lcores 0@0,1@0"), "{s}");
+        assert!(s.contains("net_vhost0,iface=/r/vu0.sock,queues=1") && s.contains("--forward-mode=io"), "{s}");
+        assert!(!s.contains("server=1"));
+    }
+}

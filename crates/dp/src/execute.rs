@@ -1,0 +1,287 @@
+//! Action execution and per-port transmit batching.
+//!
+//! Owns: [`TxTable`] (one pending [`Batch`] per known output port, sent with one `tx_burst`
+//! per port per rx burst, or earlier if a batch fills) and [`execute`], which runs an action
+//! list on one packet. The packet itself goes to the last output when nothing after it needs
+//! it; every other output sends a copy taken from the PMD's pool. Nothing here allocates once
+//! the pool is warm.
+//! Threads: PMD thread only; no locks (ports serialize tx internally if they must).
+use crate::action::{Action, Upcall};
+use crate::stats::Tally;
+use packet::{Batch, Packet, Pool};
+use ports::Port;
+use std::sync::Arc;
+use wire::ethernet::ethertype;
+use wire::{rewrite, FlowKey};
+
+/// Port numbers below this are found by direct index; others by a scan.
+const DIRECT_PORTS: usize = 4096;
+
+struct TxSlot {
+    port_no: u32,
+    port: Arc<dyn Port>,
+    batch: Batch,
+}
+
+/// Pending transmit batches, one per output port.
+pub struct TxTable {
+    slots: Vec<TxSlot>,
+    direct: Vec<u16>,
+    dirty: Vec<u16>,
+    txq: usize,
+}
+
+impl TxTable {
+    /// An empty table sending on tx queue `txq` of each port.
+    pub fn new(txq: usize) -> TxTable {
+        TxTable {
+            slots: Vec::new(),
+            direct: Vec::new(),
+            dirty: Vec::new(),
+            txq,
+        }
+    }
+
+    /// Replaces the set of ports (control change; nothing may be pending).
+    pub fn set_ports(&mut self, ports: &[(u32, Arc<dyn Port>)], pool: &mut Pool) {
+        for s in &mut self.slots {
+            pool.put_batch(&mut s.batch);
+        }
+        self.slots.clear();
+        self.dirty.clear();
+        self.direct.clear();
+        for (no, p) in ports.iter().take(u16::MAX as usize - 1) {
+            let idx = self.slots.len() as u16 + 1;
+            self.slots.push(TxSlot {
+                port_no: *no,
+                port: p.clone(),
+                batch: Batch::new(),
+            });
+            let n = *no as usize;
+            if n < DIRECT_PORTS {
+                if self.direct.len() <= n {
+                    self.direct.resize(n + 1, 0);
+                }
+                self.direct[n] = idx;
+            }
+        }
+        self.dirty.reserve(self.slots.len());
+    }
+
+    #[inline]
+    fn slot_of(&self, port_no: u32) -> Option<usize> {
+        let n = port_no as usize;
+        if n < DIRECT_PORTS {
+            match self.direct.get(n) {
+                Some(&s) if s != 0 => Some(usize::from(s) - 1),
+                _ => None,
+            }
+        } else {
+            self.slots.iter().position(|s| s.port_no == port_no)
+        }
+    }
+
+    /// Queues `pkt` for `port_no`; a full batch is sent first. Unknown ports drop (lost).
+    #[inline]
+    pub fn send(&mut self, port_no: u32, pkt: Packet, pool: &mut Pool, tally: &mut Tally) {
+        let Some(s) = self.slot_of(port_no) else {
+            tally.lost += 1;
+            pool.put(pkt);
+            return;
+        };
+        let txq = self.txq;
+        let slot = &mut self.slots[s];
+        if slot.batch.is_empty() {
+            self.dirty.push(s as u16);
+        } else if slot.batch.is_full() {
+            flush_slot(slot, txq, pool, tally);
+        }
+        if let Err(p) = slot.batch.push(pkt) {
+            tally.lost += 1;
+            pool.put(p);
+        }
+    }
+
+    /// Sends every pending batch (one `tx_burst` per port) and recycles the buffers.
+    #[inline]
+    pub fn flush(&mut self, pool: &mut Pool, tally: &mut Tally) {
+        for s in self.dirty.drain(..) {
+            if let Some(slot) = self.slots.get_mut(usize::from(s)) {
+                flush_slot(slot, self.txq, pool, tally);
+            }
+        }
+    }
+}
+
+#[inline]
+fn flush_slot(slot: &mut TxSlot, txq: usize, pool: &mut Pool, tally: &mut Tally) {
+    let n = slot.batch.len();
+    if n == 0 {
+        return;
+    }
+    let sent = slot.port.tx_burst(txq, &mut slot.batch).min(n);
+    tally.lost += (n - sent) as u64;
+    pool.put_batch(&mut slot.batch);
+}
+
+/// What [`execute`] needs besides the packet.
+pub struct ExecCtx<'a> {
+    /// Output batches.
+    pub tx: &'a mut TxTable,
+    /// Buffers for copies, and where consumed packets go back.
+    pub pool: &'a mut Pool,
+    /// For `Userspace`.
+    pub upcall: &'a dyn Upcall,
+    /// Counts (lost).
+    pub tally: &'a mut Tally,
+}
+
+/// Runs `actions` on `pkt`. `steal` is the index of the output that takes the packet itself
+/// (see `Megaflow`); other outputs send copies. The packet ends in a tx batch or the pool.
+#[inline]
+pub fn execute(mut pkt: Packet, actions: &[Action], steal: usize, key: &FlowKey, cx: &mut ExecCtx) {
+    for (j, a) in actions.iter().enumerate() {
+        match a {
+            Action::Output(p) => {
+                if j == steal {
+                    cx.tx.send(*p, pkt, cx.pool, cx.tally);
+                    return;
+                }
+                let mut c = cx.pool.get();
+                c.set_frame(pkt.data());
+                c.meta = pkt.meta;
+                cx.tx.send(*p, c, cx.pool, cx.tally);
+            }
+            Action::PushVlan(tci) => push_vlan(&mut pkt, *tci),
+            Action::PopVlan => pop_vlan(&mut pkt),
+            Action::SetEthSrc(m) => {
+                rewrite::set_eth_src(pkt.data_mut(), *m);
+            }
+            Action::SetEthDst(m) => {
+                rewrite::set_eth_dst(pkt.data_mut(), *m);
+            }
+            Action::SetIpv4Src(v) => {
+                rewrite::set_ipv4_src(pkt.data_mut(), *v);
+            }
+            Action::SetIpv4Dst(v) => {
+                rewrite::set_ipv4_dst(pkt.data_mut(), *v);
+            }
+            Action::SetIpDscp(v) => {
+                rewrite::set_ip_dscp(pkt.data_mut(), *v);
+            }
+            Action::SetTpSrc(v) => {
+                rewrite::set_tp_src(pkt.data_mut(), *v);
+            }
+            Action::SetTpDst(v) => {
+                rewrite::set_tp_dst(pkt.data_mut(), *v);
+            }
+            Action::Userspace(cookie) => cx.upcall.userspace(*cookie, key, &pkt),
+        }
+    }
+    cx.pool.put(pkt);
+}
+
+/// Inserts an 802.1Q tag (TPID 0x8100, `tci` as given) after the MAC addresses.
+pub fn push_vlan(pkt: &mut Packet, tci: u16) {
+    if pkt.len() < 12 {
+        return;
+    }
+    if let Some(gap) = pkt.insert_at(12, 4) {
+        let t = tci.to_be_bytes();
+        gap.copy_from_slice(&[0x81, 0x00, t[0], t[1]]);
+    }
+}
+
+/// Removes the outermost VLAN tag, if the frame has one.
+pub fn pop_vlan(pkt: &mut Packet) {
+    let d = pkt.data();
+    if d.len() >= 18 && ethertype::is_vlan(u16::from_be_bytes([d[12], d[13]])) {
+        pkt.remove_at(12, 4);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ports::dummy::DummyPort;
+
+    struct NoUpcall;
+    impl Upcall for NoUpcall {
+        fn upcall(&self, _: &FlowKey, _: &Packet) -> crate::UpcallResult {
+            unreachable!("not used")
+        }
+    }
+
+    #[test]
+    fn vlan_push_pop_round_trip() {
+        let frame: Vec<u8> = (0u8..60).collect();
+        let mut p = Packet::from_slice(&frame);
+        push_vlan(&mut p, 0x2064);
+        assert_eq!(&p.data()[12..16], &[0x81, 0x00, 0x20, 0x64]);
+        assert_eq!(&p.data()[16..], &frame[12..]);
+        pop_vlan(&mut p);
+        assert_eq!(p.data(), &frame[..]);
+        pop_vlan(&mut p); // untagged: unchanged
+        assert_eq!(p.data(), &frame[..]);
+    }
+
+    #[test]
+    fn outputs_copy_then_steal_and_unknown_port_is_lost() {
+        let (a, b) = (Arc::new(DummyPort::new()), Arc::new(DummyPort::new()));
+        let mut pool = Pool::new(0, 8);
+        let mut tx = TxTable::new(0);
+        tx.set_ports(&[(1, a.clone() as Arc<dyn Port>), (5000, b.clone())], &mut pool);
+        let mut tally = Tally::default();
+        let mut cx = ExecCtx {
+            tx: &mut tx,
+            pool: &mut pool,
+            upcall: &NoUpcall,
+            tally: &mut tally,
+        };
+        let acts = [
+            Action::Output(1),
+            Action::PushVlan(7),
+            Action::Output(5000),
+            Action::Output(9),
+        ];
+        let pkt = Packet::from_slice(&[0xaa; 20]);
+        execute(pkt, &acts, 2, &FlowKey::ZERO, &mut cx);
+        tx.flush(&mut pool, &mut tally);
+        assert_eq!(a.take_captured(), vec![vec![0xaa; 20]]);
+        let got = b.take_captured();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].len(), 24);
+        // Output(9) comes after the stealing output: never reached, so nothing lost.
+        assert_eq!(tally.lost, 0);
+        let mut cx = ExecCtx {
+            tx: &mut tx,
+            pool: &mut pool,
+            upcall: &NoUpcall,
+            tally: &mut tally,
+        };
+        execute(Packet::from_slice(&[1; 20]), &[Action::Output(9)], 0, &FlowKey::ZERO, &mut cx);
+        assert_eq!(tally.lost, 1);
+    }
+
+    #[test]
+    fn more_than_a_batch_to_one_port_is_sent_in_several_bursts() {
+        let a = Arc::new(DummyPort::new());
+        let mut pool = Pool::new(0, 8);
+        let mut tx = TxTable::new(0);
+        tx.set_ports(&[(1, a.clone() as Arc<dyn Port>)], &mut pool);
+        let mut tally = Tally::default();
+        for i in 0..40u8 {
+            let mut cx = ExecCtx {
+                tx: &mut tx,
+                pool: &mut pool,
+                upcall: &NoUpcall,
+                tally: &mut tally,
+            };
+            let acts = [Action::Output(1), Action::Output(1)];
+            execute(Packet::from_slice(&[i; 14]), &acts, 1, &FlowKey::ZERO, &mut cx);
+        }
+        tx.flush(&mut pool, &mut tally);
+        assert_eq!(a.take_captured().len(), 80);
+        assert_eq!(tally.lost, 0);
+    }
+}

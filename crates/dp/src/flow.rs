@@ -1,0 +1,292 @@
+//! Megaflows and the per-PMD flow table that owns them.
+//!
+//! Owns: [`Megaflow`] (masked key, mask, actions, hit counters) and [`FlowTable`], a slab of
+//! megaflows addressed by small integer ids. Caches (EMC, SMC, dpcls) store ids, not pointers,
+//! so a burst can look up every packet first and execute afterwards without borrowing.
+//! An id is reused after its flow is removed; every slot carries a generation that the EMC
+//! checks, and the SMC re-checks the flow's match, so a reused id never misleads a cache.
+//!
+//! Threads: a `FlowTable` belongs to one PMD thread. It mirrors its flows into a registry
+//! (`Mutex<Vec<Option<Arc<Megaflow>>>>`) that the control thread reads for `dump-megaflows`;
+//! the PMD takes that lock only when it installs or removes a flow (miss path), never per
+//! packet. Lock order: the datapath control lock, then a registry lock.
+use crate::action::{Action, Actions};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use wire::FlowKey;
+
+/// Sentinel for "no action moves the packet": every output copies it.
+pub const NO_STEAL: usize = usize::MAX;
+
+/// Index of the output that may take the packet itself: the last `Output` with no `Userspace`
+/// after it ([`NO_STEAL`] if none).
+pub fn steal_index(actions: &[Action]) -> usize {
+    let mut steal = NO_STEAL;
+    for (i, a) in actions.iter().enumerate() {
+        match a {
+            Action::Output(_) => steal = i,
+            Action::Userspace(_) => steal = NO_STEAL,
+            _ => {}
+        }
+    }
+    steal
+}
+
+/// A cached decision: packets whose key agrees with `key` on the bits of `mask` get `actions`.
+#[derive(Debug)]
+pub struct Megaflow {
+    /// The masked key (`key & mask == key`).
+    pub key: FlowKey,
+    /// Bits that matter.
+    pub mask: FlowKey,
+    /// What to do.
+    pub actions: Actions,
+    /// Index of the output action that may take the packet itself instead of a copy: the last
+    /// `Output` when no `Userspace` follows it. [`NO_STEAL`] if none.
+    pub(crate) steal: usize,
+    packets: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl Megaflow {
+    /// A megaflow; `key` is masked here.
+    pub fn new(key: &FlowKey, mask: &FlowKey, actions: Actions) -> Megaflow {
+        let steal = steal_index(&actions);
+        Megaflow {
+            key: key.masked(mask),
+            mask: *mask,
+            actions,
+            steal,
+            packets: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+        }
+    }
+
+    /// Packets that hit this flow.
+    pub fn packets(&self) -> u64 {
+        self.packets.load(Relaxed)
+    }
+
+    /// Bytes of those packets.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Relaxed)
+    }
+
+    /// Adds hits. Only the owning PMD writes, so a plain load/store pair (no locked RMW).
+    #[inline]
+    pub(crate) fn hit(&self, packets: u64, bytes: u64) {
+        self.packets.store(self.packets.load(Relaxed) + packets, Relaxed);
+        self.bytes.store(self.bytes.load(Relaxed) + bytes, Relaxed);
+    }
+
+    /// True if `key` falls under this megaflow.
+    #[inline]
+    pub fn covers(&self, key: &FlowKey) -> bool {
+        key.matches(&self.key, &self.mask)
+    }
+}
+
+/// The control thread's view of one PMD's flows, indexed by flow id.
+pub type Registry = Arc<Mutex<Vec<Option<Arc<Megaflow>>>>>;
+
+struct Slot {
+    flow: Option<Arc<Megaflow>>,
+    gen: u32,
+    seen_packets: u64,
+    idle_sweeps: u32,
+}
+
+/// A slab of megaflows owned by one PMD.
+pub struct FlowTable {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    live: usize,
+    registry: Registry,
+}
+
+impl Default for FlowTable {
+    fn default() -> Self {
+        FlowTable::new(Registry::default())
+    }
+}
+
+impl FlowTable {
+    /// An empty table mirroring into `registry`.
+    pub fn new(registry: Registry) -> FlowTable {
+        FlowTable {
+            slots: Vec::new(),
+            free: Vec::new(),
+            live: 0,
+            registry,
+        }
+    }
+
+    fn registry(&self) -> std::sync::MutexGuard<'_, Vec<Option<Arc<Megaflow>>>> {
+        self.registry.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Number of flows.
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    /// True if there is no flow.
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// Adds a flow; returns its id and generation.
+    pub fn insert(&mut self, flow: Megaflow) -> (u32, u32) {
+        let flow = Arc::new(flow);
+        let id = match self.free.pop() {
+            Some(id) => id,
+            None => {
+                self.slots.push(Slot {
+                    flow: None,
+                    gen: 0,
+                    seen_packets: 0,
+                    idle_sweeps: 0,
+                });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        {
+            let mut r = self.registry();
+            if r.len() <= id as usize {
+                r.resize(id as usize + 1, None);
+            }
+            r[id as usize] = Some(flow.clone());
+        }
+        let s = &mut self.slots[id as usize];
+        s.flow = Some(flow);
+        s.seen_packets = 0;
+        s.idle_sweeps = 0;
+        self.live += 1;
+        (id, s.gen)
+    }
+
+    /// The flow with this id, if live.
+    #[inline]
+    pub fn get(&self, id: u32) -> Option<&Arc<Megaflow>> {
+        self.slots.get(id as usize).and_then(|s| s.flow.as_ref())
+    }
+
+    /// The flow with this id if it is still the one of generation `gen`.
+    #[inline]
+    pub fn get_gen(&self, id: u32, gen: u32) -> Option<&Arc<Megaflow>> {
+        match self.slots.get(id as usize) {
+            Some(s) if s.gen == gen => s.flow.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The current generation of a live flow's id.
+    #[inline]
+    pub fn gen(&self, id: u32) -> Option<u32> {
+        match self.slots.get(id as usize) {
+            Some(s) if s.flow.is_some() => Some(s.gen),
+            _ => None,
+        }
+    }
+
+    /// Removes a flow; its id's generation moves on.
+    pub fn remove(&mut self, id: u32) -> Option<Arc<Megaflow>> {
+        let s = self.slots.get_mut(id as usize)?;
+        let f = s.flow.take()?;
+        s.gen = s.gen.wrapping_add(1);
+        self.free.push(id);
+        self.live -= 1;
+        if let Some(r) = self.registry().get_mut(id as usize) {
+            *r = None;
+        }
+        Some(f)
+    }
+
+    /// Removes every flow.
+    pub fn clear(&mut self) {
+        self.free.clear();
+        for (i, s) in self.slots.iter_mut().enumerate().rev() {
+            if s.flow.take().is_some() {
+                s.gen = s.gen.wrapping_add(1);
+            }
+            self.free.push(i as u32);
+        }
+        self.live = 0;
+        self.registry().clear();
+    }
+
+    /// One idle sweep: returns the ids of flows with no new hit in `max_sweeps` consecutive
+    /// sweeps (the caller removes them from the classifier and then from here).
+    pub fn sweep_idle(&mut self, max_sweeps: u32, out: &mut Vec<u32>) {
+        for (i, s) in self.slots.iter_mut().enumerate() {
+            let Some(f) = &s.flow else { continue };
+            let p = f.packets();
+            if p != s.seen_packets {
+                s.seen_packets = p;
+                s.idle_sweeps = 0;
+            } else {
+                s.idle_sweeps += 1;
+                if s.idle_sweeps >= max_sweeps {
+                    out.push(i as u32);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wire::Field;
+
+    fn flow(port: u64, acts: Vec<Action>) -> Megaflow {
+        let mut k = FlowKey::ZERO;
+        k.set(Field::InPort, port);
+        k.set(Field::TpDst, 80);
+        let mut m = FlowKey::ZERO;
+        m.set_exact(Field::InPort);
+        Megaflow::new(&k, &m, acts.into())
+    }
+
+    #[test]
+    fn steal_index_is_last_output_without_userspace_after() {
+        use Action::*;
+        assert_eq!(flow(1, vec![Output(1), PopVlan, Output(2)]).steal, 2);
+        assert_eq!(flow(1, vec![Output(1), Userspace(3)]).steal, NO_STEAL);
+        assert_eq!(flow(1, vec![]).steal, NO_STEAL);
+        let f = flow(1, vec![]);
+        assert_eq!(f.key.get(Field::TpDst), 0, "key is masked");
+    }
+
+    #[test]
+    fn ids_are_reused_with_a_new_generation_and_registry_mirrors() {
+        let reg = Registry::default();
+        let mut t = FlowTable::new(reg.clone());
+        let (a, ga) = t.insert(flow(1, vec![]));
+        let (b, _) = t.insert(flow(2, vec![]));
+        assert_eq!(reg.lock().unwrap().iter().flatten().count(), 2);
+        assert!(t.remove(a).is_some());
+        assert!(t.get_gen(a, ga).is_none());
+        let (c, gc) = t.insert(flow(3, vec![]));
+        assert_eq!(c, a);
+        assert_ne!(gc, ga);
+        assert!(t.get_gen(c, gc).is_some());
+        assert_eq!(t.len(), 2);
+        t.clear();
+        assert!(t.is_empty() && t.get(b).is_none());
+        assert!(reg.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn idle_sweep_finds_flows_without_new_hits() {
+        let mut t = FlowTable::default();
+        let (a, _) = t.insert(flow(1, vec![]));
+        let (b, _) = t.insert(flow(2, vec![]));
+        let mut out = Vec::new();
+        t.get(b).unwrap().hit(1, 60);
+        t.sweep_idle(2, &mut out);
+        t.get(b).unwrap().hit(1, 60);
+        t.sweep_idle(2, &mut out);
+        assert_eq!(out, vec![a]);
+    }
+}

@@ -1,0 +1,277 @@
+//! PMD counters and the serializable reports the control thread hands to the daemon.
+//!
+//! Owns: [`PmdCounters`] (atomics written by exactly one PMD with plain load/store pairs, read
+//! by the control thread), [`Tally`] (a PMD's per-burst scratch counts, published once per
+//! burst), the report types [`PmdStats`], [`RxqInfo`], [`MegaflowInfo`], and the text form of
+//! action lists.
+//! Threads: counters are written on PMD threads and read on the control thread; no locks.
+use crate::action::Action;
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Counts gathered during one burst (or one loop iteration) before publishing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Packets received.
+    pub packets: u64,
+    /// Exact-match cache hits.
+    pub emc_hits: u64,
+    /// Signature-match cache hits.
+    pub smc_hits: u64,
+    /// Megaflow classifier hits.
+    pub megaflow_hits: u64,
+    /// Upcalls (packets that missed every cache).
+    pub misses: u64,
+    /// Packets or copies that were not sent: tx refused them or the output port is gone.
+    pub lost: u64,
+}
+
+/// A PMD's live counters (single writer: the PMD).
+#[derive(Debug, Default)]
+pub struct PmdCounters {
+    packets: AtomicU64,
+    emc_hits: AtomicU64,
+    smc_hits: AtomicU64,
+    megaflow_hits: AtomicU64,
+    misses: AtomicU64,
+    lost: AtomicU64,
+    busy_cycles: AtomicU64,
+    idle_cycles: AtomicU64,
+}
+
+#[inline(always)]
+fn bump(a: &AtomicU64, v: u64) {
+    if v != 0 {
+        a.store(a.load(Relaxed).wrapping_add(v), Relaxed);
+    }
+}
+
+/// A raw copy of the counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RawPmdStats {
+    /// See [`Tally`].
+    pub tally: Tally,
+    /// Cycles spent in iterations that processed packets.
+    pub busy_cycles: u64,
+    /// Cycles spent in iterations that found nothing (sleeps included).
+    pub idle_cycles: u64,
+}
+
+impl PmdCounters {
+    /// Publishes a burst's counts (PMD thread only).
+    #[inline]
+    pub fn publish(&self, t: &Tally) {
+        bump(&self.packets, t.packets);
+        bump(&self.emc_hits, t.emc_hits);
+        bump(&self.smc_hits, t.smc_hits);
+        bump(&self.megaflow_hits, t.megaflow_hits);
+        bump(&self.misses, t.misses);
+        bump(&self.lost, t.lost);
+    }
+
+    /// Adds busy and idle cycles (PMD thread only).
+    #[inline]
+    pub fn cycles(&self, busy: u64, idle: u64) {
+        bump(&self.busy_cycles, busy);
+        bump(&self.idle_cycles, idle);
+    }
+
+    /// A copy.
+    pub fn snapshot(&self) -> RawPmdStats {
+        RawPmdStats {
+            tally: Tally {
+                packets: self.packets.load(Relaxed),
+                emc_hits: self.emc_hits.load(Relaxed),
+                smc_hits: self.smc_hits.load(Relaxed),
+                megaflow_hits: self.megaflow_hits.load(Relaxed),
+                misses: self.misses.load(Relaxed),
+                lost: self.lost.load(Relaxed),
+            },
+            busy_cycles: self.busy_cycles.load(Relaxed),
+            idle_cycles: self.idle_cycles.load(Relaxed),
+        }
+    }
+}
+
+impl RawPmdStats {
+    /// `self - base`, field by field (saturating).
+    pub fn since(&self, base: &RawPmdStats) -> RawPmdStats {
+        let (a, b) = (&self.tally, &base.tally);
+        RawPmdStats {
+            tally: Tally {
+                packets: a.packets.saturating_sub(b.packets),
+                emc_hits: a.emc_hits.saturating_sub(b.emc_hits),
+                smc_hits: a.smc_hits.saturating_sub(b.smc_hits),
+                megaflow_hits: a.megaflow_hits.saturating_sub(b.megaflow_hits),
+                misses: a.misses.saturating_sub(b.misses),
+                lost: a.lost.saturating_sub(b.lost),
+            },
+            busy_cycles: self.busy_cycles.saturating_sub(base.busy_cycles),
+            idle_cycles: self.idle_cycles.saturating_sub(base.idle_cycles),
+        }
+    }
+}
+
+/// `pmd-stats-show` for one PMD.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct PmdStats {
+    /// CPU core the PMD is pinned to.
+    pub core: usize,
+    /// Its NUMA node.
+    pub numa: usize,
+    /// Packets received.
+    pub packets: u64,
+    /// Exact-match cache hits.
+    pub emc_hits: u64,
+    /// Signature-match cache hits.
+    pub smc_hits: u64,
+    /// Megaflow classifier hits.
+    pub megaflow_hits: u64,
+    /// Upcalls.
+    pub misses: u64,
+    /// Packets not sent (tx refused, or output port gone).
+    pub lost: u64,
+    /// Busy TSC cycles.
+    pub busy_cycles: u64,
+    /// Idle TSC cycles.
+    pub idle_cycles: u64,
+    /// Busy cycles per packet (0 if no packet).
+    pub cycles_per_packet: f64,
+    /// Megaflows installed in this PMD now.
+    pub megaflows: usize,
+    /// Rx queues this PMD polls.
+    pub rxqs: usize,
+}
+
+impl PmdStats {
+    /// Builds the report from counter deltas.
+    pub fn new(core: usize, numa: usize, s: &RawPmdStats, megaflows: usize, rxqs: usize) -> Self {
+        let t = &s.tally;
+        PmdStats {
+            core,
+            numa,
+            packets: t.packets,
+            emc_hits: t.emc_hits,
+            smc_hits: t.smc_hits,
+            megaflow_hits: t.megaflow_hits,
+            misses: t.misses,
+            lost: t.lost,
+            busy_cycles: s.busy_cycles,
+            idle_cycles: s.idle_cycles,
+            cycles_per_packet: if t.packets == 0 {
+                0.0
+            } else {
+                s.busy_cycles as f64 / t.packets as f64
+            },
+            megaflows,
+            rxqs,
+        }
+    }
+}
+
+/// `pmd-rxq-show` for one rx queue.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RxqInfo {
+    /// Core of the PMD polling it.
+    pub core: usize,
+    /// NUMA node of that PMD.
+    pub numa: usize,
+    /// Port name.
+    pub port: String,
+    /// Datapath port number.
+    pub port_no: u32,
+    /// Rx queue id.
+    pub rxq: usize,
+    /// NUMA node of the port, if known.
+    pub port_numa: Option<usize>,
+    /// Pinned by `pmd-rxq-affinity`.
+    pub pinned: bool,
+    /// Share of the PMD's busy cycles spent on this queue since it was assigned, in percent.
+    pub busy_pct: f64,
+}
+
+/// `dump-megaflows` for one megaflow.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct MegaflowInfo {
+    /// Core of the PMD that owns it.
+    pub core: usize,
+    /// Matched fields only.
+    #[serde(rename = "match")]
+    pub match_: String,
+    /// Actions, `ovs-dpctl` style (`drop` if none).
+    pub actions: String,
+    /// Packets that hit it.
+    pub packets: u64,
+    /// Bytes of those packets.
+    pub bytes: u64,
+}
+
+fn mac(m: &[u8; 6]) -> String {
+    format!(
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        m[0], m[1], m[2], m[3], m[4], m[5]
+    )
+}
+
+/// Text form of an action list: `output:2,push_vlan(tci=0x64),...`, or `drop`.
+pub fn actions_to_string(actions: &[Action]) -> String {
+    if actions.is_empty() {
+        return "drop".into();
+    }
+    let ip = |v: &u32| std::net::Ipv4Addr::from(*v).to_string();
+    let parts: Vec<String> = actions
+        .iter()
+        .map(|a| match a {
+            Action::Output(p) => format!("output:{p}"),
+            Action::PushVlan(t) => format!("push_vlan(tci=0x{t:04x})"),
+            Action::PopVlan => "pop_vlan".into(),
+            Action::SetEthSrc(m) => format!("set(eth_src={})", mac(m)),
+            Action::SetEthDst(m) => format!("set(eth_dst={})", mac(m)),
+            Action::SetIpv4Src(v) => format!("set(ipv4_src={})", ip(v)),
+            Action::SetIpv4Dst(v) => format!("set(ipv4_dst={})", ip(v)),
+            Action::SetIpDscp(v) => format!("set(ip_dscp={v})"),
+            Action::SetTpSrc(v) => format!("set(tp_src={v})"),
+            Action::SetTpDst(v) => format!("set(tp_dst={v})"),
+            Action::Userspace(c) => format!("userspace(cookie=0x{c:x})"),
+        })
+        .collect();
+    parts.join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn single_writer_counters_and_deltas() {
+        let c = PmdCounters::default();
+        let t = Tally {
+            packets: 10,
+            emc_hits: 7,
+            smc_hits: 1,
+            megaflow_hits: 1,
+            misses: 1,
+            lost: 0,
+        };
+        c.publish(&t);
+        c.cycles(1000, 50);
+        let base = c.snapshot();
+        c.publish(&t);
+        let d = c.snapshot().since(&base);
+        assert_eq!(d.tally, t);
+        assert_eq!(d.busy_cycles, 0);
+        let r = PmdStats::new(0, 0, &c.snapshot(), 3, 1);
+        assert_eq!(r.packets, 20);
+        assert_eq!(r.cycles_per_packet, 50.0);
+    }
+
+    #[test]
+    fn action_text() {
+        use Action::*;
+        assert_eq!(actions_to_string(&[]), "drop");
+        assert_eq!(
+            actions_to_string(&[PushVlan(100), SetIpv4Dst(0x0a000001), Output(2)]),
+            "push_vlan(tci=0x0064),set(ipv4_dst=10.0.0.1),output:2"
+        );
+    }
+}

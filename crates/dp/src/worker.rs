@@ -1,0 +1,331 @@
+//! The per-PMD packet pipeline: rx burst → extract → EMC → SMC → dpcls → upcall → execute → tx.
+//!
+//! Owns: [`Worker`], everything one PMD thread needs to move packets: its caches, flow table,
+//! buffer pool, scratch arrays for a burst, and transmit batches. A burst is processed in
+//! stages (all keys, then all lookups, then all actions, then one `tx_burst` per output port),
+//! with no allocation, no lock and no reference-count change per packet.
+//!
+//! The worker does not know about threads: the PMD loop (`pmd.rs`) drives it, and tests and
+//! benchmarks drive it directly.
+//! Threads: owned by one PMD thread.
+use crate::action::{Actions, Upcall};
+use crate::dpcls::{Dpcls, NO_FLOW};
+use crate::emc::Emc;
+use crate::execute::{execute, ExecCtx, TxTable};
+use crate::flow::{steal_index, FlowTable, Megaflow, Registry};
+use crate::smc::Smc;
+use crate::stats::Tally;
+use packet::{Batch, Pool, BATCH_SIZE};
+use ports::Port;
+use std::sync::Arc;
+use wire::{Field, FlowKey};
+
+/// Decision for a packet whose upcall result was not installed (see `Worker::adhoc`).
+const ADHOC: u32 = u32::MAX - 1;
+
+/// Tunables of a worker.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkerConfig {
+    /// Insert into the EMC with probability 1/N (1 = always, 0 = never).
+    pub emc_insert_inv_prob: u32,
+    /// Most megaflows this worker installs.
+    pub flow_limit: usize,
+    /// NUMA node of the buffer pool.
+    pub numa: usize,
+    /// Buffers allocated up front.
+    pub pool_prefill: usize,
+    /// Tx queue used on every port.
+    pub txq: usize,
+    /// Housekeeping sweeps without a hit before a megaflow expires (0 = never).
+    pub idle_sweeps: u32,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            emc_insert_inv_prob: 100,
+            flow_limit: 200_000,
+            numa: 0,
+            pool_prefill: 256,
+            txq: 0,
+            idle_sweeps: 10,
+        }
+    }
+}
+
+/// One PMD's packet pipeline.
+pub struct Worker {
+    emc: Emc,
+    smc: Smc,
+    cls: Dpcls,
+    flows: FlowTable,
+    pool: Pool,
+    rx: Batch,
+    keys: [FlowKey; BATCH_SIZE],
+    ids: [u32; BATCH_SIZE],
+    /// Action lists of packets whose upcall result was not installed, by packet index.
+    adhoc: Vec<(usize, Actions)>,
+    tx: TxTable,
+    upcall: Arc<dyn Upcall>,
+    cfg: WorkerConfig,
+    rng: u32,
+    tally: Tally,
+    expired: Vec<u32>,
+}
+
+impl Worker {
+    /// A worker that asks `upcall` on misses and mirrors its flows into `registry`.
+    pub fn new(upcall: Arc<dyn Upcall>, cfg: WorkerConfig, registry: Registry) -> Worker {
+        Worker {
+            emc: Emc::new(),
+            smc: Smc::new(),
+            cls: Dpcls::new(),
+            flows: FlowTable::new(registry),
+            pool: Pool::new(cfg.numa, cfg.pool_prefill),
+            rx: Batch::new(),
+            keys: [FlowKey::ZERO; BATCH_SIZE],
+            ids: [NO_FLOW; BATCH_SIZE],
+            adhoc: Vec::with_capacity(BATCH_SIZE),
+            tx: TxTable::new(cfg.txq),
+            upcall,
+            cfg,
+            rng: 0x9e37_79b9 ^ cfg.txq as u32,
+            tally: Tally::default(),
+            expired: Vec::new(),
+        }
+    }
+
+    /// Sets the ports packets may be sent to (control change, between bursts).
+    pub fn set_ports(&mut self, ports: &[(u32, Arc<dyn Port>)]) {
+        self.tx.set_ports(ports, &mut self.pool);
+    }
+
+    /// Receives one burst from `port`'s queue `qid` and processes it. Returns the packet count.
+    #[inline]
+    pub fn poll(&mut self, port_no: u32, port: &dyn Port, qid: usize) -> usize {
+        let n = port.rx_burst(qid, &mut self.pool, &mut self.rx);
+        if n > 0 {
+            self.process(port_no);
+        }
+        n
+    }
+
+    /// Processes every packet in the rx batch as received on `in_port`.
+    fn process(&mut self, in_port: u32) {
+        let n = self.rx.len().min(BATCH_SIZE);
+        self.tally.packets += n as u64;
+        for (p, k) in self.rx.as_mut_slice().iter_mut().zip(self.keys.iter_mut()) {
+            *k = wire::extract(p.data(), in_port);
+            p.meta.in_port = in_port;
+            p.meta.hash = k.hash();
+        }
+        self.classify(n);
+        self.execute_all();
+        self.tx.flush(&mut self.pool, &mut self.tally);
+    }
+
+    #[inline]
+    fn emc_insert_wanted(&mut self) -> bool {
+        match self.cfg.emc_insert_inv_prob {
+            0 => false,
+            1 => true,
+            inv => {
+                // xorshift32: a cheap per-PMD random stream.
+                let mut x = self.rng;
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                self.rng = x;
+                x <= u32::MAX / inv
+            }
+        }
+    }
+
+    fn cache(&mut self, i: usize, id: u32, smc: bool) {
+        let h = self.rx.as_slice()[i].meta.hash;
+        if smc {
+            self.smc.insert(h, id);
+        }
+        if self.emc_insert_wanted() {
+            if let Some(gen) = self.flows.gen(id) {
+                self.emc.insert(&self.keys[i], h, id, gen);
+            }
+        }
+    }
+
+    /// Fills `ids` for the first `n` packets: EMC, then SMC, then dpcls, then upcall.
+    fn classify(&mut self, n: usize) {
+        let mut todo = 0u32;
+        for i in 0..n {
+            let key = &self.keys[i];
+            let h = self.rx.as_slice()[i].meta.hash;
+            if let Some((id, gen)) = self.emc.lookup(key, h) {
+                if self.flows.get_gen(id, gen).is_some() {
+                    self.ids[i] = id;
+                    self.tally.emc_hits += 1;
+                    continue;
+                }
+            }
+            if let Some(id) = self.smc.lookup(h) {
+                if self.flows.get(id).is_some_and(|f| f.covers(key)) {
+                    self.ids[i] = id;
+                    self.tally.smc_hits += 1;
+                    self.cache(i, id, false);
+                    continue;
+                }
+            }
+            todo |= 1 << i;
+        }
+        if todo == 0 {
+            return;
+        }
+        let left = self.cls.lookup_batch(&self.keys[..n], &mut self.ids[..n], todo);
+        let mut hit = todo & !left;
+        while hit != 0 {
+            let i = hit.trailing_zeros() as usize;
+            hit &= hit - 1;
+            self.tally.megaflow_hits += 1;
+            self.cache(i, self.ids[i], true);
+        }
+        let mut miss = left;
+        while miss != 0 {
+            let i = miss.trailing_zeros() as usize;
+            miss &= miss - 1;
+            self.handle_miss(i);
+        }
+    }
+
+    /// A packet that missed every cache: re-check the classifier (an earlier packet of this
+    /// burst may have installed its flow), else ask the pipeline and install the answer.
+    fn handle_miss(&mut self, i: usize) {
+        let key = self.keys[i];
+        let id = self.cls.lookup(&key);
+        if id != NO_FLOW {
+            self.ids[i] = id;
+            self.tally.megaflow_hits += 1;
+            return;
+        }
+        self.tally.misses += 1;
+        let pkt = &self.rx.as_slice()[i];
+        let up = &*self.upcall;
+        let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| up.upcall(&key, pkt)));
+        let res = match res {
+            Ok(r) => r,
+            Err(_) => {
+                tracing::error!("upcall panicked; dropping the packet");
+                self.ids[i] = ADHOC;
+                self.adhoc.push((i, Arc::from(Vec::new())));
+                return;
+            }
+        };
+        if !res.install || self.flows.len() >= self.cfg.flow_limit {
+            self.ids[i] = ADHOC;
+            self.adhoc.push((i, res.actions));
+            return;
+        }
+        let mut mask = res.mask;
+        mask.set_exact(Field::InPort);
+        let (mut id, _) = self.flows.insert(Megaflow::new(&key, &mask, res.actions));
+        if let Err(existing) = self.cls.insert(&key, &mask, id) {
+            self.flows.remove(id);
+            id = existing;
+        }
+        self.ids[i] = id;
+        self.cache(i, id, true);
+    }
+
+    /// Runs each packet's actions, in arrival order; counts megaflow hits run by run.
+    fn execute_all(&mut self) {
+        let Worker {
+            rx,
+            flows,
+            tx,
+            pool,
+            keys,
+            ids,
+            adhoc,
+            upcall,
+            tally,
+            ..
+        } = self;
+        let mut cx = ExecCtx {
+            tx,
+            pool,
+            upcall: &**upcall,
+            tally,
+        };
+        let (mut run_id, mut run_pkts, mut run_bytes) = (NO_FLOW, 0u64, 0u64);
+        for (i, pkt) in rx.drain().enumerate() {
+            let id = ids.get(i).copied().unwrap_or(NO_FLOW);
+            let key = keys.get(i).unwrap_or(&FlowKey::ZERO);
+            if id == ADHOC {
+                let acts = adhoc.iter().find(|(j, _)| *j == i).map(|(_, a)| &a[..]);
+                let acts = acts.unwrap_or(&[]);
+                execute(pkt, acts, steal_index(acts), key, &mut cx);
+                continue;
+            }
+            let Some(f) = flows.get(id) else {
+                cx.pool.put(pkt);
+                continue;
+            };
+            if id != run_id {
+                if let Some(prev) = flows.get(run_id) {
+                    prev.hit(run_pkts, run_bytes);
+                }
+                (run_id, run_pkts, run_bytes) = (id, 0, 0);
+            }
+            run_pkts += 1;
+            run_bytes += pkt.len() as u64;
+            execute(pkt, &f.actions, f.steal, key, &mut cx);
+        }
+        if let Some(prev) = flows.get(run_id) {
+            prev.hit(run_pkts, run_bytes);
+        }
+        adhoc.clear();
+    }
+
+    /// Drops every cached decision (revalidation): megaflows and classifier. The EMC is
+    /// invalidated by flow generations and the SMC re-checks matches, so neither is walked.
+    pub fn flush(&mut self) {
+        self.cls.clear();
+        self.flows.clear();
+    }
+
+    /// Periodic upkeep (about once a second): re-rank subtables, expire idle megaflows.
+    pub fn housekeep(&mut self) {
+        self.cls.rerank();
+        if self.cfg.idle_sweeps == 0 {
+            return;
+        }
+        self.expired.clear();
+        self.flows.sweep_idle(self.cfg.idle_sweeps, &mut self.expired);
+        for &id in &self.expired {
+            if let Some(f) = self.flows.get(id) {
+                let (k, m) = (f.key, f.mask);
+                self.cls.remove(&k, &m);
+            }
+            self.flows.remove(id);
+        }
+    }
+
+    /// Takes the counts gathered since the last call.
+    #[inline]
+    pub fn take_tally(&mut self) -> Tally {
+        std::mem::take(&mut self.tally)
+    }
+
+    /// Megaflows installed.
+    pub fn flow_count(&self) -> usize {
+        self.flows.len()
+    }
+
+    /// Subtables in the classifier.
+    pub fn subtable_count(&self) -> usize {
+        self.cls.subtables().len()
+    }
+
+    /// The buffer pool (tests check it does not grow in steady state).
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+}

@@ -1,0 +1,308 @@
+//! End-to-end datapath tests with dummy ports and a scriptable pipeline.
+mod common;
+
+use common::*;
+use dp::{Action, AssignMode, Datapath, DpConfig, Topology};
+use ports::dummy::DummyPort;
+use ports::Port;
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::Arc;
+use std::time::Duration;
+use wire::Field;
+
+fn config(cores: &[usize]) -> DpConfig {
+    DpConfig {
+        topology: Topology::single(0..2),
+        pmd_cores: cores.to_vec(),
+        emc_insert_inv_prob: 1,
+        ..DpConfig::default()
+    }
+}
+
+fn two_ports(dp: &Datapath) -> (Arc<DummyPort>, Arc<DummyPort>) {
+    let (a, b) = (Arc::new(DummyPort::new()), Arc::new(DummyPort::new()));
+    dp.add_port(1, "p1", a.clone(), &[]).unwrap();
+    dp.add_port(2, "p2", b.clone(), &[]).unwrap();
+    (a, b)
+}
+
+#[test]
+fn packets_from_port1_leave_port2_with_actions_applied() {
+    let pipe = TestPipeline::new(vec![
+        Action::SetIpv4Dst(0xc0a8_0005),
+        Action::SetTpDst(4242),
+        Action::PushVlan(0x2064),
+        Action::Output(2),
+    ]);
+    let dp = Datapath::new(config(&[0, 1]), pipe.clone()).unwrap();
+    let (p1, p2) = two_ports(&dp);
+    for i in 0..20 {
+        p1.inject(udp_frame(0x0a00_0002, 1000 + i)).unwrap();
+    }
+    let got = collect(&p2, 20);
+    assert_eq!(got.len(), 20);
+    for f in &got {
+        let k = wire::extract(f, 2);
+        assert_eq!(k.get(Field::VlanTci), 0x2064 | 0x1000);
+        assert_eq!(k.get(Field::Ipv4Dst), 0xc0a8_0005);
+        assert_eq!(k.get(Field::TpDst), 4242);
+        assert!(checksums_ok(f), "checksums must be updated");
+    }
+    assert!(p1.take_captured().is_empty());
+}
+
+#[test]
+fn megaflow_is_installed_once_then_hits_and_stats_add_up() {
+    let pipe = TestPipeline::new(vec![Action::Output(2)]);
+    let dp = Datapath::new(config(&[0]), pipe.clone()).unwrap();
+    let (p1, p2) = two_ports(&dp);
+    for i in 0..300u16 {
+        p1.inject(udp_frame(0x0a00_0002, i % 7)).unwrap();
+    }
+    assert_eq!(collect(&p2, 300).len(), 300);
+    assert_eq!(pipe.upcalls.load(SeqCst), 1, "one megaflow covers every packet");
+    let flows = dp.megaflows();
+    assert_eq!(flows.len(), 1);
+    assert_eq!(flows[0].packets, 300);
+    assert_eq!(flows[0].actions, "output:2");
+    assert_eq!(
+        flows[0].match_,
+        "in_port=1,eth_type=0x0800,ipv4_dst=10.0.0.2"
+    );
+    wait_for("stats published", || {
+        dp.pmd_stats().iter().map(|s| s.packets).sum::<u64>() == 300
+    });
+    let s = &dp.pmd_stats()[0];
+    assert_eq!(s.packets, s.emc_hits + s.smc_hits + s.megaflow_hits + s.misses);
+    assert_eq!(s.misses, 1);
+    assert!(s.emc_hits > 200, "EMC serves the bulk: {s:?}");
+    assert!(s.busy_cycles > 0 && s.cycles_per_packet > 0.0);
+    assert_eq!(s.megaflows, 1);
+    dp.clear_pmd_stats();
+    assert_eq!(dp.pmd_stats()[0].packets, 0);
+}
+
+#[test]
+fn revalidate_changes_the_decision_immediately() {
+    let pipe = TestPipeline::new(vec![Action::Output(2)]);
+    let dp = Datapath::new(config(&[0, 1]), pipe.clone()).unwrap();
+    let (p1, p2) = two_ports(&dp);
+    let p3 = Arc::new(DummyPort::new());
+    dp.add_port(3, "p3", p3.clone(), &[]).unwrap();
+    for _ in 0..50 {
+        p1.inject(udp_frame(0x0a00_0002, 1)).unwrap();
+    }
+    assert_eq!(collect(&p2, 50).len(), 50);
+    pipe.set(vec![Action::Output(3)]);
+    dp.try_revalidate().unwrap();
+    assert!(dp.megaflows().is_empty(), "revalidation drops cached decisions");
+    for _ in 0..50 {
+        p1.inject(udp_frame(0x0a00_0002, 1)).unwrap();
+    }
+    assert_eq!(collect(&p3, 50).len(), 50);
+    assert!(p2.take_captured().is_empty(), "no packet followed the old decision");
+    assert_eq!(pipe.upcalls.load(SeqCst), 2);
+}
+
+#[test]
+fn del_port_while_traffic_flows() {
+    let pipe = TestPipeline::new(vec![Action::Output(2)]);
+    let dp = Datapath::new(config(&[0, 1]), pipe.clone()).unwrap();
+    let (p1, p2) = two_ports(&dp);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let feeder = {
+        let (p1, stop) = (p1.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(SeqCst) {
+                let _ = p1.inject(udp_frame(0x0a00_0002, 9));
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        })
+    };
+    wait_for("traffic", || !p2.take_captured().is_empty());
+    dp.try_del_port(2).unwrap();
+    let _ = p2.take_captured();
+    assert_eq!(Arc::strong_count(&p2), 1, "no PMD holds port 2 any more");
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(p2.take_captured().is_empty());
+    dp.try_del_port(1).unwrap();
+    assert_eq!(Arc::strong_count(&p1), 2, "only the test and the feeder hold port 1");
+    stop.store(true, SeqCst);
+    feeder.join().unwrap();
+    assert!(dp.pmd_stats().iter().map(|s| s.lost).sum::<u64>() > 0 || p1.pending() > 0);
+    assert_eq!(
+        dp.try_del_port(1),
+        Err(dp::DpError::NoSuchPort(1)),
+        "deleting twice is an error"
+    );
+}
+
+#[test]
+fn output_to_in_port_userspace_and_multiple_outputs() {
+    let pipe = TestPipeline::new(vec![
+        Action::Output(1),
+        Action::Userspace(77),
+        Action::PopVlan,
+        Action::Output(2),
+    ]);
+    let dp = Datapath::new(config(&[0]), pipe.clone()).unwrap();
+    let (p1, p2) = two_ports(&dp);
+    for _ in 0..10 {
+        p1.inject(udp_frame(0x0a00_0002, 1)).unwrap();
+    }
+    assert_eq!(collect(&p1, 10).len(), 10, "hairpin to the in_port is allowed");
+    assert_eq!(collect(&p2, 10).len(), 10);
+    let up = pipe.userspace.lock().unwrap();
+    assert_eq!(up.len(), 10);
+    assert_eq!(up[0].0, 77);
+    assert_eq!(up[0].1.get(Field::InPort), 1);
+}
+
+#[test]
+fn uninstalled_decisions_still_execute() {
+    let pipe = TestPipeline::new(vec![Action::Output(2)]);
+    pipe.install.store(false, SeqCst);
+    let dp = Datapath::new(config(&[0]), pipe.clone()).unwrap();
+    let (p1, p2) = two_ports(&dp);
+    for _ in 0..5 {
+        p1.inject(udp_frame(0x0a00_0002, 1)).unwrap();
+    }
+    assert_eq!(collect(&p2, 5).len(), 5);
+    assert_eq!(pipe.upcalls.load(SeqCst), 5);
+    assert!(dp.megaflows().is_empty());
+}
+
+#[test]
+fn set_pmd_cores_live_keeps_forwarding() {
+    let pipe = TestPipeline::new(vec![Action::Output(2)]);
+    let dp = Datapath::new(config(&[0]), pipe.clone()).unwrap();
+    let (p1, p2) = two_ports(&dp);
+    p1.inject(udp_frame(0x0a00_0002, 1)).unwrap();
+    assert_eq!(collect(&p2, 1).len(), 1);
+    dp.set_pmd_cores(&[1]).unwrap();
+    assert_eq!(dp.pmd_stats().iter().map(|s| s.core).collect::<Vec<_>>(), vec![1]);
+    assert!(dp.rxq_show().iter().all(|r| r.core == 1));
+    p1.inject(udp_frame(0x0a00_0002, 1)).unwrap();
+    assert_eq!(collect(&p2, 1).len(), 1);
+    dp.set_pmd_cores(&[0, 1]).unwrap();
+    assert_eq!(dp.pmd_stats().len(), 2);
+    assert_eq!(dp.set_pmd_cores(&[]), Err(dp::DpError::NoPmdCores));
+    assert_eq!(dp.set_pmd_cores(&[1, 1]), Err(dp::DpError::DuplicateCore(1)));
+}
+
+#[test]
+fn numa_aware_assignment_with_two_node_override() {
+    let pipe = TestPipeline::new(vec![]);
+    let cfg = DpConfig {
+        topology: Topology::parse("0:0;1:1").unwrap(),
+        assign: AssignMode::RoundRobin,
+        ..config(&[0, 1])
+    };
+    let dp = Datapath::new(cfg, pipe).unwrap();
+    let far = NumaPort::new(Some(1), 3);
+    let near = NumaPort::new(Some(0), 2);
+    let lost = NumaPort::new(Some(7), 1);
+    dp.add_port(1, "far", far, &[]).unwrap();
+    dp.add_port(2, "near", near, &[]).unwrap();
+    dp.add_port(3, "nonode", lost, &[]).unwrap();
+    let rxqs = dp.rxq_show();
+    assert_eq!(rxqs.len(), 6);
+    for r in &rxqs {
+        match r.port.as_str() {
+            "far" => assert_eq!((r.core, r.numa), (1, 1)),
+            "near" => assert_eq!((r.core, r.numa), (0, 0)),
+            _ => assert_eq!(r.port_numa, Some(7), "a node without PMDs still gets polled"),
+        }
+    }
+    let stats = dp.pmd_stats();
+    assert_eq!(stats.iter().map(|s| s.numa).collect::<Vec<_>>(), vec![0, 1]);
+}
+
+#[test]
+fn pinned_rxq_isolates_its_pmd_and_can_be_moved() {
+    let pipe = TestPipeline::new(vec![]);
+    let dp = Datapath::new(config(&[0, 1]), pipe).unwrap();
+    let a = NumaPort::new(None, 2);
+    let b = NumaPort::new(None, 2);
+    dp.add_port(1, "a", a, &[(0, 1)]).unwrap();
+    dp.add_port(2, "b", b, &[]).unwrap();
+    let rxqs = dp.rxq_show();
+    for r in &rxqs {
+        if r.port == "a" && r.rxq == 0 {
+            assert!(r.pinned && r.core == 1);
+        } else {
+            assert_eq!(r.core, 0, "core 1 is isolated: {r:?}");
+        }
+    }
+    dp.set_port_affinity(1, &[]).unwrap();
+    assert!(dp.rxq_show().iter().any(|r| r.core == 1 && r.port == "b"));
+    assert!(dp.set_port_affinity(9, &[]).is_err());
+}
+
+#[test]
+fn rxq_count_change_is_picked_up() {
+    let pipe = TestPipeline::new(vec![]);
+    let dp = Datapath::new(config(&[0]), pipe).unwrap();
+    let p = NumaPort::new(None, 1);
+    dp.add_port(1, "mq", p.clone(), &[]).unwrap();
+    assert_eq!(dp.rxq_show().len(), 1);
+    p.rxqs.store(4, SeqCst);
+    wait_for("housekeeper to notice 4 queues", || dp.rxq_show().len() == 4);
+}
+
+#[test]
+fn auto_lb_moves_a_hot_queue() {
+    let pipe = TestPipeline::new(vec![Action::Output(9)]);
+    let cfg = DpConfig {
+        assign: AssignMode::Cycles,
+        auto_lb: Some(dp::AutoLb {
+            threshold_pct: 10,
+            interval: Duration::from_secs(3600),
+            min_load_pct: 0,
+        }),
+        ..config(&[0, 1])
+    };
+    let dp = Datapath::new(cfg, pipe).unwrap();
+    let ports: Vec<Arc<DummyPort>> = (0..4).map(|_| Arc::new(DummyPort::new())).collect();
+    for (i, p) in ports.iter().enumerate() {
+        dp.add_port(i as u32 + 1, &format!("p{i}"), p.clone(), &[]).unwrap();
+    }
+    let rxqs = dp.rxq_show();
+    let core_of = |name: &str| rxqs.iter().find(|r| r.port == name).unwrap().core;
+    // Load the two ports that share a PMD.
+    let hot: Vec<usize> = (0..4).filter(|&i| core_of(&format!("p{i}")) == core_of("p0")).collect();
+    assert_eq!(hot.len(), 2);
+    for _ in 0..20 {
+        for &i in &hot {
+            for _ in 0..32 {
+                ports[i].inject(udp_frame(0x0a00_0002, 1)).unwrap();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    wait_for("traffic drained", || hot.iter().all(|&i| ports[i].pending() == 0));
+    assert!(dp.rebalance().unwrap(), "moving one hot queue halves the imbalance");
+    let after = dp.rxq_show();
+    let c0 = after.iter().find(|r| r.port == format!("p{}", hot[0])).unwrap().core;
+    let c1 = after.iter().find(|r| r.port == format!("p{}", hot[1])).unwrap().core;
+    assert_ne!(c0, c1, "hot queues now on different PMDs");
+}
+
+#[test]
+fn stats_and_dumps_serialize_to_json() {
+    let pipe = TestPipeline::new(vec![Action::Output(2)]);
+    let dp = Datapath::new(config(&[0]), pipe).unwrap();
+    let (p1, p2) = two_ports(&dp);
+    p1.inject(udp_frame(0x0a00_0002, 1)).unwrap();
+    collect(&p2, 1);
+    let s = serde_json::to_value(dp.pmd_stats()).unwrap();
+    assert!(s[0]["cycles_per_packet"].is_number());
+    let m = serde_json::to_value(dp.megaflows()).unwrap();
+    assert_eq!(m[0]["actions"], "output:2");
+    assert!(m[0]["match"].as_str().unwrap().contains("in_port=1"));
+    let r = serde_json::to_value(dp.rxq_show()).unwrap();
+    assert_eq!(r.as_array().unwrap().len(), 2);
+    dp.shutdown();
+    assert_eq!(dp.add_port(5, "x", p2, &[]), Err(dp::DpError::ShutDown));
+    assert!(p1.n_rxq() == 1);
+}

@@ -1,0 +1,113 @@
+//! `ovs-ofctl`-style commands on a [`Pipeline`]: `add-flow`, `add-flows`, `mod-flows`,
+//! `del-flows`, `dump-flows`, taking and giving text.
+//!
+//! Threads: the control thread. Text is parsed against a snapshot of the bridge's ports before
+//! the table write lock is taken; dumps snapshot rules under the read lock and format after.
+
+use crate::format::FlowStats;
+use crate::parse::parse_flow;
+use crate::pipeline::{read, Pipeline};
+use crate::types::{FlowMod, FlowModCommand, OfPort, RemovedFlow, TABLE_ALL};
+use crate::{Error, ParseError};
+use std::time::Instant;
+
+impl Pipeline {
+    fn parse_on(&self, bridge: &str, text: &str, cmd: FlowModCommand) -> Result<FlowMod, Error> {
+        let br = self.bridge(bridge)?;
+        let resolve = |n: &str| br.ports.resolve(n);
+        Ok(parse_flow(text, cmd, &resolve)?)
+    }
+
+    /// `add-flow BR FLOW`.
+    pub fn add_flow(&self, bridge: &str, flow: &str) -> Result<(), Error> {
+        let fm = self.parse_on(bridge, flow, FlowModCommand::Add)?;
+        self.flow_mod(bridge, fm).map(|_| ())
+    }
+
+    /// `add-flows BR FILE`: one flow per line; blank lines and `#` comments skipped. Every line
+    /// is parsed before any is applied; a parse error names its line.
+    pub fn add_flows(&self, bridge: &str, text: &str) -> Result<usize, Error> {
+        let br = self.bridge(bridge)?;
+        let resolve = |n: &str| br.ports.resolve(n);
+        let mut fms = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let fm = parse_flow(line, FlowModCommand::Add, &resolve).map_err(|e| ParseError {
+                token: e.token,
+                msg: format!("{} (line {})", e.msg, i + 1),
+            })?;
+            fms.push(fm);
+        }
+        let n = fms.len();
+        self.flow_mods(bridge, fms)?;
+        Ok(n)
+    }
+
+    /// `mod-flows BR FLOW` (`strict` = `--strict`); without `table=` it works on table 0.
+    pub fn mod_flows(&self, bridge: &str, flow: &str, strict: bool) -> Result<(), Error> {
+        let cmd = if strict {
+            FlowModCommand::ModifyStrict
+        } else {
+            FlowModCommand::Modify
+        };
+        let fm = self.parse_on(bridge, flow, cmd)?;
+        self.flow_mod(bridge, fm).map(|_| ())
+    }
+
+    /// `del-flows BR [MATCH]` (`strict` = `--strict`). Without `table=` every table is searched.
+    pub fn del_flows(
+        &self,
+        bridge: &str,
+        filter: Option<&str>,
+        strict: bool,
+    ) -> Result<Vec<RemovedFlow>, Error> {
+        let cmd = if strict {
+            FlowModCommand::DeleteStrict
+        } else {
+            FlowModCommand::Delete
+        };
+        let fm = self.parse_on(bridge, filter.unwrap_or(""), cmd)?;
+        self.flow_mod(bridge, fm)
+    }
+
+    /// `dump-flows BR [MATCH]`: rules ordered by table, then priority (highest first).
+    pub fn dump_flows(&self, bridge: &str, filter: Option<&str>) -> Result<Vec<FlowStats>, Error> {
+        let fm = self.parse_on(bridge, filter.unwrap_or(""), FlowModCommand::Delete)?;
+        let br = self.bridge(bridge)?;
+        let now = Instant::now();
+        let mut out: Vec<FlowStats> = {
+            let tables = read(&br.shared.tables);
+            tables
+                .iter()
+                .filter(|r| fm.table_id == TABLE_ALL || r.table_id == fm.table_id)
+                .filter(|r| (r.cookie ^ fm.cookie) & fm.cookie_mask == 0)
+                .filter(|r| fm.out_port == crate::ofpp::ANY || r.outputs_to(fm.out_port))
+                .filter(|r| fm.match_.covers(&r.match_))
+                .map(|r| FlowStats::of_rule(r, now))
+                .collect()
+        };
+        out.sort_by(|a, b| {
+            (a.table_id, std::cmp::Reverse(a.priority))
+                .cmp(&(b.table_id, std::cmp::Reverse(b.priority)))
+                .then_with(|| {
+                    (a.match_.mask.w, a.match_.key.w).cmp(&(b.match_.mask.w, b.match_.key.w))
+                })
+        });
+        Ok(out)
+    }
+
+    /// `dump-flows` as text lines, port names resolved.
+    pub fn dump_flows_text(
+        &self,
+        bridge: &str,
+        filter: Option<&str>,
+    ) -> Result<Vec<String>, Error> {
+        let flows = self.dump_flows(bridge, filter)?;
+        let br = self.bridge(bridge)?;
+        let name_of = |p: OfPort| br.ports.name_of(p).map(str::to_string);
+        Ok(flows.iter().map(|f| f.to_ofctl(&name_of)).collect())
+    }
+}

@@ -1,0 +1,285 @@
+//! One OpenFlow connection: HELLO negotiation, the read–dispatch loop, echo keepalive, and
+//! the bounded outgoing queue with its writer thread. `run` executes on the connection's
+//! reader thread (an accept-spawned thread or the connector's thread); the writer thread is
+//! spawned here and joined before `run` returns.
+
+use std::io::Write;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use tracing::{debug, info, warn};
+
+use super::framing::{FrameError, FrameReader};
+use super::stream::Stream;
+use super::{ConnId, Shared};
+use crate::error::{errors, OfError};
+use crate::msg::{decode, ErrorMsg, Header, Hello, Message, Role, MAX_MSG_LEN};
+
+/// The sending side of a connection: a bounded queue of encoded frames.
+#[derive(Clone)]
+pub(crate) struct Outbox {
+    tx: SyncSender<Vec<u8>>,
+    stream: Arc<Stream>,
+}
+
+impl Outbox {
+    /// Queues without waiting; on a full queue the connection is closed.
+    pub(crate) fn push(&self, frame: Vec<u8>) -> bool {
+        match self.tx.try_send(frame) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_)) => {
+                warn!(peer = %self.stream.peer_name(), "OpenFlow send queue full, dropping connection");
+                self.close();
+                false
+            }
+            Err(TrySendError::Disconnected(_)) => false,
+        }
+    }
+
+    /// Queues, waiting for room (back-pressure on the peer's own requests).
+    fn push_wait(&self, frame: Vec<u8>) -> bool {
+        self.tx.send(frame).is_ok()
+    }
+
+    pub(crate) fn close(&self) {
+        self.stream.close();
+    }
+}
+
+/// Encodes a message, splitting multipart replies to fit; unencodable messages are logged
+/// and dropped.
+pub(crate) fn encode_frames(xid: u32, msg: &Message) -> Vec<Vec<u8>> {
+    let parts = match msg {
+        Message::MultipartReply(r) => {
+            r.clone().split(MAX_MSG_LEN).into_iter().map(Message::MultipartReply).collect()
+        }
+        other => vec![other.clone()],
+    };
+    let mut out = Vec::with_capacity(parts.len());
+    for p in parts {
+        match p.encode(xid) {
+            Ok(b) => out.push(b),
+            Err(e) => {
+                warn!(msg_type = p.msg_type(), error = %e, "OpenFlow message too large, dropped");
+                return Vec::new();
+            }
+        }
+    }
+    out
+}
+
+fn writer_loop(mut stream: Stream, rx: Receiver<Vec<u8>>) {
+    for frame in rx {
+        if let Err(e) = stream.write_all(&frame) {
+            debug!(error = %e, "OpenFlow write failed");
+            stream.close();
+            return;
+        }
+    }
+}
+
+enum Flow {
+    Continue,
+    Close,
+}
+
+struct Session {
+    id: ConnId,
+    shared: Arc<Shared>,
+    outbox: Outbox,
+    hello_done: bool,
+    last_rx: Instant,
+    echo_sent: Option<Instant>,
+    echo_xid: u32,
+}
+
+/// Serves one connection until it ends. Returns whether version negotiation succeeded.
+pub(crate) fn run(shared: Arc<Shared>, stream: Stream) -> bool {
+    let id = shared.new_id();
+    let peer = stream.peer_name();
+    let cfg = shared.config.clone();
+    let (Ok(wstream), Ok(cstream)) = (stream.try_clone(), stream.try_clone()) else {
+        warn!(%peer, "cannot clone OpenFlow stream");
+        return false;
+    };
+    let tick = cfg.inactivity_probe.map_or(Duration::from_secs(1), |p| p / 4);
+    let tick = tick.clamp(Duration::from_millis(20), Duration::from_secs(1));
+    let _ = stream.set_read_timeout(Some(tick));
+    let _ = wstream.set_write_timeout(Some(cfg.write_timeout));
+    let (tx, rx) = sync_channel(cfg.tx_queue_len.max(1));
+    let writer = thread::Builder::new()
+        .name(format!("of-tx-{id}"))
+        .spawn(move || writer_loop(wstream, rx));
+    let Ok(writer) = writer else {
+        warn!(%peer, "cannot spawn OpenFlow writer thread");
+        return false;
+    };
+    let outbox = Outbox { tx, stream: Arc::new(cstream) };
+    shared.register(id, peer.clone(), outbox.clone());
+    info!(conn = id, %peer, "OpenFlow connection opened");
+    let mut s = Session {
+        id,
+        shared: shared.clone(),
+        outbox,
+        hello_done: false,
+        last_rx: Instant::now(),
+        echo_sent: None,
+        echo_xid: 0,
+    };
+    s.send(0, &Message::Hello(Hello::default()));
+    s.read_loop(stream, &peer);
+    let hello_done = s.hello_done;
+    shared.unregister(id);
+    if hello_done {
+        shared.handler.disconnected(id);
+    }
+    let closer = s.outbox.stream.clone();
+    drop(s);
+    let _ = writer.join();
+    closer.close();
+    info!(conn = id, %peer, "OpenFlow connection closed");
+    hello_done
+}
+
+impl Session {
+    fn read_loop(&mut self, mut stream: Stream, peer: &str) {
+        let mut framer = FrameReader::new();
+        loop {
+            let flow = match framer.read_frame(&mut stream) {
+                Ok(frame) => {
+                    self.last_rx = Instant::now();
+                    self.echo_sent = None;
+                    self.on_frame(&frame)
+                }
+                Err(e) if e.is_timeout() => self.on_idle(),
+                Err(FrameError::BadLength { header }) => {
+                    warn!(conn = self.id, %peer, "OpenFlow frame length below 8");
+                    let xid = Header::parse(&header).map_or(0, |h| h.xid);
+                    self.send_error(xid, errors::BAD_REQUEST_BAD_LEN, &header);
+                    Flow::Close
+                }
+                Err(FrameError::Eof { partial }) => {
+                    if partial > 0 {
+                        debug!(conn = self.id, partial, "peer closed mid-message");
+                    }
+                    Flow::Close
+                }
+                Err(FrameError::Io(e)) => {
+                    debug!(conn = self.id, error = %e, "OpenFlow read failed");
+                    Flow::Close
+                }
+            };
+            if matches!(flow, Flow::Close) {
+                return;
+            }
+        }
+    }
+
+    fn send(&self, xid: u32, msg: &Message) -> bool {
+        encode_frames(xid, msg).into_iter().all(|f| self.outbox.push_wait(f))
+    }
+
+    fn send_error(&self, xid: u32, err: OfError, request: &[u8]) {
+        self.send(xid, &Message::Error(ErrorMsg::for_request(err, request)));
+    }
+
+    fn on_idle(&mut self) -> Flow {
+        let Some(probe) = self.shared.config.inactivity_probe else {
+            return Flow::Continue;
+        };
+        match self.echo_sent {
+            Some(sent) if sent.elapsed() >= probe => {
+                warn!(conn = self.id, "no reply to echo request, dropping OpenFlow connection");
+                Flow::Close
+            }
+            Some(_) => Flow::Continue,
+            None if self.last_rx.elapsed() >= probe => {
+                self.echo_xid = self.echo_xid.wrapping_add(1);
+                self.send(self.echo_xid, &Message::EchoRequest(Vec::new()));
+                self.echo_sent = Some(Instant::now());
+                Flow::Continue
+            }
+            None => Flow::Continue,
+        }
+    }
+
+    fn on_frame(&mut self, frame: &[u8]) -> Flow {
+        let xid = Header::parse(frame).map_or(0, |h| h.xid);
+        let msg = match decode(frame) {
+            Ok((_, msg)) => msg,
+            Err(e) => {
+                debug!(conn = self.id, error = %e, "bad OpenFlow message");
+                self.send_error(xid, e, frame);
+                return if e.keeps_connection() && self.hello_done { Flow::Continue } else { Flow::Close };
+            }
+        };
+        if !self.hello_done {
+            return self.on_hello(xid, msg, frame);
+        }
+        self.dispatch(xid, msg, frame)
+    }
+
+    fn on_hello(&mut self, xid: u32, msg: Message, frame: &[u8]) -> Flow {
+        let result = match &msg {
+            Message::Hello(h) => h.negotiate(),
+            _ => Err(errors::HELLO_FAILED_INCOMPATIBLE),
+        };
+        match result {
+            Ok(_) => {
+                self.hello_done = true;
+                self.shared.set_ready(self.id);
+                let peer = self.outbox.stream.peer_name();
+                self.shared.handler.connected(self.id, &peer);
+                Flow::Continue
+            }
+            Err(e) => {
+                let text = match msg {
+                    Message::Hello(h) => format!("we support only OpenFlow 1.3 (0x04); peer sent version {:#04x}", h.version),
+                    _ => "expected HELLO".to_string(),
+                };
+                warn!(conn = self.id, %text, "OpenFlow version negotiation failed");
+                let mut data = text.into_bytes();
+                if !matches!(frame.get(1), Some(0)) {
+                    data = frame[..frame.len().min(64)].to_vec();
+                }
+                self.send(xid, &Message::Error(ErrorMsg { etype: e.etype, code: e.code, data }));
+                Flow::Close
+            }
+        }
+    }
+
+    fn dispatch(&mut self, xid: u32, msg: Message, frame: &[u8]) -> Flow {
+        let reply = match msg {
+            Message::Hello(_) | Message::EchoReply(_) => return Flow::Continue,
+            Message::EchoRequest(d) => Message::EchoReply(d),
+            Message::FeaturesRequest => Message::FeaturesReply(self.shared.handler.features()),
+            Message::BarrierRequest => Message::BarrierReply,
+            Message::RoleRequest(r) => match self.shared.change_role(self.id, r) {
+                Ok(r) => Message::RoleReply(r),
+                Err(e) => {
+                    self.send_error(xid, e, frame);
+                    return Flow::Continue;
+                }
+            },
+            m if m.modifies_state() && self.shared.role(self.id) == Role::Slave => {
+                self.send_error(xid, errors::BAD_REQUEST_IS_SLAVE, frame);
+                return Flow::Continue;
+            }
+            m => {
+                match self.shared.handler.handle(self.id, xid, m) {
+                    Ok(replies) => {
+                        for r in &replies {
+                            self.send(xid, r);
+                        }
+                    }
+                    Err(e) => self.send_error(xid, e, frame),
+                }
+                return Flow::Continue;
+            }
+        };
+        self.send(xid, &reply);
+        Flow::Continue
+    }
+}

@@ -1,0 +1,178 @@
+//! The `vhost-user` and `vhost-user-client` port kinds: a virtio-net device served to a VM or
+//! container over a vhost-user socket.
+//!
+//! Threads: the port owns one control thread (in `vhost::Endpoint`) for its socket; PMDs call
+//! `rx_burst` (dequeue from the guest's TX virtqueue of pair `q`) and `tx_burst` (enqueue into
+//! the guest's RX virtqueue of pair `q` modulo the running pairs). rx never waits; tx takes the
+//! virtqueue's lock for one burst (several PMDs may send to one port).
+use crate::{DropReason, Link, Port, PortCounters, PortError, PortStats};
+use packet::{Batch, Pool};
+use std::path::Path;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use vhost::msg::feat;
+use vhost::{Endpoint, Mode};
+use virtq::Burst;
+
+/// A vhost-user port (server or client mode).
+pub struct VhostUserPort {
+    ep: Endpoint,
+    mode: Mode,
+    counters: PortCounters,
+}
+
+impl std::fmt::Debug for VhostUserPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VhostUserPort")
+            .field("path", &self.ep.path())
+            .field("mode", &self.mode)
+            .finish()
+    }
+}
+
+impl VhostUserPort {
+    fn start(path: &Path, queues: usize, mode: Mode) -> Result<Arc<VhostUserPort>, PortError> {
+        let ep = Endpoint::start(path, queues, mode)
+            .map_err(|e| PortError(format!("vhost-user {}: {e}", path.display())))?;
+        Ok(Arc::new(VhostUserPort {
+            ep,
+            mode,
+            counters: PortCounters::default(),
+        }))
+    }
+
+    /// A port listening on `path` (type `vhost-user`) with `queues` queue pairs (1..=32).
+    /// A stale socket file at `path` is replaced; any other file is an error.
+    pub fn server(path: &Path, queues: usize) -> Result<Arc<VhostUserPort>, PortError> {
+        Self::start(path, queues, Mode::Server)
+    }
+
+    /// A port connecting to `path` (type `vhost-user-client`), retrying every `reconnect_ms`
+    /// for as long as the port lives, and again whenever the frontend goes away.
+    pub fn client(
+        path: &Path,
+        queues: usize,
+        reconnect_ms: u64,
+    ) -> Result<Arc<VhostUserPort>, PortError> {
+        Self::start(path, queues, Mode::Client { reconnect_ms })
+    }
+
+    /// Stops the control thread, closes the connection, removes the socket file it created.
+    /// Also done on drop; calling it twice is harmless. rx/tx afterwards see a down link.
+    pub fn shutdown(&self) {
+        self.ep.shutdown();
+    }
+
+    /// The socket path.
+    pub fn path(&self) -> &Path {
+        self.ep.path()
+    }
+
+    #[inline]
+    fn count(&self, b: &Burst, rx: bool) {
+        if b.packets > 0 {
+            if rx {
+                self.counters.rx(u64::from(b.packets), b.bytes);
+            } else {
+                self.counters.tx(u64::from(b.packets), b.bytes);
+            }
+        }
+        let bad = b.malformed | b.too_big | b.full | b.broken_drops;
+        if bad == 0 {
+            return;
+        }
+        for (n, why) in [
+            (b.malformed, DropReason::Malformed),
+            (b.too_big, DropReason::TooBig),
+            (b.full, DropReason::QueueFull),
+            (b.broken_drops, DropReason::QueueBroken),
+        ] {
+            if n > 0 {
+                self.counters.drop(why, u64::from(n));
+            }
+        }
+        if rx && b.malformed > 0 {
+            self.counters.rx_error(u64::from(b.malformed));
+        }
+    }
+}
+
+impl Drop for VhostUserPort {
+    fn drop(&mut self) {
+        self.ep.shutdown();
+    }
+}
+
+impl Port for VhostUserPort {
+    fn kind(&self) -> &'static str {
+        match self.mode {
+            Mode::Server => "vhost-user",
+            Mode::Client { .. } => "vhost-user-client",
+        }
+    }
+
+    fn n_rxq(&self) -> usize {
+        self.ep.device().pairs()
+    }
+
+    #[inline]
+    fn rx_burst(&self, q: usize, pool: &mut Pool, out: &mut Batch) -> usize {
+        let b = self.ep.device().rx_burst(q, pool, out);
+        self.count(&b, true);
+        b.packets as usize
+    }
+
+    #[inline]
+    fn tx_burst(&self, q: usize, pkts: &mut Batch) -> usize {
+        if pkts.is_empty() {
+            return 0;
+        }
+        let dev = self.ep.device();
+        let n = dev.running_pairs();
+        let b = if n == 0 {
+            None
+        } else {
+            dev.tx_burst(q % n, pkts)
+        };
+        match b {
+            Some(b) => {
+                self.count(&b, false);
+                b.packets as usize
+            }
+            None => {
+                self.counters.drop(DropReason::LinkDown, pkts.len() as u64);
+                0
+            }
+        }
+    }
+
+    fn link(&self) -> Link {
+        if self.ep.device().running_mask() != 0 {
+            Link::Up
+        } else {
+            Link::Down
+        }
+    }
+
+    fn stats(&self) -> PortStats {
+        self.counters.snapshot()
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let dev = self.ep.device();
+        let s = &dev.stats;
+        serde_json::json!({
+            "path": self.ep.path().display().to_string(),
+            "mode": match self.mode { Mode::Server => "server", Mode::Client { .. } => "client" },
+            "state": dev.conn_state().name(),
+            "features": feat::names(dev.features()),
+            "protocol_features": dev.protocol_features(),
+            "queues": dev.pairs(),
+            "running_queue_pairs": dev.running_mask().count_ones(),
+            "broken_queues": s.broken_queues.load(Relaxed),
+            "broken_queues_now": dev.broken_now(),
+            "protocol_errors": s.protocol_errors.load(Relaxed),
+            "connections": s.connections.load(Relaxed),
+        })
+    }
+}

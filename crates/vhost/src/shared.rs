@@ -1,0 +1,234 @@
+//! What the PMD threads see of a vhost-user device: one slot per virtqueue holding the running
+//! queue (if any), and atomics for link state, negotiated features and counters.
+//!
+//! Threads: PMDs call [`Device::rx_burst`] / [`Device::tx_burst`]; the control thread installs
+//! and removes queues (and thereby memory tables) under the slot's lock, holding it only to swap
+//! the `Option` — never across I/O. Lock order: one slot at a time. rx takes the slot with
+//! `try_lock` (a PMD never waits for the control thread: it skips the burst); tx uses `lock`
+//! because tx bursts from several PMDs to one virtqueue must serialize (uncontended in the
+//! usual case, held for one burst).
+use packet::{Batch, Pool};
+use std::fs::File;
+use std::io::Write;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, TryLockError};
+use virtq::{Burst, Queue};
+
+/// A running virtqueue and its interrupt eventfd.
+#[derive(Debug)]
+pub struct Running {
+    /// The device-side ring.
+    pub queue: Queue,
+    /// Call eventfd (written at most once per burst when the driver wants it).
+    pub call: Option<Arc<File>>,
+}
+
+impl Running {
+    #[inline]
+    fn notify(&self, b: &Burst) {
+        if b.notify {
+            if let Some(f) = &self.call {
+                // A full eventfd counter (EAGAIN) still leaves the driver notified.
+                let _ = (&**f).write(&1u64.to_ne_bytes());
+            }
+        }
+    }
+}
+
+/// Connection state for status reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ConnState {
+    /// Server mode, waiting for a frontend.
+    Listening = 0,
+    /// Client mode, trying to connect.
+    Connecting = 1,
+    /// A frontend is connected.
+    Connected = 2,
+    /// Shut down.
+    Stopped = 3,
+}
+
+impl ConnState {
+    /// Name for status output.
+    pub fn name(self) -> &'static str {
+        match self {
+            ConnState::Listening => "listening",
+            ConnState::Connecting => "connecting",
+            ConnState::Connected => "connected",
+            ConnState::Stopped => "stopped",
+        }
+    }
+}
+
+/// Counters and state of a device, readable from any thread.
+#[derive(Debug, Default)]
+pub struct DeviceStats {
+    /// Queues found broken (each counted once).
+    pub broken_queues: AtomicU64,
+    /// Protocol messages refused.
+    pub protocol_errors: AtomicU64,
+    /// Connections accepted or made.
+    pub connections: AtomicU64,
+}
+
+/// The PMD-facing half of a vhost-user device.
+#[derive(Debug)]
+pub struct Device {
+    pairs: usize,
+    slots: Box<[Mutex<Option<Running>>]>,
+    /// Bit p set: both rings of pair p are running.
+    running_pairs: AtomicU32,
+    features: AtomicU64,
+    protocol_features: AtomicU64,
+    state: AtomicU8,
+    /// Counters.
+    pub stats: DeviceStats,
+}
+
+impl Device {
+    /// A device with `pairs` queue pairs (virtqueues `2p` = guest rx, `2p + 1` = guest tx).
+    pub fn new(pairs: usize) -> Device {
+        Device {
+            pairs,
+            slots: (0..pairs * 2).map(|_| Mutex::new(None)).collect(),
+            running_pairs: AtomicU32::new(0),
+            features: AtomicU64::new(0),
+            protocol_features: AtomicU64::new(0),
+            state: AtomicU8::new(ConnState::Stopped as u8),
+            stats: DeviceStats::default(),
+        }
+    }
+
+    /// Configured queue pairs.
+    pub fn pairs(&self) -> usize {
+        self.pairs
+    }
+
+    /// Virtqueues (2 per pair).
+    pub fn n_vrings(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Pairs running now (both rings), counted from pair 0 up to the first that is not.
+    #[inline]
+    pub fn running_pairs(&self) -> usize {
+        self.running_pairs.load(Relaxed).trailing_ones() as usize
+    }
+
+    /// Bitmask of running pairs.
+    pub fn running_mask(&self) -> u32 {
+        self.running_pairs.load(Relaxed)
+    }
+
+    /// Negotiated virtio features (0 when not connected).
+    pub fn features(&self) -> u64 {
+        self.features.load(Relaxed)
+    }
+
+    /// Negotiated protocol features.
+    pub fn protocol_features(&self) -> u64 {
+        self.protocol_features.load(Relaxed)
+    }
+
+    /// Connection state.
+    pub fn conn_state(&self) -> ConnState {
+        match self.state.load(Relaxed) {
+            0 => ConnState::Listening,
+            1 => ConnState::Connecting,
+            2 => ConnState::Connected,
+            _ => ConnState::Stopped,
+        }
+    }
+
+    pub(crate) fn set_conn_state(&self, s: ConnState) {
+        self.state.store(s as u8, Relaxed);
+    }
+
+    pub(crate) fn set_features(&self, f: u64, pf: u64) {
+        self.features.store(f, Relaxed);
+        self.protocol_features.store(pf, Relaxed);
+    }
+
+    fn lock_slot(&self, vring: usize) -> std::sync::MutexGuard<'_, Option<Running>> {
+        self.slots[vring].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Control thread: removes the running queue of `vring`, if any.
+    pub(crate) fn take(&self, vring: usize) -> Option<Running> {
+        let r = self.lock_slot(vring).take();
+        self.update_pair(vring / 2);
+        r
+    }
+
+    /// Control thread: installs a running queue.
+    pub(crate) fn install(&self, vring: usize, r: Running) {
+        let old = self.lock_slot(vring).replace(r);
+        drop(old);
+        self.update_pair(vring / 2);
+    }
+
+    fn update_pair(&self, pair: usize) {
+        let rx = self.lock_slot(2 * pair).is_some();
+        let tx = self.lock_slot(2 * pair + 1).is_some();
+        let up = rx && tx;
+        let bit = 1u32 << pair.min(31);
+        if up {
+            self.running_pairs.fetch_or(bit, Relaxed);
+        } else {
+            self.running_pairs.fetch_and(!bit, Relaxed);
+        }
+    }
+
+    #[inline]
+    fn account(&self, b: &Burst) {
+        if b.broke {
+            self.stats.broken_queues.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// PMD: dequeues from the guest's tx virtqueue of `pair`. Empty if the pair is not running
+    /// or the control thread holds the slot right now.
+    #[inline]
+    pub fn rx_burst(&self, pair: usize, pool: &mut Pool, out: &mut Batch) -> Burst {
+        let Some(slot) = self.slots.get(2 * pair + 1) else {
+            return Burst::default();
+        };
+        let mut g = match slot.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::WouldBlock) => return Burst::default(),
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+        };
+        let Some(r) = g.as_mut() else {
+            return Burst::default();
+        };
+        let b = r.queue.dequeue(pool, out);
+        r.notify(&b);
+        self.account(&b);
+        b
+    }
+
+    /// PMD: enqueues `pkts` into the guest's rx virtqueue of `pair`. `None` if that pair is not
+    /// running (the caller counts the packets as link-down drops).
+    #[inline]
+    pub fn tx_burst(&self, pair: usize, pkts: &Batch) -> Option<Burst> {
+        let slot = self.slots.get(2 * pair)?;
+        let mut g = slot.lock().unwrap_or_else(|e| e.into_inner());
+        let r = g.as_mut()?;
+        let b = r.queue.enqueue(pkts.as_slice());
+        r.notify(&b);
+        self.account(&b);
+        Some(b)
+    }
+
+    /// Number of running queues that are broken now.
+    pub fn broken_now(&self) -> usize {
+        (0..self.slots.len())
+            .filter(|&i| {
+                self.lock_slot(i)
+                    .as_ref()
+                    .is_some_and(|r| r.queue.broken().is_some())
+            })
+            .count()
+    }
+}

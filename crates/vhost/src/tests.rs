@@ -1,0 +1,254 @@
+//! Protocol tests over real unix sockets with the test frontend and mock-driver rings.
+use crate::frontend::{ack, Frontend, MockGuest};
+use crate::msg::{self, feat, req, Header, MsgError};
+use crate::{ConnState, Endpoint, Mode};
+use packet::{Batch, Pool};
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+use virtq::mock::TxLayout;
+
+fn wait_until(mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+fn server(pairs: usize) -> (tempfile::TempDir, Endpoint) {
+    let dir = tempfile::tempdir().unwrap();
+    let ep = Endpoint::start(&dir.path().join("s.sock"), pairs, Mode::Server).unwrap();
+    (dir, ep)
+}
+
+#[test]
+fn header_syntax() {
+    let h = Header {
+        request: 5,
+        flags: 1,
+        size: 16,
+    };
+    assert_eq!(Header::decode(&h.encode()).unwrap(), h);
+    let bad_version = Header { flags: 2, ..h };
+    assert_eq!(
+        Header::decode(&bad_version.encode()),
+        Err(MsgError::BadVersion(2))
+    );
+    let huge = Header { size: 1 << 20, ..h };
+    assert_eq!(
+        Header::decode(&huge.encode()),
+        Err(MsgError::TooLarge(1 << 20))
+    );
+    assert_eq!(
+        feat::names(1 << 32 | 1 << 15 | 1 << 60),
+        ["mrg_rxbuf", "version_1", "bit60"]
+    );
+}
+
+#[test]
+fn handshake_then_packets_both_ways() {
+    let (_d, ep) = server(1);
+    let dev = ep.device().clone();
+    let mut g = MockGuest::connect(ep.path(), 1, 256, u64::MAX).unwrap();
+    assert!(wait_until(|| dev.running_pairs() == 1));
+    assert_eq!(dev.conn_state(), ConnState::Connected);
+    let f = dev.features();
+    for b in [
+        feat::VIRTIO_F_VERSION_1,
+        feat::VIRTIO_NET_F_MRG_RXBUF,
+        feat::VIRTIO_RING_F_EVENT_IDX,
+        feat::VIRTIO_RING_F_INDIRECT_DESC,
+    ] {
+        assert!(f & (1 << b) != 0, "feature {b} not negotiated: {f:#x}");
+    }
+    // MQ is offered only with more than one pair.
+    assert_eq!(f & (1 << feat::VIRTIO_NET_F_MQ), 0);
+    // Guest tx (ring 1) → device rx_burst.
+    for i in 0..5u8 {
+        g.rings[1].send(&[i; 100], TxLayout::Chained(2));
+    }
+    let mut pool = Pool::new(0, 64);
+    let mut out = Batch::new();
+    assert_eq!(dev.rx_burst(0, &mut pool, &mut out).packets, 5);
+    assert_eq!(out.as_slice()[3].data(), &[3u8; 100][..]);
+    // device tx_burst → guest rx (ring 0).
+    g.rings[0].post_rx(8, 2048);
+    let b = dev.tx_burst(0, &out).unwrap();
+    assert_eq!(b.packets, 5);
+    let got = g.rings[0].recv(true);
+    assert_eq!(got.len(), 5);
+    assert_eq!(got[4].1, vec![4u8; 100]);
+    // GET_VRING_BASE stops the ring and reports where the device is.
+    g.fe.send(req::GET_VRING_BASE, &msg::state_bytes(1, 0), &[])
+        .unwrap();
+    let (_, p) = g.fe.recv_reply().unwrap();
+    assert_eq!(p, msg::state_bytes(1, 5));
+    assert!(wait_until(|| dev.running_pairs() == 0));
+    // Disconnect: the device resets and the server listens again.
+    drop(g);
+    assert!(wait_until(
+        || dev.conn_state() == ConnState::Listening && dev.features() == 0
+    ));
+}
+
+#[test]
+fn mem_table_replaced_while_running() {
+    let (_d, ep) = server(1);
+    let dev = ep.device().clone();
+    let mut g = MockGuest::connect(ep.path(), 1, 64, u64::MAX).unwrap();
+    assert!(wait_until(|| dev.running_pairs() == 1));
+    let mut pool = Pool::new(0, 64);
+    let mut out = Batch::new();
+    g.rings[1].send(&[1; 60], TxLayout::Single);
+    assert_eq!(dev.rx_burst(0, &mut pool, &mut out).packets, 1);
+    pool.put_batch(&mut out);
+    // Same memory again (as after a hotplug): rings are stopped, remapped and resumed.
+    use std::os::fd::AsFd;
+    let mb = msg::mem_bytes(&[g.region]);
+    ack(&g.fe, req::SET_MEM_TABLE, &mb, &[g.mem_fd.as_fd()]).unwrap();
+    assert_eq!(dev.running_pairs(), 1);
+    g.rings[1].send(&[2; 60], TxLayout::Single);
+    assert_eq!(dev.rx_burst(0, &mut pool, &mut out).packets, 1);
+    assert_eq!(out.as_slice()[0].data(), &[2u8; 60][..]);
+    // A table that does not cover the rings: refused, the old one stays in use.
+    let mut small = g.region;
+    small.memory_size = 4096;
+    small.userspace_addr += 1 << 30;
+    let e = g.fe.request_ack(
+        req::SET_MEM_TABLE,
+        &msg::mem_bytes(&[small]),
+        &[g.mem_fd.as_fd()],
+    );
+    assert_eq!(e.unwrap(), 1, "rings outside the new table must be refused");
+    assert!(dev.stats.protocol_errors.load(Relaxed) >= 1);
+}
+
+#[test]
+fn multiqueue_offers_mq_and_runs_each_pair() {
+    let (_d, ep) = server(2);
+    let dev = ep.device().clone();
+    let mut g = MockGuest::connect(ep.path(), 2, 64, u64::MAX).unwrap();
+    assert!(dev.features() & (1 << feat::VIRTIO_NET_F_MQ) != 0);
+    assert_eq!(g.fe.get_u64(req::GET_QUEUE_NUM, &[]).unwrap(), 2);
+    assert!(wait_until(|| dev.running_pairs() == 2));
+    g.rings[3].send(&[9; 64], TxLayout::Single);
+    let mut pool = Pool::new(0, 64);
+    let mut out = Batch::new();
+    assert_eq!(dev.rx_burst(0, &mut pool, &mut out).packets, 0);
+    assert_eq!(dev.rx_burst(1, &mut pool, &mut out).packets, 1);
+    // Disabling pair 1's rx ring takes the pair down.
+    ack(&g.fe, req::SET_VRING_ENABLE, &msg::state_bytes(2, 0), &[]).unwrap();
+    assert_eq!(dev.running_pairs(), 1);
+}
+
+#[test]
+fn bad_messages_are_refused_and_counted_and_the_connection_lives() {
+    let (_d, ep) = server(1);
+    let dev = ep.device().clone();
+    let g = MockGuest::connect(ep.path(), 1, 64, u64::MAX).unwrap();
+    let fe = &g.fe;
+    let errs = || dev.stats.protocol_errors.load(Relaxed);
+    let before = errs();
+    use std::os::fd::AsFd;
+    let cases: Vec<(u32, Vec<u8>, bool)> = vec![
+        (req::SET_VRING_NUM, msg::state_bytes(0, 3).to_vec(), false), // not a power of two
+        (
+            req::SET_VRING_NUM,
+            msg::state_bytes(0, 65536).to_vec(),
+            false,
+        ),
+        (req::SET_VRING_NUM, msg::state_bytes(7, 64).to_vec(), false), // bad queue index
+        (req::SET_VRING_NUM, vec![0; 7], false),                       // bad size
+        (
+            req::SET_VRING_BASE,
+            msg::state_bytes(0, 70000).to_vec(),
+            false,
+        ),
+        (
+            req::SET_FEATURES,
+            (1u64 << 63).to_le_bytes().to_vec(),
+            false,
+        ), // not offered
+        (req::SET_VRING_KICK, 0u64.to_le_bytes().to_vec(), false), // fd missing
+        (req::SET_VRING_CALL, 0x100u64.to_le_bytes().to_vec(), true), // fd but "no fd" flag
+        (req::SET_MEM_TABLE, msg::mem_bytes(&[g.region]), false),  // fd missing
+        (99, vec![], false),                                       // unknown
+        (req::SET_LOG_BASE, vec![0; 16], false),                   // not offered
+    ];
+    for (i, (r, p, with_fd)) in cases.iter().enumerate() {
+        let fds = if *with_fd {
+            vec![g.mem_fd.as_fd()]
+        } else {
+            vec![]
+        };
+        assert_eq!(fe.request_ack(*r, p, &fds).unwrap(), 1, "case {i} accepted");
+    }
+    // Region beyond the fd's size, and too many regions.
+    let mut big = g.region;
+    big.memory_size *= 2;
+    assert_eq!(
+        fe.request_ack(
+            req::SET_MEM_TABLE,
+            &msg::mem_bytes(&[big]),
+            &[g.mem_fd.as_fd()]
+        )
+        .unwrap(),
+        1
+    );
+    let nine: Vec<_> = (0..9).map(|_| g.region).collect();
+    let fds: Vec<_> = (0..8).map(|_| g.mem_fd.as_fd()).collect();
+    assert_eq!(
+        fe.request_ack(req::SET_MEM_TABLE, &msg::mem_bytes(&nine), &fds)
+            .unwrap(),
+        1
+    );
+    assert_eq!(errs() - before, cases.len() as u64 + 2);
+    // Still serving, rings still running.
+    assert!(fe.get_u64(req::GET_FEATURES, &[]).unwrap() != 0);
+    assert_eq!(dev.running_pairs(), 1);
+    // A header we cannot resynchronize after drops the connection; the server accepts again.
+    fe.send_raw(&[0xff; 12], &[]).unwrap();
+    assert!(wait_until(|| dev.conn_state() == ConnState::Listening));
+    let fe2 = Frontend::connect(ep.path()).unwrap();
+    assert!(fe2.get_u64(req::GET_FEATURES, &[]).unwrap() != 0);
+}
+
+#[test]
+fn client_mode_reconnects() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.sock");
+    let ep = Endpoint::start(&path, 1, Mode::Client { reconnect_ms: 20 }).unwrap();
+    std::thread::sleep(Duration::from_millis(60));
+    assert_eq!(ep.device().conn_state(), ConnState::Connecting);
+    let l = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    for _ in 0..3 {
+        let (s, _) = l.accept().unwrap();
+        let g =
+            MockGuest::with_frontend(Frontend::from_stream(s).unwrap(), 1, 64, u64::MAX).unwrap();
+        assert!(wait_until(|| ep.device().running_pairs() == 1));
+        drop(g);
+        assert!(wait_until(|| ep.device().running_pairs() == 0));
+    }
+    // (It may already have reconnected to the still-listening socket.)
+    assert!(ep.device().stats.connections.load(Relaxed) >= 3);
+    ep.shutdown();
+    assert_eq!(ep.device().conn_state(), ConnState::Stopped);
+    // A client never removes the frontend's socket.
+    assert!(path.exists());
+}
+
+#[test]
+fn server_replaces_stale_socket_but_not_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.sock");
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    let ep = Endpoint::start(&path, 1, Mode::Server).unwrap();
+    ep.shutdown();
+    assert!(!path.exists());
+    std::fs::write(&path, b"x").unwrap();
+    assert!(Endpoint::start(&path, 1, Mode::Server).is_err());
+    assert!(Endpoint::start(&dir.path().join("z"), 0, Mode::Server).is_err());
+}
