@@ -6,7 +6,7 @@
 //!
 //! Threads: vireo-bench's main thread.
 use crate::parse::{ovs_pmd_stats, vireo_pmd_stats, PmdCycles};
-use crate::proc::{kill_pidfile, run, wait_for_path, which, Proc};
+use crate::proc::{command, kill_pidfile, run, wait_for_path, which, Proc};
 use crate::scenario::Scenario;
 use crate::testpmd::{switch_args, TESTPMD};
 use std::path::{Path, PathBuf};
@@ -36,6 +36,10 @@ pub trait Contender {
     fn pmd_cycles(&mut self) -> Option<PmdCycles> {
         None
     }
+    /// The process whose CPU share tells whether the switch was preempted.
+    fn pid(&self) -> Option<u32> {
+        None
+    }
     /// Stops everything it started.
     fn stop(&mut self);
 }
@@ -62,15 +66,25 @@ impl Contender for Dpdk {
         "dpdk"
     }
     fn check(&self) -> Result<(), String> {
-        which(TESTPMD).map(|_| ()).ok_or_else(|| format!("{TESTPMD} not found (Debian dpdk-dev)"))
+        which(TESTPMD)
+            .map(|_| ())
+            .ok_or_else(|| format!("{TESTPMD} not found (Debian dpdk-dev)"))
     }
     fn start(&mut self, dir: &Path, sc: &Scenario) -> Result<Ports, String> {
         let s = socks(dir);
         let args = switch_args(&s, sc.queues, self.core);
-        let mut p = Proc::spawn("testpmd switch", Command::new(TESTPMD).args(&args), &dir.join("switch.log"))?;
+        let mut p = Proc::spawn(
+            "testpmd switch",
+            command(TESTPMD).args(&args),
+            &dir.join("switch.log"),
+        )?;
         for sock in &s {
             if !wait_for_path(sock, Duration::from_secs(15)) || !p.running() {
-                return Err(format!("testpmd switch did not create {}: {}", sock.display(), p.log_tail(8)));
+                return Err(format!(
+                    "testpmd switch did not create {}: {}",
+                    sock.display(),
+                    p.log_tail(8)
+                ));
             }
         }
         self.proc = Some(p);
@@ -78,6 +92,9 @@ impl Contender for Dpdk {
             socks: s,
             gen_server: false,
         })
+    }
+    fn pid(&self) -> Option<u32> {
+        self.proc.as_ref().map(Proc::pid)
     }
     fn stop(&mut self) {
         if let Some(mut p) = self.proc.take() {
@@ -111,7 +128,11 @@ impl Ovs {
 
     fn vsctl(&self, dir: &Path, args: &[&str]) -> Result<String, String> {
         let db = format!("--db=unix:{}", dir.join("db.sock").display());
-        run(self.cmd(dir, "ovs-vsctl").arg(db).arg("--timeout=20").args(args))
+        run(self
+            .cmd(dir, "ovs-vsctl")
+            .arg(db)
+            .arg("--timeout=20")
+            .args(args))
     }
 
     fn appctl(&self, dir: &Path, args: &[&str]) -> Result<String, String> {
@@ -123,8 +144,13 @@ impl Ovs {
     fn start_daemons(&self, dir: &Path) -> Result<(), String> {
         let d = dir.display();
         let db = dir.join("conf.db");
-        run(self.cmd(dir, "ovsdb-tool").arg("create").arg(&db).arg("/usr/share/openvswitch/vswitch.ovsschema"))?;
-        run(self.cmd(dir, "ovsdb-server")
+        run(self
+            .cmd(dir, "ovsdb-tool")
+            .arg("create")
+            .arg(&db)
+            .arg("/usr/share/openvswitch/vswitch.ovsschema"))?;
+        run(self
+            .cmd(dir, "ovsdb-server")
             .arg(format!("--remote=punix:{d}/db.sock"))
             .arg(format!("--pidfile={d}/ovsdb.pid"))
             .arg("--detach")
@@ -134,12 +160,21 @@ impl Ovs {
         let mask = format!("0x{:x}", 1u64 << self.core);
         let lcore = format!("other_config:dpdk-lcore-mask={mask}");
         let pmd = format!("other_config:pmd-cpu-mask={mask}");
-        self.vsctl(dir, &[
-            "--no-wait", "set", "Open_vSwitch", ".", "other_config:dpdk-init=true", &lcore, &pmd,
-            "other_config:dpdk-socket-mem=1024",
-            "other_config:dpdk-extra=--no-pci --file-prefix=vbovs",
-        ])?;
-        run(Command::new("taskset")
+        self.vsctl(
+            dir,
+            &[
+                "--no-wait",
+                "set",
+                "Open_vSwitch",
+                ".",
+                "other_config:dpdk-init=true",
+                &lcore,
+                &pmd,
+                "other_config:dpdk-socket-mem=1024",
+                "other_config:dpdk-extra=--no-pci --file-prefix=vbovs",
+            ],
+        )?;
+        run(command("taskset")
             .env("OVS_RUNDIR", dir)
             .env("OVS_LOGDIR", dir)
             .env("OVS_DBDIR", dir)
@@ -170,21 +205,54 @@ impl Contender for Ovs {
     }
     fn check(&self) -> Result<(), String> {
         if !Path::new(OVS_VSWITCHD).is_file() {
-            return Err(format!("{OVS_VSWITCHD} not found (Debian openvswitch-switch-dpdk)"));
+            return Err(format!(
+                "{OVS_VSWITCHD} not found (Debian openvswitch-switch-dpdk)"
+            ));
         }
         if hugepages_free() < 512 {
-            return Err("OVS-DPDK needs 1 GB of free 2 MB hugepages (scripts/setup.sh --bench)".into());
+            return Err(
+                "OVS-DPDK needs 1 GB of free 2 MB hugepages (scripts/setup.sh --bench)".into(),
+            );
         }
         Ok(())
     }
     fn start(&mut self, dir: &Path, sc: &Scenario) -> Result<Ports, String> {
         self.dir = Some(dir.to_path_buf());
         self.start_daemons(dir)?;
-        self.vsctl(dir, &["add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev"])?;
+        self.vsctl(
+            dir,
+            &[
+                "add-br",
+                "br0",
+                "--",
+                "set",
+                "bridge",
+                "br0",
+                "datapath_type=netdev",
+            ],
+        )?;
         let s = socks(dir);
         for (i, sock) in s.iter().enumerate() {
-            let (name, path, ofp) = (format!("vhu{i}"), format!("options:vhost-server-path={}", sock.display()), format!("ofport_request={}", i + 1));
-            self.vsctl(dir, &["add-port", "br0", &name, "--", "set", "Interface", &name, "type=dpdkvhostuserclient", &path, &ofp])?;
+            let (name, path, ofp) = (
+                format!("vhu{i}"),
+                format!("options:vhost-server-path={}", sock.display()),
+                format!("ofport_request={}", i + 1),
+            );
+            self.vsctl(
+                dir,
+                &[
+                    "add-port",
+                    "br0",
+                    &name,
+                    "--",
+                    "set",
+                    "Interface",
+                    &name,
+                    "type=dpdkvhostuserclient",
+                    &path,
+                    &ofp,
+                ],
+            )?;
         }
         self.ofctl(dir, &["del-flows", "br0"])?;
         let rules = dir.join("rules.txt");
@@ -205,6 +273,14 @@ impl Contender for Ovs {
         let out = self.appctl(&d, &["dpif-netdev/pmd-stats-show"]).ok()?;
         let _ = std::fs::write(d.join("pmd-stats.txt"), &out);
         ovs_pmd_stats(&out)
+    }
+    fn pid(&self) -> Option<u32> {
+        let d = self.dir.as_ref()?;
+        std::fs::read_to_string(d.join("vswitchd.pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
     }
     fn stop(&mut self) {
         if let Some(d) = self.dir.take() {
@@ -238,7 +314,10 @@ impl Vireo {
     }
 
     fn ctl(&self, dir: &Path, args: &[&str]) -> Result<String, String> {
-        run(Command::new(self.bin_dir.join("vireoctl")).arg("--run-dir").arg(dir).args(args))
+        run(Command::new(self.bin_dir.join("vireoctl"))
+            .arg("--run-dir")
+            .arg(dir)
+            .args(args))
     }
 }
 
@@ -258,7 +337,7 @@ impl Contender for Vireo {
         Ok(())
     }
     fn start(&mut self, dir: &Path, sc: &Scenario) -> Result<Ports, String> {
-        let mut cmd = Command::new("taskset");
+        let mut cmd = command("taskset");
         cmd.args(["-c", &self.core.to_string()])
             .arg(self.bin_dir.join("vireod"))
             .arg("--run-dir")
@@ -268,26 +347,50 @@ impl Contender for Vireo {
         self.proc = Some(p);
         self.dir = Some(dir.to_path_buf());
         if !wait_for_path(&dir.join("vireod.ctl"), Duration::from_secs(10)) {
-            let tail = self.proc.as_ref().map(|p| p.log_tail(8)).unwrap_or_default();
+            let tail = self
+                .proc
+                .as_ref()
+                .map(|p| p.log_tail(8))
+                .unwrap_or_default();
             return Err(format!("vireod did not start: {tail}"));
         }
         self.ctl(dir, &["add-br", "br0"])?;
         let s = socks(dir);
-        let ty = if self.server_ports { "type=vhost-user" } else { "type=vhost-user-client" };
+        let ty = if self.server_ports {
+            "type=vhost-user"
+        } else {
+            "type=vhost-user-client"
+        };
         for (i, sock) in s.iter().enumerate() {
             let path = format!("path={}", sock.display());
             let q = format!("queues={}", sc.queues);
-            let mut args = vec!["add-port", "br0", if i == 0 { "vu0" } else { "vu1" }, ty, &path];
+            let mut args = vec![
+                "add-port",
+                "br0",
+                if i == 0 { "vu0" } else { "vu1" },
+                ty,
+                &path,
+            ];
             if sc.queues > 1 {
                 args.push(&q);
             }
-            self.ctl(dir, &args)
-                .map_err(|e| format!("vireod cannot carry vhost-user yet (add-port failed: {e})"))?;
+            self.ctl(dir, &args).map_err(|e| {
+                format!("vireod cannot carry vhost-user yet (add-port failed: {e})")
+            })?;
         }
         let _ = self.ctl(dir, &["del-flows", "br0"]);
         let rules = dir.join("rules.txt");
-        std::fs::write(&rules, sc.rules("vu0", "vu1").join("\n") + "\n").map_err(|e| e.to_string())?;
-        self.ctl(dir, &["add-flows", "br0", &rules.display().to_string()])?;
+        std::fs::write(&rules, sc.rules("vu0", "vu1").join("\n") + "\n")
+            .map_err(|e| e.to_string())?;
+        if self
+            .ctl(dir, &["add-flows", "br0", &rules.display().to_string()])
+            .is_err()
+        {
+            // An older vireoctl without add-flows: one rule at a time.
+            for r in sc.rules("vu0", "vu1") {
+                self.ctl(dir, &["add-flow", "br0", &r])?;
+            }
+        }
         Ok(Ports {
             socks: s,
             gen_server: !self.server_ports,
@@ -303,6 +406,9 @@ impl Contender for Vireo {
         let out = self.ctl(&d, &["--json", "pmd-stats-show"]).ok()?;
         let _ = std::fs::write(d.join("pmd-stats.json"), &out);
         vireo_pmd_stats(&out)
+    }
+    fn pid(&self) -> Option<u32> {
+        self.proc.as_ref().map(Proc::pid)
     }
     fn stop(&mut self) {
         if let Some(mut p) = self.proc.take() {

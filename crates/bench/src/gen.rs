@@ -76,7 +76,10 @@ pub fn frame_template(p: usize, size: usize) -> Vec<u8> {
 }
 
 fn ipv4_checksum(h: &[u8]) -> u16 {
-    let mut s: u32 = h.chunks(2).map(|c| u32::from(u16::from_be_bytes([c[0], c[1]]))).sum();
+    let mut s: u32 = h
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+        .sum();
     while s > 0xffff {
         s = (s & 0xffff) + (s >> 16);
     }
@@ -86,7 +89,10 @@ fn ipv4_checksum(h: &[u8]) -> u16 {
 /// The per-flow fields of flow `f`: (IPv4 source, UDP destination port).
 pub fn flow_fields(p: usize, f: u32) -> ([u8; 4], u16) {
     let hi = f / RULES;
-    ([10, p as u8 + 2, (hi >> 8) as u8, hi as u8], (f % RULES) as u16)
+    (
+        [10, p as u8 + 2, (hi >> 8) as u8, hi as u8],
+        (f % RULES) as u16,
+    )
 }
 
 /// What vireo-gen prints (JSON).
@@ -115,6 +121,9 @@ pub struct GenReport {
 /// Receive-side counters of one trial.
 #[derive(Default)]
 struct RxStats {
+    /// Sequence numbers below these belong to earlier trials.
+    first_seq: [u64; 2],
+    late: u64,
     received: u64,
     foreign: u64,
     reordered: u64,
@@ -209,30 +218,37 @@ impl Generator {
         let layout = qp.rx.l;
         let mut ids = [0u16; 64];
         let mut k = 0;
-        let n = qp.rx.reap(shm, ids.len().min(self.cfg.burst * 2), |id, len| {
-            ids[k] = id;
-            k += 1;
-            if (len as usize) < hdr + PAYLOAD + 21 {
-                st.foreign += 1;
-                return;
-            }
-            let mut pl = [0u8; 21];
-            shm.read(layout.buf(id) + hdr + PAYLOAD, &mut pl);
-            let magic = u32::from_le_bytes([pl[0], pl[1], pl[2], pl[3]]);
-            let src = usize::from(pl[4]);
-            if magic != MAGIC || src > 1 {
-                st.foreign += 1;
-                return;
-            }
-            let seq = u64::from_le_bytes(pl[5..13].try_into().unwrap_or_default());
-            let ts = u64::from_le_bytes(pl[13..21].try_into().unwrap_or_default());
-            st.received += 1;
-            match st.max_seq[src] {
-                Some(m) if seq < m => st.reordered += 1,
-                _ => st.max_seq[src] = Some(seq),
-            }
-            st.lat.record((now.saturating_sub(ts) as f64 * ns_per_tick) as u64);
-        });
+        let n = qp
+            .rx
+            .reap(shm, ids.len().min(self.cfg.burst * 2), |id, len| {
+                ids[k] = id;
+                k += 1;
+                if (len as usize) < hdr + PAYLOAD + 21 {
+                    st.foreign += 1;
+                    return;
+                }
+                let mut pl = [0u8; 21];
+                shm.read(layout.buf(id) + hdr + PAYLOAD, &mut pl);
+                let magic = u32::from_le_bytes([pl[0], pl[1], pl[2], pl[3]]);
+                let src = usize::from(pl[4]);
+                if magic != MAGIC || src > 1 {
+                    st.foreign += 1;
+                    return;
+                }
+                let seq = u64::from_le_bytes(pl[5..13].try_into().unwrap_or_default());
+                let ts = u64::from_le_bytes(pl[13..21].try_into().unwrap_or_default());
+                if seq < st.first_seq[src] {
+                    st.late += 1;
+                    return;
+                }
+                st.received += 1;
+                match st.max_seq[src] {
+                    Some(m) if seq < m => st.reordered += 1,
+                    _ => st.max_seq[src] = Some(seq),
+                }
+                st.lat
+                    .record((now.saturating_sub(ts) as f64 * ns_per_tick) as u64);
+            });
         for &id in &ids[..n] {
             qp.rx.push(shm, id);
         }
@@ -252,13 +268,19 @@ impl Generator {
     /// keeps receiving until nothing arrives for 20 ms (at most 500 ms).
     pub fn run(&mut self, rate_pps: f64, secs: f64) -> Trial {
         let queues = self.queues();
-        let mut st = RxStats::default();
+        let mut st = RxStats {
+            first_seq: self.seq,
+            ..RxStats::default()
+        };
         let t0 = rdtsc();
         let end = t0 + (secs * self.tsc_hz) as u64;
         let per_tick = rate_pps / self.tsc_hz;
+        let stall = (100e-6 * self.tsc_hz) as u64;
+        let (mut stalls, mut max_gap) = (0u64, 0u64);
         let mut sent: u64 = 0;
         let mut now = t0;
         while now < end {
+            let before = now;
             for &(p, q) in &queues {
                 let budget = if rate_pps > 0.0 {
                     let allowed = ((now - t0) as f64 * per_tick) as u64;
@@ -272,6 +294,11 @@ impl Generator {
                 self.rx_burst(p, q, &mut st);
             }
             now = rdtsc();
+            let gap = now - before;
+            if gap > stall {
+                stalls += 1;
+                max_gap = max_gap.max(gap);
+            }
         }
         let tx_secs = (now - t0) as f64 / self.tsc_hz;
         let rx_done = self.drain(&queues, &mut st);
@@ -284,13 +311,16 @@ impl Generator {
             reordered: st.reordered,
             rx_pps: st.received as f64 / rx_secs.max(1e-9),
             latency: st.lat.summary(),
+            late: st.late,
+            gen_stalls: stalls,
+            gen_max_stall_us: max_gap as f64 / self.tsc_hz * 1e6,
         }
     }
 
     /// Receives until quiet; returns the TSC of the last packet seen (or of the start).
     fn drain(&mut self, queues: &[(usize, usize)], st: &mut RxStats) -> u64 {
         let start = rdtsc();
-        let (quiet, max) = ((0.02 * self.tsc_hz) as u64, (0.5 * self.tsc_hz) as u64);
+        let (quiet, max) = ((0.05 * self.tsc_hz) as u64, (0.5 * self.tsc_hz) as u64);
         let mut last = start;
         loop {
             let mut got = 0;
@@ -316,12 +346,19 @@ impl TrialRunner for Generator {
         let secs = self.cfg.trial_secs;
         let t = self.run(rate_pps, secs);
         eprintln!(
-            "vireo-gen: trial {:.3} Mpps offered: sent {} received {} ({:.2} ppm lost, {:.3} Mpps rx)",
+            "vireo-gen: trial {:.3} Mpps offered: sent {} received {} ({:.2} ppm lost, {:.3} Mpps rx, \
+             {} late, lat avg {:.1} p99 {:.1} max {:.1} us, {} stalls (max {:.0} us))",
             rate_pps / 1e6,
             t.sent,
             t.received,
             t.loss_ppm(),
-            t.rx_pps / 1e6
+            t.rx_pps / 1e6,
+            t.late,
+            t.latency.avg_ns / 1e3,
+            t.latency.p99_ns as f64 / 1e3,
+            t.latency.max_ns as f64 / 1e3,
+            t.gen_stalls,
+            t.gen_max_stall_us
         );
         Ok(t)
     }
@@ -339,10 +376,14 @@ mod tests {
         assert_eq!(&f[6..12], &mac(1));
         assert_eq!(u16::from_be_bytes([f[16], f[17]]), 50);
         assert_eq!(u16::from_be_bytes([f[38], f[39]]), 30);
-        assert_eq!(ipv4_checksum(&f[14..34]), 0, "checksum over a valid header folds to 0");
+        assert_eq!(
+            ipv4_checksum(&f[14..34]),
+            0,
+            "checksum over a valid header folds to 0"
+        );
         assert_eq!(u32::from_le_bytes(f[42..46].try_into().unwrap()), MAGIC);
         assert_eq!(f[46], 1);
-        assert!(MIN_FRAME <= 64);
+        const { assert!(MIN_FRAME <= 64) };
     }
 
     #[test]

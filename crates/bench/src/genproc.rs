@@ -2,12 +2,11 @@
 //! and reads its JSON report.
 //!
 //! Threads: vireo-bench's main thread.
-use crate::contender::Ports;
+use crate::contender::{Contender, Ports};
 use crate::gen::GenReport;
-use crate::proc::Proc;
+use crate::proc::{command, CpuShare, Proc};
 use crate::scenario::Scenario;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 /// How vireo-gen is asked to measure.
@@ -63,18 +62,40 @@ pub fn args(ports: &Ports, sc: &Scenario, plan: &GenPlan, json: &Path) -> Vec<St
     a
 }
 
-/// Runs vireo-gen and returns its report; `at_start` runs once it is connected and warm
-/// (approximately: after the warm-up time), for the switch's stats-clear.
-pub fn run(ports: &Ports, sc: &Scenario, plan: &GenPlan, dir: &Path, at_start: &mut dyn FnMut()) -> Result<GenReport, String> {
+/// Runs vireo-gen and returns its report and the CPU shares (switch, generator) over the
+/// measurement; the switch's statistics are cleared once vireo-gen is connected and warm
+/// (approximately: after the warm-up time).
+pub fn run(
+    ports: &Ports,
+    sc: &Scenario,
+    plan: &GenPlan,
+    dir: &Path,
+    sw: &mut dyn Contender,
+) -> Result<(GenReport, Option<f64>, Option<f64>), String> {
     let json = dir.join("vireo-gen.json");
     let _ = std::fs::remove_file(&json);
     let a = args(ports, sc, plan, &json);
-    let mut p = Proc::spawn("vireo-gen", Command::new(vireo_gen_path()).args(&a), &dir.join("vireo-gen.log"))?;
+    let mut p = Proc::spawn(
+        "vireo-gen",
+        command(vireo_gen_path()).args(&a),
+        &dir.join("vireo-gen.log"),
+    )?;
     std::thread::sleep(Duration::from_secs_f64(plan.warmup_secs + 1.0));
-    at_start();
+    sw.clear_stats();
+    let sw_share = sw.pid().and_then(CpuShare::start);
+    let gen_share = CpuShare::start(p.pid());
     let trials = 1 + plan.loss_ppm.len() * plan.max_trials.max(1);
     let limit = 60.0 + plan.warmup_secs + trials as f64 * (plan.trial_secs + 0.6);
-    p.wait(Duration::from_secs_f64(limit))?;
+    let mut gen_cpu = None;
+    let end = std::time::Instant::now() + Duration::from_secs_f64(limit);
+    while p.running() && std::time::Instant::now() < end {
+        // Sample just before it exits (trials, then a drain of at most 0.5 s).
+        gen_cpu = gen_share.as_ref().and_then(CpuShare::end).or(gen_cpu);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let switch_cpu = sw_share.and_then(|s| s.end());
+    p.wait(Duration::from_secs(1))?;
     let s = std::fs::read_to_string(&json).map_err(|e| format!("vireo-gen report: {e}"))?;
-    serde_json::from_str(&s).map_err(|e| format!("vireo-gen report: {e}"))
+    let r = serde_json::from_str(&s).map_err(|e| format!("vireo-gen report: {e}"))?;
+    Ok((r, switch_cpu, gen_cpu))
 }

@@ -32,7 +32,10 @@ pub fn testpmd_port_samples(out: &str) -> Vec<PortSample> {
     let mut cur: Option<PortSample> = None;
     for line in out.lines() {
         if let Some(p) = line.find("NIC statistics for port") {
-            let port = line[p + 23..].split_whitespace().next().and_then(|s| s.parse().ok());
+            let port = line[p + 23..]
+                .split_whitespace()
+                .next()
+                .and_then(|s| s.parse().ok());
             cur = port.map(|port| PortSample {
                 port,
                 ..PortSample::default()
@@ -124,7 +127,9 @@ pub fn ovs_pmd_stats(out: &str) -> Option<PmdCycles> {
             continue;
         }
         let l = line.trim();
-        let Some((key, val)) = l.split_once(':') else { continue };
+        let Some((key, val)) = l.split_once(':') else {
+            continue;
+        };
         let n = leading_f64(val);
         match (key, n) {
             ("packets received", Some(n)) => c.packets += n as u64,
@@ -250,7 +255,10 @@ mod tests {
                 tx_pps: 45
             }
         );
-        assert_eq!((s[3].port, s[3].rx_pps, s[3].rx_packets), (1, 2_040_000, 4_100_090));
+        assert_eq!(
+            (s[3].port, s[3].rx_pps, s[3].rx_packets),
+            (1, 2_040_000, 4_100_090)
+        );
         // The first period (start-up) is dropped.
         assert_eq!(testpmd_aggregate_rx_pps(TESTPMD), vec![4_090_000.0]);
         assert!(testpmd_aggregate_rx_pps("no stats here").is_empty());
@@ -295,7 +303,10 @@ main thread:
                              {"packets_received":30,"processing_cycles":1000}]}"#;
         assert_eq!(vireo_pmd_stats(o).unwrap().busy_cycles_per_packet, 50.0);
         let only_cpp = r#"{"pmds":[{"busy_cycles_per_packet":120.5}]}"#;
-        assert_eq!(vireo_pmd_stats(only_cpp).unwrap().busy_cycles_per_packet, 120.5);
+        assert_eq!(
+            vireo_pmd_stats(only_cpp).unwrap().busy_cycles_per_packet,
+            120.5
+        );
         assert!(vireo_pmd_stats(r#"{"error":"unknown command"}"#).is_none());
         assert!(vireo_pmd_stats("not json").is_none());
     }

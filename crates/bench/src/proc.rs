@@ -10,6 +10,26 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+static REALTIME: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes [`command`] start the switches and generators with SCHED_RR priority 1 (`chrt`),
+/// so that other work on a shared machine cannot preempt them (RT throttling still leaves
+/// it 5% of each core).
+pub fn set_realtime(on: bool) {
+    REALTIME.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// A command for a switch or generator process, under `chrt -r 1` when realtime is set.
+pub fn command(bin: impl AsRef<std::ffi::OsStr>) -> Command {
+    if REALTIME.load(std::sync::atomic::Ordering::Relaxed) {
+        let mut c = Command::new("chrt");
+        c.args(["-r", "1"]).arg(bin);
+        c
+    } else {
+        Command::new(bin)
+    }
+}
+
 /// A child we started; stopped when dropped.
 pub struct Proc {
     child: Child,
@@ -34,6 +54,11 @@ impl Proc {
             name: name.to_string(),
             log: log.to_path_buf(),
         })
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Whether it is still running.
@@ -84,7 +109,9 @@ impl Proc {
         loop {
             match self.child.try_wait() {
                 Ok(Some(st)) if st.success() => return Ok(()),
-                Ok(Some(st)) => return Err(format!("{} failed ({st}): {}", self.name, self.log_tail(5))),
+                Ok(Some(st)) => {
+                    return Err(format!("{} failed ({st}): {}", self.name, self.log_tail(5)))
+                }
                 Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(20)),
                 _ => {
                     self.stop(Duration::from_secs(2));
@@ -162,9 +189,54 @@ pub fn kill_pidfile(pidfile: &Path, grace: Duration) {
     let _ = kill(pid, Signal::SIGKILL);
 }
 
+/// CPU seconds (user + system) process `pid` has used so far, from /proc/PID/stat.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_cpu_seconds(&s, 100.0)
+}
+
+fn parse_cpu_seconds(stat: &str, hz: f64) -> Option<f64> {
+    // The command name (field 2) may hold spaces; fields after its ')' are fixed.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / hz)
+}
+
+/// Measures the share of one core a process got over a window (1.0 = never preempted, for
+/// a busy-polling process).
+pub struct CpuShare {
+    pid: u32,
+    cpu0: f64,
+    t0: Instant,
+}
+
+impl CpuShare {
+    /// Starts the window.
+    pub fn start(pid: u32) -> Option<CpuShare> {
+        Some(CpuShare {
+            pid,
+            cpu0: cpu_seconds(pid)?,
+            t0: Instant::now(),
+        })
+    }
+
+    /// Ends it: CPU seconds used / wall seconds.
+    pub fn end(&self) -> Option<f64> {
+        let used = cpu_seconds(self.pid)? - self.cpu0;
+        Some(used / self.t0.elapsed().as_secs_f64().max(1e-6))
+    }
+}
+
 fn cpu_times(stat: &str, core: usize) -> Option<(u64, u64)> {
-    let line = stat.lines().find(|l| l.starts_with(&format!("cpu{core} ")))?;
-    let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    let line = stat
+        .lines()
+        .find(|l| l.starts_with(&format!("cpu{core} ")))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
     let idle = v.get(3)? + v.get(4).unwrap_or(&0);
     Some((v.iter().sum(), idle))
 }
@@ -188,6 +260,14 @@ pub fn core_busy(cores: &[usize], window: Duration) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proc_stat_cpu_seconds() {
+        let s = "1234 (my (odd) name) R 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 1 0";
+        assert_eq!(parse_cpu_seconds(s, 100.0), Some(3.0));
+        assert!(cpu_seconds(std::process::id()).is_some());
+        assert!(parse_cpu_seconds("garbage", 100.0).is_none());
+    }
 
     #[test]
     fn cpu_times_parse() {

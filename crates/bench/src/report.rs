@@ -62,6 +62,10 @@ pub struct Record {
     pub error: Option<String>,
     /// Busy share of the switch and generator cores just before the run (0..1).
     pub core_busy_before: Vec<f64>,
+    /// Share of a core the switch process got while measuring (below ~0.95: preempted).
+    pub switch_cpu: Option<f64>,
+    /// Share of a core the generator got while measuring.
+    pub gen_cpu: Option<f64>,
 }
 
 /// Median and spread of one metric.
@@ -122,10 +126,16 @@ pub fn metrics(r: &Record) -> Vec<(&'static str, f64)> {
 impl Results {
     /// Recomputes `summary` from `records`.
     pub fn summarize(&mut self) {
-        let mut groups: BTreeMap<(String, String, String, &'static str), Vec<f64>> = BTreeMap::new();
+        let mut groups: BTreeMap<(String, String, String, &'static str), Vec<f64>> =
+            BTreeMap::new();
         for r in &self.records {
             for (m, x) in metrics(r) {
-                let k = (r.contender.clone(), r.scenario.clone(), r.generator.clone(), m);
+                let k = (
+                    r.contender.clone(),
+                    r.scenario.clone(),
+                    r.generator.clone(),
+                    m,
+                );
                 groups.entry(k).or_default().push(x);
             }
         }
@@ -144,10 +154,21 @@ impl Results {
     }
 
     /// The summary of one metric.
-    pub fn get(&self, contender: &str, scenario: &str, generator: &str, metric: &str) -> Option<Summary> {
+    pub fn get(
+        &self,
+        contender: &str,
+        scenario: &str,
+        generator: &str,
+        metric: &str,
+    ) -> Option<Summary> {
         self.summary
             .iter()
-            .find(|r| r.contender == contender && r.scenario == scenario && r.generator == generator && r.metric == metric)
+            .find(|r| {
+                r.contender == contender
+                    && r.scenario == scenario
+                    && r.generator == generator
+                    && r.metric == metric
+            })
             .map(|r| r.summary)
     }
 
@@ -191,7 +212,16 @@ impl Results {
         let errors: Vec<String> = self
             .records
             .iter()
-            .filter_map(|r| Some(format!("- {} {} {} round {}: {}", r.contender, r.scenario, r.generator, r.round, r.error.as_ref()?)))
+            .filter_map(|r| {
+                Some(format!(
+                    "- {} {} {} round {}: {}",
+                    r.contender,
+                    r.scenario,
+                    r.generator,
+                    r.round,
+                    r.error.as_ref()?
+                ))
+            })
             .collect();
         if !errors.is_empty() {
             t.push_str("\nFailed measurements:\n\n");
@@ -231,16 +261,24 @@ pub const END: &str = "<!-- END vireo-bench results -->";
 /// Replaces the text between the markers (appends the markers if missing).
 pub fn replace_section(doc: &str, body: &str) -> String {
     match (doc.find(BEGIN), doc.find(END)) {
-        (Some(b), Some(e)) if b < e => format!("{}{BEGIN}\n{body}{END}{}", &doc[..b], &doc[e + END.len()..]),
+        (Some(b), Some(e)) if b < e => {
+            format!("{}{BEGIN}\n{body}{END}{}", &doc[..b], &doc[e + END.len()..])
+        }
         _ => format!("{doc}\n{BEGIN}\n{body}{END}\n"),
     }
 }
 
-fn series(res: &Results, metric: &str, filter: impl Fn(&str) -> Option<f64>) -> BTreeMap<String, Vec<(f64, f64)>> {
+fn series(
+    res: &Results,
+    metric: &str,
+    filter: impl Fn(&str) -> Option<f64>,
+) -> BTreeMap<String, Vec<(f64, f64)>> {
     let mut out: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
     for r in res.summary.iter().filter(|r| r.metric == metric) {
         if let Some(x) = filter(&r.scenario) {
-            out.entry(format!("{} ({})", r.contender, r.generator)).or_default().push((x, r.summary.median));
+            out.entry(format!("{} ({})", r.contender, r.generator))
+                .or_default()
+                .push((x, r.summary.median));
         }
     }
     for v in out.values_mut() {
@@ -249,7 +287,14 @@ fn series(res: &Results, metric: &str, filter: impl Fn(&str) -> Option<f64>) -> 
     out
 }
 
-fn line_plot(dir: &Path, name: &str, title: &str, xlabel: &str, logx: bool, data: &BTreeMap<String, Vec<(f64, f64)>>) -> Result<(), String> {
+fn line_plot(
+    dir: &Path,
+    name: &str,
+    title: &str,
+    xlabel: &str,
+    logx: bool,
+    data: &BTreeMap<String, Vec<(f64, f64)>>,
+) -> Result<(), String> {
     if data.is_empty() {
         return Ok(());
     }
@@ -264,7 +309,10 @@ fn line_plot(dir: &Path, name: &str, title: &str, xlabel: &str, logx: bool, data
         let f = dir.join(format!("{name}.{i}.dat"));
         let body: String = pts.iter().map(|(x, y)| format!("{x} {y}\n")).collect();
         std::fs::write(&f, body).map_err(|e| e.to_string())?;
-        parts.push(format!("'{}' using 1:2 with linespoints lw 2 title '{label}'", f.display()));
+        parts.push(format!(
+            "'{}' using 1:2 with linespoints lw 2 title '{label}'",
+            f.display()
+        ));
     }
     script.push_str(&parts.join(", "));
     script.push('\n');
@@ -280,7 +328,9 @@ fn gnuplot(dir: &Path, name: &str, script: &str) -> Result<(), String> {
 fn latency_plot(dir: &Path, res: &Results) -> Result<(), String> {
     let mut parts = Vec::new();
     for (i, r) in res.records.iter().filter(|r| r.round == 0).enumerate() {
-        let Some(l) = r.latency.as_ref().filter(|l| l.count > 0) else { continue };
+        let Some(l) = r.latency.as_ref().filter(|l| l.count > 0) else {
+            continue;
+        };
         let total = l.count as f64;
         let mut acc = 0u64;
         let body: String = l
@@ -288,12 +338,17 @@ fn latency_plot(dir: &Path, res: &Results) -> Result<(), String> {
             .iter()
             .map(|(ns, c)| {
                 acc += c;
-                format!("{} {}\n", (*ns as f64 + 100.0) / 1e3, acc as f64 / total)
+                format!("{} {}\n", *ns as f64 / 1e3, acc as f64 / total)
             })
             .collect();
         let f = dir.join(format!("latency.{i}.dat"));
         std::fs::write(&f, body).map_err(|e| e.to_string())?;
-        parts.push(format!("'{}' using 1:2 with steps lw 2 title '{} {}'", f.display(), r.contender, r.scenario));
+        parts.push(format!(
+            "'{}' using 1:2 with steps lw 2 title '{} {}'",
+            f.display(),
+            r.contender,
+            r.scenario
+        ));
     }
     if parts.is_empty() {
         return Ok(());
@@ -315,12 +370,26 @@ pub fn plots(dir: &Path, res: &Results) -> Result<(), String> {
         let sc = crate::scenario::Scenario::parse(s).ok()?;
         (sc.kind == crate::scenario::Kind::P2p && sc.queues == 1).then_some(sc.size as f64)
     });
-    line_plot(dir, "throughput-vs-size", "Port-to-port throughput vs frame size", "frame size (bytes)", false, &by_size)?;
+    line_plot(
+        dir,
+        "throughput-vs-size",
+        "Port-to-port throughput vs frame size",
+        "frame size (bytes)",
+        false,
+        &by_size,
+    )?;
     let by_flows = series(res, "mpps", |s| {
         let sc = crate::scenario::Scenario::parse(s).ok()?;
         matches!(sc.kind, crate::scenario::Kind::Flows(_)).then_some(f64::from(sc.flows()))
     });
-    line_plot(dir, "throughput-vs-flows", "Throughput vs flows through 1K rules (64 B)", "flows per direction (log)", true, &by_flows)?;
+    line_plot(
+        dir,
+        "throughput-vs-flows",
+        "Throughput vs flows through 1K rules (64 B)",
+        "flows per direction (log)",
+        true,
+        &by_flows,
+    )?;
     latency_plot(dir, res)
 }
 
@@ -349,8 +418,15 @@ mod tests {
 
     #[test]
     fn summary_table_and_json_roundtrip() {
-        let mut r = Results::default();
-        r.records = vec![rec(0, "ovs", 4.0), rec(1, "ovs", 4.2), rec(2, "ovs", 3.8), rec(0, "dpdk", 9.0)];
+        let mut r = Results {
+            records: vec![
+                rec(0, "ovs", 4.0),
+                rec(1, "ovs", 4.2),
+                rec(2, "ovs", 3.8),
+                rec(0, "dpdk", 9.0),
+            ],
+            ..Results::default()
+        };
         r.records.push(Record {
             error: Some("vireod cannot carry vhost-user yet".into()),
             contender: "vireo".into(),
@@ -362,9 +438,17 @@ mod tests {
         let s = r.get("ovs", "p2p:64", "testpmd", "mpps").unwrap();
         assert_eq!((s.n, s.median), (3, 4.0));
         assert!((s.spread_pct - 10.0).abs() < 1e-9);
-        assert_eq!(r.get("ovs", "p2p:64", "testpmd", "cycles_per_packet").unwrap().median, 455.0);
+        assert_eq!(
+            r.get("ovs", "p2p:64", "testpmd", "cycles_per_packet")
+                .unwrap()
+                .median,
+            455.0
+        );
         let md = r.markdown();
-        assert!(md.contains("| p2p:64 | ovs | testpmd | 4.00 ±5% | 2.05 ±5% | 455 |"), "{md}");
+        assert!(
+            md.contains("| p2p:64 | ovs | testpmd | 4.00 ±5% | 2.05 ±5% | 455 ±0% |"),
+            "{md}"
+        );
         assert!(md.contains("| p2p:64 | dpdk | testpmd | 9.00 |"), "{md}");
         assert!(md.contains("vireod cannot carry vhost-user yet"), "{md}");
         let json = serde_json::to_string(&r).unwrap();

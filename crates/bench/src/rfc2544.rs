@@ -21,6 +21,15 @@ pub struct Trial {
     pub reordered: u64,
     /// Aggregate rate actually received, packets/s.
     pub rx_pps: f64,
+    /// Packets of an earlier trial that arrived during this one (not counted as received).
+    #[serde(default)]
+    pub late: u64,
+    /// Times the generator's own loop stalled for more than 100 us (preempted: a noisy host).
+    #[serde(default)]
+    pub gen_stalls: u64,
+    /// Longest such stall, microseconds.
+    #[serde(default)]
+    pub gen_max_stall_us: f64,
     /// Latency of the received packets.
     pub latency: LatencySummary,
 }
@@ -133,7 +142,11 @@ mod tests {
         fn trial(&mut self, rate: f64) -> Result<Trial, ()> {
             self.trials += 1;
             let sent = rate as u64;
-            let over = if rate > self.cap { rate - self.cap } else { 0.0 };
+            let over = if rate > self.cap {
+                rate - self.cap
+            } else {
+                0.0
+            };
             let lost = over + rate * self.floor_ppm / 1e6 * (rate / self.cap).min(1.0).powi(4);
             Ok(Trial {
                 offered_pps: rate,

@@ -77,12 +77,17 @@ impl Scenario {
 
     /// Parses a name as written by [`Scenario::name`].
     pub fn parse(s: &str) -> Result<Scenario, String> {
-        let bad = || format!("bad scenario {s:?} (e.g. p2p:64, normal:1518, flows100k:64, p2p:64:2q)");
+        let bad =
+            || format!("bad scenario {s:?} (e.g. p2p:64, normal:1518, flows100k:64, p2p:64:2q)");
         let mut it = s.split(':');
         let kind = match it.next().ok_or_else(bad)? {
             "p2p" => Kind::P2p,
             "normal" => Kind::Normal,
-            f => Kind::Flows(f.strip_prefix("flows").and_then(parse_count).ok_or_else(bad)?),
+            f => Kind::Flows(
+                f.strip_prefix("flows")
+                    .and_then(parse_count)
+                    .ok_or_else(bad)?,
+            ),
         };
         let size: usize = it.next().unwrap_or("64").parse().map_err(|_| bad())?;
         let queues = match it.next() {
@@ -120,7 +125,9 @@ impl Scenario {
                 let mut v = Vec::with_capacity(2 * RULES as usize);
                 for (a, b) in [(p0, p1), (p1, p0)] {
                     for k in 0..RULES {
-                        v.push(format!("priority=100,udp,in_port={a},tp_dst={k},actions=output:{b}"));
+                        v.push(format!(
+                            "priority=100,udp,in_port={a},tp_dst={k},actions=output:{b}"
+                        ));
                     }
                 }
                 v
@@ -197,7 +204,10 @@ mod tests {
         let f = Scenario::parse("flows1k:64").unwrap();
         let r = f.rules("vu0", "vu1");
         assert_eq!(r.len(), 2000);
-        assert_eq!(r[1999], "priority=100,udp,in_port=vu1,tp_dst=999,actions=output:vu0");
+        assert_eq!(
+            r[1999],
+            "priority=100,udp,in_port=vu1,tp_dst=999,actions=output:vu0"
+        );
         assert!(!f.testpmd_can_drive());
         assert!(Scenario::parse("flows1:64").unwrap().testpmd_can_drive());
     }

@@ -47,12 +47,36 @@ pub fn summarize(samples: &[f64]) -> Option<Summary> {
     })
 }
 
-/// Width of one latency bucket, in nanoseconds.
-pub const BUCKET_NS: u64 = 100;
-/// Number of latency buckets (100 ns each: up to 1 ms; above that goes to the last bucket).
-pub const BUCKETS: usize = 10_000;
+/// Buckets per tier of the latency histogram.
+const TIER: u64 = 1000;
+/// Number of latency buckets: 100 ns wide up to 100 us, 10 us wide up to 10 ms, 1 ms wide up
+/// to 1 s; anything slower goes to the last bucket.
+pub const BUCKETS: usize = 3 * TIER as usize;
 
-/// Latency histogram with 100 ns buckets plus exact min, max and sum.
+/// The bucket holding `ns`.
+#[inline]
+pub fn bucket_of(ns: u64) -> usize {
+    let b = if ns < 100 * TIER {
+        ns / 100
+    } else if ns < 10_000 * TIER {
+        TIER + (ns - 100 * TIER) / 9_900
+    } else {
+        2 * TIER + (ns - 10_000 * TIER) / 990_000
+    };
+    (b as usize).min(BUCKETS - 1)
+}
+
+/// Lower edge of bucket `b`, ns.
+pub fn bucket_start(b: usize) -> u64 {
+    let b = b as u64;
+    match b / TIER {
+        0 => b * 100,
+        1 => 100 * TIER + (b - TIER) * 9_900,
+        _ => 10_000 * TIER + (b - 2 * TIER) * 990_000,
+    }
+}
+
+/// Latency histogram (three tiers of buckets, see [`BUCKETS`]) plus exact min, max and sum.
 #[derive(Clone, Debug)]
 pub struct LatencyHist {
     buckets: Vec<u64>,
@@ -95,8 +119,7 @@ impl LatencyHist {
     /// Records one latency.
     #[inline]
     pub fn record(&mut self, ns: u64) {
-        let b = ((ns / BUCKET_NS) as usize).min(BUCKETS - 1);
-        self.buckets[b] += 1;
+        self.buckets[bucket_of(ns)] += 1;
         self.count += 1;
         self.sum_ns += u128::from(ns);
         self.min_ns = self.min_ns.min(ns);
@@ -113,7 +136,7 @@ impl LatencyHist {
         for (i, &c) in self.buckets.iter().enumerate() {
             seen += c;
             if seen >= target {
-                return ((i as u64 + 1) * BUCKET_NS).min(self.max_ns);
+                return bucket_start(i + 1).min(self.max_ns);
             }
         }
         self.max_ns
@@ -135,7 +158,7 @@ impl LatencyHist {
                 .iter()
                 .enumerate()
                 .filter(|(_, &c)| c > 0)
-                .map(|(i, &c)| (i as u64 * BUCKET_NS, c))
+                .map(|(i, &c)| (bucket_start(i), c))
                 .collect(),
         }
     }
@@ -159,6 +182,16 @@ mod tests {
     }
 
     #[test]
+    fn bucket_tiers_are_contiguous() {
+        for b in 0..BUCKETS - 1 {
+            assert!(bucket_start(b) < bucket_start(b + 1));
+            assert_eq!(bucket_of(bucket_start(b)), b, "bucket {b}");
+            assert_eq!(bucket_of(bucket_start(b + 1) - 1), b, "bucket {b} end");
+        }
+        assert_eq!(bucket_of(u64::MAX), BUCKETS - 1);
+    }
+
+    #[test]
     fn histogram_quantiles() {
         let mut h = LatencyHist::default();
         for ns in 1..=1000u64 {
@@ -170,6 +203,11 @@ mod tests {
         assert_eq!(s.p99_ns, 10_000); // upper edge of the bucket holding 9_900
         h.record(5_000_000_000); // beyond the last bucket: counted, max exact
         assert_eq!(h.summary().max_ns, 5_000_000_000);
+        for _ in 0..20 {
+            h.record(3_000_000); // 3 ms: second tier
+        }
+        assert_eq!(h.quantile(0.99), bucket_start(bucket_of(3_000_000) + 1));
+        assert!(h.quantile(0.99) > 3_000_000 && h.quantile(0.99) <= 3_009_900);
         assert_eq!(LatencyHist::default().summary().count, 0);
     }
 }

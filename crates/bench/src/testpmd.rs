@@ -3,25 +3,37 @@
 //! upper-bound "switch" (vhost PMD in io mode, forwarding lcore on the switch core).
 //!
 //! Threads: vireo-bench's main thread (testpmd runs as a child process).
+use crate::contender::Contender;
 use crate::gen::mac;
-use crate::parse::testpmd_aggregate_rx_pps;
-use crate::proc::Proc;
+use crate::parse::{testpmd_aggregate_rx_pps, PmdCycles};
+use crate::proc::{command, CpuShare, Proc};
 use crate::scenario::{Kind, Scenario};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 /// The testpmd binary.
 pub const TESTPMD: &str = "dpdk-testpmd";
 
 fn mac_str(m: [u8; 6]) -> String {
-    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
 }
 
 /// EAL arguments common to both roles: no PCI, no hugepages, the lcore layout.
 fn eal(lcores: &str, prefix: &str) -> Vec<String> {
     [
-        "--lcores", lcores, "-n", "1", "--no-pci", "--no-huge", "-m", "1024", "--file-prefix", prefix,
+        "--lcores",
+        lcores,
+        "-n",
+        "1",
+        "--no-pci",
+        "--no-huge",
+        "-m",
+        "1024",
+        "--file-prefix",
+        prefix,
     ]
     .iter()
     .map(|s| s.to_string())
@@ -47,7 +59,13 @@ fn fwd_args(mode: &str, queues: u16) -> Vec<String> {
 
 /// Arguments for the generator: ports on `socks`, main lcore idle on `switch_core`,
 /// forwarding lcore on `gen_core`; `server` when the switch is a vhost-user client.
-pub fn generator_args(socks: &[PathBuf; 2], server: bool, sc: &Scenario, gen_core: usize, switch_core: usize) -> Vec<String> {
+pub fn generator_args(
+    socks: &[PathBuf; 2],
+    server: bool,
+    sc: &Scenario,
+    gen_core: usize,
+    switch_core: usize,
+) -> Vec<String> {
     let mut a = eal(&format!("0@{switch_core},1@{gen_core}"), "vbgen");
     for (i, s) in socks.iter().enumerate() {
         let srv = if server { ",server=1" } else { "" };
@@ -77,7 +95,10 @@ pub fn switch_args(socks: &[PathBuf; 2], queues: u16, switch_core: usize) -> Vec
     let mut a = eal(&format!("0@{switch_core},1@{switch_core}"), "vbsw");
     for (i, s) in socks.iter().enumerate() {
         a.push("--vdev".into());
-        a.push(format!("net_vhost{i},iface={},queues={queues}", s.display()));
+        a.push(format!(
+            "net_vhost{i},iface={},queues={queues}",
+            s.display()
+        ));
     }
     a.push("--".into());
     a.extend(fwd_args("io", queues));
@@ -88,6 +109,10 @@ pub fn switch_args(socks: &[PathBuf; 2], queues: u16, switch_core: usize) -> Vec
 pub struct GenMeasure {
     /// Aggregate packets/s, one value per second of the window.
     pub samples: Vec<f64>,
+    /// Share of a core the switch process got during the window.
+    pub switch_cpu: Option<f64>,
+    /// Share of a core the generator got during the window.
+    pub gen_cpu: Option<f64>,
 }
 
 impl GenMeasure {
@@ -97,37 +122,65 @@ impl GenMeasure {
     }
 }
 
-/// Starts the generator, waits `warmup`, calls `at_start`, measures for `secs`, calls
-/// `at_end`, stops it and returns the samples of the window.
+/// Starts the generator, waits `warmup`, clears the switch's PMD statistics, measures for
+/// `secs`, reads them, stops the generator and returns the window's samples and the switch's
+/// figures.
 pub fn run_generator(
     args: &[String],
     dir: &Path,
     warmup: Duration,
     secs: f64,
-    at_start: &mut dyn FnMut(),
-    at_end: &mut dyn FnMut(),
-) -> Result<GenMeasure, String> {
-    let mut p = Proc::spawn("testpmd generator", Command::new(TESTPMD).args(args), &dir.join("gen.log"))?;
+    sw: &mut dyn Contender,
+) -> Result<(GenMeasure, Option<PmdCycles>), String> {
+    let mut p = Proc::spawn(
+        "testpmd generator",
+        command(TESTPMD).args(args),
+        &dir.join("gen.log"),
+    )?;
+    // Start-up (EAL, mempool, vhost-user handshake) takes seconds on a loaded machine: wait
+    // for the first statistics report before the warm-up starts.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while p.running()
+        && std::time::Instant::now() < deadline
+        && !p.log_text().contains("NIC statistics")
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     std::thread::sleep(warmup);
     if !p.running() {
         return Err(format!("testpmd generator exited: {}", p.log_tail(8)));
     }
-    at_start();
+    sw.clear_stats();
+    let sw_share = sw.pid().and_then(CpuShare::start);
+    let gen_share = CpuShare::start(p.pid());
     let from = p.log_len() as usize;
-    std::thread::sleep(Duration::from_secs_f64(secs));
-    at_end();
+    // At least two reporting periods, so that one falls wholly inside the window.
+    std::thread::sleep(Duration::from_secs_f64(secs.max(2.0)));
+    let switch_cpu = sw_share.and_then(|s| s.end());
+    let gen_cpu = gen_share.and_then(|s| s.end());
+    let pmd = sw.pmd_cycles();
     let to = p.log_len() as usize;
     p.stop(Duration::from_secs(5));
     let log = p.log_text();
-    let window = log.get(from.min(log.len())..to.min(log.len())).unwrap_or("");
+    let window = log
+        .get(from.min(log.len())..to.min(log.len()))
+        .unwrap_or("");
     let mut samples = testpmd_aggregate_rx_pps(window);
     if samples.is_empty() {
         samples = testpmd_aggregate_rx_pps(&log);
     }
     if samples.is_empty() {
-        return Err(format!("no statistics from the testpmd generator: {}", p.log_tail(8)));
+        return Err(format!(
+            "no statistics from the testpmd generator: {}",
+            p.log_tail(8)
+        ));
     }
-    Ok(GenMeasure { samples })
+    let m = GenMeasure {
+        samples,
+        switch_cpu,
+        gen_cpu,
+    };
+    Ok((m, pmd))
 }
 
 #[cfg(test)]
@@ -139,13 +192,28 @@ mod tests {
         let socks = [PathBuf::from("/r/vu0.sock"), PathBuf::from("/r/vu1.sock")];
         let sc = Scenario::parse("normal:256:2q").unwrap();
         let a = generator_args(&socks, true, &sc, 1, 0).join(" ");
-        assert!(a.starts_with("--lcores 0@0,1@1 -n 1 --no-pci --no-huge"), "{a}");
-        assert!(a.contains("net_virtio_user1,mac=02:00:00:00:00:02,path=/r/vu1.sock,queues=2,server=1"), "{a}");
-        assert!(a.contains("--forward-mode=mac") && a.contains("--eth-peer=0,02:00:00:00:00:02"), "{a}");
-        assert!(a.contains("--txpkts=256") && a.contains("--rxq=2") && a.contains("--tx-first"), "{a}");
+        assert!(
+            a.starts_with("--lcores 0@0,1@1 -n 1 --no-pci --no-huge"),
+            "{a}"
+        );
+        assert!(
+            a.contains("net_virtio_user1,mac=02:00:00:00:00:02,path=/r/vu1.sock,queues=2,server=1"),
+            "{a}"
+        );
+        assert!(
+            a.contains("--forward-mode=mac") && a.contains("--eth-peer=0,02:00:00:00:00:02"),
+            "{a}"
+        );
+        assert!(
+            a.contains("--txpkts=256") && a.contains("--rxq=2") && a.contains("--tx-first"),
+            "{a}"
+        );
         let s = switch_args(&socks, 1, 0).join(" ");
         assert!(s.starts_with("--lcores 0@0,1@0"), "{s}");
-        assert!(s.contains("net_vhost0,iface=/r/vu0.sock,queues=1") && s.contains("--forward-mode=io"), "{s}");
+        assert!(
+            s.contains("net_vhost0,iface=/r/vu0.sock,queues=1") && s.contains("--forward-mode=io"),
+            "{s}"
+        );
         assert!(!s.contains("server=1"));
     }
 }

@@ -34,7 +34,10 @@ fn mask(i: usize) -> FlowKey {
     m.set_exact(Field::InPort);
     m.set_exact(Field::EthType);
     let prefix = (i % 33) as u32;
-    m.set(Field::Ipv4Dst, u64::from(u32::MAX.checked_shl(32 - prefix).unwrap_or(0)));
+    m.set(
+        Field::Ipv4Dst,
+        u64::from(u32::MAX.checked_shl(32 - prefix).unwrap_or(0)),
+    );
     if i / 33 % 2 == 1 {
         m.set_exact(Field::TpDst);
     }
@@ -52,7 +55,9 @@ fn caches(c: &mut Criterion) {
     }
     let k = key(500, 1);
     let h = k.hash();
-    c.bench_function("emc/hit", |b| b.iter(|| emc.lookup(black_box(&k), black_box(h))));
+    c.bench_function("emc/hit", |b| {
+        b.iter(|| emc.lookup(black_box(&k), black_box(h)))
+    });
 
     let mut smc = Smc::new();
     let mut flows = FlowTable::new(Registry::default());
@@ -127,7 +132,9 @@ impl Upcall for Fwd {
 
 fn pipeline(c: &mut Criterion) {
     let mut frame = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
-    frame.extend_from_slice(&[0x45, 0, 0, 46, 0, 1, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+    frame.extend_from_slice(&[
+        0x45, 0, 0, 46, 0, 1, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+    ]);
     frame.extend_from_slice(&[0x30, 0x39, 0, 53, 0, 26, 0, 0]);
     frame.resize(64, 0);
     let port = Arc::new(LoopPort(frame));

@@ -1,6 +1,6 @@
 //! Datapath configuration and errors.
 //!
-//! Owns: [`DpConfig`], [`AutoLb`], [`DpError`]. Threads: control thread.
+//! Owns: [`DpConfig`], [`DpTuning`], [`AutoLb`], [`DpError`]. Threads: control thread.
 use crate::sched::AssignMode;
 use crate::topology::Topology;
 use std::time::Duration;
@@ -27,8 +27,7 @@ impl Default for AutoLb {
     }
 }
 
-/// How to build a datapath. Build it with `..DpConfig::default()` so new fields do not break
-/// callers.
+/// How to build a datapath (the four settings the daemon owns; tunables are in [`DpTuning`]).
 #[derive(Clone, Debug)]
 pub struct DpConfig {
     /// NUMA layout ([`Topology::detect`] by default).
@@ -39,6 +38,22 @@ pub struct DpConfig {
     pub assign: AssignMode,
     /// Automatic rebalancing (off if `None`).
     pub auto_lb: Option<AutoLb>,
+}
+
+impl Default for DpConfig {
+    fn default() -> Self {
+        DpConfig {
+            topology: Topology::detect(),
+            pmd_cores: vec![0],
+            assign: AssignMode::Cycles,
+            auto_lb: None,
+        }
+    }
+}
+
+/// Datapath tunables, with OVS-like defaults. Build with `..DpTuning::default()`.
+#[derive(Clone, Copy, Debug)]
+pub struct DpTuning {
     /// Insert an EMC entry with probability 1/N (OVS `emc-insert-inv-prob`; 1 = always,
     /// 0 = never). Default 100.
     pub emc_insert_inv_prob: u32,
@@ -56,13 +71,9 @@ pub struct DpConfig {
     pub measure_interval: Duration,
 }
 
-impl Default for DpConfig {
+impl Default for DpTuning {
     fn default() -> Self {
-        DpConfig {
-            topology: Topology::detect(),
-            pmd_cores: vec![0],
-            assign: AssignMode::Cycles,
-            auto_lb: None,
+        DpTuning {
             emc_insert_inv_prob: 100,
             flow_limit: 200_000,
             idle_flow_timeout: Duration::from_secs(10),

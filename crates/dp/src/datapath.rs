@@ -2,8 +2,9 @@
 //! statistics.
 //!
 //! Owns: [`Datapath`] and its control state (ports, PMD handles, rx queue measurements), all
-//! behind one control mutex, plus a housekeeping thread that measures rx queue loads, notices
-//! ports whose rx queue count changed, and runs auto load-balance.
+//! behind one control mutex, plus a housekeeping thread (every 100 ms) that restarts PMD threads
+//! that died, notices ports whose rx queue count changed, measures rx queue loads, and runs auto
+//! load-balance.
 //!
 //! Publication protocol: a change builds new per-PMD [`PmdConfig`]s, stores them with
 //! `ArcSwap`, bumps the generation in [`DpSync`] and waits until every PMD has acknowledged it
@@ -14,7 +15,7 @@
 //! housekeeping thread takes the same mutex. Lock order: control mutex, then a PMD's flow
 //! registry. PMDs never take the control mutex.
 use crate::action::Upcall;
-use crate::config::{AutoLb, DpConfig, DpError};
+use crate::config::{AutoLb, DpConfig, DpError, DpTuning};
 use crate::pmd::{self, DpSync, PmdConfig, PmdOptions, PmdShared, RxqPoll, RxqStats};
 use crate::sched::{self, AssignMode, PmdDesc, RxqDesc};
 use crate::stats::{actions_to_string, MegaflowInfo, PmdStats, RawPmdStats, RxqInfo};
@@ -73,6 +74,7 @@ struct Inner {
     sync: Arc<DpSync>,
     ctl: Mutex<Control>,
     cfg: DpConfig,
+    tuning: DpTuning,
     stop: AtomicBool,
 }
 
@@ -95,8 +97,17 @@ fn check_cores(cores: &[usize]) -> Result<(), DpError> {
 }
 
 impl Datapath {
-    /// Starts one PMD thread per configured core (no ports yet).
+    /// Starts one PMD thread per configured core (no ports yet), with default tunables.
     pub fn new(cfg: DpConfig, upcall: Arc<dyn Upcall>) -> Result<Datapath, DpError> {
+        Datapath::with_tuning(cfg, DpTuning::default(), upcall)
+    }
+
+    /// [`Datapath::new`] with explicit tunables.
+    pub fn with_tuning(
+        cfg: DpConfig,
+        tuning: DpTuning,
+        upcall: Arc<dyn Upcall>,
+    ) -> Result<Datapath, DpError> {
         check_cores(&cfg.pmd_cores)?;
         let ctl = Control {
             ports: BTreeMap::new(),
@@ -116,6 +127,7 @@ impl Datapath {
             sync: Arc::new(DpSync::default()),
             ctl: Mutex::new(ctl),
             cfg,
+            tuning,
             stop: AtomicBool::new(false),
         });
         let dp = Datapath {
@@ -266,7 +278,11 @@ impl Datapath {
             .iter()
             .map(|h| {
                 let s = h.shared.counters.snapshot().since(&h.base);
-                let flows = h.shared.registry.lock().map_or(0, |r| r.iter().flatten().count());
+                let flows = h
+                    .shared
+                    .registry
+                    .lock()
+                    .map_or(0, |r| r.iter().flatten().count());
                 let rxqs = h.shared.cfg.load().rxqs.len();
                 PmdStats::new(h.shared.core, h.shared.numa, &s, flows, rxqs)
             })
@@ -310,7 +326,10 @@ impl Datapath {
                     port_no: r.port_no,
                     rxq: r.qid,
                     port_numa: e.port.numa_node(),
-                    pinned: e.affinity.iter().any(|&(q, c)| q == r.qid && c == h.shared.core),
+                    pinned: e
+                        .affinity
+                        .iter()
+                        .any(|&(q, c)| q == r.qid && c == h.shared.core),
                     busy_pct: pct,
                 });
             }
@@ -343,7 +362,11 @@ impl Datapath {
     /// Stops every PMD and the housekeeping thread. Idempotent; also run on drop.
     pub fn shutdown(&self) {
         self.inner.stop.store(true, SeqCst);
-        let hk = self.housekeeper.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let hk = self
+            .housekeeper
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         if let Some(t) = hk {
             let _ = t.join();
         }
@@ -395,22 +418,17 @@ impl Inner {
         let shared = Arc::new(PmdShared::new(core, numa, cfg));
         let opts = PmdOptions {
             worker: WorkerConfig {
-                emc_insert_inv_prob: self.cfg.emc_insert_inv_prob,
-                flow_limit: self.cfg.flow_limit,
+                emc_insert_inv_prob: self.tuning.emc_insert_inv_prob,
+                flow_limit: self.tuning.flow_limit,
                 numa,
-                pool_prefill: self.cfg.pool_prefill,
+                pool_prefill: self.tuning.pool_prefill,
                 txq: core,
-                idle_sweeps: self.cfg.idle_flow_timeout.as_secs() as u32,
+                idle_sweeps: self.tuning.idle_flow_timeout.as_secs() as u32,
             },
-            idle_sleep: self.cfg.idle_sleep,
+            idle_sleep: self.tuning.idle_sleep,
         };
-        let t = pmd::spawn(
-            shared.clone(),
-            self.sync.clone(),
-            self.upcall.clone(),
-            opts,
-        )
-        .map_err(|e| DpError::Spawn(e.to_string()))?;
+        let t = pmd::spawn(shared.clone(), self.sync.clone(), self.upcall.clone(), opts)
+            .map_err(|e| DpError::Spawn(e.to_string()))?;
         Ok(PmdHandle {
             shared,
             thread: Some(t),
@@ -449,7 +467,7 @@ impl Inner {
             if late.is_empty() {
                 return Ok(());
             }
-            if start.elapsed() > self.cfg.ack_timeout {
+            if start.elapsed() > self.tuning.ack_timeout {
                 return Err(DpError::PmdStuck {
                     cores: late,
                     waited_ms: start.elapsed().as_millis() as u64,
@@ -503,7 +521,12 @@ impl Inner {
     }
 
     /// Publishes an assignment in two phases (removals, then additions).
-    fn apply(&self, ctl: &mut Control, rxqs: &[RxqDesc], a: &[Option<usize>]) -> Result<(), DpError> {
+    fn apply(
+        &self,
+        ctl: &mut Control,
+        rxqs: &[RxqDesc],
+        a: &[Option<usize>],
+    ) -> Result<(), DpError> {
         let mut lists: Vec<Vec<RxqPoll>> = vec![Vec::new(); ctl.pmds.len()];
         for (q, p) in rxqs.iter().zip(a) {
             let (Some(p), Some(e)) = (*p, ctl.ports.get(&q.port_no)) else {
@@ -531,7 +554,9 @@ impl Inner {
                 .collect();
             grows |= keep.len() != list.len();
             let ports = ports.clone();
-            h.shared.cfg.store(Arc::new(PmdConfig { rxqs: keep, ports }));
+            h.shared
+                .cfg
+                .store(Arc::new(PmdConfig { rxqs: keep, ports }));
         }
         self.bump_and_wait(&ctl.pmds)?;
         if grows {
@@ -576,7 +601,10 @@ impl Inner {
         for h in pmds.iter_mut() {
             let s = h.shared.counters.snapshot();
             let (b0, i0) = std::mem::replace(&mut h.load_base, (s.busy_cycles, s.idle_cycles));
-            let (b, i) = (s.busy_cycles.saturating_sub(b0), s.idle_cycles.saturating_sub(i0));
+            let (b, i) = (
+                s.busy_cycles.saturating_sub(b0),
+                s.idle_cycles.saturating_sub(i0),
+            );
             if b + i > 0 {
                 max_pct = max_pct.max(b as f64 * 100.0 / (b + i) as f64);
             }
@@ -600,7 +628,9 @@ impl Inner {
             .map(|q| {
                 ctl.pmds.iter().position(|h| {
                     let cfg = h.shared.cfg.load();
-                    cfg.rxqs.iter().any(|r| r.port_no == q.port_no && r.qid == q.qid)
+                    cfg.rxqs
+                        .iter()
+                        .any(|r| r.port_no == q.port_no && r.qid == q.qid)
                 })
             })
             .collect();
@@ -617,13 +647,34 @@ impl Inner {
         Ok(true)
     }
 
+    /// Restarts PMD threads that died (a port or the pipeline panicked on them). True if any.
+    fn restart_dead_pmds(&self, ctl: &mut Control) -> bool {
+        let mut any = false;
+        for i in 0..ctl.pmds.len() {
+            let h = &ctl.pmds[i];
+            if !h.gone() || h.shared.exit.load(SeqCst) {
+                continue;
+            }
+            let core = h.shared.core;
+            tracing::error!(core, "PMD thread died; restarting it");
+            match self.spawn_pmd(ctl, core) {
+                Ok(h) => {
+                    ctl.pmds[i] = h;
+                    any = true;
+                }
+                Err(e) => tracing::error!(core, %e, "cannot restart PMD thread"),
+            }
+        }
+        any
+    }
+
     /// One housekeeping pass: rx queue count changes, load measurement, auto load-balance.
     fn housekeep(&self) {
         let mut ctl = self.lock();
         if ctl.stopped {
             return;
         }
-        let mut changed = false;
+        let mut changed = self.restart_dead_pmds(&mut ctl);
         for e in ctl.ports.values_mut() {
             let n = e.port.n_rxq();
             if n != e.n_rxq {
@@ -636,7 +687,9 @@ impl Inner {
                 tracing::error!(%e, "reassigning after an rx queue count change");
             }
         }
-        let interval = ctl.auto_lb.map_or(self.cfg.measure_interval, |l| l.interval);
+        let interval = ctl
+            .auto_lb
+            .map_or(self.tuning.measure_interval, |l| l.interval);
         if ctl.last_measure.elapsed() < interval {
             return;
         }

@@ -244,7 +244,7 @@ impl Dpcls {
 
     /// Sorts subtables by hits since the last call (most first) and restarts the counts.
     pub fn rerank(&mut self) {
-        self.subtables.sort_by(|a, b| b.hits.cmp(&a.hits));
+        self.subtables.sort_by_key(|s| std::cmp::Reverse(s.hits));
         for s in &mut self.subtables {
             s.hits = 0;
         }
@@ -288,7 +288,10 @@ mod tests {
     fn mask(prefix: u32, port: bool) -> FlowKey {
         let mut m = FlowKey::ZERO;
         m.set_exact(Field::InPort);
-        m.set(Field::Ipv4Dst, u64::from(u32::MAX.checked_shl(32 - prefix).unwrap_or(0)));
+        m.set(
+            Field::Ipv4Dst,
+            u64::from(u32::MAX.checked_shl(32 - prefix).unwrap_or(0)),
+        );
         if port {
             m.set_exact(Field::TpDst);
         }

@@ -82,7 +82,7 @@ impl TxTable {
     }
 
     /// Queues `pkt` for `port_no`; a full batch is sent first. Unknown ports drop (lost).
-    #[inline]
+    #[inline(always)]
     pub fn send(&mut self, port_no: u32, pkt: Packet, pool: &mut Pool, tally: &mut Tally) {
         let Some(s) = self.slot_of(port_no) else {
             tally.lost += 1;
@@ -136,24 +136,34 @@ pub struct ExecCtx<'a> {
     pub tally: &'a mut Tally,
 }
 
-/// Runs `actions` on `pkt`. `steal` is the index of the output that takes the packet itself
-/// (see `Megaflow`); other outputs send copies. The packet ends in a tx batch or the pool.
-#[inline]
-pub fn execute(mut pkt: Packet, actions: &[Action], steal: usize, key: &FlowKey, cx: &mut ExecCtx) {
+/// Port number meaning "the packet itself goes nowhere" (consumed or dropped).
+pub const NO_PORT: u32 = u32::MAX;
+
+/// Runs `actions` on `pkt` in place. Outputs before `steal` (see `Megaflow`) send copies taken
+/// from the pool; the output at `steal` is not sent here but returned, so the caller moves the
+/// packet to that port once per burst (moving a `Packet` through call frames right after
+/// writing it costs store-forwarding stalls). Returns [`NO_PORT`] if the packet is not output.
+#[inline(always)]
+pub fn execute(
+    pkt: &mut Packet,
+    actions: &[Action],
+    steal: usize,
+    key: &FlowKey,
+    cx: &mut ExecCtx,
+) -> u32 {
     for (j, a) in actions.iter().enumerate() {
         match a {
             Action::Output(p) => {
                 if j == steal {
-                    cx.tx.send(*p, pkt, cx.pool, cx.tally);
-                    return;
+                    return *p;
                 }
                 let mut c = cx.pool.get();
                 c.set_frame(pkt.data());
                 c.meta = pkt.meta;
                 cx.tx.send(*p, c, cx.pool, cx.tally);
             }
-            Action::PushVlan(tci) => push_vlan(&mut pkt, *tci),
-            Action::PopVlan => pop_vlan(&mut pkt),
+            Action::PushVlan(tci) => push_vlan(pkt, *tci),
+            Action::PopVlan => pop_vlan(pkt),
             Action::SetEthSrc(m) => {
                 rewrite::set_eth_src(pkt.data_mut(), *m);
             }
@@ -175,19 +185,31 @@ pub fn execute(mut pkt: Packet, actions: &[Action], steal: usize, key: &FlowKey,
             Action::SetTpDst(v) => {
                 rewrite::set_tp_dst(pkt.data_mut(), *v);
             }
-            Action::Userspace(cookie) => cx.upcall.userspace(*cookie, key, &pkt),
+            Action::Userspace(cookie) => cx.upcall.userspace(*cookie, key, pkt),
         }
     }
-    cx.pool.put(pkt);
+    NO_PORT
 }
 
-/// Inserts an 802.1Q tag (TPID 0x8100, `tci` as given) after the MAC addresses.
+/// Sends `pkt` to `port` (from [`execute`]'s answer), or recycles it for [`NO_PORT`].
+#[inline(always)]
+pub fn finish(pkt: Packet, port: u32, cx: &mut ExecCtx) {
+    if port == NO_PORT {
+        cx.pool.put(pkt);
+    } else {
+        cx.tx.send(port, pkt, cx.pool, cx.tally);
+    }
+}
+
+/// Inserts an 802.1Q tag (TPID 0x8100) after the MAC addresses. As in OVS, bit 0x1000 of
+/// `tci` is the flow key's "tag present" marker (the pipeline passes key-style TCIs) and is not
+/// written to the frame; PCP and VID are written as given.
 pub fn push_vlan(pkt: &mut Packet, tci: u16) {
     if pkt.len() < 12 {
         return;
     }
     if let Some(gap) = pkt.insert_at(12, 4) {
-        let t = tci.to_be_bytes();
+        let t = (tci & !wire::extract::VLAN_PRESENT).to_be_bytes();
         gap.copy_from_slice(&[0x81, 0x00, t[0], t[1]]);
     }
 }
@@ -216,8 +238,12 @@ mod tests {
     fn vlan_push_pop_round_trip() {
         let frame: Vec<u8> = (0u8..60).collect();
         let mut p = Packet::from_slice(&frame);
-        push_vlan(&mut p, 0x2064);
-        assert_eq!(&p.data()[12..16], &[0x81, 0x00, 0x20, 0x64]);
+        push_vlan(&mut p, 0x3064);
+        assert_eq!(
+            &p.data()[12..16],
+            &[0x81, 0x00, 0x20, 0x64],
+            "present bit not written"
+        );
         assert_eq!(&p.data()[16..], &frame[12..]);
         pop_vlan(&mut p);
         assert_eq!(p.data(), &frame[..]);
@@ -230,7 +256,10 @@ mod tests {
         let (a, b) = (Arc::new(DummyPort::new()), Arc::new(DummyPort::new()));
         let mut pool = Pool::new(0, 8);
         let mut tx = TxTable::new(0);
-        tx.set_ports(&[(1, a.clone() as Arc<dyn Port>), (5000, b.clone())], &mut pool);
+        tx.set_ports(
+            &[(1, a.clone() as Arc<dyn Port>), (5000, b.clone())],
+            &mut pool,
+        );
         let mut tally = Tally::default();
         let mut cx = ExecCtx {
             tx: &mut tx,
@@ -244,8 +273,10 @@ mod tests {
             Action::Output(5000),
             Action::Output(9),
         ];
-        let pkt = Packet::from_slice(&[0xaa; 20]);
-        execute(pkt, &acts, 2, &FlowKey::ZERO, &mut cx);
+        let mut pkt = Packet::from_slice(&[0xaa; 20]);
+        let to = execute(&mut pkt, &acts, 2, &FlowKey::ZERO, &mut cx);
+        assert_eq!(to, 5000);
+        finish(pkt, to, &mut cx);
         tx.flush(&mut pool, &mut tally);
         assert_eq!(a.take_captured(), vec![vec![0xaa; 20]]);
         let got = b.take_captured();
@@ -259,7 +290,9 @@ mod tests {
             upcall: &NoUpcall,
             tally: &mut tally,
         };
-        execute(Packet::from_slice(&[1; 20]), &[Action::Output(9)], 0, &FlowKey::ZERO, &mut cx);
+        let mut pkt = Packet::from_slice(&[1; 20]);
+        let to = execute(&mut pkt, &[Action::Output(9)], 0, &FlowKey::ZERO, &mut cx);
+        finish(pkt, to, &mut cx);
         assert_eq!(tally.lost, 1);
     }
 
@@ -278,7 +311,9 @@ mod tests {
                 tally: &mut tally,
             };
             let acts = [Action::Output(1), Action::Output(1)];
-            execute(Packet::from_slice(&[i; 14]), &acts, 1, &FlowKey::ZERO, &mut cx);
+            let mut pkt = Packet::from_slice(&[i; 14]);
+            let to = execute(&mut pkt, &acts, 1, &FlowKey::ZERO, &mut cx);
+            finish(pkt, to, &mut cx);
         }
         tx.flush(&mut pool, &mut tally);
         assert_eq!(a.take_captured().len(), 80);

@@ -75,7 +75,8 @@ impl Megaflow {
     /// Adds hits. Only the owning PMD writes, so a plain load/store pair (no locked RMW).
     #[inline]
     pub(crate) fn hit(&self, packets: u64, bytes: u64) {
-        self.packets.store(self.packets.load(Relaxed) + packets, Relaxed);
+        self.packets
+            .store(self.packets.load(Relaxed) + packets, Relaxed);
         self.bytes.store(self.bytes.load(Relaxed) + bytes, Relaxed);
     }
 

@@ -27,7 +27,7 @@ pub mod topology;
 pub mod worker;
 
 pub use action::{Action, Actions, Upcall, UpcallResult};
-pub use config::{AutoLb, DpConfig, DpError};
+pub use config::{AutoLb, DpConfig, DpError, DpTuning};
 pub use datapath::Datapath;
 pub use sched::AssignMode;
 pub use stats::{MegaflowInfo, PmdStats, RxqInfo};

@@ -120,6 +120,41 @@ fn pin(core: usize) {
     }
 }
 
+/// Picks up the published configuration (and a revalidation request), then acknowledges.
+fn reload(
+    shared: &PmdShared,
+    sync: &DpSync,
+    worker: &mut Worker,
+    seen_reval: &mut u64,
+    g: u64,
+) -> Arc<PmdConfig> {
+    let cfg = shared.cfg.load_full();
+    worker.set_ports(&cfg.ports);
+    let r = sync.reval.load(Acquire);
+    if r != *seen_reval {
+        worker.flush();
+        *seen_reval = r;
+    }
+    shared.ack.store(g, Release);
+    cfg
+}
+
+/// Polls every rx queue once; returns the packets received.
+#[inline]
+fn poll_all(cfg: &PmdConfig, worker: &mut Worker) -> usize {
+    let mut got = 0;
+    for q in cfg.rxqs.iter() {
+        let t0 = cycles::now();
+        let n = worker.poll(q.port_no, &*q.port, q.qid);
+        if n > 0 {
+            let spent = cycles::now().wrapping_sub(t0);
+            q.stats.cycles.fetch_add(spent, Relaxed);
+            got += n;
+        }
+    }
+    got
+}
+
 fn run(shared: Arc<PmdShared>, sync: Arc<DpSync>, upcall: Arc<dyn Upcall>, opts: PmdOptions) {
     pin(shared.core);
     IS_PMD.with(|c| c.set(true));
@@ -144,27 +179,10 @@ fn run(shared: Arc<PmdShared>, sync: Arc<DpSync>, upcall: Arc<dyn Upcall>, opts:
                 shared.ack.store(g, Release);
                 break;
             }
-            cfg = shared.cfg.load_full();
-            worker.set_ports(&cfg.ports);
-            let r = sync.reval.load(Acquire);
-            if r != seen_reval {
-                worker.flush();
-                seen_reval = r;
-            }
+            cfg = reload(&shared, &sync, &mut worker, &mut seen_reval, g);
             seen_gen = g;
-            shared.ack.store(g, Release);
         }
-        let mut got = 0;
-        for q in cfg.rxqs.iter() {
-            let t0 = cycles::now();
-            let n = worker.poll(q.port_no, &*q.port, q.qid);
-            if n > 0 {
-                q.stats
-                    .cycles
-                    .fetch_add(cycles::now().wrapping_sub(t0), Relaxed);
-                got += n;
-            }
-        }
+        let got = poll_all(&cfg, &mut worker);
         let now = cycles::now();
         let dt = now.wrapping_sub(last);
         last = now;
@@ -176,9 +194,8 @@ fn run(shared: Arc<PmdShared>, sync: Arc<DpSync>, upcall: Arc<dyn Upcall>, opts:
             shared.counters.cycles(0, dt);
             if now.wrapping_sub(last_work) > idle_after {
                 std::thread::sleep(opts.idle_sleep);
-                let after = cycles::now();
-                shared.counters.cycles(0, after.wrapping_sub(last));
-                last = after;
+                last = cycles::now();
+                shared.counters.cycles(0, last.wrapping_sub(now));
             }
         }
         if now >= next_hk {

@@ -75,24 +75,7 @@ pub fn assign(pmds: &[PmdDesc], rxqs: &[RxqDesc], mode: AssignMode) -> Vec<Optio
         queues: vec![0; pmds.len()],
         isolated: vec![false; pmds.len()],
     };
-    let mut unpinned = Vec::new();
-    for (i, q) in rxqs.iter().enumerate() {
-        let target = q.pinned.and_then(|c| pmds.iter().position(|p| p.core == c));
-        match (q.pinned, target) {
-            (Some(_), Some(p)) => {
-                out[i] = Some(p);
-                st.isolated[p] = true;
-                st.load[p] += q.load;
-                st.queues[p] += 1;
-            }
-            (Some(c), None) => {
-                tracing::warn!(port = %q.port, rxq = q.qid, core = c,
-                    "rxq pinned to a core without a PMD; assigning it normally");
-                unpinned.push(i);
-            }
-            _ => unpinned.push(i),
-        }
-    }
+    let mut unpinned = place_pinned(pmds, rxqs, &mut st, &mut out);
     let measured: Vec<u64> = rxqs.iter().map(|q| q.load).filter(|&l| l > 0).collect();
     let avg = if measured.is_empty() {
         1
@@ -136,11 +119,43 @@ pub fn assign(pmds: &[PmdDesc], rxqs: &[RxqDesc], mode: AssignMode) -> Vec<Optio
     out
 }
 
+/// Puts pinned queues on their cores' PMDs (isolating those); returns the other queues.
+fn place_pinned(
+    pmds: &[PmdDesc],
+    rxqs: &[RxqDesc],
+    st: &mut State,
+    out: &mut [Option<usize>],
+) -> Vec<usize> {
+    let mut unpinned = Vec::new();
+    for (i, q) in rxqs.iter().enumerate() {
+        let target = q.pinned.and_then(|c| pmds.iter().position(|p| p.core == c));
+        match (q.pinned, target) {
+            (Some(_), Some(p)) => {
+                out[i] = Some(p);
+                st.isolated[p] = true;
+                st.load[p] += q.load;
+                st.queues[p] += 1;
+            }
+            (Some(c), None) => {
+                tracing::warn!(port = %q.port, rxq = q.qid, core = c,
+                    "rxq pinned to a core without a PMD; assigning it normally");
+                unpinned.push(i);
+            }
+            _ => unpinned.push(i),
+        }
+    }
+    unpinned
+}
+
 /// Candidate PMDs for an unpinned queue (never empty when `pmds` is not).
 fn candidates(pmds: &[PmdDesc], st: &State, q: &RxqDesc) -> Vec<usize> {
     let free: Vec<usize> = (0..pmds.len()).filter(|&p| !st.isolated[p]).collect();
     let local: Vec<usize> = match q.numa {
-        Some(n) => free.iter().copied().filter(|&p| pmds[p].numa == n).collect(),
+        Some(n) => free
+            .iter()
+            .copied()
+            .filter(|&p| pmds[p].numa == n)
+            .collect(),
         None => free.clone(),
     };
     if !local.is_empty() {
@@ -176,7 +191,11 @@ pub fn variance(loads: &[u64]) -> f64 {
     }
     let n = loads.len() as f64;
     let mean = loads.iter().map(|&x| x as f64).sum::<f64>() / n;
-    loads.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n
+    loads
+        .iter()
+        .map(|&x| (x as f64 - mean).powi(2))
+        .sum::<f64>()
+        / n
 }
 
 /// How much (percent) `new` lowers the load variance compared with `current`.
@@ -234,7 +253,11 @@ mod tests {
         assert!(a.iter().all(|x| x.is_some()));
         // Node 1 has no PMD: its queue lands on node 0 instead of being dropped.
         let pmds = two_node_pmds();
-        let a = assign(&pmds, &[q(1, 0, Some(0), 5), q(1, 1, Some(0), 5)], AssignMode::Cycles);
+        let a = assign(
+            &pmds,
+            &[q(1, 0, Some(0), 5), q(1, 1, Some(0), 5)],
+            AssignMode::Cycles,
+        );
         assert!(a.iter().all(|p| pmds[p.unwrap()].numa == 0));
     }
 

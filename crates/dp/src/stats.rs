@@ -7,7 +7,7 @@
 //! Threads: counters are written on PMD threads and read on the control thread; no locks.
 use crate::action::Action;
 use serde::Serialize;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 
 /// Counts gathered during one burst (or one loop iteration) before publishing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -61,12 +61,14 @@ impl PmdCounters {
     /// Publishes a burst's counts (PMD thread only).
     #[inline]
     pub fn publish(&self, t: &Tally) {
-        bump(&self.packets, t.packets);
         bump(&self.emc_hits, t.emc_hits);
         bump(&self.smc_hits, t.smc_hits);
         bump(&self.megaflow_hits, t.megaflow_hits);
         bump(&self.misses, t.misses);
         bump(&self.lost, t.lost);
+        // Last, with release: a reader that sees these packets also sees their outcomes.
+        self.packets
+            .store(self.packets.load(Relaxed).wrapping_add(t.packets), Release);
     }
 
     /// Adds busy and idle cycles (PMD thread only).
@@ -78,9 +80,10 @@ impl PmdCounters {
 
     /// A copy.
     pub fn snapshot(&self) -> RawPmdStats {
+        let packets = self.packets.load(Acquire);
         RawPmdStats {
             tally: Tally {
-                packets: self.packets.load(Relaxed),
+                packets,
                 emc_hits: self.emc_hits.load(Relaxed),
                 smc_hits: self.smc_hits.load(Relaxed),
                 megaflow_hits: self.megaflow_hits.load(Relaxed),

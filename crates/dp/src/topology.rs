@@ -119,7 +119,10 @@ mod tests {
 
     #[test]
     fn cpulists_and_specs_parse() {
-        assert_eq!(parse_cpulist("0-2,5,7-8\n").unwrap(), vec![0, 1, 2, 5, 7, 8]);
+        assert_eq!(
+            parse_cpulist("0-2,5,7-8\n").unwrap(),
+            vec![0, 1, 2, 5, 7, 8]
+        );
         assert!(parse_cpulist("3-1").is_err());
         assert!(parse_cpulist("x").is_err());
         let t = Topology::parse("0:0-1;1:2-3").unwrap();

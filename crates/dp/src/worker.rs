@@ -11,7 +11,7 @@
 use crate::action::{Actions, Upcall};
 use crate::dpcls::{Dpcls, NO_FLOW};
 use crate::emc::Emc;
-use crate::execute::{execute, ExecCtx, TxTable};
+use crate::execute::{execute, finish, ExecCtx, TxTable, NO_PORT};
 use crate::flow::{steal_index, FlowTable, Megaflow, Registry};
 use crate::smc::Smc;
 use crate::stats::Tally;
@@ -63,6 +63,7 @@ pub struct Worker {
     rx: Batch,
     keys: [FlowKey; BATCH_SIZE],
     ids: [u32; BATCH_SIZE],
+    dest: [u32; BATCH_SIZE],
     /// Action lists of packets whose upcall result was not installed, by packet index.
     adhoc: Vec<(usize, Actions)>,
     tx: TxTable,
@@ -85,6 +86,7 @@ impl Worker {
             rx: Batch::new(),
             keys: [FlowKey::ZERO; BATCH_SIZE],
             ids: [NO_FLOW; BATCH_SIZE],
+            dest: [NO_PORT; BATCH_SIZE],
             adhoc: Vec::with_capacity(BATCH_SIZE),
             tx: TxTable::new(cfg.txq),
             upcall,
@@ -179,7 +181,9 @@ impl Worker {
         if todo == 0 {
             return;
         }
-        let left = self.cls.lookup_batch(&self.keys[..n], &mut self.ids[..n], todo);
+        let left = self
+            .cls
+            .lookup_batch(&self.keys[..n], &mut self.ids[..n], todo);
         let mut hit = todo & !left;
         while hit != 0 {
             let i = hit.trailing_zeros() as usize;
@@ -234,7 +238,8 @@ impl Worker {
         self.cache(i, id, true);
     }
 
-    /// Runs each packet's actions, in arrival order; counts megaflow hits run by run.
+    /// Runs each packet's actions in place, in arrival order, counting megaflow hits run by
+    /// run; then moves every packet to its final output (or back to the pool).
     fn execute_all(&mut self) {
         let Worker {
             rx,
@@ -243,6 +248,7 @@ impl Worker {
             pool,
             keys,
             ids,
+            dest,
             adhoc,
             upcall,
             tally,
@@ -255,31 +261,33 @@ impl Worker {
             tally,
         };
         let (mut run_id, mut run_pkts, mut run_bytes) = (NO_FLOW, 0u64, 0u64);
-        for (i, pkt) in rx.drain().enumerate() {
-            let id = ids.get(i).copied().unwrap_or(NO_FLOW);
-            let key = keys.get(i).unwrap_or(&FlowKey::ZERO);
-            if id == ADHOC {
+        let pkts = rx.as_mut_slice();
+        let n = pkts.len().min(BATCH_SIZE);
+        for i in 0..n {
+            let (pkt, id, key) = (&mut pkts[i], ids[i], &keys[i]);
+            dest[i] = if id == ADHOC {
                 let acts = adhoc.iter().find(|(j, _)| *j == i).map(|(_, a)| &a[..]);
                 let acts = acts.unwrap_or(&[]);
-                execute(pkt, acts, steal_index(acts), key, &mut cx);
-                continue;
-            }
-            let Some(f) = flows.get(id) else {
-                cx.pool.put(pkt);
-                continue;
-            };
-            if id != run_id {
-                if let Some(prev) = flows.get(run_id) {
-                    prev.hit(run_pkts, run_bytes);
+                execute(pkt, acts, steal_index(acts), key, &mut cx)
+            } else if let Some(f) = flows.get(id) {
+                if id != run_id {
+                    if let Some(prev) = flows.get(run_id) {
+                        prev.hit(run_pkts, run_bytes);
+                    }
+                    (run_id, run_pkts, run_bytes) = (id, 0, 0);
                 }
-                (run_id, run_pkts, run_bytes) = (id, 0, 0);
-            }
-            run_pkts += 1;
-            run_bytes += pkt.len() as u64;
-            execute(pkt, &f.actions, f.steal, key, &mut cx);
+                run_pkts += 1;
+                run_bytes += pkt.len() as u64;
+                execute(pkt, &f.actions, f.steal, key, &mut cx)
+            } else {
+                NO_PORT
+            };
         }
         if let Some(prev) = flows.get(run_id) {
             prev.hit(run_pkts, run_bytes);
+        }
+        for (pkt, &to) in rx.drain().zip(dest.iter()) {
+            finish(pkt, to, &mut cx);
         }
         adhoc.clear();
     }
@@ -298,7 +306,8 @@ impl Worker {
             return;
         }
         self.expired.clear();
-        self.flows.sweep_idle(self.cfg.idle_sweeps, &mut self.expired);
+        self.flows
+            .sweep_idle(self.cfg.idle_sweeps, &mut self.expired);
         for &id in &self.expired {
             if let Some(f) = self.flows.get(id) {
                 let (k, m) = (f.key, f.mask);

@@ -2,7 +2,7 @@
 mod common;
 
 use common::*;
-use dp::{Action, AssignMode, Datapath, DpConfig, Topology};
+use dp::{Action, AssignMode, Datapath, DpConfig, DpTuning, Topology, Upcall};
 use ports::dummy::DummyPort;
 use ports::Port;
 use std::sync::atomic::Ordering::SeqCst;
@@ -14,9 +14,21 @@ fn config(cores: &[usize]) -> DpConfig {
     DpConfig {
         topology: Topology::single(0..2),
         pmd_cores: cores.to_vec(),
-        emc_insert_inv_prob: 1,
-        ..DpConfig::default()
+        assign: AssignMode::Cycles,
+        auto_lb: None,
     }
+}
+
+/// Tunables for tests: always insert into the EMC, so hit counts are deterministic.
+fn tuning() -> DpTuning {
+    DpTuning {
+        emc_insert_inv_prob: 1,
+        ..DpTuning::default()
+    }
+}
+
+fn start(cfg: DpConfig, pipe: Arc<dyn Upcall>) -> Datapath {
+    Datapath::with_tuning(cfg, tuning(), pipe).unwrap()
 }
 
 fn two_ports(dp: &Datapath) -> (Arc<DummyPort>, Arc<DummyPort>) {
@@ -34,7 +46,7 @@ fn packets_from_port1_leave_port2_with_actions_applied() {
         Action::PushVlan(0x2064),
         Action::Output(2),
     ]);
-    let dp = Datapath::new(config(&[0, 1]), pipe.clone()).unwrap();
+    let dp = start(config(&[0, 1]), pipe.clone());
     let (p1, p2) = two_ports(&dp);
     for i in 0..20 {
         p1.inject(udp_frame(0x0a00_0002, 1000 + i)).unwrap();
@@ -54,13 +66,17 @@ fn packets_from_port1_leave_port2_with_actions_applied() {
 #[test]
 fn megaflow_is_installed_once_then_hits_and_stats_add_up() {
     let pipe = TestPipeline::new(vec![Action::Output(2)]);
-    let dp = Datapath::new(config(&[0]), pipe.clone()).unwrap();
+    let dp = start(config(&[0]), pipe.clone());
     let (p1, p2) = two_ports(&dp);
     for i in 0..300u16 {
         p1.inject(udp_frame(0x0a00_0002, i % 7)).unwrap();
     }
     assert_eq!(collect(&p2, 300).len(), 300);
-    assert_eq!(pipe.upcalls.load(SeqCst), 1, "one megaflow covers every packet");
+    assert_eq!(
+        pipe.upcalls.load(SeqCst),
+        1,
+        "one megaflow covers every packet"
+    );
     let flows = dp.megaflows();
     assert_eq!(flows.len(), 1);
     assert_eq!(flows[0].packets, 300);
@@ -73,7 +89,10 @@ fn megaflow_is_installed_once_then_hits_and_stats_add_up() {
         dp.pmd_stats().iter().map(|s| s.packets).sum::<u64>() == 300
     });
     let s = &dp.pmd_stats()[0];
-    assert_eq!(s.packets, s.emc_hits + s.smc_hits + s.megaflow_hits + s.misses);
+    assert_eq!(
+        s.packets,
+        s.emc_hits + s.smc_hits + s.megaflow_hits + s.misses
+    );
     assert_eq!(s.misses, 1);
     assert!(s.emc_hits > 200, "EMC serves the bulk: {s:?}");
     assert!(s.busy_cycles > 0 && s.cycles_per_packet > 0.0);
@@ -85,7 +104,7 @@ fn megaflow_is_installed_once_then_hits_and_stats_add_up() {
 #[test]
 fn revalidate_changes_the_decision_immediately() {
     let pipe = TestPipeline::new(vec![Action::Output(2)]);
-    let dp = Datapath::new(config(&[0, 1]), pipe.clone()).unwrap();
+    let dp = start(config(&[0, 1]), pipe.clone());
     let (p1, p2) = two_ports(&dp);
     let p3 = Arc::new(DummyPort::new());
     dp.add_port(3, "p3", p3.clone(), &[]).unwrap();
@@ -95,19 +114,61 @@ fn revalidate_changes_the_decision_immediately() {
     assert_eq!(collect(&p2, 50).len(), 50);
     pipe.set(vec![Action::Output(3)]);
     dp.try_revalidate().unwrap();
-    assert!(dp.megaflows().is_empty(), "revalidation drops cached decisions");
+    assert!(
+        dp.megaflows().is_empty(),
+        "revalidation drops cached decisions"
+    );
     for _ in 0..50 {
         p1.inject(udp_frame(0x0a00_0002, 1)).unwrap();
     }
     assert_eq!(collect(&p3, 50).len(), 50);
-    assert!(p2.take_captured().is_empty(), "no packet followed the old decision");
+    assert!(
+        p2.take_captured().is_empty(),
+        "no packet followed the old decision"
+    );
     assert_eq!(pipe.upcalls.load(SeqCst), 2);
+    wait_for("stats published", || {
+        dp.pmd_stats().iter().map(|s| s.packets).sum::<u64>() == 100
+    });
+    let (mut hits, mut packets) = (0, 0);
+    for s in dp.pmd_stats() {
+        assert_eq!(
+            s.packets,
+            s.emc_hits + s.smc_hits + s.megaflow_hits + s.misses
+        );
+        hits += s.emc_hits + s.smc_hits + s.megaflow_hits;
+        packets += s.packets;
+    }
+    assert_eq!((packets, hits), (100, 98));
+}
+
+#[test]
+fn datapath_is_shareable_between_control_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Datapath>();
+    let pipe = TestPipeline::new(vec![]);
+    let dp = Arc::new(start(config(&[0]), pipe));
+    let threads: Vec<_> = (0..4u32)
+        .map(|i| {
+            let dp = dp.clone();
+            std::thread::spawn(move || {
+                dp.add_port(i + 1, &format!("p{i}"), Arc::new(DummyPort::new()), &[])
+                    .unwrap();
+                dp.revalidate();
+                dp.pmd_stats().len()
+            })
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap(), 1);
+    }
+    assert_eq!(dp.rxq_show().len(), 4);
 }
 
 #[test]
 fn del_port_while_traffic_flows() {
     let pipe = TestPipeline::new(vec![Action::Output(2)]);
-    let dp = Datapath::new(config(&[0, 1]), pipe.clone()).unwrap();
+    let dp = start(config(&[0, 1]), pipe.clone());
     let (p1, p2) = two_ports(&dp);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let feeder = {
@@ -126,7 +187,11 @@ fn del_port_while_traffic_flows() {
     std::thread::sleep(Duration::from_millis(20));
     assert!(p2.take_captured().is_empty());
     dp.try_del_port(1).unwrap();
-    assert_eq!(Arc::strong_count(&p1), 2, "only the test and the feeder hold port 1");
+    assert_eq!(
+        Arc::strong_count(&p1),
+        2,
+        "only the test and the feeder hold port 1"
+    );
     stop.store(true, SeqCst);
     feeder.join().unwrap();
     assert!(dp.pmd_stats().iter().map(|s| s.lost).sum::<u64>() > 0 || p1.pending() > 0);
@@ -145,12 +210,16 @@ fn output_to_in_port_userspace_and_multiple_outputs() {
         Action::PopVlan,
         Action::Output(2),
     ]);
-    let dp = Datapath::new(config(&[0]), pipe.clone()).unwrap();
+    let dp = start(config(&[0]), pipe.clone());
     let (p1, p2) = two_ports(&dp);
     for _ in 0..10 {
         p1.inject(udp_frame(0x0a00_0002, 1)).unwrap();
     }
-    assert_eq!(collect(&p1, 10).len(), 10, "hairpin to the in_port is allowed");
+    assert_eq!(
+        collect(&p1, 10).len(),
+        10,
+        "hairpin to the in_port is allowed"
+    );
     assert_eq!(collect(&p2, 10).len(), 10);
     let up = pipe.userspace.lock().unwrap();
     assert_eq!(up.len(), 10);
@@ -162,7 +231,7 @@ fn output_to_in_port_userspace_and_multiple_outputs() {
 fn uninstalled_decisions_still_execute() {
     let pipe = TestPipeline::new(vec![Action::Output(2)]);
     pipe.install.store(false, SeqCst);
-    let dp = Datapath::new(config(&[0]), pipe.clone()).unwrap();
+    let dp = start(config(&[0]), pipe.clone());
     let (p1, p2) = two_ports(&dp);
     for _ in 0..5 {
         p1.inject(udp_frame(0x0a00_0002, 1)).unwrap();
@@ -175,19 +244,25 @@ fn uninstalled_decisions_still_execute() {
 #[test]
 fn set_pmd_cores_live_keeps_forwarding() {
     let pipe = TestPipeline::new(vec![Action::Output(2)]);
-    let dp = Datapath::new(config(&[0]), pipe.clone()).unwrap();
+    let dp = start(config(&[0]), pipe.clone());
     let (p1, p2) = two_ports(&dp);
     p1.inject(udp_frame(0x0a00_0002, 1)).unwrap();
     assert_eq!(collect(&p2, 1).len(), 1);
     dp.set_pmd_cores(&[1]).unwrap();
-    assert_eq!(dp.pmd_stats().iter().map(|s| s.core).collect::<Vec<_>>(), vec![1]);
+    assert_eq!(
+        dp.pmd_stats().iter().map(|s| s.core).collect::<Vec<_>>(),
+        vec![1]
+    );
     assert!(dp.rxq_show().iter().all(|r| r.core == 1));
     p1.inject(udp_frame(0x0a00_0002, 1)).unwrap();
     assert_eq!(collect(&p2, 1).len(), 1);
     dp.set_pmd_cores(&[0, 1]).unwrap();
     assert_eq!(dp.pmd_stats().len(), 2);
     assert_eq!(dp.set_pmd_cores(&[]), Err(dp::DpError::NoPmdCores));
-    assert_eq!(dp.set_pmd_cores(&[1, 1]), Err(dp::DpError::DuplicateCore(1)));
+    assert_eq!(
+        dp.set_pmd_cores(&[1, 1]),
+        Err(dp::DpError::DuplicateCore(1))
+    );
 }
 
 #[test]
@@ -198,7 +273,7 @@ fn numa_aware_assignment_with_two_node_override() {
         assign: AssignMode::RoundRobin,
         ..config(&[0, 1])
     };
-    let dp = Datapath::new(cfg, pipe).unwrap();
+    let dp = start(cfg, pipe);
     let far = NumaPort::new(Some(1), 3);
     let near = NumaPort::new(Some(0), 2);
     let lost = NumaPort::new(Some(7), 1);
@@ -211,7 +286,11 @@ fn numa_aware_assignment_with_two_node_override() {
         match r.port.as_str() {
             "far" => assert_eq!((r.core, r.numa), (1, 1)),
             "near" => assert_eq!((r.core, r.numa), (0, 0)),
-            _ => assert_eq!(r.port_numa, Some(7), "a node without PMDs still gets polled"),
+            _ => assert_eq!(
+                r.port_numa,
+                Some(7),
+                "a node without PMDs still gets polled"
+            ),
         }
     }
     let stats = dp.pmd_stats();
@@ -221,7 +300,7 @@ fn numa_aware_assignment_with_two_node_override() {
 #[test]
 fn pinned_rxq_isolates_its_pmd_and_can_be_moved() {
     let pipe = TestPipeline::new(vec![]);
-    let dp = Datapath::new(config(&[0, 1]), pipe).unwrap();
+    let dp = start(config(&[0, 1]), pipe);
     let a = NumaPort::new(None, 2);
     let b = NumaPort::new(None, 2);
     dp.add_port(1, "a", a, &[(0, 1)]).unwrap();
@@ -242,12 +321,14 @@ fn pinned_rxq_isolates_its_pmd_and_can_be_moved() {
 #[test]
 fn rxq_count_change_is_picked_up() {
     let pipe = TestPipeline::new(vec![]);
-    let dp = Datapath::new(config(&[0]), pipe).unwrap();
+    let dp = start(config(&[0]), pipe);
     let p = NumaPort::new(None, 1);
     dp.add_port(1, "mq", p.clone(), &[]).unwrap();
     assert_eq!(dp.rxq_show().len(), 1);
     p.rxqs.store(4, SeqCst);
-    wait_for("housekeeper to notice 4 queues", || dp.rxq_show().len() == 4);
+    wait_for("housekeeper to notice 4 queues", || {
+        dp.rxq_show().len() == 4
+    });
 }
 
 #[test]
@@ -262,15 +343,18 @@ fn auto_lb_moves_a_hot_queue() {
         }),
         ..config(&[0, 1])
     };
-    let dp = Datapath::new(cfg, pipe).unwrap();
+    let dp = start(cfg, pipe);
     let ports: Vec<Arc<DummyPort>> = (0..4).map(|_| Arc::new(DummyPort::new())).collect();
     for (i, p) in ports.iter().enumerate() {
-        dp.add_port(i as u32 + 1, &format!("p{i}"), p.clone(), &[]).unwrap();
+        dp.add_port(i as u32 + 1, &format!("p{i}"), p.clone(), &[])
+            .unwrap();
     }
     let rxqs = dp.rxq_show();
     let core_of = |name: &str| rxqs.iter().find(|r| r.port == name).unwrap().core;
     // Load the two ports that share a PMD.
-    let hot: Vec<usize> = (0..4).filter(|&i| core_of(&format!("p{i}")) == core_of("p0")).collect();
+    let hot: Vec<usize> = (0..4)
+        .filter(|&i| core_of(&format!("p{i}")) == core_of("p0"))
+        .collect();
     assert_eq!(hot.len(), 2);
     for _ in 0..20 {
         for &i in &hot {
@@ -280,18 +364,31 @@ fn auto_lb_moves_a_hot_queue() {
         }
         std::thread::sleep(Duration::from_millis(2));
     }
-    wait_for("traffic drained", || hot.iter().all(|&i| ports[i].pending() == 0));
-    assert!(dp.rebalance().unwrap(), "moving one hot queue halves the imbalance");
+    wait_for("traffic drained", || {
+        hot.iter().all(|&i| ports[i].pending() == 0)
+    });
+    assert!(
+        dp.rebalance().unwrap(),
+        "moving one hot queue halves the imbalance"
+    );
     let after = dp.rxq_show();
-    let c0 = after.iter().find(|r| r.port == format!("p{}", hot[0])).unwrap().core;
-    let c1 = after.iter().find(|r| r.port == format!("p{}", hot[1])).unwrap().core;
+    let c0 = after
+        .iter()
+        .find(|r| r.port == format!("p{}", hot[0]))
+        .unwrap()
+        .core;
+    let c1 = after
+        .iter()
+        .find(|r| r.port == format!("p{}", hot[1]))
+        .unwrap()
+        .core;
     assert_ne!(c0, c1, "hot queues now on different PMDs");
 }
 
 #[test]
 fn stats_and_dumps_serialize_to_json() {
     let pipe = TestPipeline::new(vec![Action::Output(2)]);
-    let dp = Datapath::new(config(&[0]), pipe).unwrap();
+    let dp = start(config(&[0]), pipe);
     let (p1, p2) = two_ports(&dp);
     p1.inject(udp_frame(0x0a00_0002, 1)).unwrap();
     collect(&p2, 1);
@@ -305,4 +402,89 @@ fn stats_and_dumps_serialize_to_json() {
     dp.shutdown();
     assert_eq!(dp.add_port(5, "x", p2, &[]), Err(dp::DpError::ShutDown));
     assert!(p1.n_rxq() == 1);
+}
+
+/// A port whose first rx burst panics (a buggy port kind), then behaves.
+struct PanicOnce {
+    inner: DummyPort,
+    armed: std::sync::atomic::AtomicBool,
+}
+
+impl Port for PanicOnce {
+    fn kind(&self) -> &'static str {
+        "dummy"
+    }
+    fn n_rxq(&self) -> usize {
+        1
+    }
+    fn rx_burst(&self, q: usize, pool: &mut packet::Pool, out: &mut packet::Batch) -> usize {
+        if self.inner.pending() > 0 && self.armed.swap(false, SeqCst) {
+            panic!("port bug");
+        }
+        self.inner.rx_burst(q, pool, out)
+    }
+    fn tx_burst(&self, q: usize, pkts: &mut packet::Batch) -> usize {
+        self.inner.tx_burst(q, pkts)
+    }
+    fn link(&self) -> ports::Link {
+        ports::Link::Up
+    }
+    fn stats(&self) -> ports::PortStats {
+        self.inner.stats()
+    }
+}
+
+#[test]
+fn a_dead_pmd_is_restarted_and_traffic_resumes() {
+    let pipe = TestPipeline::new(vec![Action::Output(2)]);
+    let dp = start(config(&[0]), pipe);
+    let bad = Arc::new(PanicOnce {
+        inner: DummyPort::new(),
+        armed: std::sync::atomic::AtomicBool::new(true),
+    });
+    let out = Arc::new(DummyPort::new());
+    dp.add_port(1, "bad", bad.clone(), &[]).unwrap();
+    dp.add_port(2, "out", out.clone(), &[]).unwrap();
+    bad.inner.inject(udp_frame(0x0a00_0002, 1)).unwrap();
+    assert_eq!(
+        collect(&out, 1).len(),
+        1,
+        "the restarted PMD forwards again"
+    );
+    assert!(!bad.armed.load(SeqCst));
+    dp.try_revalidate().unwrap();
+}
+
+/// A pipeline that blocks far longer than the acknowledgment timeout.
+struct Stuck;
+impl dp::Upcall for Stuck {
+    fn upcall(&self, _: &wire::FlowKey, _: &packet::Packet) -> dp::UpcallResult {
+        std::thread::sleep(Duration::from_millis(1500));
+        dp::UpcallResult {
+            actions: Arc::from(vec![]),
+            mask: wire::FlowKey::ZERO,
+            install: false,
+        }
+    }
+}
+
+#[test]
+fn a_stuck_pmd_gives_a_clear_error_not_a_hang() {
+    let t = DpTuning {
+        ack_timeout: Duration::from_millis(200),
+        ..tuning()
+    };
+    let dp = Datapath::with_tuning(config(&[0]), t, Arc::new(Stuck)).unwrap();
+    let p = Arc::new(DummyPort::new());
+    dp.add_port(1, "p", p.clone(), &[]).unwrap();
+    p.inject(udp_frame(0x0a00_0002, 1)).unwrap();
+    wait_for("the PMD to take the packet", || p.pending() == 0);
+    let err = dp.try_revalidate().unwrap_err();
+    assert!(matches!(err, dp::DpError::PmdStuck { ref cores, .. } if cores == &[0]));
+    assert!(err.to_string().contains("core(s) [0]"));
+    // Once the upcall returns, the PMD answers again (retry: the machine may be loaded).
+    let t0 = std::time::Instant::now();
+    while dp.try_revalidate().is_err() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "PMD never came back");
+    }
 }

@@ -17,6 +17,7 @@ struct LoopPort {
     frames: Vec<Vec<u8>>,
     next: AtomicUsize,
     sent: AtomicUsize,
+    tx_calls: AtomicUsize,
 }
 
 impl LoopPort {
@@ -25,6 +26,7 @@ impl LoopPort {
             frames,
             next: AtomicUsize::new(0),
             sent: AtomicUsize::new(0),
+            tx_calls: AtomicUsize::new(0),
         })
     }
 }
@@ -49,6 +51,7 @@ impl Port for LoopPort {
     }
     fn tx_burst(&self, _q: usize, pkts: &mut Batch) -> usize {
         self.sent.fetch_add(pkts.len(), SeqCst);
+        self.tx_calls.fetch_add(1, SeqCst);
         pkts.len()
     }
     fn link(&self) -> Link {
@@ -84,11 +87,19 @@ fn steady_state_does_not_allocate_buffers_and_uses_the_emc() {
     for _ in 0..1000 {
         assert_eq!(w.poll(1, &*port, 0), 32);
     }
-    assert_eq!(w.pool().stats().allocated, warm, "no buffer allocated in steady state");
+    assert_eq!(
+        w.pool().stats().allocated,
+        warm,
+        "no buffer allocated in steady state"
+    );
     let t = w.take_tally();
     assert_eq!(t.packets, 32_000);
     assert_eq!(t.emc_hits, 32_000);
-    assert_eq!(port.sent.load(SeqCst), 2 * 32 * 1010, "two outputs: one copy, one move");
+    assert_eq!(
+        port.sent.load(SeqCst),
+        2 * 32 * 1010,
+        "two outputs: one copy, one move"
+    );
     assert_eq!(pipe.upcalls.load(SeqCst), 8);
     assert_eq!(w.flow_count(), 8);
 }
@@ -107,6 +118,11 @@ fn smc_serves_when_the_emc_does_not_insert() {
     w.poll(1, &*port, 0);
     let t = w.take_tally();
     assert_eq!((t.emc_hits, t.smc_hits), (0, 32));
+    assert_eq!(
+        port.tx_calls.load(SeqCst),
+        2,
+        "one tx burst per output port per rx burst"
+    );
 }
 
 #[test]
@@ -122,7 +138,11 @@ fn flow_limit_executes_without_caching() {
     w.poll(1, &*port, 0);
     assert_eq!(w.flow_count(), 1);
     assert_eq!(reg.lock().unwrap().iter().flatten().count(), 1);
-    assert_eq!(pipe.upcalls.load(SeqCst), 1 + 16, "the uncached flow asks every time");
+    assert_eq!(
+        pipe.upcalls.load(SeqCst),
+        1 + 16,
+        "the uncached flow asks every time"
+    );
     assert_eq!(port.sent.load(SeqCst), 32);
 }
 
@@ -143,7 +163,11 @@ fn idle_megaflows_expire_and_revalidate_flush_empties_everything() {
     assert_eq!(w.flow_count(), 0);
     assert!(reg.lock().unwrap().iter().all(|f| f.is_none()));
     w.poll(1, &*port, 0);
-    assert_eq!(pipe.upcalls.load(SeqCst), 2, "the stale EMC entry is not used");
+    assert_eq!(
+        pipe.upcalls.load(SeqCst),
+        2,
+        "the stale EMC entry is not used"
+    );
     w.flush();
     assert_eq!((w.flow_count(), w.subtable_count()), (0, 0));
 }
@@ -164,4 +188,64 @@ fn a_panicking_upcall_drops_the_packet_and_the_worker_survives() {
     assert_eq!(w.poll(1, &*port, 0), 32);
     assert_eq!(*pipe.0.lock().unwrap_or_else(|e| e.into_inner()), 32);
     assert_eq!(port.sent.load(SeqCst), 0);
+}
+
+/// Pipeline for the oracle test: a packet to 10.0.X.* with X in `rules` gets tp_dst 1000+X and
+/// goes to port 1; others are dropped. The decision depends only on the /24 of the destination.
+struct Rules(Vec<u8>);
+impl Upcall for Rules {
+    fn upcall(&self, key: &FlowKey, _: &Packet) -> UpcallResult {
+        let x = (key.get(wire::Field::Ipv4Dst) >> 8) as u8;
+        let mut mask = FlowKey::ZERO;
+        mask.set_exact(wire::Field::EthType);
+        mask.set(wire::Field::Ipv4Dst, 0xffff_ff00);
+        let actions = if self.0.contains(&x) {
+            vec![Action::SetTpDst(1000 + u16::from(x)), Action::Output(1)]
+        } else {
+            vec![]
+        };
+        UpcallResult {
+            actions: actions.into(),
+            mask,
+            install: true,
+        }
+    }
+}
+
+proptest::proptest! {
+    /// Through EMC, SMC, dpcls, revalidation flushes and idle expiry, every packet gets the
+    /// decision a direct evaluation of the rules gives.
+    #[test]
+    fn every_cache_tier_agrees_with_the_rules(
+        rules in proptest::collection::btree_set(0u8..12, 0..8),
+        bursts in proptest::collection::vec(
+            (proptest::collection::vec((0u8..12, 0u8..4), 1..40), 0u8..4), 1..12),
+    ) {
+        let rules: Vec<u8> = rules.into_iter().collect();
+        let input = Arc::new(ports::dummy::DummyPort::new());
+        let output = Arc::new(ports::dummy::DummyPort::new());
+        let cfg = WorkerConfig { emc_insert_inv_prob: 2, idle_sweeps: 1, ..WorkerConfig::default() };
+        let mut w = Worker::new(Arc::new(Rules(rules.clone())), cfg, Registry::default());
+        w.set_ports(&[(1, output.clone() as Arc<dyn Port>)]);
+        for (pkts, op) in bursts {
+            let mut want = Vec::new();
+            for (x, low) in &pkts {
+                input.inject(udp_frame(0x0a00_0000 | u32::from(*x) << 8 | u32::from(*low), 7)).unwrap();
+                if rules.contains(x) {
+                    want.push(1000 + u16::from(*x));
+                }
+            }
+            while input.pending() > 0 {
+                w.poll(2, &*input, 0);
+            }
+            let got: Vec<u16> = output.take_captured().iter()
+                .map(|f| wire::extract(f, 1).get(wire::Field::TpDst) as u16).collect();
+            proptest::prop_assert_eq!(got, want);
+            match op {
+                0 => w.flush(),
+                1 => w.housekeep(),
+                _ => {}
+            }
+        }
+    }
 }

@@ -31,7 +31,10 @@ pub mod action_type {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Action {
     /// Output to a port; `max_len` bytes go to the controller for `OFPP_CONTROLLER`.
-    Output { port: u32, max_len: u16 },
+    Output {
+        port: u32,
+        max_len: u16,
+    },
     CopyTtlOut,
     CopyTtlIn,
     SetMplsTtl(u8),
@@ -73,7 +76,10 @@ impl Action {
             t::OUTPUT => {
                 fixed(16)?;
                 let port = a.u32()?;
-                Action::Output { port, max_len: a.u16()? }
+                Action::Output {
+                    port,
+                    max_len: a.u16()?,
+                }
             }
             t::SET_FIELD => return decode_set_field(&mut a),
             t::EXPERIMENTER => return Err(errors::BAD_ACTION_BAD_EXPERIMENTER),
@@ -267,7 +273,10 @@ impl Instruction {
             t::WRITE_METADATA => {
                 i.skip(4)?;
                 let metadata = i.u64()?;
-                Instruction::WriteMetadata { metadata, mask: i.u64()? }
+                Instruction::WriteMetadata {
+                    metadata,
+                    mask: i.u64()?,
+                }
             }
             t::WRITE_ACTIONS | t::APPLY_ACTIONS => {
                 i.skip(4)?;
@@ -347,7 +356,10 @@ mod tests {
     #[test]
     fn all_actions_roundtrip() {
         let acts = vec![
-            Action::Output { port: 2, max_len: 0xffe5 },
+            Action::Output {
+                port: 2,
+                max_len: 0xffe5,
+            },
             Action::Group(9),
             Action::SetField(OxmField::Ipv4Dst(Ipv4Addr::new(1, 2, 3, 4), None)),
             Action::SetField(OxmField::EthSrc([1, 2, 3, 4, 5, 6], None)),
@@ -371,10 +383,16 @@ mod tests {
     #[test]
     fn all_instructions_roundtrip() {
         let insts = vec![
-            Instruction::ApplyActions(vec![Action::Output { port: 1, max_len: 0 }]),
+            Instruction::ApplyActions(vec![Action::Output {
+                port: 1,
+                max_len: 0,
+            }]),
             Instruction::ClearActions,
             Instruction::WriteActions(vec![Action::Group(1)]),
-            Instruction::WriteMetadata { metadata: 1, mask: 3 },
+            Instruction::WriteMetadata {
+                metadata: 1,
+                mask: 3,
+            },
             Instruction::GotoTable(4),
             Instruction::Meter(2),
         ];
@@ -390,10 +408,22 @@ mod tests {
 
     #[test]
     fn action_errors() {
-        assert_eq!(decode_one(&[0, 99, 0, 8, 0, 0, 0, 0]), Err(errors::BAD_ACTION_BAD_TYPE));
-        assert_eq!(decode_one(&[0, 0, 0, 8, 0, 0, 0, 0]), Err(errors::BAD_ACTION_BAD_LEN));
-        assert_eq!(decode_one(&[0, 18, 0, 12, 0, 0, 0, 0]), Err(errors::BAD_ACTION_BAD_LEN));
-        assert_eq!(decode_one(&[0, 18, 0, 16, 0, 0, 0, 0]), Err(errors::BAD_ACTION_BAD_LEN));
+        assert_eq!(
+            decode_one(&[0, 99, 0, 8, 0, 0, 0, 0]),
+            Err(errors::BAD_ACTION_BAD_TYPE)
+        );
+        assert_eq!(
+            decode_one(&[0, 0, 0, 8, 0, 0, 0, 0]),
+            Err(errors::BAD_ACTION_BAD_LEN)
+        );
+        assert_eq!(
+            decode_one(&[0, 18, 0, 12, 0, 0, 0, 0]),
+            Err(errors::BAD_ACTION_BAD_LEN)
+        );
+        assert_eq!(
+            decode_one(&[0, 18, 0, 16, 0, 0, 0, 0]),
+            Err(errors::BAD_ACTION_BAD_LEN)
+        );
         assert_eq!(
             decode_one(&[0xff, 0xff, 0, 16, 0, 0, 0x23, 0x20, 0, 0, 0, 0, 0, 0, 0, 0]),
             Err(errors::BAD_ACTION_BAD_EXPERIMENTER)
@@ -416,8 +446,14 @@ mod tests {
     #[test]
     fn instruction_errors() {
         let d = |b: &[u8]| Instruction::decode(&mut Reader::new(b, errors::BAD_REQUEST_BAD_LEN));
-        assert_eq!(d(&[0, 9, 0, 8, 0, 0, 0, 0]), Err(errors::BAD_INSTRUCTION_UNKNOWN_INST));
-        assert_eq!(d(&[0, 1, 0, 16, 0, 0, 0, 0]), Err(errors::BAD_INSTRUCTION_BAD_LEN));
+        assert_eq!(
+            d(&[0, 9, 0, 8, 0, 0, 0, 0]),
+            Err(errors::BAD_INSTRUCTION_UNKNOWN_INST)
+        );
+        assert_eq!(
+            d(&[0, 1, 0, 16, 0, 0, 0, 0]),
+            Err(errors::BAD_INSTRUCTION_BAD_LEN)
+        );
         assert_eq!(
             d(&[0xff, 0xff, 0, 8, 0, 0, 0, 0]),
             Err(errors::BAD_INSTRUCTION_BAD_EXPERIMENTER)

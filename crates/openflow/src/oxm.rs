@@ -430,7 +430,10 @@ mod tests {
             OxmField::IpDscp(46),
             OxmField::IpEcn(1),
             OxmField::IpProto(58),
-            OxmField::Ipv6Src("2001:db8::".parse().unwrap(), Some("ffff:ffff::".parse().unwrap())),
+            OxmField::Ipv6Src(
+                "2001:db8::".parse().unwrap(),
+                Some("ffff:ffff::".parse().unwrap()),
+            ),
             OxmField::Ipv6Dst(v6, None),
             OxmField::Icmpv6Type(135),
             OxmField::Icmpv6Code(0),
@@ -447,7 +450,10 @@ mod tests {
         let ok = Match::new(vec![
             OxmField::EthType(0x0800),
             OxmField::IpProto(6),
-            OxmField::Ipv4Dst(Ipv4Addr::new(10, 0, 0, 0), Some(Ipv4Addr::new(255, 255, 255, 0))),
+            OxmField::Ipv4Dst(
+                Ipv4Addr::new(10, 0, 0, 0),
+                Some(Ipv4Addr::new(255, 255, 255, 0)),
+            ),
             OxmField::TcpDst(80),
         ]);
         assert_eq!(roundtrip(&ok), ok);
@@ -481,11 +487,20 @@ mod tests {
             Err(errors::BAD_MATCH_BAD_LEN)
         );
         // TLV running past the match.
-        assert_eq!(decode_raw(&[0x80, 0, 0, 8, 0, 0, 0, 1]), Err(errors::BAD_MATCH_BAD_LEN));
+        assert_eq!(
+            decode_raw(&[0x80, 0, 0, 8, 0, 0, 0, 1]),
+            Err(errors::BAD_MATCH_BAD_LEN)
+        );
         // unknown field 100.
-        assert_eq!(decode_raw(&[0x80, 0, 200, 0]), Err(errors::BAD_MATCH_BAD_FIELD));
+        assert_eq!(
+            decode_raw(&[0x80, 0, 200, 0]),
+            Err(errors::BAD_MATCH_BAD_FIELD)
+        );
         // NXM class.
-        assert_eq!(decode_raw(&[0, 1, 0, 4, 0, 0, 0, 1]), Err(errors::BAD_MATCH_BAD_FIELD));
+        assert_eq!(
+            decode_raw(&[0, 1, 0, 4, 0, 0, 0, 1]),
+            Err(errors::BAD_MATCH_BAD_FIELD)
+        );
         // masked in_port.
         assert_eq!(
             decode_raw(&[0x80, 0, 1, 8, 0, 0, 0, 1, 0, 0, 0, 1]),
@@ -502,7 +517,10 @@ mod tests {
             Err(errors::BAD_MATCH_BAD_WILDCARDS)
         );
         // vlan_pcp 9.
-        assert_eq!(decode_raw(&[0x80, 0, 14, 1, 9]), Err(errors::BAD_MATCH_BAD_VALUE));
+        assert_eq!(
+            decode_raw(&[0x80, 0, 14, 1, 9]),
+            Err(errors::BAD_MATCH_BAD_VALUE)
+        );
         // standard (non-OXM) match type.
         let std = [0u8, 0, 0, 4, 0, 0, 0, 0];
         assert_eq!(

@@ -166,7 +166,7 @@ impl Port for VhostUserPort {
             "mode": match self.mode { Mode::Server => "server", Mode::Client { .. } => "client" },
             "state": dev.conn_state().name(),
             "features": feat::names(dev.features()),
-            "protocol_features": dev.protocol_features(),
+            "protocol_features": feat::protocol_names(dev.protocol_features()),
             "queues": dev.pairs(),
             "running_queue_pairs": dev.running_mask().count_ones(),
             "broken_queues": s.broken_queues.load(Relaxed),

@@ -220,6 +220,7 @@ fn tx_with_no_frontend_is_link_down() {
     let mut pool = Pool::new(0, 4);
     assert_eq!(port.rx_burst(1, &mut pool, &mut out), 0);
     assert_eq!(port.rx_burst(99, &mut pool, &mut out), 0);
+    assert_eq!(port.rx_burst(usize::MAX, &mut pool, &mut out), 0);
     port.shutdown();
     port.shutdown();
     assert!(!dir.path().join("x.sock").exists());

@@ -6,13 +6,13 @@
 //! dpdk-testpmd is not installed.
 mod vhost_common;
 
-use vhost_common::*;
 use ports::vhost_user::VhostUserPort;
 use ports::{Link, Port};
 use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
+use vhost_common::*;
 
 fn vdev(i: u8, path: &Path, queues: usize, extra: &str) -> String {
     let m = mac(i);
@@ -94,7 +94,7 @@ fn traffic_round(tp: &mut Testpmd, a: &Arc<VhostUserPort>, b: &Arc<VhostUserPort
     assert_eq!(b_tx + (sb.total_drops() - sb0.total_drops()), a2b);
 }
 
-fn loop_test(name: &str, extra: &str, queues: usize, expect_mrg: bool) {
+fn loop_test(name: &str, extra: &str, queues: usize, expect_mrg: bool, restarts: usize) {
     let _g = serial();
     let Some(bin) = testpmd_bin() else { return };
     let dir = tempfile::tempdir().unwrap();
@@ -105,12 +105,15 @@ fn loop_test(name: &str, extra: &str, queues: usize, expect_mrg: bool) {
     let q = format!("--rxq={queues}");
     let t = format!("--txq={queues}");
     let vdevs = [vdev(0, &pa, queues, extra), vdev(1, &pb, queues, extra)];
-    let mut tp = Testpmd::start(
-        &bin,
-        &prefix(name),
-        &vdevs,
-        &["-i", "--forward-mode=mac", &q, &t],
-    );
+    let args = ["-i", "--forward-mode=mac", &q, &t];
+    for round in 0..restarts {
+        // The same server ports serve a new testpmd after the last one was killed.
+        let mut tp = Testpmd::start(&bin, &prefix(&format!("{name}{round}")), &vdevs, &args);
+        traffic_round(&mut tp, &a, &b, queues);
+        tp.kill();
+        assert!(wait_until(Duration::from_secs(10), || a.link() == Link::Down));
+    }
+    let mut tp = Testpmd::start(&bin, &prefix(name), &vdevs, &args);
     traffic_round(&mut tp, &a, &b, queues);
     let s = a.status();
     assert_eq!(s["state"], "connected");
@@ -132,22 +135,22 @@ fn loop_test(name: &str, extra: &str, queues: usize, expect_mrg: bool) {
 
 #[test]
 fn testpmd_split_ring_mrg_rxbuf() {
-    loop_test("mrg", ",in_order=0", 1, true);
+    loop_test("mrg", ",in_order=0", 1, true, 1);
 }
 
 #[test]
 fn testpmd_split_ring_no_mrg_rxbuf() {
-    loop_test("nomrg", ",mrg_rxbuf=0", 1, false);
+    loop_test("nomrg", ",mrg_rxbuf=0", 1, false, 0);
 }
 
 #[test]
 fn testpmd_in_order() {
-    loop_test("inorder", ",in_order=1", 1, true);
+    loop_test("inorder", ",in_order=1", 1, true, 0);
 }
 
 #[test]
 fn testpmd_two_queue_pairs() {
-    loop_test("mq", "", 2, true);
+    loop_test("mq", "", 2, true, 0);
 }
 
 #[test]
@@ -200,26 +203,70 @@ fn throughput_io_loop() {
     let mut tp = Testpmd::start(&bin, &prefix("perf"), &vdevs, &["-i", "--forward-mode=io"]);
     assert!(wait_until(Duration::from_secs(30), || links_up(&a, &b)));
     let fwd = Forwarder::start(Arc::clone(&a), Arc::clone(&b), false, Some(0));
-    tp.cmd("start tx_first");
+    // 16 bursts of 32 per port keep enough packets in flight for full bursts.
+    let burst = std::env::var("VIREO_PERF_TXFIRST").unwrap_or_else(|_| "16".into());
+    tp.cmd(&format!("start tx_first {burst}"));
     std::thread::sleep(Duration::from_secs(1));
     let secs = std::env::var("VIREO_PERF_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(5u64);
     let c0 = fwd.stats.a_to_b.load(Relaxed) + fwd.stats.b_to_a.load(Relaxed);
+    let busy0 = fwd.stats.busy_ns.load(Relaxed);
+    let it0 = fwd.stats.bursts.load(Relaxed);
+    let (rx0, tx0) = (fwd.stats.rx_ns.load(Relaxed), fwd.stats.tx_ns.load(Relaxed));
     let t0 = std::time::Instant::now();
     std::thread::sleep(Duration::from_secs(secs));
     let c1 = fwd.stats.a_to_b.load(Relaxed) + fwd.stats.b_to_a.load(Relaxed);
+    let busy = fwd.stats.busy_ns.load(Relaxed) - busy0;
+    let its = fwd.stats.bursts.load(Relaxed) - it0;
+    let rx_ns = fwd.stats.rx_ns.load(Relaxed) - rx0;
+    let tx_ns = fwd.stats.tx_ns.load(Relaxed) - tx0;
     let dt = t0.elapsed().as_secs_f64();
     tp.stop_fwd();
-    fwd.stop();
-    let pps = (c1 - c0) as f64 / dt;
-    eprintln!(
-        "THROUGHPUT: {:.3} Mpps switched (both directions), {:.1} s",
-        pps / 1e6,
-        dt
+    let st = fwd.stop();
+    let (rx_med, tx_med) = (
+        median(&st.rx_hist.lock().unwrap()),
+        median(&st.tx_hist.lock().unwrap()),
     );
-    eprintln!("A {:?}\nB {:?}", a.stats(), b.stats());
+    eprintln!(
+        "MEDIAN per packet (bursts of ~32): rx_burst {rx_med} ns = {:.0} cycles, tx_burst {tx_med} ns = {:.0} cycles",
+        rx_med as f64 * cpu_mhz() / 1000.0,
+        tx_med as f64 * cpu_mhz() / 1000.0
+    );
+    let pps = (c1 - c0) as f64 / dt;
+    let ns_per_pkt = busy as f64 / (c1 - c0).max(1) as f64;
+    eprintln!(
+        "THROUGHPUT: {:.3} Mpps switched (both directions), {:.1} s; forwarder busy {:.1} ns/pkt \
+         = {:.0} cycles/pkt at {:.0} MHz for rx_burst + tx_burst + pool (busy share {:.0}%)",
+        pps / 1e6,
+        dt,
+        ns_per_pkt,
+        ns_per_pkt * cpu_mhz() / 1000.0,
+        cpu_mhz(),
+        100.0 * busy as f64 / (dt * 1e9)
+    );
+    eprintln!(
+        "per packet: rx_burst {:.0} cycles, tx_burst {:.0} cycles; packets per busy loop \
+         iteration (both directions): {:.1}\nA {:?}\nB {:?}",
+        rx_ns as f64 / (c1 - c0).max(1) as f64 * cpu_mhz() / 1000.0,
+        tx_ns as f64 / (c1 - c0).max(1) as f64 * cpu_mhz() / 1000.0,
+        (c1 - c0) as f64 / its.max(1) as f64,
+        a.stats(),
+        b.stats()
+    );
     assert!(pps > 0.0);
     tp.quit();
+}
+
+fn cpu_mhz() -> f64 {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("cpu MHz"))
+                .and_then(|l| l.split(':').nth(1))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(1000.0)
 }

@@ -1,7 +1,7 @@
 //! A vhost-user endpoint: the socket (server: we listen, client: we connect and retry) and the
 //! control thread that serves one frontend connection at a time.
 //!
-//! Threads: each endpoint runs ONE control thread, "vhost:<socket name>", doing blocking I/O on
+//! Threads: each endpoint runs ONE control thread, `vhost:<socket name>`, doing blocking I/O on
 //! its socket (polled every 100 ms for shutdown). PMDs never touch the socket; they meet this
 //! thread only in the [`Device`] slots. A frontend going away resets the device (rings stopped,
 //! memory unmapped once the PMDs let go) and the thread waits for the next connection.

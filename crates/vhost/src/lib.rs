@@ -4,7 +4,7 @@
 //! Owns: the wire format ([`msg`]), fd passing ([`sock`]), the protocol state machine with its
 //! declarative request table ([`backend`]), the PMD-facing device ([`shared`]), the socket
 //! endpoint and its control thread in server or client mode ([`endpoint`]), and a test
-//! frontend ([`frontend`]).
+//! frontend (`frontend`, feature `mock`).
 //!
 //! Threads: one control thread per endpoint; PMD threads call [`Device::rx_burst`] and
 //! [`Device::tx_burst`]. See each module for what it owns.
@@ -12,6 +12,7 @@
 
 pub mod backend;
 pub mod endpoint;
+#[cfg(any(test, feature = "mock"))]
 pub mod frontend;
 pub mod msg;
 pub mod shared;

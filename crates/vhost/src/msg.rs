@@ -84,12 +84,25 @@ pub mod feat {
         (VIRTIO_F_IN_ORDER, "in_order"),
     ];
 
+    /// Names of the vhost-user protocol feature bits we may report.
+    pub const PROTOCOL_NAMES: &[(u32, &str)] =
+        &[(PROTOCOL_F_MQ, "mq"), (PROTOCOL_F_REPLY_ACK, "reply_ack")];
+
     /// Names of the set bits of `features` (unknown bits as `bitN`).
     pub fn names(features: u64) -> Vec<String> {
+        names_in(NAMES, features)
+    }
+
+    /// Names of the set bits of protocol `features`.
+    pub fn protocol_names(features: u64) -> Vec<String> {
+        names_in(PROTOCOL_NAMES, features)
+    }
+
+    fn names_in(table: &[(u32, &str)], features: u64) -> Vec<String> {
         (0..64)
             .filter(|b| features & (1u64 << b) != 0)
             .map(|b| {
-                NAMES
+                table
                     .iter()
                     .find(|(n, _)| *n == b)
                     .map_or_else(|| format!("bit{b}"), |(_, s)| (*s).to_string())

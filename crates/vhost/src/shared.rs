@@ -191,7 +191,7 @@ impl Device {
     /// or the control thread holds the slot right now.
     #[inline]
     pub fn rx_burst(&self, pair: usize, pool: &mut Pool, out: &mut Batch) -> Burst {
-        let Some(slot) = self.slots.get(2 * pair + 1) else {
+        let Some(slot) = pair.checked_mul(2).and_then(|i| self.slots.get(i + 1)) else {
             return Burst::default();
         };
         let mut g = match slot.try_lock() {
@@ -212,7 +212,7 @@ impl Device {
     /// running (the caller counts the packets as link-down drops).
     #[inline]
     pub fn tx_burst(&self, pair: usize, pkts: &Batch) -> Option<Burst> {
-        let slot = self.slots.get(2 * pair)?;
+        let slot = self.slots.get(pair.checked_mul(2)?)?;
         let mut g = slot.lock().unwrap_or_else(|e| e.into_inner());
         let r = g.as_mut()?;
         let b = r.queue.enqueue(pkts.as_slice());

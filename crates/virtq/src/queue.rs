@@ -11,7 +11,7 @@
 //! a head index out of range) mark the queue broken, and a broken queue is never processed again.
 use crate::ring::*;
 use guestmem::{GuestMemory, GuestRange, MemError};
-use packet::{Batch, Packet, Pool, MAX_FRAME};
+use packet::{Batch, Packet, Pool, BATCH_SIZE, MAX_FRAME};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
@@ -103,6 +103,10 @@ pub struct Queue {
     segs: Vec<(u64, u32)>,
     /// Scratch: `(head, index into segs after its chain)` per buffer of that packet.
     heads: Vec<(u16, usize)>,
+    /// Heads and head descriptors of this burst's first avail positions, each read once.
+    pre: [(u16, Option<Desc>); BATCH_SIZE],
+    /// Valid entries in `pre`.
+    pre_n: u16,
 }
 
 impl std::fmt::Debug for Queue {
@@ -156,6 +160,8 @@ impl Queue {
             broken: None,
             segs: Vec::with_capacity(MAX_SEGS),
             heads: Vec::with_capacity(MAX_SEGS),
+            pre: [(0, None); BATCH_SIZE],
+            pre_n: 0,
         })
     }
 
@@ -216,6 +222,37 @@ impl Queue {
             return None;
         }
         Some(head)
+    }
+
+    /// Reads the heads and head descriptors of avail positions `0..n` of this burst once and
+    /// starts fetching their buffers, so the copies that follow find them in cache.
+    #[inline]
+    fn prefetch_heads(&mut self, n: u16, write: bool, b: &mut Burst) {
+        self.pre_n = 0;
+        for i in 0..n.min(BATCH_SIZE as u16) {
+            let Some(head) = self.head_at(i, b) else {
+                break;
+            };
+            let d = self.read_desc(Table::Direct, head).ok();
+            if let Some(d) = &d {
+                self.mem.prefetch(d.addr, d.len, write);
+            }
+            self.pre[usize::from(i)] = (head, d);
+            self.pre_n = i + 1;
+        }
+    }
+
+    /// Head and head descriptor at avail position `i` of this burst (`None`: the queue broke).
+    #[inline]
+    fn head_desc(&mut self, i: u16, b: &mut Burst) -> Option<(u16, Option<Desc>)> {
+        if i < self.pre_n {
+            return Some(self.pre[usize::from(i)]);
+        }
+        if self.broken.is_some() {
+            return None;
+        }
+        let head = self.head_at(i, b)?;
+        Some((head, self.read_desc(Table::Direct, head).ok()))
     }
 
     #[inline]
@@ -300,11 +337,10 @@ impl Queue {
         }
     }
 
-    /// Copies the device-readable chain at `head` into `buf`, stripping the virtio-net header.
-    /// Returns the frame length.
+    /// Copies the device-readable chain headed by `first` into `buf`, stripping the virtio-net
+    /// header. Returns the frame length.
     #[inline]
-    fn read_chain(&self, head: u16, buf: &mut [u8]) -> Result<usize, ChainError> {
-        let first = self.read_desc(Table::Direct, head)?;
+    fn read_chain(&self, first: Desc, buf: &mut [u8]) -> Result<usize, ChainError> {
         let hdr = self.feat.hdr_len as u32;
         if first.flags == 0 && first.len >= hdr {
             // Fast path: header and frame in one descriptor.
@@ -384,12 +420,12 @@ impl Queue {
         }
         let n = self.avail_now(&mut b).min(out.room() as u16);
         let old_used = self.used_idx;
-        for i in 0..n {
-            let Some(head) = self.head_at(i, &mut b) else {
-                break;
-            };
+        self.prefetch_heads(n, false, &mut b);
+        for i in 0..self.pre_n {
+            let (head, first) = self.pre[usize::from(i)];
             let mut p = pool.get();
-            match self.read_chain(head, p.reset_for_fill(MAX_FRAME)) {
+            let r = first.ok_or(ChainError::Malformed);
+            match r.and_then(|d| self.read_chain(d, p.reset_for_fill(MAX_FRAME))) {
                 Ok(len) => {
                     p.truncate(len);
                     b.packets += 1;
@@ -490,16 +526,13 @@ impl Queue {
             if *taken == avail {
                 return Err(None);
             }
-            let Some(head) = self.head_at(*taken, b) else {
+            let Some((head, first)) = self.head_desc(*taken, b) else {
                 return Err(None);
             };
             *taken += 1;
-            let first = match self.read_desc(Table::Direct, head) {
-                Ok(d) => d,
-                Err(e) => {
-                    self.heads.push((head, self.segs.len()));
-                    return Err(Some(e));
-                }
+            let Some(first) = first else {
+                self.heads.push((head, self.segs.len()));
+                return Err(Some(ChainError::Malformed));
             };
             let r = self.gather(first);
             self.heads.push((head, self.segs.len()));
@@ -568,11 +601,11 @@ impl Queue {
         if *taken == avail {
             return false;
         }
-        let Some(head) = self.head_at(*taken, b) else {
+        let Some((head, first)) = self.head_desc(*taken, b) else {
             return false;
         };
         *taken += 1;
-        let Ok(first) = self.read_desc(Table::Direct, head) else {
+        let Some(first) = first else {
             self.push_used(head, 0);
             b.malformed += 1;
             return true;
@@ -620,6 +653,7 @@ impl Queue {
         let avail = self.avail_now(&mut b);
         let old_used = self.used_idx;
         let mut taken = 0u16;
+        self.prefetch_heads(avail.min(pkts.len() as u16), true, &mut b);
         let mut hdr = [0u8; 12];
         hdr[10] = 1;
         for (i, p) in pkts.iter().enumerate() {

@@ -15,7 +15,9 @@ fn frame_ipv6_tcp() -> Vec<u8> {
     let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x86, 0xdd];
     f.extend_from_slice(&[0x60, 0, 0, 0, 0, 20, 6, 64]);
     f.extend((0u8..32).collect::<Vec<_>>());
-    f.extend_from_slice(&[0x04, 0xd2, 0, 80, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x10, 0xff, 0xff]);
+    f.extend_from_slice(&[
+        0x04, 0xd2, 0, 80, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x10, 0xff, 0xff,
+    ]);
     f.extend_from_slice(&[0, 0, 0, 0]);
     f
 }

@@ -119,7 +119,9 @@ mod tests {
 
     #[test]
     fn incremental_matches_recompute() {
-        let mut d = [0x45u8, 0, 0, 40, 0x12, 0x34, 0, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2];
+        let mut d = [
+            0x45u8, 0, 0, 40, 0x12, 0x34, 0, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ];
         let c = compute(&d);
         d[10..12].copy_from_slice(&c.to_be_bytes());
         assert!(verify(&d));

@@ -160,10 +160,8 @@ fn extract_l4(p: u8, b: &[u8], v6: bool, k: &mut FlowKey) {
                 k.w[3] |= ports(u.src_port(), u.dst_port());
             }
         }
-        proto::SCTP => {
-            if b.len() >= 12 {
-                k.w[3] |= ports(be16(b, 0), be16(b, 2));
-            }
+        proto::SCTP if b.len() >= 12 => {
+            k.w[3] |= ports(be16(b, 0), be16(b, 2));
         }
         proto::ICMP | proto::ICMPV6 if v6 == (p == proto::ICMPV6) => {
             if let Ok(i) = IcmpPacket::new_checked(b) {

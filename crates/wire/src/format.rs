@@ -84,7 +84,12 @@ pub(crate) fn format_match(key: &FlowKey, mask: &FlowKey) -> String {
                 write!(out, "{}", Ipv4Addr::from(v as u32))
             }
             Field::Ipv4Src | Field::Ipv4Dst => {
-                write!(out, "{}/{}", Ipv4Addr::from(v as u32), Ipv4Addr::from(m as u32))
+                write!(
+                    out,
+                    "{}/{}",
+                    Ipv4Addr::from(v as u32),
+                    Ipv4Addr::from(m as u32)
+                )
             }
             Field::Ipv6SrcHi | Field::Ipv6SrcLo => {
                 out.push_str(&v6(key, mask, Field::Ipv6SrcHi, Field::Ipv6SrcLo));

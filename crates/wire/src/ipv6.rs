@@ -224,7 +224,7 @@ mod tests {
     #[test]
     fn extension_walk_is_bounded() {
         // A chain of destination-option headers pointing at themselves, longer than the cap.
-        let pl = vec![ext::DEST_OPTS, 0, 0, 0, 0, 0, 0, 0].repeat(MAX_EXT_HEADERS + 2);
+        let pl = [ext::DEST_OPTS, 0, 0, 0, 0, 0, 0, 0].repeat(MAX_EXT_HEADERS + 2);
         let u = skip_extensions(ext::DEST_OPTS, &pl);
         assert!(!u.complete);
         assert_eq!(u.offset, MAX_EXT_HEADERS * 8);

@@ -1,10 +1,10 @@
 //! Zero-copy typed views over `&[u8]` packet bytes and flow-key extraction.
 //!
-//! Owns: the [`FlowKey`] layout every cache and the OpenFlow pipeline agree on, header views in
+//! Owns: the [`FlowKey`] layout every cache and the OpenFlow pipeline agree on; header views in
 //! the smoltcp style (`new_checked`, a `field` module of byte ranges, accessors that cannot panic
-//! after the length check), one-pass key extraction ([`extract()`]), RFC 1624 incremental
-//! checksum updates ([`checksum`]) and in-place field rewrites used by datapath actions
-//! ([`rewrite`]).
+//! after the length check) with `parse`/`emit` representations ([`repr`]); one-pass key
+//! extraction ([`extract()`]); RFC 1624 incremental checksum updates ([`checksum`]); and in-place
+//! field rewrites used by datapath actions ([`rewrite`]).
 //!
 //! Threads: pure functions and plain data; used on PMD threads (extraction, rewrites) and the
 //! control thread (rule parsing, display), never shared mutably. No locks.
@@ -19,6 +19,7 @@ mod format;
 pub mod icmp;
 pub mod ipv4;
 pub mod ipv6;
+pub mod repr;
 pub mod rewrite;
 pub mod tcp;
 pub mod tunnel;

@@ -215,7 +215,10 @@ mod tests {
         assert!(set_ip_dscp(&mut f, 46));
         assert!(udp_ok(&f));
         let ip = Ipv4Packet::new_checked(&f[14..]).unwrap();
-        assert_eq!((ip.src(), ip.dst(), ip.tos()), (0xc0a8_0001, 0xc0a8_0002, 46 << 2));
+        assert_eq!(
+            (ip.src(), ip.dst(), ip.tos()),
+            (0xc0a8_0001, 0xc0a8_0002, 46 << 2)
+        );
         assert_eq!((be16(&f, 34), be16(&f, 36)), (1111, 2222));
     }
 

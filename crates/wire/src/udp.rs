@@ -106,6 +106,9 @@ mod tests {
         assert!(UdpPacket::new_checked(&h[..7]).is_err());
         // A length field below the header size yields an empty payload, not a panic.
         let bad = [0, 1, 0, 2, 0, 3, 0, 0];
-        assert!(UdpPacket::new_checked(&bad[..]).unwrap().payload().is_empty());
+        assert!(UdpPacket::new_checked(&bad[..])
+            .unwrap()
+            .payload()
+            .is_empty());
     }
 }

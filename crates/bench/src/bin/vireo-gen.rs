@@ -11,7 +11,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Parser, Debug)]
-#[command(name = "vireo-gen", about = "vhost-user traffic generator (plays the VM)")]
+#[command(
+    name = "vireo-gen",
+    about = "vhost-user traffic generator (plays the VM)"
+)]
 struct Args {
     /// vhost-user socket of the first port.
     #[arg(long)]

@@ -91,7 +91,12 @@ fn connect_or_accept(path: &Path, server: bool, timeout: Duration) -> io::Result
         match UnixStream::connect(path) {
             Ok(s) => return Ok(s),
             Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            Err(e) => return Err(io::Error::new(e.kind(), format!("connect to {path:?}: {e}"))),
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("connect to {path:?}: {e}"),
+                ))
+            }
         }
     }
 }
@@ -123,9 +128,13 @@ fn get_u64(sock: &UnixStream, req: u32) -> io::Result<u64> {
     (&*sock).read_exact(&mut p)?;
     let got = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
     if got != req || size < 8 {
-        return Err(io::Error::other(format!("bad reply to request {req}: {got}/{size}")));
+        return Err(io::Error::other(format!(
+            "bad reply to request {req}: {got}/{size}"
+        )));
     }
-    Ok(u64::from_le_bytes(p[..8].try_into().map_err(io::Error::other)?))
+    Ok(u64::from_le_bytes(
+        p[..8].try_into().map_err(io::Error::other)?,
+    ))
 }
 
 fn state(index: u32, num: u32) -> Vec<u8> {
@@ -153,12 +162,21 @@ impl VhostPort {
         let offered = get_u64(&sock, req::GET_FEATURES)?;
         if offered & F_PROTOCOL_FEATURES != 0 {
             let pf = get_u64(&sock, req::GET_PROTOCOL_FEATURES)?;
-            send(&sock, req::SET_PROTOCOL_FEATURES, &(pf & PROTOCOL_F_MQ).to_le_bytes(), &[])?;
+            send(
+                &sock,
+                req::SET_PROTOCOL_FEATURES,
+                &(pf & PROTOCOL_F_MQ).to_le_bytes(),
+                &[],
+            )?;
         }
         send(&sock, req::SET_OWNER, &[], &[])?;
         let features = offered & (F_VERSION_1 | F_PROTOCOL_FEATURES);
         send(&sock, req::SET_FEATURES, &features.to_le_bytes(), &[])?;
-        let hdr_len = if features & (F_VERSION_1 | F_MRG_RXBUF) != 0 { 12 } else { 10 };
+        let hdr_len = if features & (F_VERSION_1 | F_MRG_RXBUF) != 0 {
+            12
+        } else {
+            10
+        };
         let mut layouts = Vec::new();
         let mut at = 0;
         for _ in 0..2 * cfg.pairs {
@@ -207,7 +225,12 @@ impl VhostPort {
         for (k, l, kick, call) in [(0u32, lr, &kick_rx, &call_rx), (1, lt, &kick_tx, &call_tx)] {
             let idx = 2 * u32::from(pair) + k;
             let uva = |off: usize| shm.uva() + off as u64;
-            send(sock, req::SET_VRING_NUM, &state(idx, u32::from(l.size)), &[])?;
+            send(
+                sock,
+                req::SET_VRING_NUM,
+                &state(idx, u32::from(l.size)),
+                &[],
+            )?;
             send(sock, req::SET_VRING_BASE, &state(idx, 0), &[])?;
             let mut a = Vec::new();
             a.extend_from_slice(&idx.to_le_bytes());
@@ -216,8 +239,18 @@ impl VhostPort {
                 a.extend_from_slice(&v.to_le_bytes());
             }
             send(sock, req::SET_VRING_ADDR, &a, &[])?;
-            send(sock, req::SET_VRING_KICK, &u64::from(idx).to_le_bytes(), &[kick.as_fd()])?;
-            send(sock, req::SET_VRING_CALL, &u64::from(idx).to_le_bytes(), &[call.as_fd()])?;
+            send(
+                sock,
+                req::SET_VRING_KICK,
+                &u64::from(idx).to_le_bytes(),
+                &[kick.as_fd()],
+            )?;
+            send(
+                sock,
+                req::SET_VRING_CALL,
+                &u64::from(idx).to_le_bytes(),
+                &[call.as_fd()],
+            )?;
             send(sock, req::SET_VRING_ENABLE, &state(idx, 1), &[])?;
         }
         // Kick the rx ring once so a device that waits for the first kick starts.

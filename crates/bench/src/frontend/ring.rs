@@ -144,7 +144,10 @@ mod tests {
     #[test]
     fn layout_push_publish_reap() {
         let (l, end) = RingLayout::at(0, 8, 2048);
-        assert_eq!((l.desc, l.avail % 4096, l.used % 4096, l.bufs % 4096), (0, 0, 0, 0));
+        assert_eq!(
+            (l.desc, l.avail % 4096, l.used % 4096, l.bufs % 4096),
+            (0, 0, 0, 0)
+        );
         assert!(end >= l.bufs + 8 * 2048);
         let shm = Shm::new("ring", end).unwrap();
         let mut r = Ring::init(&shm, l, 0x1000, 2048, VIRTQ_DESC_F_WRITE);

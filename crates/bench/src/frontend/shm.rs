@@ -65,7 +65,7 @@ impl Shm {
     #[inline]
     fn check(&self, off: usize, n: usize, align: usize) {
         assert!(
-            off.checked_add(n).is_some_and(|e| e <= self.len) && off % align == 0,
+            off.checked_add(n).is_some_and(|e| e <= self.len) && off.is_multiple_of(align),
             "shm access {off}+{n} out of {} (align {align})",
             self.len
         );

@@ -43,7 +43,11 @@ impl Connector {
             .name("of-connect".into())
             .spawn(move || connect_loop(shared, t2, c2))
             .ok();
-        Connector { target, ctl, thread }
+        Connector {
+            target,
+            ctl,
+            thread,
+        }
     }
 
     /// The controller address.
@@ -66,7 +70,10 @@ fn pause(ctl: &CtlRef, d: Duration) -> bool {
         if now >= deadline {
             return true;
         }
-        g = ctl.1.wait_timeout(g, deadline - now).map_or_else(|p| p.into_inner().0, |r| r.0);
+        g = ctl
+            .1
+            .wait_timeout(g, deadline - now)
+            .map_or_else(|p| p.into_inner().0, |r| r.0);
     }
     false
 }

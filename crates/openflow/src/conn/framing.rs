@@ -88,7 +88,11 @@ impl FrameReader {
                 return Ok(f);
             }
             match r.read(&mut tmp) {
-                Ok(0) => return Err(FrameError::Eof { partial: self.pending() }),
+                Ok(0) => {
+                    return Err(FrameError::Eof {
+                        partial: self.pending(),
+                    })
+                }
                 Ok(n) => self.push(&tmp[..n]),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(FrameError::Io(e)),
@@ -130,7 +134,11 @@ mod tests {
         let mut data = vec![4, 20, 0, 8, 0, 0, 0, 1];
         data.extend_from_slice(&[4, 2, 0, 10, 0, 0, 0, 2, 0xaa, 0xbb]);
         data.extend_from_slice(&[4, 2, 0]);
-        let mut t = Trickle { data, pos: 0, tick: false };
+        let mut t = Trickle {
+            data,
+            pos: 0,
+            tick: false,
+        };
         let mut fr = FrameReader::new();
         let mut frames = Vec::new();
         let mut timeouts = 0;
@@ -166,6 +174,9 @@ mod tests {
         let mut r = &f[..];
         assert_eq!(fr.read_frame(&mut r).unwrap().len(), 65535);
         assert_eq!(fr.read_frame(&mut r).unwrap().len(), 8);
-        assert!(matches!(fr.read_frame(&mut r), Err(FrameError::Eof { partial: 0 })));
+        assert!(matches!(
+            fr.read_frame(&mut r),
+            Err(FrameError::Eof { partial: 0 })
+        ));
     }
 }

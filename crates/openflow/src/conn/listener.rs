@@ -1,15 +1,19 @@
 //! Passive OpenFlow endpoint: binds `unix:PATH` or `ptcp:PORT[:IP]` and serves each accepted
-//! peer on its own thread (`of-conn-N`). The accept loop runs on its own thread (`of-listen`);
-//! dropping the [`Listener`] wakes and joins it and removes the unix socket file.
+//! peer on its own thread (`of-conn`). The accept loop runs on its own thread (`of-listen`),
+//! polling the socket with a short timeout so that dropping the [`Listener`] stops it
+//! promptly (it is joined, and the unix socket file removed).
 
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use tracing::{info, warn};
 
 use super::session;
@@ -32,6 +36,19 @@ impl Sock {
             Sock::Unix(l) => Ok(Stream::Unix(l.accept()?.0)),
         }
     }
+
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Sock::Tcp(l) => l.as_fd(),
+            Sock::Unix(l) => l.as_fd(),
+        }
+    }
+
+    /// Waits up to 200 ms for a pending connection.
+    fn ready(&self) -> bool {
+        let mut fds = [PollFd::new(self.fd(), PollFlags::POLLIN)];
+        matches!(poll(&mut fds, PollTimeout::from(200u16)), Ok(n) if n > 0)
+    }
 }
 
 /// A listening socket; stops accepting when dropped.
@@ -41,8 +58,16 @@ pub struct Listener {
     thread: Option<JoinHandle<()>>,
 }
 
+/// Binds a unix socket, replacing a stale socket file (one nobody listens on) but never
+/// another kind of file.
 fn bind_unix(path: &PathBuf) -> io::Result<UnixListener> {
-    if path.exists() {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} exists and is not a socket", path.display()),
+            ));
+        }
         if UnixStream::connect(path).is_ok() {
             return Err(io::Error::new(
                 io::ErrorKind::AddrInUse,
@@ -70,7 +95,11 @@ impl Listener {
         let thread = thread::Builder::new()
             .name("of-listen".into())
             .spawn(move || accept_loop(shared, sock, stop2))?;
-        Ok(Listener { target, stop, thread: Some(thread) })
+        Ok(Listener {
+            target,
+            stop,
+            thread: Some(thread),
+        })
     }
 
     /// The bound address (with the real port for `ptcp:0`).
@@ -88,12 +117,11 @@ impl Listener {
 }
 
 fn accept_loop(shared: Arc<Shared>, sock: Sock, stop: Arc<AtomicBool>) {
-    loop {
-        let accepted = sock.accept();
-        if stop.load(Ordering::Acquire) {
-            return;
+    while !stop.load(Ordering::Acquire) {
+        if !sock.ready() {
+            continue;
         }
-        match accepted {
+        match sock.accept() {
             Ok(stream) => {
                 let sh = shared.clone();
                 let spawned = thread::Builder::new()
@@ -116,20 +144,6 @@ fn accept_loop(shared: Arc<Shared>, sock: Sock, stop: Arc<AtomicBool>) {
 impl Drop for Listener {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        // Wake the blocked accept with a throwaway connection.
-        match &self.target {
-            Target::Tcp(a) => {
-                let ip = match a.ip() {
-                    IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
-                    IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
-                    ip => ip,
-                };
-                let _ = TcpStream::connect(SocketAddr::new(ip, a.port()));
-            }
-            Target::Unix(p) => {
-                let _ = UnixStream::connect(p);
-            }
-        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

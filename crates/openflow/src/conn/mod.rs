@@ -134,7 +134,12 @@ impl Shared {
     }
 
     fn register(&self, id: ConnId, peer: String, outbox: Outbox) {
-        let e = ConnEntry { outbox, peer, role: Role::Equal, ready: false };
+        let e = ConnEntry {
+            outbox,
+            peer,
+            role: Role::Equal,
+            ready: false,
+        };
         self.lock().conns.insert(id, e);
     }
 
@@ -164,7 +169,11 @@ impl Shared {
             }
             st.generation = Some(req.generation_id);
         }
-        let role = if req.role == Role::NoChange { current } else { req.role };
+        let role = if req.role == Role::NoChange {
+            current
+        } else {
+            req.role
+        };
         if role == Role::Master {
             for (other, e) in st.conns.iter_mut() {
                 if *other != id && e.role == Role::Master {
@@ -175,7 +184,10 @@ impl Shared {
         if let Some(e) = st.conns.get_mut(&id) {
             e.role = role;
         }
-        Ok(RoleMsg { role, generation_id: st.generation.unwrap_or(0) })
+        Ok(RoleMsg {
+            role,
+            generation_id: st.generation.unwrap_or(0),
+        })
     }
 }
 
@@ -194,7 +206,9 @@ impl OfSwitch {
             state: Mutex::new(State::default()),
             next_id: AtomicU64::new(0),
         };
-        OfSwitch { shared: Arc::new(shared) }
+        OfSwitch {
+            shared: Arc::new(shared),
+        }
     }
 
     /// Listens on `unix:PATH` (or `punix:PATH`) or `ptcp:PORT[:IP]`; each accepted peer is
@@ -207,7 +221,10 @@ impl OfSwitch {
     /// Keeps a connection to controller `tcp:IP[:PORT]` or `unix:PATH`, reconnecting with
     /// backoff. Dropping the [`Connector`] closes it.
     pub fn connect(&self, target: &str) -> io::Result<Connector> {
-        Ok(Connector::start(self.shared.clone(), Target::parse_active(target)?))
+        Ok(Connector::start(
+            self.shared.clone(),
+            Target::parse_active(target)?,
+        ))
     }
 
     /// Pushes an asynchronous message (PACKET_IN, PORT_STATUS, FLOW_REMOVED, …, xid 0) to
@@ -227,15 +244,25 @@ impl OfSwitch {
                 .map(|e| e.outbox.clone())
                 .collect()
         };
-        targets.iter().filter(|o| frames.iter().all(|f| o.push(f.clone()))).count()
+        targets
+            .iter()
+            .filter(|o| frames.iter().all(|f| o.push(f.clone())))
+            .count()
     }
 
     /// Sends `msg` with `xid` to one connection without blocking. False if it is gone or
     /// its queue was full (it is then dropped).
     pub fn send_to(&self, conn: ConnId, xid: u32, msg: &Message) -> bool {
-        let outbox = self.shared.lock().conns.get(&conn).map(|e| e.outbox.clone());
+        let outbox = self
+            .shared
+            .lock()
+            .conns
+            .get(&conn)
+            .map(|e| e.outbox.clone());
         match outbox {
-            Some(o) => session::encode_frames(xid, msg).into_iter().all(|f| o.push(f)),
+            Some(o) => session::encode_frames(xid, msg)
+                .into_iter()
+                .all(|f| o.push(f)),
             None => false,
         }
     }
@@ -246,7 +273,12 @@ impl OfSwitch {
         let mut v: Vec<ConnInfo> = st
             .conns
             .iter()
-            .map(|(id, e)| ConnInfo { id: *id, peer: e.peer.clone(), role: e.role, ready: e.ready })
+            .map(|(id, e)| ConnInfo {
+                id: *id,
+                peer: e.peer.clone(),
+                role: e.role,
+                ready: e.ready,
+            })
             .collect();
         v.sort_by_key(|c| c.id);
         v

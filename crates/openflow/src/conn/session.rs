@@ -52,9 +52,12 @@ impl Outbox {
 /// and dropped.
 pub(crate) fn encode_frames(xid: u32, msg: &Message) -> Vec<Vec<u8>> {
     let parts = match msg {
-        Message::MultipartReply(r) => {
-            r.clone().split(MAX_MSG_LEN).into_iter().map(Message::MultipartReply).collect()
-        }
+        Message::MultipartReply(r) => r
+            .clone()
+            .split(MAX_MSG_LEN)
+            .into_iter()
+            .map(Message::MultipartReply)
+            .collect(),
         other => vec![other.clone()],
     };
     let mut out = Vec::with_capacity(parts.len());
@@ -104,7 +107,9 @@ pub(crate) fn run(shared: Arc<Shared>, stream: Stream) -> bool {
         warn!(%peer, "cannot clone OpenFlow stream");
         return false;
     };
-    let tick = cfg.inactivity_probe.map_or(Duration::from_secs(1), |p| p / 4);
+    let tick = cfg
+        .inactivity_probe
+        .map_or(Duration::from_secs(1), |p| p / 4);
     let tick = tick.clamp(Duration::from_millis(20), Duration::from_secs(1));
     let _ = stream.set_read_timeout(Some(tick));
     let _ = wstream.set_write_timeout(Some(cfg.write_timeout));
@@ -116,7 +121,10 @@ pub(crate) fn run(shared: Arc<Shared>, stream: Stream) -> bool {
         warn!(%peer, "cannot spawn OpenFlow writer thread");
         return false;
     };
-    let outbox = Outbox { tx, stream: Arc::new(cstream) };
+    let outbox = Outbox {
+        tx,
+        stream: Arc::new(cstream),
+    };
     shared.register(id, peer.clone(), outbox.clone());
     info!(conn = id, %peer, "OpenFlow connection opened");
     let mut s = Session {
@@ -137,8 +145,13 @@ pub(crate) fn run(shared: Arc<Shared>, stream: Stream) -> bool {
     }
     let closer = s.outbox.stream.clone();
     drop(s);
-    let _ = writer.join();
+    // Let the writer flush what is queued (e.g. a final ERROR), but not wait on a dead peer.
+    let flush_deadline = Instant::now() + Duration::from_secs(2);
+    while !writer.is_finished() && Instant::now() < flush_deadline {
+        thread::sleep(Duration::from_millis(5));
+    }
     closer.close();
+    let _ = writer.join();
     info!(conn = id, %peer, "OpenFlow connection closed");
     hello_done
 }
@@ -178,7 +191,9 @@ impl Session {
     }
 
     fn send(&self, xid: u32, msg: &Message) -> bool {
-        encode_frames(xid, msg).into_iter().all(|f| self.outbox.push_wait(f))
+        encode_frames(xid, msg)
+            .into_iter()
+            .all(|f| self.outbox.push_wait(f))
     }
 
     fn send_error(&self, xid: u32, err: OfError, request: &[u8]) {
@@ -191,7 +206,10 @@ impl Session {
         };
         match self.echo_sent {
             Some(sent) if sent.elapsed() >= probe => {
-                warn!(conn = self.id, "no reply to echo request, dropping OpenFlow connection");
+                warn!(
+                    conn = self.id,
+                    "no reply to echo request, dropping OpenFlow connection"
+                );
                 Flow::Close
             }
             Some(_) => Flow::Continue,
@@ -212,7 +230,11 @@ impl Session {
             Err(e) => {
                 debug!(conn = self.id, error = %e, "bad OpenFlow message");
                 self.send_error(xid, e, frame);
-                return if e.keeps_connection() && self.hello_done { Flow::Continue } else { Flow::Close };
+                return if e.keeps_connection() && self.hello_done {
+                    Flow::Continue
+                } else {
+                    Flow::Close
+                };
             }
         };
         if !self.hello_done {
@@ -236,7 +258,10 @@ impl Session {
             }
             Err(e) => {
                 let text = match msg {
-                    Message::Hello(h) => format!("we support only OpenFlow 1.3 (0x04); peer sent version {:#04x}", h.version),
+                    Message::Hello(h) => format!(
+                        "we support only OpenFlow 1.3 (0x04); peer sent version {:#04x}",
+                        h.version
+                    ),
                     _ => "expected HELLO".to_string(),
                 };
                 warn!(conn = self.id, %text, "OpenFlow version negotiation failed");
@@ -244,7 +269,14 @@ impl Session {
                 if !matches!(frame.get(1), Some(0)) {
                     data = frame[..frame.len().min(64)].to_vec();
                 }
-                self.send(xid, &Message::Error(ErrorMsg { etype: e.etype, code: e.code, data }));
+                self.send(
+                    xid,
+                    &Message::Error(ErrorMsg {
+                        etype: e.etype,
+                        code: e.code,
+                        data,
+                    }),
+                );
                 Flow::Close
             }
         }

@@ -37,7 +37,9 @@ impl Target {
         if let Some(p) = s.strip_prefix("unix:") {
             return Ok(Target::Unix(PathBuf::from(p)));
         }
-        let rest = s.strip_prefix("tcp:").ok_or_else(|| bad(format!("unknown target {s:?}")))?;
+        let rest = s
+            .strip_prefix("tcp:")
+            .ok_or_else(|| bad(format!("unknown target {s:?}")))?;
         let (ip, port) = if rest.starts_with('[') {
             match rest.rsplit_once("]:") {
                 Some((ip, port)) => (ip, parse_port(port)?),
@@ -57,12 +59,18 @@ impl Target {
         if let Some(p) = s.strip_prefix("unix:").or_else(|| s.strip_prefix("punix:")) {
             return Ok(Target::Unix(PathBuf::from(p)));
         }
-        let rest = s.strip_prefix("ptcp:").ok_or_else(|| bad(format!("unknown target {s:?}")))?;
+        let rest = s
+            .strip_prefix("ptcp:")
+            .ok_or_else(|| bad(format!("unknown target {s:?}")))?;
         let (port, ip) = match rest.split_once(':') {
             Some((port, ip)) => (port, parse_ip(ip)?),
             None => (rest, IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
         };
-        let port = if port.is_empty() { DEFAULT_PORT } else { parse_port(port)? };
+        let port = if port.is_empty() {
+            DEFAULT_PORT
+        } else {
+            parse_port(port)?
+        };
         Ok(Target::Tcp(SocketAddr::new(ip, port)))
     }
 }
@@ -120,7 +128,9 @@ impl Stream {
     /// A printable peer name for logs.
     pub fn peer_name(&self) -> String {
         match self {
-            Stream::Tcp(s) => s.peer_addr().map_or_else(|_| "tcp:?".into(), |a| format!("tcp:{a}")),
+            Stream::Tcp(s) => s
+                .peer_addr()
+                .map_or_else(|_| "tcp:?".into(), |a| format!("tcp:{a}")),
             Stream::Unix(_) => "unix".into(),
         }
     }
@@ -159,13 +169,25 @@ mod tests {
     fn parses_targets() {
         let a = |s| Target::parse_active(s).unwrap();
         let p = |s| Target::parse_passive(s).unwrap();
-        assert_eq!(a("tcp:1.2.3.4:6633"), Target::Tcp("1.2.3.4:6633".parse().unwrap()));
-        assert_eq!(a("tcp:1.2.3.4"), Target::Tcp("1.2.3.4:6653".parse().unwrap()));
+        assert_eq!(
+            a("tcp:1.2.3.4:6633"),
+            Target::Tcp("1.2.3.4:6633".parse().unwrap())
+        );
+        assert_eq!(
+            a("tcp:1.2.3.4"),
+            Target::Tcp("1.2.3.4:6653".parse().unwrap())
+        );
         assert_eq!(a("tcp:[::1]:7"), Target::Tcp("[::1]:7".parse().unwrap()));
         assert_eq!(a("unix:/x/y"), Target::Unix("/x/y".into()));
         assert_eq!(p("ptcp:6653"), Target::Tcp("0.0.0.0:6653".parse().unwrap()));
-        assert_eq!(p("ptcp:0:127.0.0.1"), Target::Tcp("127.0.0.1:0".parse().unwrap()));
-        assert_eq!(p("ptcp:6653:[::1]"), Target::Tcp("[::1]:6653".parse().unwrap()));
+        assert_eq!(
+            p("ptcp:0:127.0.0.1"),
+            Target::Tcp("127.0.0.1:0".parse().unwrap())
+        );
+        assert_eq!(
+            p("ptcp:6653:[::1]"),
+            Target::Tcp("[::1]:6653".parse().unwrap())
+        );
         assert_eq!(p("unix:/r/br0.mgmt"), Target::Unix("/r/br0.mgmt".into()));
         assert!(Target::parse_active("ssl:1.2.3.4").is_err());
         assert!(Target::parse_passive("ptcp:x").is_err());

@@ -22,7 +22,10 @@ pub struct Hello {
 impl Default for Hello {
     /// Our HELLO: version 1.3 only.
     fn default() -> Self {
-        Hello { version: OFP_VERSION, bitmap: Some(vec![1 << OFP_VERSION]) }
+        Hello {
+            version: OFP_VERSION,
+            bitmap: Some(vec![1 << OFP_VERSION]),
+        }
     }
 }
 
@@ -88,7 +91,11 @@ pub struct ErrorMsg {
 impl ErrorMsg {
     /// The error reply to a failed request: `err` with the request's first 64 bytes.
     pub fn for_request(err: OfError, request: &[u8]) -> Self {
-        ErrorMsg { etype: err.etype, code: err.code, data: request[..request.len().min(64)].to_vec() }
+        ErrorMsg {
+            etype: err.etype,
+            code: err.code,
+            data: request[..request.len().min(64)].to_vec(),
+        }
     }
 
     /// The (type, code) pair.
@@ -97,7 +104,11 @@ impl ErrorMsg {
     }
 
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
-        Ok(ErrorMsg { etype: r.u16()?, code: r.u16()?, data: r.rest().to_vec() })
+        Ok(ErrorMsg {
+            etype: r.u16()?,
+            code: r.u16()?,
+            data: r.rest().to_vec(),
+        })
     }
 
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
@@ -138,7 +149,16 @@ impl FeaturesReply {
         r.skip(2)?;
         let capabilities = r.u32()?;
         r.skip(4)?;
-        finish(r, FeaturesReply { datapath_id, n_buffers, n_tables, auxiliary_id, capabilities })
+        finish(
+            r,
+            FeaturesReply {
+                datapath_id,
+                n_buffers,
+                n_tables,
+                auxiliary_id,
+                capabilities,
+            },
+        )
     }
 
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
@@ -163,13 +183,19 @@ pub struct SwitchConfig {
 
 impl Default for SwitchConfig {
     fn default() -> Self {
-        SwitchConfig { flags: 0, miss_send_len: 128 }
+        SwitchConfig {
+            flags: 0,
+            miss_send_len: 128,
+        }
     }
 }
 
 impl SwitchConfig {
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
-        let c = SwitchConfig { flags: r.u16()?, miss_send_len: r.u16()? };
+        let c = SwitchConfig {
+            flags: r.u16()?,
+            miss_send_len: r.u16()?,
+        };
         if c.flags & !0x3 != 0 {
             return Err(errors::SWITCH_CONFIG_FAILED_BAD_FLAGS);
         }
@@ -202,7 +228,16 @@ impl PortMod {
         let mask = r.u32()?;
         let advertise = r.u32()?;
         r.skip(4)?;
-        finish(r, PortMod { port_no, hw_addr, config, mask, advertise })
+        finish(
+            r,
+            PortMod {
+                port_no,
+                hw_addr,
+                config,
+                mask,
+                advertise,
+            },
+        )
     }
 
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
@@ -285,7 +320,13 @@ impl RoleMsg {
         let role = Role::from_u32(r.u32()?)?;
         r.skip(4)?;
         let generation_id = r.u64()?;
-        finish(r, RoleMsg { role, generation_id })
+        finish(
+            r,
+            RoleMsg {
+                role,
+                generation_id,
+            },
+        )
     }
 
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {

@@ -12,7 +12,10 @@ fn tcp_match() -> Match {
         OxmField::InPort(1),
         OxmField::EthType(0x0800),
         OxmField::IpProto(6),
-        OxmField::Ipv4Dst(Ipv4Addr::new(10, 0, 0, 0), Some(Ipv4Addr::new(255, 255, 255, 0))),
+        OxmField::Ipv4Dst(
+            Ipv4Addr::new(10, 0, 0, 0),
+            Some(Ipv4Addr::new(255, 255, 255, 0)),
+        ),
         OxmField::TcpDst(80),
     ])
 }
@@ -38,9 +41,15 @@ fn flow_mod() -> FlowMod {
                 Action::SetField(OxmField::EthDst([1, 2, 3, 4, 5, 6], None)),
                 Action::PushVlan(0x8100),
                 Action::SetField(OxmField::VlanVid(0x1000 | 10, None)),
-                Action::Output { port: 2, max_len: 0 },
+                Action::Output {
+                    port: 2,
+                    max_len: 0,
+                },
             ]),
-            Instruction::WriteMetadata { metadata: 5, mask: 0xff },
+            Instruction::WriteMetadata {
+                metadata: 5,
+                mask: 0xff,
+            },
             Instruction::GotoTable(1),
         ],
     );
@@ -55,8 +64,20 @@ fn group_mod() -> GroupMod {
         group_type: GroupType::Select,
         group_id: 7,
         buckets: vec![
-            Bucket { weight: 1, ..Bucket::new(vec![Action::Output { port: 1, max_len: 0 }]) },
-            Bucket { weight: 2, ..Bucket::new(vec![Action::Output { port: 2, max_len: 0 }]) },
+            Bucket {
+                weight: 1,
+                ..Bucket::new(vec![Action::Output {
+                    port: 1,
+                    max_len: 0,
+                }])
+            },
+            Bucket {
+                weight: 2,
+                ..Bucket::new(vec![Action::Output {
+                    port: 2,
+                    max_len: 0,
+                }])
+            },
         ],
     }
 }
@@ -78,6 +99,27 @@ fn flow_stats() -> FlowStats {
     }
 }
 
+fn table_features(id: u8) -> TableFeatures {
+    use crate::oxm::field;
+    TableFeatures {
+        table_id: id,
+        name: format!("table{id}"),
+        metadata_match: u64::MAX,
+        metadata_write: u64::MAX,
+        config: 0,
+        max_entries: 1_000_000,
+        properties: vec![
+            TableFeatureProp::ids(table_prop::INSTRUCTIONS, &[1, 2, 3, 4, 5]),
+            TableFeatureProp::next_tables(table_prop::NEXT_TABLES, id + 1..=id + 3),
+            TableFeatureProp::ids(table_prop::APPLY_ACTIONS, &[0, 17, 18, 22, 25]),
+            TableFeatureProp::oxm_ids(
+                table_prop::MATCH,
+                &[field::InPort, field::EthDst, field::Ipv6Src],
+            ),
+        ],
+    }
+}
+
 fn replies() -> Vec<MultipartReplyBody> {
     use MultipartReplyBody as B;
     vec![
@@ -89,18 +131,46 @@ fn replies() -> Vec<MultipartReplyBody> {
             dp_desc: "br0".into(),
         }),
         B::Flow(vec![flow_stats(), flow_stats()]),
-        B::Aggregate(AggregateStats { packet_count: 1, byte_count: 2, flow_count: 3 }),
-        B::Table(vec![TableStats { table_id: 0, active_count: 1, lookup_count: 2, matched_count: 1 }]),
-        B::PortStats(vec![PortStats { port_no: 1, rx_packets: 5, tx_bytes: 9, ..Default::default() }]),
+        B::Aggregate(AggregateStats {
+            packet_count: 1,
+            byte_count: 2,
+            flow_count: 3,
+        }),
+        B::Table(vec![TableStats {
+            table_id: 0,
+            active_count: 1,
+            lookup_count: 2,
+            matched_count: 1,
+        }]),
+        B::PortStats(vec![PortStats {
+            port_no: 1,
+            rx_packets: 5,
+            tx_bytes: 9,
+            ..Default::default()
+        }]),
         B::PortDesc(vec![port(1), port(2)]),
-        B::Group(vec![GroupStats { group_id: 7, bucket_stats: vec![(1, 2), (3, 4)], ..Default::default() }]),
-        B::GroupDesc(vec![GroupDesc { group_type: GroupType::Select, group_id: 7, buckets: group_mod().buckets }]),
+        B::Group(vec![GroupStats {
+            group_id: 7,
+            bucket_stats: vec![(1, 2), (3, 4)],
+            ..Default::default()
+        }]),
+        B::TableFeatures(vec![table_features(0), table_features(1)]),
+        B::GroupDesc(vec![GroupDesc {
+            group_type: GroupType::Select,
+            group_id: 7,
+            buckets: group_mod().buckets,
+        }]),
     ]
 }
 
 fn requests() -> Vec<MultipartRequestBody> {
     use MultipartRequestBody as B;
-    let fsr = FlowStatsRequest { cookie: 1, cookie_mask: 0xff, matches: tcp_match(), ..Default::default() };
+    let fsr = FlowStatsRequest {
+        cookie: 1,
+        cookie_mask: 0xff,
+        matches: tcp_match(),
+        ..Default::default()
+    };
     vec![
         B::Desc,
         B::Flow(fsr.clone()),
@@ -110,6 +180,8 @@ fn requests() -> Vec<MultipartRequestBody> {
         B::PortDesc,
         B::Group(GROUP_ALL),
         B::GroupDesc,
+        B::TableFeatures(Vec::new()),
+        B::TableFeatures(vec![table_features(3)]),
     ]
 }
 
@@ -118,15 +190,31 @@ pub fn examples() -> Vec<Message> {
     let v6: Ipv6Addr = "fe80::1".parse().unwrap_or(Ipv6Addr::LOCALHOST);
     let mut v = vec![
         Message::Hello(Hello::default()),
-        Message::Hello(Hello { version: 4, bitmap: None }),
-        Message::Error(ErrorMsg { etype: 1, code: 6, data: vec![4, 14, 0, 8, 0, 0, 0, 1] }),
+        Message::Hello(Hello {
+            version: 4,
+            bitmap: None,
+        }),
+        Message::Error(ErrorMsg {
+            etype: 1,
+            code: 6,
+            data: vec![4, 14, 0, 8, 0, 0, 0, 1],
+        }),
         Message::EchoRequest(b"ping".to_vec()),
         Message::EchoReply(Vec::new()),
         Message::FeaturesRequest,
-        Message::FeaturesReply(FeaturesReply { datapath_id: 0xabc, n_buffers: 0, n_tables: 254, auxiliary_id: 0, capabilities: 0x4f }),
+        Message::FeaturesReply(FeaturesReply {
+            datapath_id: 0xabc,
+            n_buffers: 0,
+            n_tables: 254,
+            auxiliary_id: 0,
+            capabilities: 0x4f,
+        }),
         Message::GetConfigRequest,
         Message::GetConfigReply(SwitchConfig::default()),
-        Message::SetConfig(SwitchConfig { flags: 0, miss_send_len: 0xffff }),
+        Message::SetConfig(SwitchConfig {
+            flags: 0,
+            miss_send_len: 0xffff,
+        }),
         Message::PacketIn(PacketIn {
             buffer_id: NO_BUFFER,
             total_len: 4,
@@ -149,11 +237,20 @@ pub fn examples() -> Vec<Message> {
             byte_count: 6,
             matches: tcp_match(),
         }),
-        Message::PortStatus(PortStatus { reason: 0, desc: port(3) }),
+        Message::PortStatus(PortStatus {
+            reason: 0,
+            desc: port(3),
+        }),
         Message::PacketOut(PacketOut {
             buffer_id: NO_BUFFER,
             in_port: port_no::CONTROLLER,
-            actions: vec![Action::Output { port: 1, max_len: 0 }, Action::Group(7)],
+            actions: vec![
+                Action::Output {
+                    port: 1,
+                    max_len: 0,
+                },
+                Action::Group(7),
+            ],
             data: vec![0xff; 60],
         }),
         Message::FlowMod(flow_mod()),
@@ -166,14 +263,37 @@ pub fn examples() -> Vec<Message> {
             ..flow_mod()
         }),
         Message::GroupMod(group_mod()),
-        Message::PortMod(PortMod { port_no: 1, hw_addr: [2, 0, 0, 0, 0, 1], config: 1, mask: 1, advertise: 0 }),
-        Message::TableMod(TableMod { table_id: 0, config: 3 }),
+        Message::PortMod(PortMod {
+            port_no: 1,
+            hw_addr: [2, 0, 0, 0, 0, 1],
+            config: 1,
+            mask: 1,
+            advertise: 0,
+        }),
+        Message::TableMod(TableMod {
+            table_id: 0,
+            config: 3,
+        }),
         Message::BarrierRequest,
         Message::BarrierReply,
-        Message::RoleRequest(RoleMsg { role: Role::Master, generation_id: 1 }),
-        Message::RoleReply(RoleMsg { role: Role::Slave, generation_id: 2 }),
+        Message::RoleRequest(RoleMsg {
+            role: Role::Master,
+            generation_id: 1,
+        }),
+        Message::RoleReply(RoleMsg {
+            role: Role::Slave,
+            generation_id: 2,
+        }),
     ];
-    v.extend(requests().into_iter().map(|b| Message::MultipartRequest(MultipartRequest::new(b))));
-    v.extend(replies().into_iter().map(|b| Message::MultipartReply(MultipartReply::new(b))));
+    v.extend(
+        requests()
+            .into_iter()
+            .map(|b| Message::MultipartRequest(MultipartRequest::new(b))),
+    );
+    v.extend(
+        replies()
+            .into_iter()
+            .map(|b| Message::MultipartReply(MultipartReply::new(b))),
+    );
     v
 }

@@ -247,7 +247,15 @@ impl PacketIn {
         let matches = Match::decode(r)?;
         r.skip(2)?;
         let data = r.rest().to_vec();
-        Ok(PacketIn { buffer_id, total_len, reason, table_id, cookie, matches, data })
+        Ok(PacketIn {
+            buffer_id,
+            total_len,
+            reason,
+            table_id,
+            cookie,
+            matches,
+            data,
+        })
     }
 
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
@@ -284,7 +292,12 @@ impl PacketOut {
         if in_port > port_no::MAX && in_port != port_no::CONTROLLER && in_port != port_no::LOCAL {
             return Err(errors::BAD_REQUEST_BAD_PORT);
         }
-        Ok(PacketOut { buffer_id, in_port, actions, data })
+        Ok(PacketOut {
+            buffer_id,
+            in_port,
+            actions,
+            data,
+        })
     }
 
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {

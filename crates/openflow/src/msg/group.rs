@@ -58,11 +58,19 @@ pub struct Bucket {
 impl Bucket {
     /// A bucket with only actions (no weight or watch).
     pub fn new(actions: Vec<Action>) -> Self {
-        Bucket { weight: 0, watch_port: u32::MAX, watch_group: u32::MAX, actions }
+        Bucket {
+            weight: 0,
+            watch_port: u32::MAX,
+            watch_group: u32::MAX,
+            actions,
+        }
     }
 
     fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
-        let len = usize::from(r.peek_u16().map_err(|_| errors::GROUP_MOD_FAILED_BAD_BUCKET)?);
+        let len = usize::from(
+            r.peek_u16()
+                .map_err(|_| errors::GROUP_MOD_FAILED_BAD_BUCKET)?,
+        );
         if len < 16 || len % 8 != 0 {
             return Err(errors::GROUP_MOD_FAILED_BAD_BUCKET);
         }
@@ -73,7 +81,12 @@ impl Bucket {
         let watch_group = b.u32()?;
         b.skip(4)?;
         let actions = decode_actions(&mut b)?;
-        Ok(Bucket { weight, watch_port, watch_group, actions })
+        Ok(Bucket {
+            weight,
+            watch_port,
+            watch_group,
+            actions,
+        })
     }
 
     fn encode(&self, out: &mut Vec<u8>) {
@@ -127,10 +140,18 @@ impl GroupMod {
             return Err(errors::GROUP_MOD_FAILED_INVALID_GROUP);
         }
         let buckets = decode_buckets(r)?;
-        if group_type == GroupType::Indirect && command != GroupModCommand::Delete && buckets.len() != 1 {
+        if group_type == GroupType::Indirect
+            && command != GroupModCommand::Delete
+            && buckets.len() != 1
+        {
             return Err(errors::GROUP_MOD_FAILED_INVALID_GROUP);
         }
-        Ok(GroupMod { command, group_type, group_id, buckets })
+        Ok(GroupMod {
+            command,
+            group_type,
+            group_id,
+            buckets,
+        })
     }
 
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
@@ -166,7 +187,11 @@ impl GroupDesc {
         e.skip(1)?;
         let group_id = e.u32()?;
         let buckets = decode_buckets(&mut e)?;
-        Ok(GroupDesc { group_type, group_id, buckets })
+        Ok(GroupDesc {
+            group_type,
+            group_id,
+            buckets,
+        })
     }
 
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
@@ -202,7 +227,11 @@ impl GroupStats {
         }
         let mut e = r.sub(len, errors::BAD_REQUEST_BAD_LEN)?;
         e.skip(4)?;
-        let mut g = GroupStats { group_id: e.u32()?, ref_count: e.u32()?, ..Default::default() };
+        let mut g = GroupStats {
+            group_id: e.u32()?,
+            ref_count: e.u32()?,
+            ..Default::default()
+        };
         e.skip(4)?;
         g.packet_count = e.u64()?;
         g.byte_count = e.u64()?;

@@ -7,11 +7,13 @@ mod basic;
 mod flow;
 mod group;
 mod multipart;
+mod table;
 
 pub use basic::*;
 pub use flow::*;
 pub use group::*;
 pub use multipart::*;
+pub use table::*;
 
 use crate::buf::{Reader, Writer};
 use crate::error::{errors, OfError};
@@ -64,7 +66,12 @@ impl Header {
     /// Parses the first 8 bytes of `buf`.
     pub fn parse(buf: &[u8]) -> Result<Self, OfError> {
         let mut r = Reader::new(buf, errors::BAD_REQUEST_BAD_LEN);
-        Ok(Header { version: r.u8()?, msg_type: r.u8()?, length: r.u16()?, xid: r.u32()? })
+        Ok(Header {
+            version: r.u8()?,
+            msg_type: r.u8()?,
+            length: r.u16()?,
+            xid: r.u32()?,
+        })
     }
 }
 

@@ -3,7 +3,9 @@
 //! large reply into messages chained with the MORE flag. Pure codec; runs on the decoding
 //! thread (split runs on whichever thread sends the reply).
 
-use super::{finish, GroupDesc, GroupStats, Port, HEADER_LEN, MAX_MSG_LEN, PORT_LEN};
+use super::{
+    finish, GroupDesc, GroupStats, Port, TableFeatures, HEADER_LEN, MAX_MSG_LEN, PORT_LEN,
+};
 use crate::action::{decode_instructions, encode_instructions, Instruction};
 use crate::buf::{len_u16, Reader, Writer};
 use crate::error::{errors, OfError};
@@ -18,6 +20,7 @@ pub mod multipart_type {
     pub const PORT_STATS: u16 = 4;
     pub const GROUP: u16 = 6;
     pub const GROUP_DESC: u16 = 7;
+    pub const TABLE_FEATURES: u16 = 12;
     pub const PORT_DESC: u16 = 13;
 }
 
@@ -62,7 +65,17 @@ impl FlowStatsRequest {
         let cookie_mask = r.u64()?;
         let matches = Match::decode(r)?;
         matches.check_prereqs()?;
-        finish(r, FlowStatsRequest { table_id, out_port, out_group, cookie, cookie_mask, matches })
+        finish(
+            r,
+            FlowStatsRequest {
+                table_id,
+                out_port,
+                out_group,
+                cookie,
+                cookie_mask,
+                matches,
+            },
+        )
     }
 
     fn encode(&self, out: &mut Vec<u8>) {
@@ -90,6 +103,8 @@ pub enum MultipartRequestBody {
     /// Group id or `OFPG_ALL`.
     Group(u32),
     GroupDesc,
+    /// Empty: a query; otherwise the tables' new features.
+    TableFeatures(Vec<TableFeatures>),
 }
 
 /// MULTIPART_REQUEST.
@@ -119,11 +134,16 @@ impl MultipartRequest {
             t::PORT_STATS | t::GROUP => {
                 let id = r.u32()?;
                 r.skip(4)?;
-                let b = if mtype == t::GROUP { B::Group(id) } else { B::PortStats(id) };
+                let b = if mtype == t::GROUP {
+                    B::Group(id)
+                } else {
+                    B::PortStats(id)
+                };
                 finish(r, b)?
             }
             t::PORT_DESC => finish(r, B::PortDesc)?,
             t::GROUP_DESC => finish(r, B::GroupDesc)?,
+            t::TABLE_FEATURES => B::TableFeatures(decode_all(r, None, TableFeatures::decode)?),
             _ => return Err(errors::BAD_REQUEST_BAD_MULTIPART),
         };
         Ok(MultipartRequest { flags, body })
@@ -141,6 +161,7 @@ impl MultipartRequest {
             B::PortDesc => t::PORT_DESC,
             B::Group(_) => t::GROUP,
             B::GroupDesc => t::GROUP_DESC,
+            B::TableFeatures(_) => t::TABLE_FEATURES,
         };
         out.put_u16(mtype);
         out.put_u16(self.flags);
@@ -151,6 +172,7 @@ impl MultipartRequest {
                 out.put_u32(*id);
                 out.pad(4);
             }
+            B::TableFeatures(v) => v.iter().for_each(|e| e.encode(out)),
             B::Desc | B::Table | B::PortDesc | B::GroupDesc => {}
         }
     }
@@ -382,6 +404,7 @@ pub enum MultipartReplyBody {
     PortDesc(Vec<Port>),
     Group(Vec<GroupStats>),
     GroupDesc(Vec<GroupDesc>),
+    TableFeatures(Vec<TableFeatures>),
 }
 
 /// MULTIPART_REPLY.
@@ -397,7 +420,7 @@ fn decode_all<T>(
     fixed: Option<usize>,
     f: impl Fn(&mut Reader<'_>) -> Result<T, OfError>,
 ) -> Result<Vec<T>, OfError> {
-    if fixed.is_some_and(|n| r.remaining() % n != 0) {
+    if fixed.is_some_and(|n| !r.remaining().is_multiple_of(n)) {
         return Err(errors::BAD_REQUEST_BAD_LEN);
     }
     let mut v = Vec::new();
@@ -432,12 +455,11 @@ impl MultipartReply {
                 finish(r, B::Aggregate(a))?
             }
             t::TABLE => B::Table(decode_all(r, Some(TableStats::LEN), TableStats::decode)?),
-            t::PORT_STATS => {
-                B::PortStats(decode_all(r, Some(PortStats::LEN), PortStats::decode)?)
-            }
+            t::PORT_STATS => B::PortStats(decode_all(r, Some(PortStats::LEN), PortStats::decode)?),
             t::PORT_DESC => B::PortDesc(decode_all(r, Some(PORT_LEN), Port::decode)?),
             t::GROUP => B::Group(decode_all(r, None, GroupStats::decode)?),
             t::GROUP_DESC => B::GroupDesc(decode_all(r, None, GroupDesc::decode)?),
+            t::TABLE_FEATURES => B::TableFeatures(decode_all(r, None, TableFeatures::decode)?),
             _ => return Err(errors::BAD_REQUEST_BAD_MULTIPART),
         };
         Ok(MultipartReply { flags, body })
@@ -455,6 +477,7 @@ impl MultipartReply {
             B::PortDesc(_) => t::PORT_DESC,
             B::Group(_) => t::GROUP,
             B::GroupDesc(_) => t::GROUP_DESC,
+            B::TableFeatures(_) => t::TABLE_FEATURES,
         }
     }
 
@@ -477,6 +500,7 @@ impl MultipartReply {
             B::PortDesc(v) => v.iter().for_each(|e| e.encode(out)),
             B::Group(v) => v.iter().for_each(|e| e.encode(out)),
             B::GroupDesc(v) => v.iter().for_each(|e| e.encode(out)),
+            B::TableFeatures(v) => v.iter().for_each(|e| e.encode(out)),
         }
     }
 
@@ -488,16 +512,34 @@ impl MultipartReply {
         use MultipartReplyBody as B;
         let budget = max_len.clamp(MULTIPART_HEADER_LEN + 1, MAX_MSG_LEN) - MULTIPART_HEADER_LEN;
         let parts: Vec<B> = match self.body {
-            B::Flow(v) => chunk(v, budget, FlowStats::encode).into_iter().map(B::Flow).collect(),
-            B::Table(v) => chunk(v, budget, TableStats::encode).into_iter().map(B::Table).collect(),
-            B::PortStats(v) => {
-                chunk(v, budget, PortStats::encode).into_iter().map(B::PortStats).collect()
-            }
-            B::PortDesc(v) => chunk(v, budget, Port::encode).into_iter().map(B::PortDesc).collect(),
-            B::Group(v) => chunk(v, budget, GroupStats::encode).into_iter().map(B::Group).collect(),
-            B::GroupDesc(v) => {
-                chunk(v, budget, GroupDesc::encode).into_iter().map(B::GroupDesc).collect()
-            }
+            B::Flow(v) => chunk(v, budget, FlowStats::encode)
+                .into_iter()
+                .map(B::Flow)
+                .collect(),
+            B::Table(v) => chunk(v, budget, TableStats::encode)
+                .into_iter()
+                .map(B::Table)
+                .collect(),
+            B::PortStats(v) => chunk(v, budget, PortStats::encode)
+                .into_iter()
+                .map(B::PortStats)
+                .collect(),
+            B::PortDesc(v) => chunk(v, budget, Port::encode)
+                .into_iter()
+                .map(B::PortDesc)
+                .collect(),
+            B::Group(v) => chunk(v, budget, GroupStats::encode)
+                .into_iter()
+                .map(B::Group)
+                .collect(),
+            B::GroupDesc(v) => chunk(v, budget, GroupDesc::encode)
+                .into_iter()
+                .map(B::GroupDesc)
+                .collect(),
+            B::TableFeatures(v) => chunk(v, budget, TableFeatures::encode)
+                .into_iter()
+                .map(B::TableFeatures)
+                .collect(),
             body @ (B::Desc(_) | B::Aggregate(_)) => vec![body],
         };
         let n = parts.len();
@@ -506,7 +548,10 @@ impl MultipartReply {
             .enumerate()
             .map(|(i, body)| {
                 let more = if i + 1 < n { MULTIPART_MORE } else { 0 };
-                MultipartReply { flags: (self.flags & !MULTIPART_MORE) | more, body }
+                MultipartReply {
+                    flags: (self.flags & !MULTIPART_MORE) | more,
+                    body,
+                }
             })
             .collect()
     }

@@ -57,9 +57,9 @@ fn cookie_ok(flow: &Flow, cookie: u64, mask: u64) -> bool {
 fn outputs_to(flow: &Flow, port: u32) -> bool {
     port == port_no::ANY
         || flow.instructions.iter().any(|i| match i {
-            Instruction::ApplyActions(a) | Instruction::WriteActions(a) => {
-                a.iter().any(|a| matches!(a, Action::Output { port: p, .. } if *p == port))
-            }
+            Instruction::ApplyActions(a) | Instruction::WriteActions(a) => a
+                .iter()
+                .any(|a| matches!(a, Action::Output { port: p, .. } if *p == port)),
             _ => false,
         })
 }
@@ -71,27 +71,48 @@ impl TestSwitch {
 
     pub fn flow_mods(&self) -> Vec<FlowMod> {
         let rx = self.received.lock().unwrap();
-        rx.iter().filter_map(|m| if let Message::FlowMod(f) = m { Some(f.clone()) } else { None }).collect()
+        rx.iter()
+            .filter_map(|m| {
+                if let Message::FlowMod(f) = m {
+                    Some(f.clone())
+                } else {
+                    None
+                }
+            })
+            .collect()
     }
 
     fn selects(fm: &FlowMod, f: &Flow, strict: bool) -> bool {
         (fm.table_id == TABLE_ALL || fm.table_id == f.table_id)
             && cookie_ok(f, fm.cookie, fm.cookie_mask)
             && outputs_to(f, fm.out_port)
-            && if strict { f.priority == fm.priority && f.matches == fm.matches } else { covers(&fm.matches, &f.matches) }
+            && if strict {
+                f.priority == fm.priority && f.matches == fm.matches
+            } else {
+                covers(&fm.matches, &f.matches)
+            }
     }
 
     fn flow_mod(&self, fm: FlowMod) -> Result<(), OfError> {
         let mut flows = self.flows.lock().unwrap();
-        let strict = matches!(fm.command, FlowModCommand::ModifyStrict | FlowModCommand::DeleteStrict);
+        let strict = matches!(
+            fm.command,
+            FlowModCommand::ModifyStrict | FlowModCommand::DeleteStrict
+        );
         match fm.command {
             FlowModCommand::Add => {
                 if fm.flags & flow_mod_flags::CHECK_OVERLAP != 0
-                    && flows.iter().any(|f| f.priority == fm.priority && f.matches == fm.matches)
+                    && flows
+                        .iter()
+                        .any(|f| f.priority == fm.priority && f.matches == fm.matches)
                 {
                     return Err(errors::FLOW_MOD_FAILED_OVERLAP);
                 }
-                flows.retain(|f| !(f.priority == fm.priority && f.matches == fm.matches && f.table_id == fm.table_id));
+                flows.retain(|f| {
+                    !(f.priority == fm.priority
+                        && f.matches == fm.matches
+                        && f.table_id == fm.table_id)
+                });
                 flows.push(Flow {
                     table_id: fm.table_id,
                     priority: fm.priority,
@@ -155,7 +176,14 @@ impl TestSwitch {
                 ports()
                     .iter()
                     .filter(|x| p == port_no::ANY || x.port_no == p)
-                    .map(|x| PortStats { port_no: x.port_no, rx_packets: 10 * u64::from(x.port_no), tx_packets: 7, rx_bytes: 640, tx_bytes: 448, ..Default::default() })
+                    .map(|x| PortStats {
+                        port_no: x.port_no,
+                        rx_packets: 10 * u64::from(x.port_no),
+                        tx_packets: 7,
+                        rx_bytes: 640,
+                        tx_bytes: 448,
+                        ..Default::default()
+                    })
                     .collect(),
             ),
             Q::Flow(r) => R::Flow(self.flow_stats(&r)),
@@ -167,12 +195,41 @@ impl TestSwitch {
                     flow_count: v.len() as u32,
                 })
             }
-            Q::Table => R::Table(vec![TableStats { table_id: 0, active_count: self.flows.lock().unwrap().len() as u32, lookup_count: 10, matched_count: 8 }]),
+            Q::Table => R::Table(vec![TableStats {
+                table_id: 0,
+                active_count: self.flows.lock().unwrap().len() as u32,
+                lookup_count: 10,
+                matched_count: 8,
+            }]),
             Q::Group(_) => R::Group(
-                self.groups.lock().unwrap().iter().map(|g| GroupStats { group_id: g.group_id, bucket_stats: vec![(0, 0); g.buckets.len()], ..Default::default() }).collect(),
+                self.groups
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .map(|g| GroupStats {
+                        group_id: g.group_id,
+                        bucket_stats: vec![(0, 0); g.buckets.len()],
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            Q::TableFeatures(set) if !set.is_empty() => return Err(errors::BAD_REQUEST_EPERM),
+            Q::TableFeatures(_) => R::TableFeatures(
+                (0..254)
+                    .map(|t| TableFeatures::standard(t, 254, 100_000))
+                    .collect(),
             ),
             Q::GroupDesc => R::GroupDesc(
-                self.groups.lock().unwrap().iter().map(|g| GroupDesc { group_type: g.group_type, group_id: g.group_id, buckets: g.buckets.clone() }).collect(),
+                self.groups
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .map(|g| GroupDesc {
+                        group_type: g.group_type,
+                        group_id: g.group_id,
+                        buckets: g.buckets.clone(),
+                    })
+                    .collect(),
             ),
         })
     }
@@ -180,7 +237,13 @@ impl TestSwitch {
 
 impl SwitchHandler for TestSwitch {
     fn features(&self) -> FeaturesReply {
-        FeaturesReply { datapath_id: 0x0000_0000_0000_00ab, n_buffers: 0, n_tables: 254, auxiliary_id: 0, capabilities: 0x4f }
+        FeaturesReply {
+            datapath_id: 0x0000_0000_0000_00ab,
+            n_buffers: 0,
+            n_tables: 254,
+            auxiliary_id: 0,
+            capabilities: 0x4f,
+        }
     }
 
     fn handle(&self, _conn: ConnId, _xid: u32, msg: Message) -> Result<Vec<Message>, OfError> {
@@ -205,27 +268,32 @@ impl SwitchHandler for TestSwitch {
                 Ok(Vec::new())
             }
             Message::PacketOut(_) | Message::PortMod(_) | Message::TableMod(_) => Ok(Vec::new()),
-            Message::GetConfigRequest => Ok(vec![Message::GetConfigReply(*self.config.lock().unwrap())]),
+            Message::GetConfigRequest => {
+                Ok(vec![Message::GetConfigReply(*self.config.lock().unwrap())])
+            }
             Message::SetConfig(c) => {
                 *self.config.lock().unwrap() = c;
                 Ok(Vec::new())
             }
-            Message::MultipartRequest(r) => {
-                Ok(vec![Message::MultipartReply(MultipartReply::new(self.multipart(r)?))])
-            }
+            Message::MultipartRequest(r) => Ok(vec![Message::MultipartReply(MultipartReply::new(
+                self.multipart(r)?,
+            ))]),
             Message::Error(_) => Ok(Vec::new()),
             _ => Err(errors::BAD_REQUEST_BAD_TYPE),
         }
     }
 }
 
+pub mod client;
+
 /// A switch listening on a unix socket in a fresh temp dir.
 pub struct Harness {
-    pub dir: tempfile::TempDir,
-    pub sock: std::path::PathBuf,
-    pub sw: Arc<TestSwitch>,
-    pub of: OfSwitch,
+    // Field order is drop order: stop listening before the directory goes.
     pub listener: openflow::conn::Listener,
+    pub of: OfSwitch,
+    pub sw: Arc<TestSwitch>,
+    pub sock: std::path::PathBuf,
+    pub dir: tempfile::TempDir,
 }
 
 pub fn start() -> Harness {
@@ -238,5 +306,11 @@ pub fn start_with(cfg: ConnConfig) -> Harness {
     let sw = TestSwitch::new();
     let of = OfSwitch::new(sw.clone(), cfg);
     let listener = of.listen(&format!("unix:{}", sock.display())).unwrap();
-    Harness { dir, sock, sw, of, listener }
+    Harness {
+        dir,
+        sock,
+        sw,
+        of,
+        listener,
+    }
 }

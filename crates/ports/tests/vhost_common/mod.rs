@@ -37,6 +37,7 @@ pub struct Testpmd {
     child: Child,
     stdin: Option<ChildStdin>,
     lines: Receiver<String>,
+    prefix: String,
     pub log: Vec<String>,
 }
 
@@ -92,6 +93,7 @@ impl Testpmd {
             child,
             stdin,
             lines: rx,
+            prefix: prefix.to_string(),
             log: Vec::new(),
         }
     }
@@ -201,6 +203,14 @@ impl Drop for Testpmd {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // EAL's runtime directory for our --file-prefix (it stays after exit).
+        let mut dirs = vec![PathBuf::from("/var/run/dpdk")];
+        if let Ok(x) = std::env::var("XDG_RUNTIME_DIR") {
+            dirs.push(Path::new(&x).join("dpdk"));
+        }
+        for d in dirs {
+            let _ = std::fs::remove_dir_all(d.join(&self.prefix));
+        }
     }
 }
 
@@ -225,6 +235,17 @@ pub struct FwdStats {
     pub bad: AtomicU64,
     /// Packets checked.
     pub checked: AtomicU64,
+    /// Nanoseconds spent in loop iterations that moved packets (busy time).
+    pub busy_ns: AtomicU64,
+    /// Non-empty rx bursts.
+    pub bursts: AtomicU64,
+    /// Nanoseconds inside non-empty rx_burst calls and the tx_burst calls after them.
+    pub rx_ns: AtomicU64,
+    pub tx_ns: AtomicU64,
+    /// Histograms of ns per packet (1 ns buckets) of each non-empty rx burst and the tx burst
+    /// after it; medians are robust to the forwarder being preempted on a shared machine.
+    pub rx_hist: Mutex<Vec<u64>>,
+    pub tx_hist: Mutex<Vec<u64>>,
 }
 
 /// Checks a frame testpmd made with txonly and forwarded in `mac` mode: its source MAC is the
@@ -316,34 +337,77 @@ fn check_batch(b: &Batch, src: [u8; 6], st: &FwdStats) {
     st.checked.fetch_add(b.len() as u64, Relaxed);
 }
 
+/// Median of a 1-ns-bucket histogram.
+pub fn median(h: &[u64]) -> usize {
+    let total: u64 = h.iter().sum();
+    let mut acc = 0;
+    for (i, n) in h.iter().enumerate() {
+        acc += n;
+        if acc * 2 >= total {
+            return i;
+        }
+    }
+    0
+}
+
+const HIST: usize = 4096;
+
 fn fwd_loop(a: &VhostUserPort, b: &VhostUserPort, check: bool, stop: &AtomicBool, st: &FwdStats) {
+    let mut rx_hist = vec![0u64; HIST];
+    let mut tx_hist = vec![0u64; HIST];
+    fwd_run(a, b, check, stop, st, &mut rx_hist, &mut tx_hist);
+    *st.rx_hist.lock().unwrap() = rx_hist;
+    *st.tx_hist.lock().unwrap() = tx_hist;
+}
+
+fn fwd_run(
+    a: &VhostUserPort,
+    b: &VhostUserPort,
+    check: bool,
+    stop: &AtomicBool,
+    st: &FwdStats,
+    rx_hist: &mut [u64],
+    tx_hist: &mut [u64],
+) {
     let mut pool = Pool::new(0, 512);
     let mut batch = Batch::new();
     let queues = a.n_rxq().min(b.n_rxq());
     let mut idle = 0u32;
     while !stop.load(Relaxed) {
+        let t0 = Instant::now();
         let mut moved = 0;
         for q in 0..queues {
-            let n = a.rx_burst(q, &mut pool, &mut batch);
-            if n > 0 {
-                if check {
-                    check_batch(&batch, mac(0), st);
+            for (src, dst, src_mac, dir) in [(a, b, mac(0), &st.a_to_b), (b, a, mac(1), &st.b_to_a)]
+            {
+                let t1 = Instant::now();
+                let n = src.rx_burst(q, &mut pool, &mut batch);
+                if n == 0 {
+                    continue;
                 }
-                b.tx_burst(q, &mut batch);
-                pool.put_batch(&mut batch);
-                st.a_to_b.fetch_add(n as u64, Relaxed);
-                st.per_queue[q.min(3)].fetch_add(n as u64, Relaxed);
-            }
-            let m = b.rx_burst(q, &mut pool, &mut batch);
-            if m > 0 {
+                let t2 = Instant::now();
                 if check {
-                    check_batch(&batch, mac(1), st);
+                    check_batch(&batch, src_mac, st);
                 }
-                a.tx_burst(q, &mut batch);
+                let t3 = Instant::now();
+                dst.tx_burst(q, &mut batch);
+                let t4 = Instant::now();
                 pool.put_batch(&mut batch);
-                st.b_to_a.fetch_add(m as u64, Relaxed);
+                let (rx, tx) = ((t2 - t1).as_nanos() as u64, (t4 - t3).as_nanos() as u64);
+                st.rx_ns.fetch_add(rx, Relaxed);
+                st.tx_ns.fetch_add(tx, Relaxed);
+                rx_hist[((rx / n as u64) as usize).min(HIST - 1)] += 1;
+                tx_hist[((tx / n as u64) as usize).min(HIST - 1)] += 1;
+                dir.fetch_add(n as u64, Relaxed);
+                if std::ptr::eq(src, a) {
+                    st.per_queue[q.min(3)].fetch_add(n as u64, Relaxed);
+                }
+                moved += n;
             }
-            moved += n + m;
+        }
+        if moved > 0 {
+            st.bursts.fetch_add(1, Relaxed);
+            st.busy_ns
+                .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
         }
         if moved == 0 && check {
             idle += 1;

@@ -31,8 +31,15 @@ fuzz_target!(|data: &[u8]| {
         event_idx: flags & 8 != 0,
     };
     // desc at 0 (4 KiB for 256 entries), avail at 4 KiB, used at 8 KiB.
-    let addrs = RingAddrs { size, desc: 0, avail: 4096, used: 8192 };
-    let Ok(mut q) = Queue::new(Arc::clone(&mem), addrs, feat, last, last) else { return };
+    let addrs = RingAddrs {
+        size,
+        desc: 0,
+        avail: 4096,
+        used: 8192,
+    };
+    let Ok(mut q) = Queue::new(Arc::clone(&mem), addrs, feat, last, last) else {
+        return;
+    };
     let mut pool = Pool::new(0, 64);
     let mut out = Batch::new();
     for _ in 0..3 {
@@ -42,8 +49,16 @@ fuzz_target!(|data: &[u8]| {
         pool.put_batch(&mut out);
     }
     // The same memory as a guest rx ring.
-    let Ok(mut q) = Queue::new(mem, addrs, feat, last, last) else { return };
-    let pkts: Vec<Packet> = [60usize, 1500, 9000].iter().map(|&n| Packet::from_slice(&vec![0xab; n])).collect();
+    let Ok(mut q) = Queue::new(mem, addrs, feat, last, last) else {
+        return;
+    };
+    let pkts: Vec<Packet> = [60usize, 1500, 9000]
+        .iter()
+        .map(|&n| Packet::from_slice(&vec![0xab; n]))
+        .collect();
     let e = q.enqueue(&pkts);
-    assert_eq!((e.packets + e.malformed + e.too_big + e.full + e.broken_drops) as usize, pkts.len());
+    assert_eq!(
+        (e.packets + e.malformed + e.too_big + e.full + e.broken_drops) as usize,
+        pkts.len()
+    );
 });

@@ -1,0 +1,403 @@
+//! vireo-bench: installs what it needs, then runs each switch (Vireo, OVS-DPDK, DPDK testpmd
+//! vhost io) in turn with the same generator and pinning, interleaved over rounds, and writes
+//! results.json, results.md, PNG plots and (optionally) the section of BENCHMARKS.md.
+//!
+//! Threads: one; the switches and generators are child processes.
+use bench::contender::{Contender, Dpdk, Ovs, Ports, Vireo};
+use bench::genproc::{self, GenPlan};
+use bench::proc::core_busy;
+use bench::report::{plots, replace_section, Meta, Record, Results};
+use bench::scenario::{self, Scenario};
+use bench::testpmd::{generator_args, run_generator};
+use clap::Parser;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "vireo-bench",
+    about = "Vireo vs OVS-DPDK vs raw DPDK, interleaved"
+)]
+struct Args {
+    /// The one-minute subset: p2p 64 B, one round, short trials, zero-loss search only.
+    #[arg(long)]
+    quick: bool,
+    /// Rounds (contenders interleaved within each).
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Seconds per measurement (testpmd window, vireo-gen trial).
+    #[arg(long)]
+    trial_secs: Option<f64>,
+    /// Switches: vireo, ovs, dpdk.
+    #[arg(long, value_delimiter = ',', default_value = "vireo,ovs,dpdk")]
+    contenders: Vec<String>,
+    /// Scenarios, e.g. p2p:64,normal:64,flows1m:64,p2p:64:2q; or full, quick, sizes.
+    #[arg(long)]
+    scenarios: Option<String>,
+    /// Generators: testpmd (saturation), vireo-gen (saturation + RFC 2544 + latency).
+    #[arg(long, value_delimiter = ',', default_value = "testpmd,vireo-gen")]
+    generators: Vec<String>,
+    /// Loss thresholds for the RFC 2544 search (ppm); quick mode uses 0 only.
+    #[arg(long, value_delimiter = ',')]
+    loss_ppm: Option<Vec<f64>>,
+    /// Most trials per threshold.
+    #[arg(long)]
+    max_trials: Option<usize>,
+    /// Output directory.
+    #[arg(long, default_value = "bench-out")]
+    out: PathBuf,
+    /// Rewrite the results section of BENCHMARKS.md.
+    #[arg(long)]
+    update_benchmarks: bool,
+    /// BENCHMARKS.md to update.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../BENCHMARKS.md"))]
+    benchmarks_file: PathBuf,
+    /// Do not run scripts/setup.sh --bench first.
+    #[arg(long)]
+    no_setup: bool,
+    /// Core of the switch's PMD.
+    #[arg(long, default_value_t = 0)]
+    switch_core: usize,
+    /// Core of the generator.
+    #[arg(long, default_value_t = 1)]
+    gen_core: usize,
+    /// Directory holding vireod and vireoctl.
+    #[arg(long)]
+    vireo_bin: Option<PathBuf>,
+    /// Give Vireo vhost-user server ports (default: vhost-user-client, like OVS).
+    #[arg(long)]
+    vireo_server_ports: bool,
+    /// Run switches and generators at SCHED_RR priority 1 so other work on a shared machine
+    /// cannot preempt them (it slows that work down while the benchmark runs).
+    #[arg(long)]
+    rt: bool,
+}
+
+fn setup() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/setup.sh");
+    let st = std::process::Command::new("bash")
+        .arg(&script)
+        .arg("--bench")
+        .status();
+    if !matches!(st, Ok(s) if s.success()) {
+        eprintln!(
+            "vireo-bench: {} --bench failed; going on with what is installed",
+            script.display()
+        );
+    }
+}
+
+fn vireo_bin(a: &Args) -> PathBuf {
+    if let Some(d) = &a.vireo_bin {
+        return d.clone();
+    }
+    if let Some(d) = std::env::var_os("VIREO_BIN_DIR") {
+        return PathBuf::from(d);
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let here = std::env::current_exe()
+        .ok()
+        .and_then(|e| Some(e.parent()?.to_path_buf()));
+    let cands = [
+        here,
+        Some(root.join("target/release")),
+        Some(root.join("target/debug")),
+    ];
+    cands
+        .into_iter()
+        .flatten()
+        .find(|d| d.join("vireod").is_file())
+        .unwrap_or_else(|| root.join("target/release"))
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpu
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|m| m.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .unwrap_or_default();
+    let cores = cpu.lines().filter(|l| l.starts_with("processor")).count();
+    let mem = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let gb = mem
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1048576.0);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!(
+        "{model}, {cores} cores, {gb:.0} GB RAM, Linux {}",
+        kernel.trim()
+    )
+}
+
+fn version(cmd: &str, args: &[&str]) -> String {
+    bench::proc::run(std::process::Command::new(cmd).args(args))
+        .map(|s| s.lines().next().unwrap_or("").to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn date() -> String {
+    version("date", &["-u", "+%Y-%m-%d %H:%M UTC"])
+}
+
+/// Settings derived from the flags and `--quick`.
+struct Plan {
+    rounds: usize,
+    trial_secs: f64,
+    scenarios: Vec<Scenario>,
+    gen: GenPlan,
+    warmup: Duration,
+}
+
+fn plan(a: &Args) -> Result<Plan, String> {
+    let q = a.quick;
+    let scenarios = match &a.scenarios {
+        Some(s) => scenario::parse_list(s)?,
+        None if q => scenario::quick(),
+        None => scenario::full(),
+    };
+    let trial_secs = a.trial_secs.unwrap_or(if q { 2.0 } else { 10.0 });
+    let loss = a.loss_ppm.clone().unwrap_or(if q {
+        vec![0.0]
+    } else {
+        vec![0.0, 1.0, 5.0, 20.0]
+    });
+    Ok(Plan {
+        rounds: a.rounds.unwrap_or(if q { 1 } else { 3 }),
+        trial_secs,
+        scenarios,
+        gen: GenPlan {
+            trial_secs: if q { trial_secs.min(0.5) } else { trial_secs },
+            loss_ppm: loss,
+            max_trials: a.max_trials.unwrap_or(if q { 5 } else { 8 }),
+            warmup_secs: if q { 0.5 } else { 1.0 },
+            core: a.gen_core,
+        },
+        warmup: Duration::from_secs(if q { 1 } else { 2 }),
+    })
+}
+
+fn measure(
+    c: &mut dyn Contender,
+    sc: &Scenario,
+    gen: &str,
+    p: &Plan,
+    a: &Args,
+    dir: &Path,
+    rec: &mut Record,
+) -> Result<(), String> {
+    let ports: Ports = c.start(dir, sc)?;
+    if gen == "testpmd" {
+        let args = generator_args(
+            &ports.socks,
+            ports.gen_server,
+            sc,
+            a.gen_core,
+            a.switch_core,
+        );
+        let (m, pmd) = run_generator(&args, dir, p.warmup, p.trial_secs, c)?;
+        rec.mpps = m.median().map(|x| x / 1e6);
+        rec.pmd = pmd;
+        rec.switch_cpu = m.switch_cpu;
+        rec.gen_cpu = m.gen_cpu;
+    } else {
+        let (r, sw_cpu, gen_cpu) = genproc::run(&ports, sc, &p.gen, dir, c)?;
+        rec.pmd = c.pmd_cycles();
+        rec.switch_cpu = sw_cpu;
+        rec.gen_cpu = gen_cpu;
+        if let Some(s) = &r.saturation {
+            rec.mpps = Some(s.rx_pps / 1e6);
+            rec.saturation_loss_ppm = Some(s.loss_ppm());
+        }
+        rec.latency = r
+            .search
+            .first()
+            .and_then(|s| s.trial.as_ref())
+            .map(|t| t.latency.clone());
+        rec.rfc2544 = r.search;
+    }
+    rec.gbps = rec.mpps.map(|m| m * 1e6 * sc.size as f64 * 8.0 / 1e9);
+    Ok(())
+}
+
+fn save_logs(from: &Path, to: &Path) {
+    let _ = std::fs::create_dir_all(to);
+    if let Ok(rd) = std::fs::read_dir(from) {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if [".log", ".json", ".txt"].iter().any(|s| n.ends_with(s)) {
+                let _ = std::fs::copy(e.path(), to.join(&n));
+            }
+        }
+    }
+}
+
+fn one(
+    c: &mut dyn Contender,
+    sc: &Scenario,
+    gen: &str,
+    round: usize,
+    p: &Plan,
+    a: &Args,
+) -> Record {
+    let mut rec = Record {
+        round,
+        contender: c.name().into(),
+        scenario: sc.name(),
+        generator: gen.into(),
+        size: sc.size,
+        core_busy_before: core_busy(&[a.switch_core, a.gen_core], Duration::from_millis(200)),
+        ..Record::default()
+    };
+    let tag = format!(
+        "r{round}-{}-{}-{gen}",
+        c.name(),
+        sc.name().replace(':', "-")
+    );
+    let dir = std::env::temp_dir()
+        .join(format!("vireo-bench.{}", std::process::id()))
+        .join(&tag);
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        rec.error = Some(e.to_string());
+        return rec;
+    }
+    if let Err(e) = measure(c, sc, gen, p, a, &dir, &mut rec) {
+        rec.error = Some(e);
+    }
+    c.stop();
+    save_logs(&dir, &a.out.join("runs").join(&tag));
+    let _ = std::fs::remove_dir_all(&dir);
+    rec
+}
+
+fn contenders(a: &Args, meta: &mut Meta) -> Vec<Box<dyn Contender>> {
+    let mut v: Vec<Box<dyn Contender>> = Vec::new();
+    for name in &a.contenders {
+        let c: Box<dyn Contender> = match name.as_str() {
+            "vireo" => {
+                let mut c = Vireo::new(a.switch_core, vireo_bin(a));
+                c.server_ports = a.vireo_server_ports;
+                Box::new(c)
+            }
+            "ovs" => Box::new(Ovs::new(a.switch_core)),
+            "dpdk" => Box::new(Dpdk::new(a.switch_core)),
+            other => {
+                meta.skipped
+                    .insert(other.into(), "unknown contender".into());
+                continue;
+            }
+        };
+        match c.check() {
+            Ok(()) => v.push(c),
+            Err(why) => {
+                eprintln!("vireo-bench: skipping {name}: {why}");
+                meta.skipped.insert(name.clone(), why);
+            }
+        }
+    }
+    v
+}
+
+fn write_outputs(a: &Args, res: &mut Results) -> Result<(), String> {
+    res.summarize();
+    let json = serde_json::to_string_pretty(res).map_err(|e| e.to_string())?;
+    std::fs::write(a.out.join("results.json"), json).map_err(|e| e.to_string())?;
+    std::fs::write(a.out.join("results.md"), res.benchmarks_section()).map_err(|e| e.to_string())
+}
+
+fn main() {
+    let a = Args::parse();
+    let p = match plan(&a) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("vireo-bench: {e}");
+            std::process::exit(2);
+        }
+    };
+    if !a.no_setup {
+        setup();
+    }
+    bench::proc::set_realtime(a.rt);
+    if let Err(e) = std::fs::create_dir_all(&a.out) {
+        eprintln!("vireo-bench: {}: {e}", a.out.display());
+        std::process::exit(1);
+    }
+    let meta = Meta {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        date: date(),
+        machine: machine(),
+        cores: (a.switch_core, a.gen_core),
+        rounds: p.rounds,
+        trial_secs: p.trial_secs,
+        ..Meta::default()
+    };
+    let mut res = Results {
+        meta,
+        ..Results::default()
+    };
+    res.meta.versions.insert(
+        "testpmd".into(),
+        version("dpkg-query", &["-W", "-f=${Version}", "dpdk"]),
+    );
+    res.meta.versions.insert(
+        "ovs".into(),
+        version(
+            "dpkg-query",
+            &["-W", "-f=${Version}", "openvswitch-switch-dpdk"],
+        ),
+    );
+    let mut cs = contenders(&a, &mut res.meta);
+    for round in 0..p.rounds {
+        for sc in &p.scenarios {
+            let n = cs.len();
+            for i in 0..n {
+                // Rotate the order each round so no contender always runs first.
+                let c = &mut cs[(i + round) % n];
+                for gen in &a.generators {
+                    if gen == "testpmd" && !sc.testpmd_can_drive() {
+                        continue;
+                    }
+                    let rec = one(c.as_mut(), sc, gen, round, &p, &a);
+                    match (&rec.error, rec.mpps) {
+                        (Some(e), _) => eprintln!("vireo-bench: round {round} {} {} {gen}: FAILED: {e}", rec.contender, rec.scenario),
+                        (None, m) => eprintln!(
+                            "vireo-bench: round {round} {} {} {gen}: {:.3} Mpps, {:.0} cycles/pkt, cpu share switch {:.2} gen {:.2}{}",
+                            rec.contender,
+                            rec.scenario,
+                            m.unwrap_or(0.0),
+                            rec.pmd.map_or(0.0, |x| x.busy_cycles_per_packet),
+                            rec.switch_cpu.unwrap_or(0.0),
+                            rec.gen_cpu.unwrap_or(0.0),
+                            rec.rfc2544.first().map_or(String::new(), |s| format!(", 0-loss {:.3} Mpps", s.rate_pps / 1e6))
+                        ),
+                    }
+                    res.records.push(rec);
+                    let _ = write_outputs(&a, &mut res);
+                }
+            }
+        }
+    }
+    if let Err(e) = write_outputs(&a, &mut res) {
+        eprintln!("vireo-bench: writing results: {e}");
+        std::process::exit(1);
+    }
+    if let Err(e) = plots(&a.out, &res) {
+        eprintln!("vireo-bench: no plots: {e}");
+    }
+    println!("{}", res.markdown());
+    if a.update_benchmarks {
+        let doc =
+            std::fs::read_to_string(&a.benchmarks_file).unwrap_or_else(|_| "# Benchmarks\n".into());
+        if let Err(e) = std::fs::write(
+            &a.benchmarks_file,
+            replace_section(&doc, &res.benchmarks_section()),
+        ) {
+            eprintln!("vireo-bench: {}: {e}", a.benchmarks_file.display());
+        }
+    }
+    eprintln!("vireo-bench: results in {}", a.out.display());
+}

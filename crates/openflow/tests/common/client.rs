@@ -1,0 +1,112 @@
+//! A raw OpenFlow peer for tests: sends arbitrary bytes and reads decoded messages.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use openflow::conn::{FrameReader, Stream};
+use openflow::msg::*;
+
+pub struct Client {
+    pub stream: Stream,
+    framer: FrameReader,
+}
+
+impl Client {
+    pub fn unix(path: &Path) -> Client {
+        let s = UnixStream::connect(path).expect("connect unix");
+        Self::from(Stream::Unix(s))
+    }
+
+    pub fn tcp(addr: std::net::SocketAddr) -> Client {
+        Self::from(Stream::Tcp(TcpStream::connect(addr).expect("connect tcp")))
+    }
+
+    pub fn from(stream: Stream) -> Client {
+        stream
+            .set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        Client {
+            stream,
+            framer: FrameReader::new(),
+        }
+    }
+
+    /// Connects and completes the HELLO exchange.
+    pub fn connected(path: &Path) -> Client {
+        let mut c = Self::unix(path);
+        c.hello();
+        c
+    }
+
+    pub fn hello(&mut self) {
+        self.send(1, &Message::Hello(Hello::default()));
+        match self.recv() {
+            Some((_, Message::Hello(h))) => assert_eq!(h.negotiate(), Ok(OFP_VERSION)),
+            other => panic!("expected HELLO, got {other:?}"),
+        }
+    }
+
+    pub fn send(&mut self, xid: u32, m: &Message) {
+        self.send_raw(&m.encode(xid).unwrap());
+    }
+
+    pub fn send_raw(&mut self, b: &[u8]) {
+        self.stream.write_all(b).expect("write");
+    }
+
+    /// Next message within 5 s; None on EOF or timeout.
+    pub fn recv(&mut self) -> Option<(u32, Message)> {
+        self.recv_within(Duration::from_secs(5))
+    }
+
+    pub fn recv_within(&mut self, d: Duration) -> Option<(u32, Message)> {
+        let deadline = Instant::now() + d;
+        loop {
+            match self.framer.read_frame(&mut self.stream) {
+                Ok(f) => return Some(decode(&f).expect("switch sent a valid message")),
+                Err(e) if e.is_timeout() && Instant::now() < deadline => {}
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Whether the peer closed the stream within `d` (discarding anything it sends first).
+    pub fn closed_within(&mut self, d: Duration) -> bool {
+        let deadline = Instant::now() + d;
+        let mut buf = [0u8; 4096];
+        while Instant::now() < deadline {
+            match self.stream.read(&mut buf) {
+                Ok(0) => return true,
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => return true,
+            }
+        }
+        false
+    }
+
+    /// Sends an ECHO_REQUEST and checks the reply (the connection is served).
+    pub fn ping(&mut self, xid: u32) {
+        self.send(xid, &Message::EchoRequest(xid.to_be_bytes().to_vec()));
+        match self.recv() {
+            Some((x, Message::EchoReply(d))) if x == xid => assert_eq!(d, xid.to_be_bytes()),
+            other => panic!("expected ECHO_REPLY {xid}, got {other:?}"),
+        }
+    }
+
+    /// Sends raw bytes and expects an ERROR reply with `xid`.
+    pub fn expect_error(&mut self, raw: &[u8], xid: u32) -> ErrorMsg {
+        self.send_raw(raw);
+        match self.recv() {
+            Some((x, Message::Error(e))) if x == xid => e,
+            other => panic!("expected ERROR for xid {xid}, got {other:?}"),
+        }
+    }
+}

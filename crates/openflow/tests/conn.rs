@@ -1,0 +1,449 @@
+//! Connection-layer tests over real sockets: malformed input gets the right error replies
+//! while another connection stays served, slow peers are dropped without blocking others,
+//! echo keepalive, reconnect backoff, roles, and many concurrent TCP connections.
+
+mod common;
+
+use std::net::{Shutdown, TcpListener};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::client::Client;
+use openflow::conn::{ConnConfig, OfSwitch, Stream};
+use openflow::msg::*;
+use openflow::oxm::{Match, OxmField};
+use openflow::{errors, OfError};
+
+fn with_len(mut v: Vec<u8>) -> Vec<u8> {
+    let l = v.len() as u16;
+    v[2..4].copy_from_slice(&l.to_be_bytes());
+    v
+}
+
+fn flow_mod_raw(xid: u32, fields: Vec<OxmField>) -> Vec<u8> {
+    Message::FlowMod(FlowMod::add(1, Match::new(fields), Vec::new()))
+        .encode(xid)
+        .unwrap()
+}
+
+fn assert_error(e: &ErrorMsg, want: OfError, raw: &[u8]) {
+    assert_eq!(e.error(), want);
+    assert_eq!(
+        e.data,
+        raw[..raw.len().min(64)].to_vec(),
+        "error data is the request's first 64 bytes"
+    );
+}
+
+/// Raw malformed messages, each with the error it must draw. All keep the connection up.
+fn malformed() -> Vec<(Vec<u8>, OfError)> {
+    let mut oversize = flow_mod_raw(13, vec![OxmField::InPort(1)]);
+    oversize[48 + 4 + 3] = 40; // in_port TLV claims 40 bytes, past the end of the match
+    let mut unknown_inst = flow_mod_raw(16, vec![]);
+    unknown_inst.extend_from_slice(&[0, 9, 0, 8, 0, 0, 0, 0]);
+    let mut unknown_action = flow_mod_raw(17, vec![]);
+    unknown_action.extend_from_slice(&[0, 4, 0, 16, 0, 0, 0, 0, 0, 99, 0, 8, 0, 0, 0, 0]);
+    let mut exp_action = flow_mod_raw(18, vec![]);
+    exp_action.extend_from_slice(&[0, 4, 0, 24, 0, 0, 0, 0, 0xff, 0xff, 0, 16, 0, 0, 0x23, 0x20]);
+    exp_action.extend_from_slice(&[0; 8]);
+    let mut unknown_field = flow_mod_raw(19, vec![OxmField::InPort(1)]);
+    unknown_field[48 + 4 + 2] = 100 << 1;
+    vec![
+        (
+            vec![1, 20, 0, 8, 0, 0, 0, 11],
+            errors::BAD_REQUEST_BAD_VERSION,
+        ),
+        (vec![4, 99, 0, 8, 0, 0, 0, 12], errors::BAD_REQUEST_BAD_TYPE),
+        (oversize, errors::BAD_MATCH_BAD_LEN),
+        (
+            flow_mod_raw(14, vec![OxmField::InPort(1), OxmField::InPort(2)]),
+            errors::BAD_MATCH_DUP_FIELD,
+        ),
+        (
+            flow_mod_raw(15, vec![OxmField::TcpDst(80)]),
+            errors::BAD_MATCH_BAD_PREREQ,
+        ),
+        (with_len(unknown_inst), errors::BAD_INSTRUCTION_UNKNOWN_INST),
+        (with_len(unknown_action), errors::BAD_ACTION_BAD_TYPE),
+        (with_len(exp_action), errors::BAD_ACTION_BAD_EXPERIMENTER),
+        (unknown_field, errors::BAD_MATCH_BAD_FIELD),
+        (
+            vec![4, 20, 0, 9, 0, 0, 0, 20, 0],
+            errors::BAD_REQUEST_BAD_LEN,
+        ),
+        (
+            vec![4, 18, 0, 16, 0, 0, 0, 21, 0, 99, 0, 0, 0, 0, 0, 0],
+            errors::BAD_REQUEST_BAD_MULTIPART,
+        ),
+    ]
+}
+
+#[test]
+fn malformed_input_gets_spec_errors_and_other_connections_stay_served() {
+    let h = common::start();
+    let mut good = Client::connected(&h.sock);
+    let mut bad = Client::connected(&h.sock);
+    for (i, (raw, want)) in malformed().into_iter().enumerate() {
+        let xid = u32::from_be_bytes([raw[4], raw[5], raw[6], raw[7]]);
+        let e = bad.expect_error(&raw, xid);
+        assert_error(&e, want, &raw);
+        bad.ping(100 + i as u32);
+        good.ping(200 + i as u32);
+    }
+    assert!(
+        h.sw.flow_mods().is_empty(),
+        "no malformed FLOW_MOD reached the handler"
+    );
+
+    // Length below 8: error, then the stream is closed (it cannot be resynchronised).
+    let raw = [4, 20, 0, 4, 0, 0, 0, 77];
+    let e = bad.expect_error(&raw, 77);
+    assert_eq!(e.error(), errors::BAD_REQUEST_BAD_LEN);
+    assert!(bad.closed_within(Duration::from_secs(2)));
+    good.ping(300);
+
+    // Truncated header, then EOF.
+    let mut trunc = Client::unix(&h.sock);
+    trunc.send_raw(&[4, 0, 0]);
+    if let Stream::Unix(s) = &trunc.stream {
+        s.shutdown(Shutdown::Write).unwrap();
+    }
+    assert!(trunc.closed_within(Duration::from_secs(2)));
+    good.ping(301);
+
+    // Truncated body (length says 100), then EOF.
+    let mut short = Client::connected(&h.sock);
+    short.send_raw(&[4, 2, 0, 100, 0, 0, 0, 1, 1, 2, 3]);
+    if let Stream::Unix(s) = &short.stream {
+        s.shutdown(Shutdown::Write).unwrap();
+    }
+    assert!(short.closed_within(Duration::from_secs(2)));
+    good.ping(302);
+}
+
+#[test]
+fn version_negotiation_failures_close_with_hello_failed() {
+    let h = common::start();
+    // A 1.0-only peer (no bitmap, header version 1).
+    let mut old = Client::unix(&h.sock);
+    old.send_raw(&[1, 0, 0, 8, 0, 0, 0, 5]);
+    assert!(matches!(old.recv(), Some((_, Message::Hello(_)))));
+    match old.recv() {
+        Some((5, Message::Error(e))) => {
+            assert_eq!(e.error(), errors::HELLO_FAILED_INCOMPATIBLE);
+            assert!(String::from_utf8_lossy(&e.data).contains("1.3"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(old.closed_within(Duration::from_secs(2)));
+    // A bitmap without 1.3 (1.0 and 1.5), header version 6.
+    let mut bm = Client::unix(&h.sock);
+    let hello = Message::Hello(Hello {
+        version: 6,
+        bitmap: Some(vec![(1 << 1) | (1 << 6)]),
+    });
+    bm.send(6, &hello);
+    assert!(matches!(bm.recv(), Some((_, Message::Hello(_)))));
+    assert!(
+        matches!(bm.recv(), Some((6, Message::Error(e))) if e.error() == errors::HELLO_FAILED_INCOMPATIBLE)
+    );
+    assert!(bm.closed_within(Duration::from_secs(2)));
+    // Anything before HELLO.
+    let mut rude = Client::unix(&h.sock);
+    rude.send(7, &Message::BarrierRequest);
+    assert!(matches!(rude.recv(), Some((_, Message::Hello(_)))));
+    assert!(
+        matches!(rude.recv(), Some((7, Message::Error(e))) if e.error() == errors::HELLO_FAILED_INCOMPATIBLE)
+    );
+    assert!(rude.closed_within(Duration::from_secs(2)));
+    // A newer peer whose bitmap includes 1.3 negotiates 1.3.
+    let mut new = Client::unix(&h.sock);
+    new.send(
+        8,
+        &Message::Hello(Hello {
+            version: 6,
+            bitmap: Some(vec![(1 << 4) | (1 << 6)]),
+        }),
+    );
+    assert!(matches!(new.recv(), Some((_, Message::Hello(_)))));
+    new.ping(9);
+}
+
+#[test]
+fn slow_peer_is_dropped_and_never_blocks_others() {
+    let cfg = ConnConfig {
+        tx_queue_len: 64,
+        inactivity_probe: None,
+        ..Default::default()
+    };
+    let h = common::start_with(cfg);
+    let mut slow = Client::connected(&h.sock);
+    let mut fast = Client::connected(&h.sock);
+    while h.of.connections().iter().filter(|c| c.ready).count() < 2 {
+        thread::sleep(Duration::from_millis(10));
+    }
+    let got = Arc::new(AtomicUsize::new(0));
+    let got2 = got.clone();
+    let reader = thread::spawn(move || {
+        while let Some((_, m)) = fast.recv() {
+            if matches!(m, Message::PacketIn(_)) && got2.fetch_add(1, Ordering::SeqCst) + 1 == 400 {
+                break;
+            }
+        }
+        fast
+    });
+    let pi = Message::PacketIn(PacketIn {
+        buffer_id: NO_BUFFER,
+        total_len: 8000,
+        reason: 0,
+        table_id: 0,
+        cookie: 0,
+        matches: Match::new(vec![OxmField::InPort(1)]),
+        data: vec![0xab; 8000],
+    });
+    let mut slowest = Duration::ZERO;
+    for i in 0..400 {
+        while got.load(Ordering::SeqCst) + 32 < i {
+            thread::sleep(Duration::from_millis(1));
+        }
+        let t = Instant::now();
+        h.of.broadcast(&pi);
+        slowest = slowest.max(t.elapsed());
+    }
+    assert!(
+        slowest < Duration::from_millis(500),
+        "broadcast blocked for {slowest:?}"
+    );
+    let mut fast = reader.join().unwrap();
+    assert_eq!(got.load(Ordering::SeqCst), 400);
+    assert_eq!(h.of.connections().len(), 1, "the slow peer was dropped");
+    assert!(slow.closed_within(Duration::from_secs(5)));
+    fast.ping(1);
+}
+
+#[test]
+fn echo_keepalive_probes_and_drops_silent_peers() {
+    let cfg = ConnConfig {
+        inactivity_probe: Some(Duration::from_millis(200)),
+        ..Default::default()
+    };
+    let h = common::start_with(cfg);
+    let mut silent = Client::connected(&h.sock);
+    let mut alive = Client::connected(&h.sock);
+    let answering = thread::spawn(move || {
+        let until = Instant::now() + Duration::from_millis(2000);
+        let mut probes = 0;
+        while Instant::now() < until {
+            if let Some((xid, Message::EchoRequest(d))) =
+                alive.recv_within(Duration::from_millis(50))
+            {
+                probes += 1;
+                alive.send(xid, &Message::EchoReply(d));
+            }
+        }
+        alive.ping(5);
+        (probes, alive)
+    });
+    match silent.recv_within(Duration::from_secs(2)) {
+        Some((_, Message::EchoRequest(_))) => {}
+        other => panic!("expected an echo probe, got {other:?}"),
+    }
+    assert!(
+        silent.closed_within(Duration::from_secs(2)),
+        "no echo reply: dropped"
+    );
+    let (probes, _alive) = answering.join().unwrap();
+    assert!(probes >= 2, "probes: {probes}");
+    assert_eq!(h.of.connections().len(), 1);
+}
+
+/// Accepts one switch connection as a controller and completes HELLO.
+fn accept_switch(l: &TcpListener) -> Client {
+    let (s, _) = l.accept().unwrap();
+    let mut c = Client::from(Stream::Tcp(s));
+    c.hello();
+    c
+}
+
+#[test]
+fn connector_reaches_controller_and_reconnects() {
+    let ctl = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = ctl.local_addr().unwrap();
+    let sw = common::TestSwitch::new();
+    let cfg = ConnConfig {
+        backoff_initial: Duration::from_millis(100),
+        backoff_max: Duration::from_millis(400),
+        ..Default::default()
+    };
+    let of = OfSwitch::new(sw, cfg);
+    let conn = of.connect(&format!("tcp:{addr}")).unwrap();
+    let mut c = accept_switch(&ctl);
+    c.send(3, &Message::FeaturesRequest);
+    assert!(matches!(c.recv(), Some((3, Message::FeaturesReply(f))) if f.datapath_id == 0xab));
+    // An async push reaches the controller.
+    let ps = Message::PortStatus(PortStatus {
+        reason: 0,
+        desc: common::ports()[0].clone(),
+    });
+    while of.broadcast(&ps) == 0 {
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert!(matches!(c.recv(), Some((0, Message::PortStatus(_)))));
+    drop(c);
+    let t = Instant::now();
+    let mut c = accept_switch(&ctl);
+    assert!(t.elapsed() < Duration::from_secs(3));
+    c.ping(4);
+    drop(conn);
+    assert!(
+        c.closed_within(Duration::from_secs(2)),
+        "dropping the connector closes it"
+    );
+}
+
+#[test]
+fn connector_backs_off_exponentially_to_the_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let sw = common::TestSwitch::new();
+    let cfg = ConnConfig {
+        backoff_initial: Duration::from_millis(100),
+        backoff_max: Duration::from_millis(400),
+        ..Default::default()
+    };
+    let of = OfSwitch::new(sw, cfg);
+    let conn = of
+        .connect(&format!("unix:{}", dir.path().join("none.sock").display()))
+        .unwrap();
+    // Attempts at 0, 0.1, 0.3, 0.7, 1.1, 1.5, 1.9, 2.3 s: eight within 2.5 s (25 without
+    // backoff, 5 if the delay kept doubling past the cap); slack for a loaded machine.
+    thread::sleep(Duration::from_millis(2500));
+    let n = conn.attempts();
+    assert!((7..=9).contains(&n), "attempts: {n}");
+}
+
+#[test]
+fn default_backoff_is_one_to_eight_seconds() {
+    let c = ConnConfig::default();
+    assert_eq!(
+        (c.backoff_initial, c.backoff_max),
+        (Duration::from_secs(1), Duration::from_secs(8))
+    );
+}
+
+#[test]
+fn roles_master_slave_and_async_filtering() {
+    let h = common::start();
+    let mut a = Client::connected(&h.sock);
+    let mut b = Client::connected(&h.sock);
+    let role = |r, g| {
+        Message::RoleRequest(RoleMsg {
+            role: r,
+            generation_id: g,
+        })
+    };
+    a.send(1, &role(Role::Master, 1));
+    assert!(matches!(a.recv(), Some((1, Message::RoleReply(r))) if r.role == Role::Master));
+    b.send(2, &role(Role::Master, 2));
+    assert!(
+        matches!(b.recv(), Some((2, Message::RoleReply(r))) if r.role == Role::Master && r.generation_id == 2)
+    );
+    a.send(3, &role(Role::NoChange, 0));
+    assert!(matches!(a.recv(), Some((3, Message::RoleReply(r))) if r.role == Role::Slave));
+    // Stale generation id.
+    let raw = role(Role::Master, 1).encode(4).unwrap();
+    assert_error(
+        &a.expect_error(&raw, 4),
+        errors::ROLE_REQUEST_FAILED_STALE,
+        &raw,
+    );
+    // A slave may not modify state.
+    let raw = flow_mod_raw(5, vec![]);
+    assert_error(&a.expect_error(&raw, 5), errors::BAD_REQUEST_IS_SLAVE, &raw);
+    // Slaves get PORT_STATUS but not PACKET_IN.
+    let pi = Message::PacketIn(PacketIn {
+        buffer_id: NO_BUFFER,
+        total_len: 1,
+        reason: 0,
+        table_id: 0,
+        cookie: 0,
+        matches: Match::default(),
+        data: vec![1],
+    });
+    assert_eq!(h.of.broadcast(&pi), 1);
+    let ps = Message::PortStatus(PortStatus {
+        reason: 2,
+        desc: common::ports()[1].clone(),
+    });
+    assert_eq!(h.of.broadcast(&ps), 2);
+    assert!(matches!(b.recv(), Some((0, Message::PacketIn(_)))));
+    assert!(matches!(b.recv(), Some((0, Message::PortStatus(_)))));
+    assert!(matches!(a.recv(), Some((0, Message::PortStatus(_)))));
+    // Equal again: state changes allowed.
+    a.send(6, &role(Role::Equal, 0));
+    assert!(matches!(a.recv(), Some((6, Message::RoleReply(r))) if r.role == Role::Equal));
+    a.send_raw(&flow_mod_raw(7, vec![]));
+    a.send(8, &Message::BarrierRequest);
+    assert!(matches!(a.recv(), Some((8, Message::BarrierReply))));
+    assert_eq!(h.sw.flow_mods().len(), 1);
+}
+
+#[test]
+fn ptcp_serves_many_connections_at_once() {
+    let sw = common::TestSwitch::new();
+    let of = OfSwitch::new(sw, ConnConfig::default());
+    let l = of.listen("ptcp:0:127.0.0.1").unwrap();
+    let addr = l.local_addr().unwrap();
+    let workers: Vec<_> = (0..16)
+        .map(|i| {
+            thread::spawn(move || {
+                let mut c = Client::tcp(addr);
+                c.hello();
+                c.send(i, &Message::FeaturesRequest);
+                assert!(matches!(c.recv(), Some((x, Message::FeaturesReply(_))) if x == i));
+                let req = Message::MultipartRequest(MultipartRequest::new(
+                    MultipartRequestBody::PortDesc,
+                ));
+                c.send(i + 100, &req);
+                match c.recv() {
+                    Some((x, Message::MultipartReply(r))) => {
+                        assert_eq!(x, i + 100);
+                        assert!(matches!(r.body, MultipartReplyBody::PortDesc(p) if p.len() == 2));
+                    }
+                    other => panic!("{other:?}"),
+                }
+                c
+            })
+        })
+        .collect();
+    let clients: Vec<Client> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    assert_eq!(of.connections().len(), 16);
+    drop(clients);
+    let t = Instant::now();
+    while !of.connections().is_empty() && t.elapsed() < Duration::from_secs(3) {
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert!(of.connections().is_empty());
+}
+
+#[test]
+fn unix_listener_replaces_stale_sockets_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let of = OfSwitch::new(common::TestSwitch::new(), ConnConfig::default());
+    let path = dir.path().join("br0.mgmt");
+    let target = format!("unix:{}", path.display());
+    let l = of.listen(&target).unwrap();
+    assert!(of.listen(&target).is_err(), "a live socket is not stolen");
+    drop(l);
+    assert!(!path.exists(), "dropping the listener removes its socket");
+    // A stale socket file (bound, never listened on) is replaced.
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    let l = of.listen(&target).unwrap();
+    Client::connected(&path).ping(1);
+    drop(l);
+    let file = dir.path().join("plain");
+    std::fs::write(&file, b"x").unwrap();
+    assert!(of.listen(&format!("unix:{}", file.display())).is_err());
+    assert!(file.exists(), "a regular file is never removed");
+}
