@@ -174,7 +174,7 @@ impl Ovs {
                 "other_config:dpdk-extra=--no-pci --file-prefix=vbovs",
             ],
         )?;
-        run(command("taskset")
+        run(Command::new("taskset")
             .env("OVS_RUNDIR", dir)
             .env("OVS_LOGDIR", dir)
             .env("OVS_DBDIR", dir)
@@ -337,7 +337,7 @@ impl Contender for Vireo {
         Ok(())
     }
     fn start(&mut self, dir: &Path, sc: &Scenario) -> Result<Ports, String> {
-        let mut cmd = command("taskset");
+        let mut cmd = Command::new("taskset");
         cmd.args(["-c", &self.core.to_string()])
             .arg(self.bin_dir.join("vireod"))
             .arg("--run-dir")

@@ -3,11 +3,12 @@
 //!
 //! Threads: vireo-bench's main thread.
 use crate::contender::{Contender, Ports};
-use crate::gen::GenReport;
+use crate::gen::{GenReport, SAT_ACK, SAT_DONE, SAT_GO, SAT_READY};
+use crate::parse::PmdCycles;
 use crate::proc::{command, CpuShare, Proc};
 use crate::scenario::Scenario;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How vireo-gen is asked to measure.
 #[derive(Clone, Debug)]
@@ -50,6 +51,7 @@ pub fn args(ports: &Ports, sc: &Scenario, plan: &GenPlan, json: &Path) -> Vec<St
         format!("--max-trials={}", plan.max_trials),
         format!("--core={}", plan.core),
         format!("--json={}", json.display()),
+        format!("--sync-dir={}", json.parent().unwrap_or(Path::new(".")).display()),
     ];
     if ports.gen_server {
         a.push("--server".into());
@@ -62,40 +64,129 @@ pub fn args(ports: &Ports, sc: &Scenario, plan: &GenPlan, json: &Path) -> Vec<St
     a
 }
 
-/// Runs vireo-gen and returns its report and the CPU shares (switch, generator) over the
-/// measurement; the switch's statistics are cleared once vireo-gen is connected and warm
-/// (approximately: after the warm-up time).
+/// What one vireo-gen run gave.
+pub struct GenRun {
+    /// Its report.
+    pub report: GenReport,
+    /// The switch's PMD figures over the saturation trial.
+    pub pmd: Option<PmdCycles>,
+    /// Share of a core the switch got over the saturation trial.
+    pub switch_cpu: Option<f64>,
+    /// Share of a core vireo-gen got over it.
+    pub gen_cpu: Option<f64>,
+}
+
+fn wait_for_file(p: &mut Proc, f: &Path, until: Instant) -> bool {
+    while p.running() && Instant::now() < until {
+        if f.exists() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    f.exists()
+}
+
+/// Runs vireo-gen and returns its report, with the switch's PMD statistics and both CPU
+/// shares taken over the saturation trial (cleared when vireo-gen says it starts, read when
+/// it says it ended: a few ms late at either end).
 pub fn run(
     ports: &Ports,
     sc: &Scenario,
     plan: &GenPlan,
     dir: &Path,
     sw: &mut dyn Contender,
-) -> Result<(GenReport, Option<f64>, Option<f64>), String> {
+) -> Result<GenRun, String> {
     let json = dir.join("vireo-gen.json");
     let _ = std::fs::remove_file(&json);
     let a = args(ports, sc, plan, &json);
-    let mut p = Proc::spawn(
-        "vireo-gen",
-        command(vireo_gen_path()).args(&a),
-        &dir.join("vireo-gen.log"),
-    )?;
-    std::thread::sleep(Duration::from_secs_f64(plan.warmup_secs + 1.0));
-    sw.clear_stats();
-    let sw_share = sw.pid().and_then(CpuShare::start);
-    let gen_share = CpuShare::start(p.pid());
-    let trials = 1 + plan.loss_ppm.len() * plan.max_trials.max(1);
+    let log = dir.join("vireo-gen.log");
+    let mut p = Proc::spawn("vireo-gen", command(vireo_gen_path()).args(&a), &log)?;
+    let trials = 1 + plan.loss_ppm.len() * plan.max_trials.max(1) * 3;
     let limit = 60.0 + plan.warmup_secs + trials as f64 * (plan.trial_secs + 0.6);
-    let mut gen_cpu = None;
-    let end = std::time::Instant::now() + Duration::from_secs_f64(limit);
-    while p.running() && std::time::Instant::now() < end {
-        // Sample just before it exits (trials, then a drain of at most 0.5 s).
-        gen_cpu = gen_share.as_ref().and_then(CpuShare::end).or(gen_cpu);
-        std::thread::sleep(Duration::from_millis(50));
+    let end = Instant::now() + Duration::from_secs_f64(limit);
+    let (mut pmd, mut switch_cpu, mut gen_cpu) = (None, None, None);
+    if wait_for_file(&mut p, &dir.join(SAT_READY), end) {
+        sw.clear_stats();
+        let sw_share = sw.pid().and_then(CpuShare::start);
+        let gen_share = CpuShare::start(p.pid());
+        let _ = std::fs::write(dir.join(SAT_GO), b"");
+        if wait_for_file(&mut p, &dir.join(SAT_DONE), end) {
+            switch_cpu = sw_share.and_then(|s| s.end());
+            gen_cpu = gen_share.and_then(|s| s.end());
+            pmd = sw.pmd_cycles();
+            let _ = std::fs::write(dir.join(SAT_ACK), b"");
+        }
     }
-    let switch_cpu = sw_share.and_then(|s| s.end());
-    p.wait(Duration::from_secs(1))?;
+    p.wait(end.saturating_duration_since(Instant::now()))?;
     let s = std::fs::read_to_string(&json).map_err(|e| format!("vireo-gen report: {e}"))?;
-    let r = serde_json::from_str(&s).map_err(|e| format!("vireo-gen report: {e}"))?;
-    Ok((r, switch_cpu, gen_cpu))
+    let report = serde_json::from_str(&s).map_err(|e| format!("vireo-gen report: {e}"))?;
+    Ok(GenRun {
+        report,
+        pmd,
+        switch_cpu,
+        gen_cpu,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_follow_scenario_and_ports() {
+        let ports = Ports {
+            socks: [PathBuf::from("/r/vu0.sock"), PathBuf::from("/r/vu1.sock")],
+            gen_server: true,
+        };
+        let plan = GenPlan {
+            trial_secs: 2.0,
+            loss_ppm: vec![0.0, 20.0],
+            max_trials: 6,
+            warmup_secs: 1.0,
+            core: 1,
+        };
+        let sc = Scenario::parse("flows1m:256:2q").unwrap();
+        let a = args(&ports, &sc, &plan, Path::new("/d/vireo-gen.json")).join(" ");
+        for want in [
+            "--port0 /r/vu0.sock",
+            "--queues=2",
+            "--size=256",
+            "--flows=1000000",
+            "--server",
+            "--search",
+            "--loss-ppm=0,20",
+            "--sync-dir=/d",
+            "--core=1",
+        ] {
+            assert!(a.contains(want), "{want} missing in {a}");
+        }
+        let client = Ports {
+            gen_server: false,
+            ..ports
+        };
+        let plan = GenPlan {
+            loss_ppm: vec![],
+            ..plan
+        };
+        let a = args(&client, &Scenario::p2p(64), &plan, Path::new("/d/g.json")).join(" ");
+        assert!(!a.contains("--server") && !a.contains("--search"), "{a}");
+    }
+
+    #[test]
+    fn saturation_handshake_files() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().to_path_buf();
+        let t = std::thread::spawn(move || {
+            crate::gen::handshake(&dir, SAT_READY, SAT_GO);
+            std::fs::metadata(dir.join(SAT_GO)).is_ok()
+        });
+        let ready = d.path().join(SAT_READY);
+        let end = Instant::now() + Duration::from_secs(5);
+        while !ready.exists() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(ready.exists());
+        std::fs::write(d.path().join(SAT_GO), b"").unwrap();
+        assert!(t.join().unwrap(), "handshake returned before go");
+    }
 }

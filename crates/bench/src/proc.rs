@@ -19,6 +19,11 @@ pub fn set_realtime(on: bool) {
     REALTIME.store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// Whether [`set_realtime`] is on.
+pub fn realtime() -> bool {
+    REALTIME.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// A command for a switch or generator process, under `chrt -r 1` when realtime is set.
 pub fn command(bin: impl AsRef<std::ffi::OsStr>) -> Command {
     if REALTIME.load(std::sync::atomic::Ordering::Relaxed) {
@@ -226,6 +231,40 @@ impl CpuShare {
         let used = cpu_seconds(self.pid)? - self.cpu0;
         Some(used / self.t0.elapsed().as_secs_f64().max(1e-6))
     }
+}
+
+/// Gives SCHED_RR priority 1 to every thread of `pid` that busy-polls (used at least half a
+/// core over 300 ms): the PMD threads, not the control threads that share their core.
+/// Returns the thread ids changed.
+pub fn realtime_pollers(pid: u32) -> Vec<u32> {
+    let tids = |pid: u32| -> Vec<u32> {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|rd| {
+                rd.flatten()
+                    .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let cpu = |tid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"))
+            .ok()
+            .and_then(|s| parse_cpu_seconds(&s, 100.0))
+    };
+    let before: Vec<(u32, f64)> = tids(pid)
+        .into_iter()
+        .filter_map(|t| Some((t, cpu(t)?)))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut changed = Vec::new();
+    for (tid, c0) in before {
+        if cpu(tid).is_some_and(|c1| c1 - c0 >= 0.15)
+            && run(Command::new("chrt").args(["-r", "-p", "1", &tid.to_string()])).is_ok()
+        {
+            changed.push(tid);
+        }
+    }
+    changed
 }
 
 fn cpu_times(stat: &str, core: usize) -> Option<(u64, u64)> {

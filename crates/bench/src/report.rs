@@ -116,6 +116,12 @@ pub fn metrics(r: &Record) -> Vec<(&'static str, f64)> {
         };
         v.push((name, s.rate_pps / 1e6));
     }
+    if let Some(x) = r.switch_cpu {
+        v.push(("switch_cpu", x));
+    }
+    if let Some(x) = r.gen_cpu {
+        v.push(("gen_cpu", x));
+    }
     if let Some(l) = r.latency.as_ref().filter(|l| l.count > 0) {
         v.push(("latency_avg_us", l.avg_ns / 1e3));
         v.push(("latency_p99_us", l.p99_ns as f64 / 1e3));
@@ -190,14 +196,14 @@ impl Results {
             }
         }
         let mut t = String::from(
-            "| scenario | switch | generator | Mpps | Gbit/s | cycles/pkt | 0-loss Mpps | ≤1 ppm | ≤5 ppm | ≤20 ppm | lat avg µs | lat p99 µs |\n\
-             |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+            "| scenario | switch | generator | Mpps | Gbit/s | cycles/pkt | 0-loss Mpps | ≤1 ppm | ≤5 ppm | ≤20 ppm | lat avg µs | lat p99 µs | CPU sw/gen |\n\
+             |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         for (s, c, g) in &keys {
             let f = |m: &str, p: usize| self.cell(c, s, g, m, p);
             let _ = writeln!(
                 t,
-                "| {s} | {c} | {g} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {s} | {c} | {g} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}/{} |",
                 f("mpps", 2),
                 f("gbps", 2),
                 f("cycles_per_packet", 0),
@@ -206,7 +212,9 @@ impl Results {
                 f("rfc2544_5ppm_mpps", 2),
                 f("rfc2544_20ppm_mpps", 2),
                 f("latency_avg_us", 1),
-                f("latency_p99_us", 1)
+                f("latency_p99_us", 1),
+                self.cell(c, s, g, "switch_cpu", 2).split(' ').next().unwrap_or("–"),
+                self.cell(c, s, g, "gen_cpu", 2).split(' ').next().unwrap_or("–")
             );
         }
         let errors: Vec<String> = self
@@ -238,11 +246,18 @@ impl Results {
     pub fn benchmarks_section(&self) -> String {
         let m = &self.meta;
         format!(
-            "Run {} on {}.\n\nCommand: `{}`\n\nPinning: switch PMD on core {}, generator on core {}; {} round(s), \
+            "Run {} on {}; {}.\n\nCommand: `{}`\n\nPinning: switch PMD on core {}, generator on core {}; {} round(s), \
              {} s trials; median ±half the spread (max−min) over rounds.\n\n{}\n\
+             CPU sw/gen: share of a core the switch and the generator got while measuring \
+             (below ~0.9: preempted, the row measures the host).\n\n\
              Plots: `throughput-vs-size.png`, `throughput-vs-flows.png`, `latency.png` in the output directory.\n",
             m.date,
             m.machine,
+            m.versions
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", "),
             m.command,
             m.cores.0,
             m.cores.1,

@@ -30,6 +30,12 @@ pub struct Trial {
     /// Longest such stall, microseconds.
     #[serde(default)]
     pub gen_max_stall_us: f64,
+    /// Packets received per sending port (0, 1).
+    #[serde(default)]
+    pub per_src: [u64; 2],
+    /// Times this trial was repeated because the generator stalled.
+    #[serde(default)]
+    pub retries: u32,
     /// Latency of the received packets.
     pub latency: LatencySummary,
 }

@@ -141,7 +141,9 @@ impl Datapath {
                 ctl.pmds.push(h);
             }
             ctl.pmds.sort_by_key(|h| h.shared.core);
-            inner.bump_and_wait(&ctl.pmds)?;
+            // A starting PMD allocates its caches and pool first: allow it more time.
+            let start = inner.tuning.ack_timeout.max(Duration::from_secs(10));
+            inner.bump_and_wait_for(&ctl.pmds, start)?;
         }
         let weak = Arc::downgrade(&inner);
         let hk = std::thread::Builder::new()
@@ -337,6 +339,50 @@ impl Datapath {
         out
     }
 
+    /// Runs `actions` on one frame from the control thread (OpenFlow PACKET_OUT). `in_port` is
+    /// the datapath port the frame counts as arriving on (for `Userspace` and the flow key).
+    /// Outputs use tx queue 0 of each port; ports serialize tx per queue, so this is safe next
+    /// to the PMDs. Output to an unknown port fails before anything is sent.
+    pub fn execute(
+        &self,
+        in_port: Option<u32>,
+        actions: &[crate::Action],
+        frame: &[u8],
+    ) -> Result<(), DpError> {
+        use crate::Action;
+        let ports: Vec<(u32, Arc<dyn Port>)> = {
+            let ctl = self.inner.lock();
+            let mut out = Vec::new();
+            for a in actions {
+                if let Action::Output(p) = a {
+                    let e = ctl.ports.get(p).ok_or(DpError::NoSuchPort(*p))?;
+                    out.push((*p, e.port.clone()));
+                }
+            }
+            out
+        };
+        let in_no = in_port.unwrap_or(0);
+        let key = wire::extract(frame, in_no);
+        let mut pkt = packet::Packet::from_slice(frame);
+        pkt.meta.in_port = in_no;
+        for a in actions {
+            match a {
+                Action::Output(p) => {
+                    let Some((_, port)) = ports.iter().find(|(n, _)| n == p) else {
+                        continue;
+                    };
+                    let mut b = packet::Batch::new();
+                    let _ = b.push(packet::Packet::from_slice(pkt.data()));
+                    port.tx_burst(0, &mut b);
+                }
+                Action::Userspace(cookie) => self.inner.upcall.userspace(*cookie, &key, &pkt),
+                other => crate::execute::modify(&mut pkt, other),
+            }
+        }
+        Ok(())
+    }
+
+
     /// `dump-megaflows`: every PMD's megaflows with their counters.
     pub fn megaflows(&self) -> Vec<MegaflowInfo> {
         let ctl = self.inner.lock();
@@ -455,6 +501,10 @@ impl Inner {
 
     /// Bumps the generation and waits until every live PMD in `pmds` acknowledged it.
     fn bump_and_wait(&self, pmds: &[PmdHandle]) -> Result<(), DpError> {
+        self.bump_and_wait_for(pmds, self.tuning.ack_timeout)
+    }
+
+    fn bump_and_wait_for(&self, pmds: &[PmdHandle], timeout: Duration) -> Result<(), DpError> {
         let g = self.sync.gen.fetch_add(1, SeqCst) + 1;
         let start = Instant::now();
         let mut spins = 0u32;
@@ -467,7 +517,7 @@ impl Inner {
             if late.is_empty() {
                 return Ok(());
             }
-            if start.elapsed() > self.tuning.ack_timeout {
+            if start.elapsed() > timeout {
                 return Err(DpError::PmdStuck {
                     cores: late,
                     waited_ms: start.elapsed().as_millis() as u64,

@@ -162,33 +162,42 @@ pub fn execute(
                 c.meta = pkt.meta;
                 cx.tx.send(*p, c, cx.pool, cx.tally);
             }
-            Action::PushVlan(tci) => push_vlan(pkt, *tci),
-            Action::PopVlan => pop_vlan(pkt),
-            Action::SetEthSrc(m) => {
-                rewrite::set_eth_src(pkt.data_mut(), *m);
-            }
-            Action::SetEthDst(m) => {
-                rewrite::set_eth_dst(pkt.data_mut(), *m);
-            }
-            Action::SetIpv4Src(v) => {
-                rewrite::set_ipv4_src(pkt.data_mut(), *v);
-            }
-            Action::SetIpv4Dst(v) => {
-                rewrite::set_ipv4_dst(pkt.data_mut(), *v);
-            }
-            Action::SetIpDscp(v) => {
-                rewrite::set_ip_dscp(pkt.data_mut(), *v);
-            }
-            Action::SetTpSrc(v) => {
-                rewrite::set_tp_src(pkt.data_mut(), *v);
-            }
-            Action::SetTpDst(v) => {
-                rewrite::set_tp_dst(pkt.data_mut(), *v);
-            }
             Action::Userspace(cookie) => cx.upcall.userspace(*cookie, key, pkt),
+            other => modify(pkt, other),
         }
     }
     NO_PORT
+}
+
+/// Applies one packet-modifying action (not `Output` or `Userspace`, which need a context).
+#[inline(always)]
+pub fn modify(pkt: &mut Packet, a: &Action) {
+    match a {
+        Action::PushVlan(tci) => push_vlan(pkt, *tci),
+        Action::PopVlan => pop_vlan(pkt),
+        Action::SetEthSrc(m) => {
+            rewrite::set_eth_src(pkt.data_mut(), *m);
+        }
+        Action::SetEthDst(m) => {
+            rewrite::set_eth_dst(pkt.data_mut(), *m);
+        }
+        Action::SetIpv4Src(v) => {
+            rewrite::set_ipv4_src(pkt.data_mut(), *v);
+        }
+        Action::SetIpv4Dst(v) => {
+            rewrite::set_ipv4_dst(pkt.data_mut(), *v);
+        }
+        Action::SetIpDscp(v) => {
+            rewrite::set_ip_dscp(pkt.data_mut(), *v);
+        }
+        Action::SetTpSrc(v) => {
+            rewrite::set_tp_src(pkt.data_mut(), *v);
+        }
+        Action::SetTpDst(v) => {
+            rewrite::set_tp_dst(pkt.data_mut(), *v);
+        }
+        Action::Output(_) | Action::Userspace(_) => {}
+    }
 }
 
 /// Sends `pkt` to `port` (from [`execute`]'s answer), or recycles it for [`NO_PORT`].

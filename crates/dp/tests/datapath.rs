@@ -459,7 +459,7 @@ fn a_dead_pmd_is_restarted_and_traffic_resumes() {
 struct Stuck;
 impl dp::Upcall for Stuck {
     fn upcall(&self, _: &wire::FlowKey, _: &packet::Packet) -> dp::UpcallResult {
-        std::thread::sleep(Duration::from_millis(1500));
+        std::thread::sleep(Duration::from_millis(3000));
         dp::UpcallResult {
             actions: Arc::from(vec![]),
             mask: wire::FlowKey::ZERO,
@@ -471,7 +471,7 @@ impl dp::Upcall for Stuck {
 #[test]
 fn a_stuck_pmd_gives_a_clear_error_not_a_hang() {
     let t = DpTuning {
-        ack_timeout: Duration::from_millis(200),
+        ack_timeout: Duration::from_millis(1000),
         ..tuning()
     };
     let dp = Datapath::with_tuning(config(&[0]), t, Arc::new(Stuck)).unwrap();
@@ -485,6 +485,36 @@ fn a_stuck_pmd_gives_a_clear_error_not_a_hang() {
     // Once the upcall returns, the PMD answers again (retry: the machine may be loaded).
     let t0 = std::time::Instant::now();
     while dp.try_revalidate().is_err() {
-        assert!(t0.elapsed() < Duration::from_secs(20), "PMD never came back");
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "PMD never came back"
+        );
     }
+}
+
+#[test]
+fn execute_runs_packet_out_actions_from_the_control_thread() {
+    let pipe = TestPipeline::new(vec![]);
+    let dp = start(config(&[0]), pipe.clone());
+    let (p1, p2) = two_ports(&dp);
+    let frame = udp_frame(0x0a00_0002, 53);
+    let actions = [
+        Action::Output(1),
+        Action::SetTpDst(5353),
+        Action::PushVlan(0x1000 | 7),
+        Action::Output(2),
+    ];
+    dp.execute(Some(1), &actions, &frame).unwrap();
+    let a = p1.take_captured();
+    let b = p2.take_captured();
+    assert_eq!(a, vec![frame.clone()], "first output sees the frame unmodified");
+    assert_eq!(b.len(), 1);
+    let k = wire::extract(&b[0], 2);
+    assert_eq!(k.get(Field::TpDst), 5353);
+    assert_eq!(k.get(Field::VlanTci), 0x1000 | 7);
+    assert!(checksums_ok(&b[0]));
+    // An unknown output port fails before anything is sent.
+    let err = dp.execute(None, &[Action::Output(1), Action::Output(9)], &frame);
+    assert!(matches!(err, Err(dp::DpError::NoSuchPort(9))));
+    assert!(p1.take_captured().is_empty());
 }

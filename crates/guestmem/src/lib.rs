@@ -277,6 +277,29 @@ impl GuestMemory {
         })
     }
 
+    /// NUMA node of the memory behind the first region (where the guest's RAM starts), if the
+    /// kernel can tell.
+    pub fn numa_node(&self) -> Option<usize> {
+        let r = self.regions.first()?;
+        let mut node: libc::c_int = -1;
+        const MPOL_F_NODE: libc::c_ulong = 1;
+        const MPOL_F_ADDR: libc::c_ulong = 2;
+        // SAFETY: get_mempolicy(2) writes one int to `node` (a live local) and reads nothing
+        // through the null nodemask (maxnode 0); `host` is an address inside our own mapping,
+        // which the kernel only looks up.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_get_mempolicy,
+                &mut node as *mut libc::c_int,
+                std::ptr::null_mut::<libc::c_ulong>(),
+                0 as libc::c_ulong,
+                r.host.as_ptr(),
+                MPOL_F_NODE | MPOL_F_ADDR,
+            )
+        };
+        (rc == 0 && node >= 0).then_some(node as usize)
+    }
+
     /// The regions, as given.
     pub fn regions(&self) -> impl Iterator<Item = RegionSpec> + '_ {
         self.regions.iter().map(|r| r.spec)

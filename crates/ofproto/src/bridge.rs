@@ -11,7 +11,8 @@
 use crate::mac::MacTable;
 use crate::tables::FlowTables;
 use crate::types::{OfPort, VLAN_PRESENT, VLAN_VID_MASK};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, RwLock};
 
 /// One port of a bridge.
@@ -131,6 +132,10 @@ pub struct BridgeShared {
     pub(crate) tables: RwLock<FlowTables>,
     /// MAC learning table.
     pub(crate) macs: Mutex<MacTable>,
+    /// OpenFlow ports whose link is down (fast-failover / select liveness).
+    pub(crate) down: Mutex<HashSet<OfPort>>,
+    /// Standalone fail mode with no controller: translate as NORMAL, ignoring the tables.
+    pub(crate) fail_open: AtomicBool,
 }
 
 /// A bridge as published in the topology.

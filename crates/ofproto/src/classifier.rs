@@ -160,6 +160,12 @@ impl Rule {
             .any(|a| matches!(a, OfAction::Output { port: p, .. } if *p == port))
     }
 
+    /// True if an apply or write action sends to group `group` (OpenFlow `out_group` filter).
+    pub fn uses_group(&self, group: u32) -> bool {
+        self.all_actions()
+            .any(|a| matches!(a, OfAction::Group(g) if *g == group))
+    }
+
     /// The first CONTROLLER output's max_len, if any.
     pub fn controller_max_len(&self) -> Option<u16> {
         self.all_actions().find_map(|a| match a {

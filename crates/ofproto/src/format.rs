@@ -318,6 +318,7 @@ pub fn format_action(a: &OfAction) -> String {
         OfAction::Output { port, .. } => format_port(port),
         OfAction::PushVlan(t) => format!("push_vlan:{t:#06x}"),
         OfAction::PopVlan => "pop_vlan".into(),
+        OfAction::Group(g) => format!("group:{g}"),
         OfAction::SetField(sf) => match sf {
             SetField::EthSrc(m) => format!("mod_dl_src:{}", fmt_mac(FlowKey::mac_to_u64(m))),
             SetField::EthDst(m) => format!("mod_dl_dst:{}", fmt_mac(FlowKey::mac_to_u64(m))),

@@ -1,22 +1,25 @@
 //! The OpenFlow 1.3 pipeline of Vireo's bridges.
 //!
 //! Owns: bridges and ports ([`bridge`]), flow tables with tuple-space lookup ([`classifier`],
-//! [`tables`]), MAC learning ([`mac`]), translation of a datapath miss into a megaflow
+//! [`tables`]), groups ([`group`]), MAC learning ([`mac`]), translation of a datapath miss into a megaflow
 //! ([`xlate`], [`normal`]), the [`Pipeline`] that implements [`dp::Upcall`], and the
-//! `ovs-ofctl` flow syntax ([`parse`], [`format`]). Independent of the OpenFlow wire codec: the
+//! `ovs-ofctl` flow syntax ([`parse`], [`format`]), and the structured API an OpenFlow
+//! endpoint uses (group-mods, port liveness, fail-open, flow stats filters, PACKET_OUT). Independent of the OpenFlow wire codec: the
 //! `openflow` crate maps decoded FLOW_MODs onto [`FlowMod`].
 //!
 //! Threads: PMD threads call [`Pipeline`]'s `Upcall` methods; the control thread calls the rest.
-//! Lock order (see [`pipeline`]): control mutex → bridge tables (RwLock) → bridge MAC table
-//! (Mutex) → packet-in queue.
+//! Lock order (see [`pipeline`]): control mutex → bridge tables (RwLock, groups included) →
+//! bridge MAC table or port-liveness set (Mutexes, never both) → packet-in queue.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod bridge;
 pub mod classifier;
 pub mod format;
+pub mod group;
 pub mod mac;
 pub mod normal;
+mod ofapi;
 mod ofctl;
 pub mod parse;
 pub mod pipeline;
@@ -26,6 +29,8 @@ pub mod xlate;
 
 pub use bridge::PortConfig;
 pub use format::FlowStats;
+pub use group::{Bucket, GroupCommand, GroupDesc, GroupMod, GroupStats, GroupType};
+pub use ofapi::PacketOutPlan;
 pub use parse::ParseError;
 pub use pipeline::{PacketIn, Pipeline, PipelineConfig, PortSpec, Translation};
 pub use types::{

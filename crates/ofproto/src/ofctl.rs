@@ -6,10 +6,9 @@
 
 use crate::format::FlowStats;
 use crate::parse::parse_flow;
-use crate::pipeline::{read, Pipeline};
-use crate::types::{FlowMod, FlowModCommand, OfPort, RemovedFlow, TABLE_ALL};
+use crate::pipeline::Pipeline;
+use crate::types::{FlowMod, FlowModCommand, OfPort, RemovedFlow};
 use crate::{Error, ParseError};
-use std::time::Instant;
 
 impl Pipeline {
     fn parse_on(&self, bridge: &str, text: &str, cmd: FlowModCommand) -> Result<FlowMod, Error> {
@@ -76,27 +75,7 @@ impl Pipeline {
     /// `dump-flows BR [MATCH]`: rules ordered by table, then priority (highest first).
     pub fn dump_flows(&self, bridge: &str, filter: Option<&str>) -> Result<Vec<FlowStats>, Error> {
         let fm = self.parse_on(bridge, filter.unwrap_or(""), FlowModCommand::Delete)?;
-        let br = self.bridge(bridge)?;
-        let now = Instant::now();
-        let mut out: Vec<FlowStats> = {
-            let tables = read(&br.shared.tables);
-            tables
-                .iter()
-                .filter(|r| fm.table_id == TABLE_ALL || r.table_id == fm.table_id)
-                .filter(|r| (r.cookie ^ fm.cookie) & fm.cookie_mask == 0)
-                .filter(|r| fm.out_port == crate::ofpp::ANY || r.outputs_to(fm.out_port))
-                .filter(|r| fm.match_.covers(&r.match_))
-                .map(|r| FlowStats::of_rule(r, now))
-                .collect()
-        };
-        out.sort_by(|a, b| {
-            (a.table_id, std::cmp::Reverse(a.priority))
-                .cmp(&(b.table_id, std::cmp::Reverse(b.priority)))
-                .then_with(|| {
-                    (a.match_.mask.w, a.match_.key.w).cmp(&(b.match_.mask.w, b.match_.key.w))
-                })
-        });
-        Ok(out)
+        self.flow_stats(bridge, &fm)
     }
 
     /// `dump-flows` as text lines, port names resolved.

@@ -561,6 +561,7 @@ fn parse_action(
         }
         "output" => Ok(Some(OfAction::output(parse_port(tok, arg, ports)?))),
         "strip_vlan" | "pop_vlan" => Ok(Some(OfAction::PopVlan)),
+        "group" => Ok(Some(OfAction::Group(parse_num(tok, arg)?))),
         "push_vlan" => Ok(Some(OfAction::PushVlan(parse_num(tok, arg)?))),
         "mod_vlan_vid" => sf(SetField::VlanVid(parse_num::<u16>(tok, arg)? & 0xfff)),
         "mod_vlan_pcp" => sf(SetField::VlanPcp(parse_num(tok, arg)?)),

@@ -7,7 +7,8 @@
 //! (parsing and validation happen before), so an upcall waits at most that long.
 //!
 //! Threads: `upcall`/`userspace` on PMD threads; everything else on the control thread.
-//! Lock order: `ctl` → bridge `tables` (RwLock) → bridge `macs` (Mutex) → `packet_ins`.
+//! Lock order: `ctl` → bridge `tables` (RwLock) → bridge `macs` or `down` (Mutexes, never
+//! both) → `packet_ins`.
 //! Every change that could alter a translation bumps [`Pipeline::generation`] (after the change
 //! is visible), so the daemon knows to call `dp.revalidate()`.
 
@@ -82,8 +83,10 @@ pub struct PacketIn {
     pub max_len: u16,
     /// OpenFlow ingress port.
     pub in_port: OfPort,
-    /// The frame as modified by the actions before the CONTROLLER output.
+    /// The frame as modified by the actions before the CONTROLLER output, cut to `max_len`.
     pub data: Vec<u8>,
+    /// The whole frame (for packet-in buffers when `data` is cut).
+    pub frame: Vec<u8>,
 }
 
 /// The result of translating a packet (the [`UpcallResult`] plus what the caller may want).
@@ -180,6 +183,10 @@ impl Pipeline {
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
+    pub(crate) fn bump_generation(&self) {
+        self.bump();
+    }
+
     /// The current topology snapshot.
     pub(crate) fn topology(&self) -> Arc<Topology> {
         self.topo.load_full()
@@ -224,6 +231,8 @@ impl Pipeline {
                 self.config.mac_aging,
                 self.config.mac_max_entries,
             )),
+            down: Mutex::new(Default::default()),
+            fail_open: Default::default(),
         });
         let br = BridgeState {
             name: name.to_string(),
@@ -424,7 +433,7 @@ impl Pipeline {
         self.walk(key, packets, bytes, now, false).rules.len()
     }
 
-    fn walk(
+    pub(crate) fn walk(
         &self,
         key: &FlowKey,
         packets: u64,
@@ -451,6 +460,9 @@ impl Pipeline {
         x.run();
         for r in &x.hits {
             r.stats.credit(packets, bytes, now, r.flags);
+        }
+        for (g, bucket) in &x.group_hits {
+            g.counters.credit(*bucket, packets, bytes);
         }
         let rules = x
             .hits
@@ -510,6 +522,7 @@ impl Pipeline {
             max_len,
             in_port,
             data: frame[..keep].to_vec(),
+            frame: frame.to_vec(),
         })
     }
 }

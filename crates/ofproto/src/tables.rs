@@ -6,6 +6,7 @@
 //! lock (`RwLock<FlowTables>`); PMD threads read it under the read lock during upcalls.
 
 use crate::classifier::{Rule, RuleStats, Table};
+use crate::group::{GroupCommand, GroupMod, GroupTable, GROUP_MAX};
 use crate::types::{
     flags, ofpp, FlowMod, FlowModCommand, Instruction, OfAction, OfError, RemovedFlow,
     RemovedReason, TABLE_ALL, TABLE_MAX,
@@ -25,6 +26,8 @@ pub struct FlowTables {
     n_timed: usize,
     /// serial -> (cookie, max_len) of rules that output to CONTROLLER (packet-in lookups).
     controller: HashMap<u32, (u64, u16)>,
+    /// The bridge's groups (same lock as the rules that use them).
+    pub(crate) groups: GroupTable,
 }
 
 impl Default for FlowTables {
@@ -34,6 +37,7 @@ impl Default for FlowTables {
             next_serial: 1,
             n_timed: 0,
             controller: HashMap::new(),
+            groups: GroupTable::default(),
         }
     }
 }
@@ -42,7 +46,8 @@ fn cookie_ok(fm: &FlowMod, rule: &Rule) -> bool {
     (rule.cookie ^ fm.cookie) & fm.cookie_mask == 0
 }
 
-fn check_output(a: &OfAction) -> Result<(), OfError> {
+/// Checks one action's arguments (ports, push ethertypes, group numbers).
+pub(crate) fn check_action(a: &OfAction) -> Result<(), OfError> {
     match *a {
         OfAction::Output { port, .. } => {
             let reserved_ok = matches!(
@@ -62,6 +67,7 @@ fn check_output(a: &OfAction) -> Result<(), OfError> {
         OfAction::PushVlan(tpid) if tpid != 0x8100 && tpid != 0x88a8 => Err(OfError::BadArgument(
             "push_vlan ethertype must be 0x8100 or 0x88a8",
         )),
+        OfAction::Group(g) if g > GROUP_MAX => Err(OfError::BadOutGroup(g)),
         _ => Ok(()),
     }
 }
@@ -81,7 +87,7 @@ pub(crate) fn normalize_instructions(
                 return Err(OfError::BadGotoTable(t));
             }
         }
-        inst.actions().iter().try_for_each(check_output)?;
+        inst.actions().iter().try_for_each(check_action)?;
     }
     Ok(insts)
 }
@@ -110,6 +116,49 @@ impl FlowTables {
     /// (cookie, controller max_len) of the rule with this serial, if it outputs to CONTROLLER.
     pub fn controller_info(&self, serial: u32) -> Option<(u64, u16)> {
         self.controller.get(&serial).copied()
+    }
+
+    /// The bridge's groups.
+    pub fn groups(&self) -> &GroupTable {
+        &self.groups
+    }
+
+    /// Rules that use group `g`.
+    pub fn group_refs(&self, g: u32) -> usize {
+        self.iter().filter(|r| r.uses_group(g)).count()
+    }
+
+    fn check_groups(&self, insts: &[Instruction]) -> Result<(), OfError> {
+        for a in insts.iter().flat_map(|i| i.actions()) {
+            if let OfAction::Group(g) = *a {
+                if self.groups.get(g).is_none() {
+                    return Err(OfError::BadOutGroup(g));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies a GROUP_MOD. Deleting a group deletes the rules that use it (returned, as
+    /// OpenFlow 1.3 §6.5 asks).
+    pub fn group_mod(
+        &mut self,
+        gm: GroupMod,
+        now: Instant,
+        bridge: &str,
+    ) -> Result<Vec<RemovedFlow>, OfError> {
+        if gm.command != GroupCommand::Delete {
+            return self.groups.apply(gm, now).map(|()| Vec::new());
+        }
+        let gone = self.groups.remove(gm.group_id)?;
+        let mut removed = Vec::new();
+        for g in gone {
+            let users: Vec<Arc<Rule>> = self.iter().filter(|r| r.uses_group(g)).cloned().collect();
+            for r in users {
+                removed.extend(self.remove_rule(&r, RemovedReason::Delete, now, bridge));
+            }
+        }
+        Ok(removed)
     }
 
     fn index(&mut self, rule: &Rule) {
@@ -159,6 +208,7 @@ impl FlowTables {
     fn add(&mut self, fm: FlowMod, now: Instant) -> Result<(), OfError> {
         fm.match_.check_prerequisites()?;
         let instructions = normalize_instructions(fm.table_id, fm.instructions)?;
+        self.check_groups(&instructions)?;
         let table = &mut self.tables[usize::from(fm.table_id)];
         if fm.flags & flags::CHECK_OVERLAP != 0
             && table.iter().any(|r| {
@@ -213,7 +263,7 @@ impl FlowTables {
             let keep = |r: &&Arc<Rule>| {
                 cookie_ok(fm, r)
                     && (!out_filter || fm.out_port == ofpp::ANY || r.outputs_to(fm.out_port))
-                    && (!out_filter || fm.out_group == ofpp::ANY)
+                    && (!out_filter || fm.out_group == ofpp::ANY || r.uses_group(fm.out_group))
             };
             if strict {
                 out.extend(
@@ -233,6 +283,7 @@ impl FlowTables {
     fn modify(&mut self, fm: FlowMod) -> Result<usize, OfError> {
         let strict = fm.command == FlowModCommand::ModifyStrict;
         let instructions = normalize_instructions(fm.table_id, fm.instructions.clone())?;
+        self.check_groups(&instructions)?;
         let chosen = self.selected(&fm, strict, false);
         for old in &chosen {
             let stats = if fm.flags & flags::RESET_COUNTS != 0 {

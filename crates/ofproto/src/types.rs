@@ -331,6 +331,8 @@ pub enum OfAction {
     PopVlan,
     /// Set a field.
     SetField(SetField),
+    /// Process the packet through a group.
+    Group(u32),
 }
 
 impl OfAction {
@@ -412,7 +414,7 @@ pub struct FlowMod {
     pub flags: u16,
     /// Delete filter: only rules that output to this port ([`ofpp::ANY`] = no filter).
     pub out_port: OfPort,
-    /// Delete filter on groups (groups are not supported; must be ANY to match anything).
+    /// Delete/stats filter: only rules that use this group ([`ofpp::ANY`] = no filter).
     pub out_group: u32,
     /// The match.
     pub match_: Match,
@@ -519,6 +521,24 @@ pub enum OfError {
     BadArgument(&'static str),
     /// Unsupported flag combination.
     BadFlags,
+    /// A rule's `group:N` names a group that does not exist.
+    BadOutGroup(u32),
+    /// GROUP_MOD add of an existing group.
+    GroupExists(u32),
+    /// Group number out of range.
+    InvalidGroup(u32),
+    /// GROUP_MOD modify/chaining names a group that does not exist.
+    UnknownGroup(u32),
+    /// A bucket is malformed (count, indirect with other than one bucket).
+    BadBucket(&'static str),
+    /// Fast-failover bucket without a usable watch port/group.
+    BadWatch,
+    /// The group would (transitively) output to itself.
+    GroupLoop,
+    /// Deleting a group that another group's bucket uses.
+    ChainedGroup(u32),
+    /// Too many groups.
+    OutOfGroups,
 }
 
 impl OfError {
@@ -534,6 +554,15 @@ impl OfError {
             OfError::BadPrereq(_) => (4, 9),
             OfError::BadOutPort(_) => (2, 4),
             OfError::BadArgument(_) => (2, 5),
+            OfError::BadOutGroup(_) => (2, 9),
+            OfError::GroupExists(_) => (6, 0),
+            OfError::InvalidGroup(_) => (6, 1),
+            OfError::OutOfGroups => (6, 3),
+            OfError::GroupLoop => (6, 7),
+            OfError::UnknownGroup(_) => (6, 8),
+            OfError::ChainedGroup(_) => (6, 9),
+            OfError::BadBucket(_) => (6, 12),
+            OfError::BadWatch => (6, 13),
         }
     }
 }
@@ -550,6 +579,15 @@ impl fmt::Display for OfError {
             OfError::BadOutPort(p) => write!(f, "bad output port {p:#x}"),
             OfError::BadArgument(s) => write!(f, "bad action argument: {s}"),
             OfError::BadFlags => write!(f, "bad flags"),
+            OfError::BadOutGroup(g) => write!(f, "group {g} does not exist"),
+            OfError::GroupExists(g) => write!(f, "group {g} already exists"),
+            OfError::InvalidGroup(g) => write!(f, "invalid group number {g:#x}"),
+            OfError::UnknownGroup(g) => write!(f, "no group {g}"),
+            OfError::BadBucket(s) => write!(f, "bad bucket: {s}"),
+            OfError::BadWatch => write!(f, "fast-failover bucket needs a watch port or group"),
+            OfError::GroupLoop => write!(f, "group chain would loop"),
+            OfError::ChainedGroup(g) => write!(f, "group {g} is used by another group"),
+            OfError::OutOfGroups => write!(f, "too many groups"),
         }
     }
 }

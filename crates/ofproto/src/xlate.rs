@@ -12,12 +12,16 @@
 
 use crate::bridge::BridgeState;
 use crate::classifier::Rule;
+use crate::group::{Bucket, Group, GroupType, MAX_GROUP_DEPTH};
 use crate::tables::FlowTables;
 use crate::types::{ethertype, ofpp, Instruction, OfAction, OfPort, PacketInReason, SetField};
 use crate::types::{VLAN_PRESENT, VLAN_VID_MASK};
 use dp::Action;
 use std::time::Instant;
 use wire::{Field, FlowKey};
+
+/// Datapath port number used for packets with no ingress port (PACKET_OUT from CONTROLLER).
+pub const NO_DP_PORT: u32 = u32::MAX;
 
 /// Packs what a packet-in needs into a datapath userspace cookie:
 /// bits 0..32 rule serial, 32..40 table id, 40..48 reason, 48..64 bridge id.
@@ -43,6 +47,7 @@ struct ActionSet {
     push: Option<u16>,
     sets: Vec<SetField>,
     output: Option<OfAction>,
+    group: Option<u32>,
 }
 
 impl ActionSet {
@@ -56,6 +61,7 @@ impl ActionSet {
                     self.sets.push(sf);
                 }
                 OfAction::Output { .. } => self.output = Some(*a),
+                OfAction::Group(g) => self.group = Some(g),
             }
         }
     }
@@ -81,6 +87,9 @@ pub struct Xlate<'a> {
     pub(crate) mac_changed: bool,
     /// False for accounting walks: NORMAL must not learn.
     pub(crate) learn: bool,
+    /// Groups (bucket None) and buckets executed, for counters.
+    pub(crate) group_hits: Vec<(&'a Group, Option<usize>)>,
+    group_depth: usize,
     cur_table: u8,
     cur_rule: Option<&'a Rule>,
 }
@@ -112,13 +121,24 @@ impl<'a> Xlate<'a> {
             hits: Vec::new(),
             mac_changed: false,
             learn: true,
+            group_hits: Vec::new(),
+            group_depth: 0,
             cur_table: 0,
             cur_rule: None,
         }
     }
 
-    /// Runs the pipeline from table 0.
+    /// Runs the pipeline from table 0 (or NORMAL alone while the bridge is failed open).
     pub(crate) fn run(&mut self) {
+        if self
+            .br
+            .shared
+            .fail_open
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            crate::normal::xlate_normal(self);
+            return;
+        }
         let mut table = 0u8;
         let mut aset = ActionSet::default();
         loop {
@@ -156,7 +176,10 @@ impl<'a> Xlate<'a> {
         for sf in &set.sets {
             self.exec(&OfAction::SetField(*sf));
         }
-        if let Some(o) = set.output {
+        // OF1.3 §5.10: a group in the action set takes precedence over an output.
+        if let Some(g) = set.group {
+            self.xlate_group(g);
+        } else if let Some(o) = set.output {
             self.exec(&o);
         }
     }
@@ -193,7 +216,146 @@ impl<'a> Xlate<'a> {
                 self.set_tci(0);
             }
             OfAction::SetField(sf) => self.set_field(sf),
+            OfAction::Group(g) => self.xlate_group(g),
         }
+    }
+
+    /// Executes group `id` (a missing group drops, as a deleted group's rules are gone too).
+    /// Every bucket runs on a copy of the packet: what a bucket rewrites is undone afterwards.
+    fn xlate_group(&mut self, id: u32) {
+        let tables = self.tables;
+        let Some(g) = tables.groups.get(id) else {
+            return;
+        };
+        if self.group_depth >= MAX_GROUP_DEPTH {
+            return;
+        }
+        let g: &'a Group = g;
+        self.group_depth += 1;
+        self.group_hits.push((g, None));
+        let chosen: Vec<usize> = match g.group_type {
+            GroupType::All => (0..g.buckets.len()).collect(),
+            GroupType::Indirect => (0..g.buckets.len().min(1)).collect(),
+            GroupType::Select => self.select_bucket(g).into_iter().collect(),
+            GroupType::FastFailover => self.first_live(g).into_iter().collect(),
+        };
+        for i in chosen {
+            self.group_hits.push((g, Some(i)));
+            self.run_bucket(&g.buckets[i]);
+        }
+        self.group_depth -= 1;
+    }
+
+    fn run_bucket(&mut self, b: &Bucket) {
+        let saved = self.key;
+        for a in &b.actions {
+            self.exec(a);
+        }
+        self.restore(&saved);
+    }
+
+    /// Undoes in the datapath packet what a bucket's set-fields changed (VLAN changes are
+    /// committed lazily and need nothing here).
+    fn restore(&mut self, saved: &FlowKey) {
+        for f in [Field::EthSrc, Field::EthDst, Field::Ipv4Src, Field::Ipv4Dst] {
+            let v = saved.get(f);
+            if self.key.get(f) == v {
+                continue;
+            }
+            self.out.push(match f {
+                Field::EthSrc => Action::SetEthSrc(u64_to_mac(v)),
+                Field::EthDst => Action::SetEthDst(u64_to_mac(v)),
+                Field::Ipv4Src => Action::SetIpv4Src(v as u32),
+                _ => Action::SetIpv4Dst(v as u32),
+            });
+        }
+        if self.key.get(Field::IpTos) != saved.get(Field::IpTos) {
+            self.out
+                .push(Action::SetIpDscp((saved.get(Field::IpTos) >> 2) as u8));
+        }
+        if self.key.get(Field::TpSrc) != saved.get(Field::TpSrc) {
+            self.out
+                .push(Action::SetTpSrc(saved.get(Field::TpSrc) as u16));
+        }
+        if self.key.get(Field::TpDst) != saved.get(Field::TpDst) {
+            self.out
+                .push(Action::SetTpDst(saved.get(Field::TpDst) as u16));
+        }
+        self.key = *saved;
+    }
+
+    fn down_ports(&self) -> std::collections::HashSet<OfPort> {
+        match self.br.shared.down.lock() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    fn first_live(&mut self, g: &Group) -> Option<usize> {
+        let down = self.down_ports();
+        let tables = self.tables;
+        g.buckets
+            .iter()
+            .position(|b| tables.groups.bucket_live(b, &down, 0))
+    }
+
+    /// A live bucket picked by a hash of the flow's addresses, by weight.
+    fn select_bucket(&mut self, g: &Group) -> Option<usize> {
+        let down = self.down_ports();
+        let tables = self.tables;
+        let live: Vec<(usize, u64)> = g
+            .buckets
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| tables.groups.bucket_live(b, &down, 0))
+            .map(|(i, b)| (i, u64::from(b.weight)))
+            .collect();
+        let unweighted = live.iter().all(|(_, w)| *w == 0);
+        let total: u64 = live
+            .iter()
+            .map(|(_, w)| if unweighted { 1 } else { *w })
+            .sum();
+        if total == 0 {
+            return None;
+        }
+        let mut pick = self.flow_hash() % total;
+        for (i, w) in live {
+            let w = if unweighted { 1 } else { w };
+            if pick < w {
+                return Some(i);
+            }
+            pick -= w;
+        }
+        None
+    }
+
+    /// Hash of the L2 addresses, and of the L3 addresses and L4 ports when present; every
+    /// field hashed is added to the megaflow mask.
+    fn flow_hash(&mut self) -> u64 {
+        let mut fields = vec![Field::EthSrc, Field::EthDst, Field::EthType, Field::VlanTci];
+        match self.key.get(Field::EthType) as u16 {
+            ethertype::IPV4 => fields.extend([Field::Ipv4Src, Field::Ipv4Dst, Field::IpProto]),
+            ethertype::IPV6 => fields.extend([
+                Field::Ipv6SrcHi,
+                Field::Ipv6SrcLo,
+                Field::Ipv6DstHi,
+                Field::Ipv6DstLo,
+                Field::IpProto,
+            ]),
+            _ => {}
+        }
+        let ip = fields.contains(&Field::IpProto);
+        if ip && matches!(self.key.get(Field::IpProto), 6 | 17 | 132) {
+            fields.extend([Field::TpSrc, Field::TpDst]);
+        }
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for f in fields {
+            self.wc.set_exact(f);
+            h = (h ^ self.key.get(f))
+                .wrapping_mul(0x0000_0100_0000_01b3)
+                .rotate_left(29);
+        }
+        h ^ (h >> 31)
     }
 
     fn eth_type_is(&mut self, types: &[u16]) -> bool {
@@ -280,6 +442,7 @@ impl<'a> Xlate<'a> {
 
     fn output(&mut self, port: OfPort) {
         match port {
+            ofpp::IN_PORT if self.in_dp == NO_DP_PORT => {}
             ofpp::IN_PORT => self.emit_output(self.in_dp),
             ofpp::NORMAL => crate::normal::xlate_normal(self),
             ofpp::FLOOD | ofpp::ALL => {
@@ -309,6 +472,11 @@ impl<'a> Xlate<'a> {
             }
         }
     }
+}
+
+fn u64_to_mac(v: u64) -> [u8; 6] {
+    let b = v.to_be_bytes();
+    [b[2], b[3], b[4], b[5], b[6], b[7]]
 }
 
 #[cfg(test)]

@@ -115,6 +115,10 @@ impl Port for VhostUserPort {
         self.ep.device().pairs()
     }
 
+    fn numa_node(&self) -> Option<usize> {
+        self.ep.device().numa_node()
+    }
+
     #[inline]
     fn rx_burst(&self, q: usize, pool: &mut Pool, out: &mut Batch) -> usize {
         let b = self.ep.device().rx_burst(q, pool, out);
@@ -168,6 +172,7 @@ impl Port for VhostUserPort {
             "features": feat::names(dev.features()),
             "protocol_features": feat::protocol_names(dev.protocol_features()),
             "queues": dev.pairs(),
+            "numa_node": dev.numa_node(),
             "running_queue_pairs": dev.running_mask().count_ones(),
             "broken_queues": s.broken_queues.load(Relaxed),
             "broken_queues_now": dev.broken_now(),

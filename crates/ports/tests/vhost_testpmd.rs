@@ -39,6 +39,7 @@ fn traffic_round(tp: &mut Testpmd, a: &Arc<VhostUserPort>, b: &Arc<VhostUserPort
         a.status(),
         tp.log.join("\n")
     );
+    tp.sync();
     let (sa0, sb0) = (a.stats(), b.stats());
     let fwd = Forwarder::start(Arc::clone(a), Arc::clone(b), true, None);
     tp.cmd("start tx_first");
@@ -202,6 +203,7 @@ fn throughput_io_loop() {
     let vdevs = [vdev(0, &pa, 1, ""), vdev(1, &pb, 1, "")];
     let mut tp = Testpmd::start(&bin, &prefix("perf"), &vdevs, &["-i", "--forward-mode=io"]);
     assert!(wait_until(Duration::from_secs(30), || links_up(&a, &b)));
+    tp.sync();
     let fwd = Forwarder::start(Arc::clone(&a), Arc::clone(&b), false, Some(0));
     // 16 bursts of 32 per port keep enough packets in flight for full bursts.
     let burst = std::env::var("VIREO_PERF_TXFIRST").unwrap_or_else(|_| "16".into());

@@ -187,6 +187,7 @@ impl Backend {
             *v = Vring::default();
         }
         self.mem = None;
+        self.dev.set_numa_node(None);
         self.acked = 0;
         self.features_set = false;
         self.protocol = 0;
@@ -387,6 +388,7 @@ impl Backend {
         let mem =
             GuestMemory::from_fds(&regions, &fds).map_err(|_| MsgError::Invalid("memory table"))?;
         // The old table goes when the last queue holding it was dropped (all stopped above).
+        self.dev.set_numa_node(mem.numa_node());
         self.mem = Some(Arc::new(mem));
         Ok(Reply::None)
     }

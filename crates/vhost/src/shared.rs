@@ -6,11 +6,13 @@
 //! the `Option` — never across I/O. Lock order: one slot at a time. rx takes the slot with
 //! `try_lock` (a PMD never waits for the control thread: it skips the burst); tx uses `lock`
 //! because tx bursts from several PMDs to one virtqueue must serialize (uncontended in the
-//! usual case, held for one burst).
+//! usual case, held for one burst). The mutex is not fair, so a PMD bursting back to back could
+//! starve the control thread; the control thread raises the slot's `wanted` flag first, and
+//! PMDs skip a slot while it is raised (a few microseconds).
 use packet::{Batch, Pool};
 use std::fs::File;
 use std::io::Write;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, TryLockError};
 use virtq::{Burst, Queue};
 
@@ -77,11 +79,15 @@ pub struct DeviceStats {
 pub struct Device {
     pairs: usize,
     slots: Box<[Mutex<Option<Running>>]>,
+    /// Per slot: the control thread wants the lock; PMDs stay away.
+    wanted: Box<[AtomicBool]>,
     /// Bit p set: both rings of pair p are running.
     running_pairs: AtomicU32,
     features: AtomicU64,
     protocol_features: AtomicU64,
     state: AtomicU8,
+    /// NUMA node of the guest memory + 1 (0: unknown).
+    numa: AtomicU32,
     /// Counters.
     pub stats: DeviceStats,
 }
@@ -92,10 +98,12 @@ impl Device {
         Device {
             pairs,
             slots: (0..pairs * 2).map(|_| Mutex::new(None)).collect(),
+            wanted: (0..pairs * 2).map(|_| AtomicBool::new(false)).collect(),
             running_pairs: AtomicU32::new(0),
             features: AtomicU64::new(0),
             protocol_features: AtomicU64::new(0),
             state: AtomicU8::new(ConnState::Stopped as u8),
+            numa: AtomicU32::new(0),
             stats: DeviceStats::default(),
         }
     }
@@ -141,6 +149,15 @@ impl Device {
         }
     }
 
+    /// NUMA node of the current guest memory, if known.
+    pub fn numa_node(&self) -> Option<usize> {
+        (self.numa.load(Relaxed) as usize).checked_sub(1)
+    }
+
+    pub(crate) fn set_numa_node(&self, n: Option<usize>) {
+        self.numa.store(n.map_or(0, |n| n as u32 + 1), Relaxed);
+    }
+
     pub(crate) fn set_conn_state(&self, s: ConnState) {
         self.state.store(s as u8, Relaxed);
     }
@@ -154,23 +171,31 @@ impl Device {
         self.slots[vring].lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Control thread: runs `f` on the slot of `vring` with PMDs kept away.
+    fn with_slot<T>(&self, vring: usize, f: impl FnOnce(&mut Option<Running>) -> T) -> T {
+        self.wanted[vring].store(true, Relaxed);
+        let r = f(&mut self.lock_slot(vring));
+        self.wanted[vring].store(false, Relaxed);
+        r
+    }
+
     /// Control thread: removes the running queue of `vring`, if any.
     pub(crate) fn take(&self, vring: usize) -> Option<Running> {
-        let r = self.lock_slot(vring).take();
+        let r = self.with_slot(vring, Option::take);
         self.update_pair(vring / 2);
         r
     }
 
     /// Control thread: installs a running queue.
     pub(crate) fn install(&self, vring: usize, r: Running) {
-        let old = self.lock_slot(vring).replace(r);
+        let old = self.with_slot(vring, |s| s.replace(r));
         drop(old);
         self.update_pair(vring / 2);
     }
 
     fn update_pair(&self, pair: usize) {
-        let rx = self.lock_slot(2 * pair).is_some();
-        let tx = self.lock_slot(2 * pair + 1).is_some();
+        let rx = self.with_slot(2 * pair, |s| s.is_some());
+        let tx = self.with_slot(2 * pair + 1, |s| s.is_some());
         let up = rx && tx;
         let bit = 1u32 << pair.min(31);
         if up {
@@ -191,9 +216,17 @@ impl Device {
     /// or the control thread holds the slot right now.
     #[inline]
     pub fn rx_burst(&self, pair: usize, pool: &mut Pool, out: &mut Batch) -> Burst {
-        let Some(slot) = pair.checked_mul(2).and_then(|i| self.slots.get(i + 1)) else {
+        let Some(i) = pair
+            .checked_mul(2)
+            .map(|i| i + 1)
+            .filter(|&i| i < self.slots.len())
+        else {
             return Burst::default();
         };
+        if self.wanted[i].load(Relaxed) {
+            return Burst::default();
+        }
+        let slot = &self.slots[i];
         let mut g = match slot.try_lock() {
             Ok(g) => g,
             Err(TryLockError::WouldBlock) => return Burst::default(),
@@ -212,7 +245,11 @@ impl Device {
     /// running (the caller counts the packets as link-down drops).
     #[inline]
     pub fn tx_burst(&self, pair: usize, pkts: &Batch) -> Option<Burst> {
-        let slot = self.slots.get(pair.checked_mul(2)?)?;
+        let i = pair.checked_mul(2).filter(|&i| i < self.slots.len())?;
+        if self.wanted[i].load(Relaxed) {
+            return None;
+        }
+        let slot = &self.slots[i];
         let mut g = slot.lock().unwrap_or_else(|e| e.into_inner());
         let r = g.as_mut()?;
         let b = r.queue.enqueue(pkts.as_slice());
@@ -225,9 +262,9 @@ impl Device {
     pub fn broken_now(&self) -> usize {
         (0..self.slots.len())
             .filter(|&i| {
-                self.lock_slot(i)
-                    .as_ref()
-                    .is_some_and(|r| r.queue.broken().is_some())
+                self.with_slot(i, |s| {
+                    s.as_ref().is_some_and(|r| r.queue.broken().is_some())
+                })
             })
             .count()
     }

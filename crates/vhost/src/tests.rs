@@ -55,6 +55,7 @@ fn handshake_then_packets_both_ways() {
     let mut g = MockGuest::connect(ep.path(), 1, 256, u64::MAX).unwrap();
     assert!(wait_until(|| dev.running_pairs() == 1));
     assert_eq!(dev.conn_state(), ConnState::Connected);
+    assert!(dev.numa_node().is_some(), "guest memory NUMA node unknown");
     let f = dev.features();
     for b in [
         feat::VIRTIO_F_VERSION_1,
@@ -251,4 +252,44 @@ fn server_replaces_stale_socket_but_not_files() {
     std::fs::write(&path, b"x").unwrap();
     assert!(Endpoint::start(&path, 1, Mode::Server).is_err());
     assert!(Endpoint::start(&dir.path().join("z"), 0, Mode::Server).is_err());
+}
+
+#[test]
+fn control_thread_is_not_starved_by_busy_pmds() {
+    let (_d, ep) = server(1);
+    let dev = ep.device().clone();
+    let g = MockGuest::connect(ep.path(), 1, 64, u64::MAX).unwrap();
+    assert!(wait_until(|| dev.running_pairs() == 1));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pmds: Vec<_> = (0..2)
+        .map(|_| {
+            let (dev, stop) = (dev.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut pool = Pool::new(0, 64);
+                let mut out = Batch::new();
+                let _ = out.push(packet::Packet::from_slice(&[0; 60]));
+                while !stop.load(Relaxed) {
+                    dev.tx_burst(0, &out);
+                    dev.rx_burst(0, &mut pool, &mut Batch::new());
+                }
+            })
+        })
+        .collect();
+    use std::os::fd::AsFd;
+    let mb = msg::mem_bytes(&[g.region]);
+    let mut worst = Duration::ZERO;
+    for _ in 0..50 {
+        let t = Instant::now();
+        ack(&g.fe, req::SET_MEM_TABLE, &mb, &[g.mem_fd.as_fd()]).unwrap();
+        worst = worst.max(t.elapsed());
+    }
+    stop.store(true, Relaxed);
+    for p in pmds {
+        p.join().unwrap();
+    }
+    assert_eq!(dev.running_pairs(), 1);
+    assert!(
+        worst < Duration::from_millis(500),
+        "memory table update took {worst:?}"
+    );
 }

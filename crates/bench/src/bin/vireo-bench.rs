@@ -67,6 +67,9 @@ struct Args {
     /// Give Vireo vhost-user server ports (default: vhost-user-client, like OVS).
     #[arg(long)]
     vireo_server_ports: bool,
+    /// Burst size of the testpmd generator (also what --tx-first injects per port).
+    #[arg(long, default_value_t = 32)]
+    testpmd_burst: usize,
     /// Run switches and generators at SCHED_RR priority 1 so other work on a shared machine
     /// cannot preempt them (it slows that work down while the benchmark runs).
     #[arg(long)]
@@ -190,24 +193,37 @@ fn measure(
     rec: &mut Record,
 ) -> Result<(), String> {
     let ports: Ports = c.start(dir, sc)?;
+    if bench::proc::realtime() {
+        // OVS and vireod: only their polling threads (their control threads share the core).
+        if let Some(pid) = c.pid() {
+            let t = bench::proc::realtime_pollers(pid);
+            eprintln!(
+                "vireo-bench: {}: SCHED_RR for polling threads {t:?}",
+                c.name()
+            );
+        }
+    }
     if gen == "testpmd" {
-        let args = generator_args(
+        let mut args = generator_args(
             &ports.socks,
             ports.gen_server,
             sc,
             a.gen_core,
             a.switch_core,
         );
+        // More packets in flight (--tx-first sends one burst per port).
+        args.push(format!("--burst={}", a.testpmd_burst));
         let (m, pmd) = run_generator(&args, dir, p.warmup, p.trial_secs, c)?;
         rec.mpps = m.median().map(|x| x / 1e6);
         rec.pmd = pmd;
         rec.switch_cpu = m.switch_cpu;
         rec.gen_cpu = m.gen_cpu;
     } else {
-        let (r, sw_cpu, gen_cpu) = genproc::run(&ports, sc, &p.gen, dir, c)?;
-        rec.pmd = c.pmd_cycles();
-        rec.switch_cpu = sw_cpu;
-        rec.gen_cpu = gen_cpu;
+        let run = genproc::run(&ports, sc, &p.gen, dir, c)?;
+        let r = run.report;
+        rec.pmd = run.pmd;
+        rec.switch_cpu = run.switch_cpu;
+        rec.gen_cpu = run.gen_cpu;
         if let Some(s) = &r.saturation {
             rec.mpps = Some(s.rx_pps / 1e6);
             rec.saturation_loss_ppm = Some(s.loss_ppm());
@@ -350,14 +366,25 @@ fn main() {
             &["-W", "-f=${Version}", "openvswitch-switch-dpdk"],
         ),
     );
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let git = version("git", &["-C", &root.display().to_string(), "describe", "--always", "--dirty"]);
+    res.meta.versions.insert("vireo".into(), format!("{git} ({})", vireo_bin(&a).display()));
     let mut cs = contenders(&a, &mut res.meta);
-    for round in 0..p.rounds {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let _ = signal_hook::flag::register(sig, std::sync::Arc::clone(&stop));
+    }
+    'rounds: for round in 0..p.rounds {
         for sc in &p.scenarios {
             let n = cs.len();
             for i in 0..n {
                 // Rotate the order each round so no contender always runs first.
                 let c = &mut cs[(i + round) % n];
                 for gen in &a.generators {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        eprintln!("vireo-bench: interrupted; writing what was measured");
+                        break 'rounds;
+                    }
                     if gen == "testpmd" && !sc.testpmd_can_drive() {
                         continue;
                     }

@@ -3,8 +3,11 @@
 //! and latency as JSON (one fixed-rate trial, a saturation trial, or an RFC 2544 search).
 //!
 //! Threads: one; the poll loop is pinned to `--core`.
-use bench::frontend::{PortConfig, VhostPort};
-use bench::gen::{calibrate_tsc, GenReport, Generator, Kick, TrafficConfig, MIN_FRAME};
+use bench::frontend::{Endpoint, PortConfig, VhostPort};
+use bench::gen::{
+    calibrate_tsc, handshake, GenReport, Generator, Kick, TrafficConfig, MIN_FRAME, SAT_ACK,
+    SAT_DONE, SAT_GO, SAT_READY,
+};
 use bench::rfc2544::{search, SearchConfig, TrialRunner};
 use clap::Parser;
 use std::path::PathBuf;
@@ -28,9 +31,12 @@ struct Args {
     /// Queue pairs per port.
     #[arg(long, default_value_t = 1)]
     queues: u16,
-    /// Ring entries.
+    /// Tx ring entries (a power of two).
     #[arg(long, default_value_t = 1024)]
     ring_size: u16,
+    /// Rx ring entries (deeper, to absorb the generator's own stalls on a shared host).
+    #[arg(long, default_value_t = 4096)]
+    rx_ring_size: u16,
     /// Frame size in bytes (without FCS).
     #[arg(long, default_value_t = 64)]
     size: usize,
@@ -73,6 +79,13 @@ struct Args {
     /// Seconds to wait for the switch on each socket.
     #[arg(long, default_value_t = 30.0)]
     connect_timeout: f64,
+    /// Do not negotiate mergeable rx buffers.
+    #[arg(long)]
+    no_mrg_rxbuf: bool,
+    /// Directory for the saturation-trial handshake with vireo-bench (files sat-ready,
+    /// sat-go, sat-done, sat-ack), so the switch's statistics cover exactly that trial.
+    #[arg(long)]
+    sync_dir: Option<PathBuf>,
     /// Write the JSON report here (default: stdout).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -98,15 +111,23 @@ fn run(a: &Args) -> Result<GenReport, String> {
         "never" => Kick::Never,
         k => return Err(format!("unknown --kick {k}")),
     };
+    for r in [a.ring_size, a.rx_ring_size] {
+        if !r.is_power_of_two() || r > 32768 {
+            return Err(format!("ring sizes must be powers of two up to 32768, not {r}"));
+        }
+    }
     pin(a.core)?;
     let pc = PortConfig {
         pairs: a.queues.max(1),
         ring_size: a.ring_size,
-        server: a.server,
+        rx_ring_size: a.rx_ring_size,
         timeout: Duration::from_secs_f64(a.connect_timeout),
+        mrg_rxbuf: !a.no_mrg_rxbuf,
     };
-    let open = |p: &PathBuf| VhostPort::open(p, pc).map_err(|e| format!("{}: {e}", p.display()));
-    let ports = vec![open(&a.port0)?, open(&a.port1)?];
+    let ep = |p: &PathBuf| Endpoint::new(p, a.server).map_err(|e| format!("{}: {e}", p.display()));
+    let (e0, e1) = (ep(&a.port0)?, ep(&a.port1)?);
+    let open = |e, p: &PathBuf| VhostPort::open(e, pc).map_err(|e| format!("{}: {e}", p.display()));
+    let ports = vec![open(e0, &a.port0)?, open(e1, &a.port1)?];
     let features = ports[0].features;
     let tsc_hz = calibrate_tsc(Duration::from_millis(100));
     let cfg = TrafficConfig {
@@ -117,8 +138,9 @@ fn run(a: &Args) -> Result<GenReport, String> {
         kick,
     };
     let mut g = Generator::new(ports, cfg, tsc_hz);
-    // Let the switch's ring setup finish, then warm up (MAC learning, megaflows).
-    std::thread::sleep(Duration::from_millis(300));
+    // The switch may take a while to start polling new rings: wait until packets come back
+    // in both directions, then warm up (MAC learning, megaflows).
+    g.wait_ready(Duration::from_secs_f64(a.connect_timeout))?;
     if a.warmup_secs > 0.0 {
         let w = g.run(1_000_000.0, a.warmup_secs);
         eprintln!("vireo-gen: warm-up sent {} received {}", w.sent, w.received);
@@ -139,7 +161,15 @@ fn run(a: &Args) -> Result<GenReport, String> {
         rep.trial = Some(t);
     }
     if a.search || a.rate.is_none() {
+        // vireo-bench watches for these lines to read the switch's PMD statistics over the
+        // saturation trial alone.
+        if let Some(d) = &a.sync_dir {
+            handshake(d, SAT_READY, SAT_GO);
+        }
         let Ok(sat) = g.trial(0.0);
+        if let Some(d) = &a.sync_dir {
+            handshake(d, SAT_DONE, SAT_ACK);
+        }
         let max = a.max_rate.unwrap_or(sat.sent as f64 / sat.secs.max(1e-9));
         rep.saturation = Some(sat);
         if a.search {

@@ -68,34 +68,49 @@ pub struct VhostPort {
     pub features: u64,
 }
 
-fn connect_or_accept(path: &Path, server: bool, timeout: Duration) -> io::Result<UnixStream> {
-    let deadline = Instant::now() + timeout;
-    if server {
+/// Where a port's socket comes from.
+pub enum Endpoint {
+    /// Connect to a switch listening here.
+    Connect(std::path::PathBuf),
+    /// Accept the switch's connection on this listener.
+    Listen(UnixListener),
+}
+
+impl Endpoint {
+    /// For `path`: binds a listener now (so the switch can connect to every port at once)
+    /// when `server`, else remembers the path.
+    pub fn new(path: &Path, server: bool) -> io::Result<Endpoint> {
+        if !server {
+            return Ok(Endpoint::Connect(path.to_path_buf()));
+        }
         let _ = std::fs::remove_file(path);
-        let l = UnixListener::bind(path)?;
+        let l = UnixListener::bind(path)
+            .map_err(|e| io::Error::new(e.kind(), format!("bind {path:?}: {e}")))?;
         l.set_nonblocking(true)?;
+        Ok(Endpoint::Listen(l))
+    }
+
+    fn stream(self, timeout: Duration) -> io::Result<UnixStream> {
+        let deadline = Instant::now() + timeout;
         loop {
-            match l.accept() {
-                Ok((s, _)) => {
+            let r = match &self {
+                Endpoint::Listen(l) => l.accept().map(|(s, _)| s),
+                Endpoint::Connect(p) => UnixStream::connect(p),
+            };
+            match r {
+                Ok(s) => {
                     s.set_nonblocking(false)?;
                     return Ok(s);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock && Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(20));
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
                 }
-                Err(e) => return Err(io::Error::new(e.kind(), format!("accept on {path:?}: {e}"))),
-            }
-        }
-    }
-    loop {
-        match UnixStream::connect(path) {
-            Ok(s) => return Ok(s),
-            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            Err(e) => {
-                return Err(io::Error::new(
-                    e.kind(),
-                    format!("connect to {path:?}: {e}"),
-                ))
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("no vhost-user peer within {timeout:?}: {e}"),
+                    ))
+                }
             }
         }
     }
@@ -146,18 +161,20 @@ fn state(index: u32, num: u32) -> Vec<u8> {
 pub struct PortConfig {
     /// Queue pairs.
     pub pairs: u16,
-    /// Entries per ring.
+    /// Entries per tx ring.
     pub ring_size: u16,
-    /// Listen (the switch is a vhost-user client) instead of connecting.
-    pub server: bool,
+    /// Entries of each rx ring (deeper than tx: it absorbs the generator's own stalls).
+    pub rx_ring_size: u16,
     /// How long to wait for the peer.
     pub timeout: Duration,
+    /// Negotiate VIRTIO_NET_F_MRG_RXBUF when the switch offers it.
+    pub mrg_rxbuf: bool,
 }
 
 impl VhostPort {
     /// Connects (or accepts), negotiates and starts every queue.
-    pub fn open(path: &Path, cfg: PortConfig) -> io::Result<VhostPort> {
-        let sock = connect_or_accept(path, cfg.server, cfg.timeout)?;
+    pub fn open(ep: Endpoint, cfg: PortConfig) -> io::Result<VhostPort> {
+        let sock = ep.stream(cfg.timeout)?;
         sock.set_read_timeout(Some(Duration::from_secs(5)))?;
         let offered = get_u64(&sock, req::GET_FEATURES)?;
         if offered & F_PROTOCOL_FEATURES != 0 {
@@ -170,7 +187,10 @@ impl VhostPort {
             )?;
         }
         send(&sock, req::SET_OWNER, &[], &[])?;
-        let features = offered & (F_VERSION_1 | F_PROTOCOL_FEATURES);
+        // Like a Linux guest and testpmd's virtio-user: mergeable rx buffers when offered
+        // (our 2 KiB buffers always hold a whole frame, so num_buffers stays 1).
+        let mrg = if cfg.mrg_rxbuf { F_MRG_RXBUF } else { 0 };
+        let features = offered & (F_VERSION_1 | F_PROTOCOL_FEATURES | mrg);
         send(&sock, req::SET_FEATURES, &features.to_le_bytes(), &[])?;
         let hdr_len = if features & (F_VERSION_1 | F_MRG_RXBUF) != 0 {
             12
@@ -179,8 +199,9 @@ impl VhostPort {
         };
         let mut layouts = Vec::new();
         let mut at = 0;
-        for _ in 0..2 * cfg.pairs {
-            let (l, end) = RingLayout::at(at, cfg.ring_size, RX_BUF);
+        for i in 0..2 * cfg.pairs {
+            let size = if i % 2 == 0 { cfg.rx_ring_size } else { cfg.ring_size };
+            let (l, end) = RingLayout::at(at, size, RX_BUF);
             layouts.push(l);
             at = end;
         }

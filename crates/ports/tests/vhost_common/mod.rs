@@ -123,12 +123,36 @@ impl Testpmd {
                 }
                 Err(_) => {
                     return Err(format!(
-                        "testpmd: no '{pat}' within {timeout:?}; output:\n{}",
+                        "testpmd: no '{pat}' within {timeout:?}; threads: {}; output:\n{}",
+                        self.threads(),
                         self.log.join("\n")
                     ))
                 }
             }
         }
+    }
+
+    /// Name, state and wait channel of each testpmd thread (diagnostics).
+    pub fn threads(&self) -> String {
+        let dir = format!("/proc/{}/task", self.child.id());
+        let mut v = Vec::new();
+        for t in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let rd = |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap_or_default();
+            let stat = rd("stat");
+            let state = stat
+                .split(") ")
+                .nth(1)
+                .and_then(|s| s.split(' ').next())
+                .unwrap_or("?")
+                .to_string();
+            v.push(format!(
+                "{}:{}:{}",
+                rd("comm").trim(),
+                state,
+                rd("wchan").trim()
+            ));
+        }
+        v.join(", ")
     }
 
     /// Drains pending output for `d`.
@@ -169,6 +193,13 @@ impl Testpmd {
             v.push((rx, tx));
         }
         v
+    }
+
+    /// Waits until testpmd has finished starting and answers commands.
+    pub fn sync(&mut self) {
+        self.cmd("show config fwd");
+        self.wait_for("packet forwarding - ports=", Duration::from_secs(60))
+            .expect("testpmd ready");
     }
 
     /// Stops forwarding and waits until testpmd says so.

@@ -1,6 +1,7 @@
 //! Turning switch state into answers: the JSON data of `show`/`port-stats` and the text
 //! `vireoctl` prints from it, plus hex helpers for dummy-port frames. Control thread only.
-use super::switch::{link_name, LivePort};
+use super::live::LivePort;
+use super::switch::link_name;
 use crate::store::Config;
 use ports::PortStats;
 use serde_json::{json, Value};
@@ -27,7 +28,7 @@ pub fn show_data(
                 .iter()
                 .map(|(name, pc)| {
                     let (link, status) = match live.get(name) {
-                        Some(lp) => (link_name(lp.port.link()), lp.port.status()),
+                        Some(lp) => (link_name(lp.port().link()), lp.port().status()),
                         None => ("down", Value::Null),
                     };
                     json!({
@@ -186,4 +187,81 @@ mod tests {
         assert!(parse_hex("abc").unwrap_err().contains("odd"));
         assert!(parse_hex("zz").unwrap_err().contains("bad hex"));
     }
+}
+
+/// Renders rows of JSON objects as `key: value` blocks, the first key as a heading.
+fn blocks(rows: &[Value]) -> String {
+    let mut s = String::new();
+    for row in rows {
+        let Some(obj) = row.as_object() else { continue };
+        let mut first = true;
+        for (k, v) in obj {
+            let v = match v {
+                Value::String(x) => x.clone(),
+                other => other.to_string(),
+            };
+            if first {
+                let _ = writeln!(s, "{k} {v}:");
+                first = false;
+            } else {
+                let _ = writeln!(s, "  {k}: {v}");
+            }
+        }
+    }
+    s
+}
+
+fn rows<T: serde::Serialize>(items: &[T]) -> Vec<Value> {
+    items
+        .iter()
+        .map(|i| serde_json::to_value(i).unwrap_or(Value::Null))
+        .collect()
+}
+
+/// `pmd-stats-show`.
+pub fn pmd_stats<T: serde::Serialize>(items: &[T]) -> crate::proto::Response {
+    let r = rows(items);
+    crate::proto::Response::ok(blocks(&r), Value::Array(r))
+}
+
+/// `pmd-rxq-show`.
+pub fn rxq_show<T: serde::Serialize>(items: &[T]) -> crate::proto::Response {
+    pmd_stats(items)
+}
+
+/// `dump-megaflows`: one line per megaflow.
+pub fn megaflows<T: serde::Serialize>(items: &[T]) -> crate::proto::Response {
+    let r = rows(items);
+    let text = r
+        .iter()
+        .map(|row| {
+            let fields: Vec<String> = row
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| match v {
+                    Value::String(x) => format!("{k}={x}"),
+                    other => format!("{k}={other}"),
+                })
+                .collect();
+            fields.join(", ") + "\n"
+        })
+        .collect::<String>();
+    crate::proto::Response::ok(text, Value::Array(r))
+}
+
+/// `dump-macs`.
+pub fn macs(entries: &[(u16, [u8; 6], u32, std::time::Duration)]) -> crate::proto::Response {
+    let mut text = String::from(" port  VLAN  MAC                Age\n");
+    let mut data = Vec::new();
+    for (vlan, mac, port, age) in entries {
+        let mac = mac
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(":");
+        let _ = writeln!(text, "{port:>5}  {vlan:>4}  {mac}  {}", age.as_secs());
+        data.push(json!({ "port": port, "vlan": vlan, "mac": mac, "age": age.as_secs() }));
+    }
+    crate::proto::Response::ok(text, Value::Array(data))
 }

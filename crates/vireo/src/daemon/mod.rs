@@ -4,8 +4,14 @@
 //! Threads: the main thread runs the control accept loop; a signal thread waits for
 //! SIGTERM/SIGINT; control connections get threads of their own (see [`control`]).
 mod control;
+mod flows;
 mod format;
+mod hooks;
+mod housekeeping;
+mod live;
+mod ofstub;
 pub mod options;
+mod runtime;
 mod switch;
 
 pub use switch::Switch;
@@ -107,7 +113,7 @@ fn run(args: Args) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     }
     tracing::info!(run_dir = %run_dir.display(), db = %db.display(), "vireod starting");
-    let switch = Arc::new(Mutex::new(Switch::new(store, run_dir.clone())));
+    let switch = Arc::new(Mutex::new(Switch::new(store, run_dir.clone())?));
 
     let sock = run_dir.join(CTL_SOCKET);
     // We hold the run directory's lock, so a socket file left here is stale.

@@ -26,12 +26,12 @@ pub const KINDS: &[KindSpec] = &[
     KindSpec {
         name: "vhost-user",
         options: &["path", "queues"],
-        built: false,
+        built: true,
     },
     KindSpec {
         name: "vhost-user-client",
         options: &["path", "queues", "reconnect-ms"],
-        built: false,
+        built: true,
     },
     KindSpec {
         name: "af-xdp",

@@ -1,28 +1,67 @@
 //! The packet-moving side of the daemon: one datapath (PMD threads and caches) shared by every
-//! bridge, the OpenFlow pipeline of every bridge, and the numbering that ties them together
-//! (port name → datapath port number → OpenFlow port number in its bridge).
+//! bridge, the OpenFlow pipeline of every bridge, each bridge's OpenFlow endpoint
+//! (`BR.mgmt` socket and controllers), and the numbering that ties them together (port name →
+//! datapath port number → OpenFlow port number in its bridge).
 //!
-//! Threads: methods run on the control thread with the `Switch` mutex held. The datapath's PMD
-//! threads call into the pipeline on misses; neither ever waits for the control thread. After
-//! any change that can alter a forwarding decision, `revalidate` returns only once every PMD has
-//! dropped the old decisions, so no packet follows them after the command returns.
+//! Threads: methods run on the control thread with the `Switch` mutex held. PMD threads call
+//! the pipeline on misses; OpenFlow connection threads call the pipeline and the datapath
+//! through [`Hooks`]; the housekeeping thread ([`super::housekeeping`]) revalidates after
+//! MAC learning, expires flows and delivers packet-ins. None of them takes the `Switch` mutex.
+//! After any change that can alter a forwarding decision, `revalidate` returns only once every
+//! PMD has dropped the old decisions, so no packet follows them after the command returns.
+use super::hooks::Hooks;
+use crate::store::BridgeConfig;
 use dp::{AssignMode, Datapath, DpConfig, Topology, Upcall};
-use ofproto::{Pipeline, PipelineConfig, PortSpec};
+use ofproto::{Pipeline, PipelineConfig, PortSpec, RemovedFlow};
+use super::ofstub::{BridgeOf, FailMode};
 use ports::Port;
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-/// Datapath + pipeline + numbering.
-pub struct Runtime {
+/// State shared with the housekeeping and OpenFlow threads.
+pub struct Shared {
     /// The datapath.
     pub dp: Datapath,
     /// Every bridge's pipeline.
     pub pipeline: Arc<Pipeline>,
-    /// Port name → datapath port number.
-    dp_ports: BTreeMap<String, u32>,
     /// Pipeline generation at the last revalidation.
     seen_generation: AtomicU64,
+    /// Each bridge's OpenFlow endpoint.
+    pub bridges: Mutex<BTreeMap<String, Arc<BridgeOf>>>,
+    /// Port name → (bridge, datapath port number, port).
+    pub ports: Mutex<BTreeMap<String, (String, u32, Arc<dyn Port>)>>,
+}
+
+impl Shared {
+    /// Makes every PMD drop decisions taken before now.
+    pub fn revalidate(&self) {
+        self.seen_generation
+            .store(self.pipeline.generation(), Ordering::SeqCst);
+        self.dp.revalidate();
+    }
+
+    /// Revalidates if the pipeline changed by itself (MAC learning, timeouts) since last time.
+    pub fn revalidate_if_changed(&self) {
+        if self.pipeline.generation() != self.seen_generation.load(Ordering::SeqCst) {
+            self.revalidate();
+        }
+    }
+
+    /// Tells each bridge's controllers about removed flows.
+    pub fn flows_removed(&self, removed: &[RemovedFlow]) {
+        if removed.is_empty() {
+            return;
+        }
+        let bridges = self.bridges.lock().unwrap_or_else(|e| e.into_inner());
+        for (name, b) in bridges.iter() {
+            let mine: Vec<RemovedFlow> = removed.iter().filter(|r| &r.bridge == name).cloned().collect();
+            if !mine.is_empty() {
+                b.flow_removed(&mine);
+            }
+        }
+    }
 }
 
 /// How a port takes part in switching.
@@ -43,9 +82,25 @@ pub struct Attach<'a> {
     pub affinity: Vec<(usize, usize)>,
 }
 
+/// Datapath + pipeline + OpenFlow endpoints + numbering.
+pub struct Runtime {
+    shared: Arc<Shared>,
+    /// The pipeline (also in `shared`), for the flow commands.
+    pub pipeline: Arc<Pipeline>,
+    run_dir: PathBuf,
+    housekeeping: Option<super::housekeeping::Handle>,
+}
+
+impl std::ops::Deref for Runtime {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
+}
+
 impl Runtime {
-    /// Starts the datapath with PMD threads on `pmd_cores`.
-    pub fn new(pmd_cores: Vec<usize>) -> Result<Runtime, String> {
+    /// Starts the datapath with PMD threads on `pmd_cores`, and the housekeeping thread.
+    pub fn new(pmd_cores: Vec<usize>, run_dir: &Path) -> Result<Runtime, String> {
         let pipeline = Arc::new(Pipeline::new(PipelineConfig::default()));
         let upcall: Arc<dyn Upcall> = pipeline.clone();
         let cfg = DpConfig {
@@ -55,30 +110,72 @@ impl Runtime {
             auto_lb: None,
         };
         let dp = Datapath::new(cfg, upcall).map_err(|e| format!("datapath: {e}"))?;
-        let generation = AtomicU64::new(pipeline.generation());
-        Ok(Runtime {
+        let shared = Arc::new(Shared {
             dp,
+            seen_generation: AtomicU64::new(pipeline.generation()),
+            pipeline: pipeline.clone(),
+            bridges: Mutex::new(BTreeMap::new()),
+            ports: Mutex::new(BTreeMap::new()),
+        });
+        let housekeeping = Some(super::housekeeping::start(shared.clone())?);
+        Ok(Runtime {
+            shared,
             pipeline,
-            dp_ports: BTreeMap::new(),
-            seen_generation: generation,
+            run_dir: run_dir.to_path_buf(),
+            housekeeping,
         })
     }
 
-    /// Adds a bridge (with its default NORMAL rule).
-    pub fn add_bridge(&mut self, name: &str) -> Result<(), String> {
+    fn bridge_of(&self, br: &str) -> Result<Arc<BridgeOf>, String> {
+        let bridges = self.bridges.lock().unwrap_or_else(|e| e.into_inner());
+        bridges.get(br).cloned().ok_or_else(|| format!("no bridge named {br}"))
+    }
+
+    /// Adds a bridge (default NORMAL rule, `BR.mgmt` socket, saved controllers and fail mode).
+    pub fn add_bridge(&mut self, name: &str, cfg: &BridgeConfig) -> Result<(), String> {
         self.pipeline.add_bridge(name).map_err(|e| e.to_string())?;
+        let hooks = Arc::new(Hooks::new(Arc::downgrade(&self.shared)));
+        let mgmt = self.run_dir.join(format!("{name}.mgmt"));
+        let of = match BridgeOf::new(name, self.pipeline.clone(), hooks, &mgmt) {
+            Ok(of) => Arc::new(of),
+            Err(e) => {
+                let _ = self.pipeline.del_bridge(name);
+                return Err(format!("bridge {name}: {e}"));
+            }
+        };
+        if let Some(mode) = &cfg.fail_mode {
+            of.set_fail_mode(fail_mode(mode));
+        }
+        if !cfg.controllers.is_empty() {
+            if let Err(e) = of.set_controllers(&cfg.controllers) {
+                tracing::error!(bridge = %name, error = %e, "cannot set controllers");
+            }
+        }
+        self.bridges
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_string(), of);
         self.revalidate();
         Ok(())
     }
 
     /// Removes a bridge; its ports must be detached first.
     pub fn del_bridge(&mut self, name: &str) {
+        let of = self
+            .bridges
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
+        if let Some(of) = of {
+            of.shutdown();
+        }
         let _ = self.pipeline.del_bridge(name);
         self.revalidate();
     }
 
     fn free_dp_port(&self) -> u32 {
-        let used: std::collections::BTreeSet<u32> = self.dp_ports.values().copied().collect();
+        let ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
+        let used: std::collections::BTreeSet<u32> = ports.values().map(|(_, n, _)| *n).collect();
         (1..).find(|n| !used.contains(n)).unwrap_or(u32::MAX)
     }
 
@@ -97,18 +194,26 @@ impl Runtime {
                 },
             )
             .map_err(|e| e.to_string())?;
-        if let Err(e) = self.dp.add_port(no, a.name, a.port, &a.affinity) {
+        if let Err(e) = self.dp.add_port(no, a.name, a.port.clone(), &a.affinity) {
             let _ = self.pipeline.del_port(a.bridge, a.name);
             return Err(format!("datapath: {e}"));
         }
-        self.dp_ports.insert(a.name.to_string(), no);
+        self.ports
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(a.name.to_string(), (a.bridge.to_string(), no, a.port));
         self.revalidate();
         Ok(no)
     }
 
     /// Takes a port out of the datapath and its bridge. Returns once no PMD uses it.
     pub fn detach(&mut self, bridge: &str, name: &str) {
-        if let Some(no) = self.dp_ports.remove(name) {
+        let entry = self
+            .ports
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
+        if let Some((_, no, _)) = entry {
             self.dp.del_port(no);
         }
         let _ = self.pipeline.del_port(bridge, name);
@@ -116,7 +221,13 @@ impl Runtime {
     }
 
     /// Changes a port's VLAN configuration.
-    pub fn set_vlans(&mut self, bridge: &str, name: &str, tag: Option<u16>, trunks: Vec<u16>) -> Result<(), String> {
+    pub fn set_vlans(
+        &mut self,
+        bridge: &str,
+        name: &str,
+        tag: Option<u16>,
+        trunks: Vec<u16>,
+    ) -> Result<(), String> {
         self.pipeline
             .set_port_vlans(bridge, name, tag, trunks)
             .map_err(|e| e.to_string())?;
@@ -126,26 +237,65 @@ impl Runtime {
 
     /// Changes a port's rxq pins.
     pub fn set_affinity(&mut self, name: &str, affinity: &[(usize, usize)]) -> Result<(), String> {
-        let no = *self
-            .dp_ports
-            .get(name)
-            .ok_or_else(|| format!("port {name} is not in the datapath"))?;
+        let no = {
+            let ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
+            ports
+                .get(name)
+                .map(|(_, n, _)| *n)
+                .ok_or_else(|| format!("port {name} is not in the datapath"))?
+        };
         self.dp
             .set_port_affinity(no, affinity)
             .map_err(|e| format!("datapath: {e}"))
     }
 
-    /// Makes every PMD drop decisions taken before now.
-    pub fn revalidate(&self) {
-        self.seen_generation
-            .store(self.pipeline.generation(), Ordering::SeqCst);
-        self.dp.revalidate();
+    /// Moves PMD threads to `cores`, live.
+    pub fn set_pmd_cores(&mut self, cores: &[usize]) -> Result<(), String> {
+        self.dp.set_pmd_cores(cores).map_err(|e| format!("datapath: {e}"))
     }
 
-    /// Revalidates if the pipeline changed by itself (MAC learning, timeouts) since last time.
-    pub fn revalidate_if_changed(&self) {
-        if self.pipeline.generation() != self.seen_generation.load(Ordering::SeqCst) {
-            self.revalidate();
+    /// Replaces a bridge's controllers.
+    pub fn set_controllers(&mut self, br: &str, targets: &[String]) -> Result<(), String> {
+        self.bridge_of(br)?.set_controllers(targets)
+    }
+
+    /// Sets a bridge's fail mode.
+    pub fn set_fail_mode(&mut self, br: &str, mode: &str) -> Result<(), String> {
+        self.bridge_of(br)?.set_fail_mode(fail_mode(mode));
+        Ok(())
+    }
+
+    /// Controllers of a bridge, for `show`.
+    pub fn controller_status(&self, br: &str) -> serde_json::Value {
+        match self.bridge_of(br) {
+            Ok(of) => serde_json::to_value(of.controllers()).unwrap_or_default(),
+            Err(_) => serde_json::Value::Null,
         }
+    }
+
+    /// Stops housekeeping, OpenFlow endpoints and PMD threads.
+    pub fn shutdown(&mut self) {
+        if let Some(h) = self.housekeeping.take() {
+            h.stop();
+        }
+        let bridges: Vec<Arc<BridgeOf>> = self
+            .bridges
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for b in bridges {
+            b.shutdown();
+        }
+        self.dp.shutdown();
+    }
+}
+
+fn fail_mode(mode: &str) -> FailMode {
+    if mode == "secure" {
+        FailMode::Secure
+    } else {
+        FailMode::Standalone
     }
 }

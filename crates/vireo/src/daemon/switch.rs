@@ -7,11 +7,13 @@
 //!
 //! Threads: control connection threads, one at a time (the caller holds the `Switch` mutex).
 use super::format;
+use super::live::LivePort;
 use super::options::{self, KindSpec};
+use super::runtime::{Attach, Runtime};
 use crate::proto::Response;
 use crate::store::{BridgeConfig, Config, PortConfig, Store, StoreError};
 use ports::dummy::DummyPort;
-use ports::{Link, Port};
+use ports::Link;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -33,46 +35,46 @@ impl From<String> for CmdError {
     }
 }
 
-type CmdResult = Result<Response, CmdError>;
-
-/// A port that exists at run time.
-pub struct LivePort {
-    /// The port object shared with the datapath.
-    pub port: Arc<dyn Port>,
-    /// Set for dummy ports, for injection and capture.
-    pub dummy: Option<Arc<DummyPort>>,
-}
+pub(super) type CmdResult = Result<Response, CmdError>;
 
 /// The control plane's state.
 pub struct Switch {
-    store: Store,
+    pub(super) store: Store,
     run_dir: PathBuf,
-    live: BTreeMap<String, LivePort>,
+    pub(super) live: BTreeMap<String, LivePort>,
     /// Ports whose creation failed at startup, with the reason (shown by `show`).
     failed: BTreeMap<String, String>,
+    pub(super) rt: Runtime,
 }
 
 impl Switch {
-    /// Builds the live objects for everything in `store`. A port that cannot be created is
-    /// logged and shown with its error; the others still come up.
-    pub fn new(store: Store, run_dir: PathBuf) -> Switch {
+    /// Starts the datapath and builds the live objects for everything in `store`. A port that
+    /// cannot be created is logged and shown with its error; the others still come up.
+    pub fn new(store: Store, run_dir: PathBuf) -> Result<Switch, String> {
+        let cores = match &store.config().pmd_cores {
+            Some(list) => options::parse_cpu_list(list)?,
+            None => vec![0],
+        };
+        let rt = Runtime::new(cores, &run_dir)?;
         let mut sw = Switch {
             store,
             run_dir,
             live: BTreeMap::new(),
             failed: BTreeMap::new(),
+            rt,
         };
         let config = sw.store.config().clone();
         for (br, b) in &config.bridges {
             tracing::info!(bridge = %br, ports = b.ports.len(), "restoring bridge");
+            sw.rt.add_bridge(br, b)?;
             for (name, pc) in &b.ports {
-                if let Err(e) = sw.start_port(name, pc) {
+                if let Err(e) = sw.start_port(br, name, pc) {
                     tracing::error!(port = %name, error = %e.0, "cannot restore port");
                     sw.failed.insert(name.clone(), e.0);
                 }
             }
         }
-        sw
+        Ok(sw)
     }
 
     /// The configuration.
@@ -111,6 +113,9 @@ impl Switch {
             "set-pmd-cores" => arity(1, 1, "LIST").and_then(|_| self.set_pmd_cores(&args[0])),
             "inject" => arity(2, 2, "PORT HEX").and_then(|_| self.inject(&args[0], &args[1])),
             "capture" => arity(1, 1, "PORT").and_then(|_| self.capture(&args[0])),
+            "add-flow" | "add-flows" | "mod-flows" | "del-flows" | "dump-flows" | "dump-megaflows"
+            | "pmd-stats-show" | "pmd-stats-clear" | "pmd-rxq-show" | "set-controller"
+            | "del-controller" | "set-fail-mode" | "dump-macs" => self.dispatch_dp(command, args),
             "version" => arity(0, 0, "").map(|_| {
                 let v = env!("CARGO_PKG_VERSION");
                 Response::ok(format!("vireod {v}"), json!({ "vireod": v }))
@@ -139,10 +144,15 @@ impl Switch {
                 "a bridge or port named {br} already exists"
             )));
         }
-        self.store.update(|c| {
+        self.rt.add_bridge(br, &BridgeConfig::default())?;
+        let r = self.store.update(|c| {
             c.bridges.insert(br.to_string(), BridgeConfig::default());
             Ok::<_, CmdError>(())
-        })?;
+        });
+        if let Err(e) = r {
+            self.rt.del_bridge(br);
+            return Err(e);
+        }
         tracing::info!(bridge = %br, "bridge added");
         Ok(Response::ok("", json!(null)))
     }
@@ -154,8 +164,9 @@ impl Switch {
             Ok::<_, CmdError>(())
         })?;
         for p in ports {
-            self.stop_port(&p);
+            self.stop_port(br, &p);
         }
+        self.rt.del_bridge(br);
         tracing::info!(bridge = %br, "bridge deleted");
         Ok(Response::ok("", json!(null)))
     }
@@ -192,14 +203,14 @@ impl Switch {
             options: opts,
         };
         // Create the live port before committing, so a port that cannot start is never stored.
-        self.start_port(name, &pc)?;
+        self.start_port(br, name, &pc)?;
         let r = self.store.update(|c| {
             let b = c.bridges.get_mut(br).expect("checked above");
             b.ports.insert(name.to_string(), pc.clone());
             Ok::<_, CmdError>(())
         });
         if let Err(e) = r {
-            self.stop_port(name);
+            self.stop_port(br, name);
             return Err(e);
         }
         tracing::info!(bridge = %br, port = %name, kind = %pc.kind, ofport, "port added");
@@ -214,7 +225,7 @@ impl Switch {
             c.bridges.get_mut(br).expect("checked").ports.remove(name);
             Ok::<_, CmdError>(())
         })?;
-        self.stop_port(name);
+        self.stop_port(br, name);
         tracing::info!(bridge = %br, port = %name, "port deleted");
         Ok(Response::ok("", json!(null)))
     }
@@ -247,12 +258,14 @@ impl Switch {
         }
         let restart = needs_restart(spec, &old, &new);
         if restart {
-            self.stop_port(name);
-            if let Err(e) = self.start_port(name, &new) {
+            self.stop_port(&br, name);
+            if let Err(e) = self.start_port(&br, name, &new) {
                 // Put the old port back; the command fails and nothing changed.
-                let _ = self.start_port(name, &old);
+                let _ = self.start_port(&br, name, &old);
                 return Err(e);
             }
+        } else {
+            self.apply_live_options(&br, name, &old, &new)?;
         }
         self.store.update(|c| {
             c.bridges
@@ -272,6 +285,7 @@ impl Switch {
         if let Some(c) = cores.iter().find(|c| **c >= online.max(1024)) {
             return Err(CmdError(format!("core {c} does not exist")));
         }
+        self.rt.set_pmd_cores(&cores)?;
         self.store.update(|c| {
             c.pmd_cores = Some(list.to_string());
             Ok::<_, CmdError>(())
@@ -295,7 +309,7 @@ impl Switch {
             if port.is_some_and(|p| p != name) {
                 continue;
             }
-            rows.push((name.clone(), lp.port.stats()));
+            rows.push((name.clone(), lp.port().stats()));
         }
         let data = format::stats_data(&rows);
         Ok(Response::ok(format::stats_text(&rows), data))
@@ -306,8 +320,7 @@ impl Switch {
             .live
             .get(name)
             .ok_or_else(|| CmdError(format!("no port named {name}")))?;
-        lp.dummy
-            .as_ref()
+        lp.dummy()
             .ok_or_else(|| CmdError(format!("port {name} is not a dummy port")))
     }
 
@@ -336,38 +349,70 @@ impl Switch {
         Ok(Response::ok(format::lines(&frames), json!(frames)))
     }
 
-    fn start_port(&mut self, name: &str, pc: &PortConfig) -> Result<(), CmdError> {
-        let lp = match pc.kind.as_str() {
-            "dummy" => {
-                let d = Arc::new(DummyPort::new());
-                LivePort {
-                    port: d.clone(),
-                    dummy: Some(d),
-                }
-            }
-            other => {
-                return Err(CmdError(format!(
-                    "port type {other:?} is not implemented yet in this build of vireod"
-                )))
-            }
+    fn start_port(&mut self, br: &str, name: &str, pc: &PortConfig) -> Result<(), CmdError> {
+        let lp = LivePort::create(name, pc, &self.run_dir)?;
+        let opt = |k: &str| pc.options.get(k).map(String::as_str);
+        let attach = Attach {
+            bridge: br,
+            name,
+            ofport: pc.ofport,
+            port: lp.port(),
+            tag: opt("tag").map(options::parse_vlan).transpose()?,
+            trunks: opt("trunks").map(options::parse_vlan_list).transpose()?.unwrap_or_default(),
+            affinity: opt("pmd-rxq-affinity")
+                .map(options::parse_affinity)
+                .transpose()?
+                .unwrap_or_default(),
         };
-        let _ = &self.run_dir;
+        if let Err(e) = self.rt.attach(attach) {
+            lp.shutdown();
+            return Err(CmdError(e));
+        }
         self.failed.remove(name);
         self.live.insert(name.to_string(), lp);
         Ok(())
     }
 
-    fn stop_port(&mut self, name: &str) {
+    fn stop_port(&mut self, br: &str, name: &str) {
         self.failed.remove(name);
-        self.live.remove(name);
+        if let Some(lp) = self.live.remove(name) {
+            self.rt.detach(br, name);
+            lp.shutdown();
+        }
+    }
+
+    /// Applies options that need no restart: VLANs and rxq pinning.
+    fn apply_live_options(&mut self, br: &str, name: &str, old: &PortConfig, new: &PortConfig) -> Result<(), CmdError> {
+        let get = |pc: &PortConfig, k: &str| pc.options.get(k).cloned();
+        if get(old, "tag") != get(new, "tag") || get(old, "trunks") != get(new, "trunks") {
+            let tag = get(new, "tag").as_deref().map(options::parse_vlan).transpose()?;
+            let trunks = get(new, "trunks")
+                .as_deref()
+                .map(options::parse_vlan_list)
+                .transpose()?
+                .unwrap_or_default();
+            self.rt.set_vlans(br, name, tag, trunks)?;
+        }
+        if get(old, "pmd-rxq-affinity") != get(new, "pmd-rxq-affinity") {
+            let aff = get(new, "pmd-rxq-affinity")
+                .as_deref()
+                .map(options::parse_affinity)
+                .transpose()?
+                .unwrap_or_default();
+            self.rt.set_affinity(name, &aff)?;
+        }
+        Ok(())
     }
 
     /// Stops every live port (daemon shutdown). The store is untouched.
     pub fn shutdown(&mut self) {
-        let names: Vec<String> = self.live.keys().cloned().collect();
-        for n in names {
-            self.stop_port(&n);
+        let config = self.store.config().clone();
+        for (br, b) in &config.bridges {
+            for p in b.ports.keys() {
+                self.stop_port(br, p);
+            }
         }
+        self.rt.shutdown();
     }
 }
 

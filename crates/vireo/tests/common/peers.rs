@@ -68,8 +68,17 @@ impl Testpmd {
     /// Starts testpmd on core 1 with the given ports and extra testpmd arguments (after `--`).
     pub fn start(prefix: &str, ports: &[VirtioUser], args: &[&str]) -> Testpmd {
         let mut cmd = Command::new("dpdk-testpmd");
-        cmd.args(["--lcores", "0@1,1@1", "-n", "1", "--no-pci", "--no-huge", "-m", "1024"])
-            .arg(format!("--file-prefix={prefix}"));
+        cmd.args([
+            "--lcores",
+            "0@1,1@1",
+            "-n",
+            "1",
+            "--no-pci",
+            "--no-huge",
+            "-m",
+            "1024",
+        ])
+        .arg(format!("--file-prefix={prefix}"));
         for (i, p) in ports.iter().enumerate() {
             let mut vdev = format!("net_virtio_user{i},mac={},path={}", p.mac, p.path.display());
             if !p.extra.is_empty() {
@@ -196,7 +205,10 @@ pub fn guest_kernel() -> Option<PathBuf> {
     let mut k: Vec<PathBuf> = std::fs::read_dir("/boot")
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-")))
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
+        })
         .collect();
     k.sort();
     k.pop()
@@ -210,7 +222,14 @@ pub struct Guest {
 }
 
 impl Guest {
-    pub fn boot(kernel: &Path, initrd: &Path, sock: &Path, server: bool, mac: &str, cmdline: &str) -> Guest {
+    pub fn boot(
+        kernel: &Path,
+        initrd: &Path,
+        sock: &Path,
+        server: bool,
+        mac: &str,
+        cmdline: &str,
+    ) -> Guest {
         let chardev = if server {
             format!("socket,id=c0,path={},server=on,wait=off", sock.display())
         } else {
@@ -218,7 +237,13 @@ impl Guest {
         };
         let mut child = Command::new("qemu-system-x86_64")
             .args(["-accel", "tcg", "-cpu", "max", "-smp", "1", "-m", "256"])
-            .args(["-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio"])
+            .args([
+                "-nographic",
+                "-no-reboot",
+                "-nodefaults",
+                "-serial",
+                "stdio",
+            ])
             .arg("-kernel")
             .arg(kernel)
             .arg("-initrd")

@@ -1,0 +1,199 @@
+//! The structured control API an OpenFlow endpoint needs beyond flow-mods: groups, port
+//! liveness, the standalone fail-open switch, flow/table statistics with OpenFlow filters, and
+//! PACKET_OUT translation.
+//!
+//! Threads: the control thread (an OpenFlow connection's reader thread). Lock order as in
+//! [`crate::pipeline`]: bridge `tables` (RwLock) → bridge `macs` / `down` (Mutexes, never held
+//! together). Every change that can alter a translation bumps the pipeline generation while
+//! the change is visible, so the caller's revalidation sees it.
+
+use crate::format::FlowStats;
+use crate::group::{GroupDesc, GroupMod, GroupStats};
+use crate::pipeline::{read, write, Pipeline};
+use crate::tables::check_action;
+use crate::types::{ofpp, FlowMod, OfAction, OfError, OfPort, RemovedFlow, TABLE_ALL};
+use crate::xlate::{Xlate, NO_DP_PORT};
+use crate::Error;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+/// What a PACKET_OUT turns into.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PacketOutPlan {
+    /// Datapath port the packet is deemed to have arrived on (None for CONTROLLER/LOCAL or an
+    /// unknown port).
+    pub in_dp: Option<u32>,
+    /// Datapath actions to execute on the frame (may contain `Userspace` for CONTROLLER).
+    pub actions: Vec<dp::Action>,
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Pipeline {
+    /// Applies a GROUP_MOD; returns the rules removed with a deleted group.
+    pub fn group_mod(&self, bridge: &str, gm: GroupMod) -> Result<Vec<RemovedFlow>, Error> {
+        let br = self.bridge(bridge)?;
+        let mut tables = write(&br.shared.tables);
+        let r = tables.group_mod(gm, Instant::now(), bridge);
+        self.bump_generation();
+        drop(tables);
+        Ok(r?)
+    }
+
+    /// Every group of a bridge (GROUP_DESC).
+    pub fn group_descs(&self, bridge: &str) -> Result<Vec<GroupDesc>, Error> {
+        let br = self.bridge(bridge)?;
+        let tables = read(&br.shared.tables);
+        Ok(tables.groups().descs())
+    }
+
+    /// Counters of group `id` or of every group with [`crate::group::GROUP_ALL`].
+    pub fn group_stats(&self, bridge: &str, id: u32) -> Result<Vec<GroupStats>, Error> {
+        let br = self.bridge(bridge)?;
+        let tables = read(&br.shared.tables);
+        let refs = |g: u32| tables.group_refs(g);
+        Ok(tables.groups().stats(id, &refs, Instant::now()))
+    }
+
+    /// Records a port's link state (fast-failover and select groups skip dead ports).
+    pub fn set_port_live(&self, bridge: &str, ofport: OfPort, live: bool) -> Result<(), Error> {
+        let br = self.bridge(bridge)?;
+        let changed = {
+            let mut down = lock(&br.shared.down);
+            if live {
+                down.remove(&ofport)
+            } else {
+                down.insert(ofport)
+            }
+        };
+        if changed {
+            self.bump_generation();
+        }
+        Ok(())
+    }
+
+    /// True unless the port was marked down with [`Pipeline::set_port_live`].
+    pub fn port_live(&self, bridge: &str, ofport: OfPort) -> bool {
+        self.bridge(bridge)
+            .is_ok_and(|br| !lock(&br.shared.down).contains(&ofport))
+    }
+
+    /// Standalone fail-open: while on, every packet of the bridge is switched by NORMAL and
+    /// the flow tables are ignored (they are kept untouched for when a controller returns).
+    /// Returns true if the state changed.
+    pub fn set_fail_open(&self, bridge: &str, on: bool) -> Result<bool, Error> {
+        let br = self.bridge(bridge)?;
+        let was = br.shared.fail_open.swap(on, Ordering::AcqRel);
+        if was != on {
+            self.bump_generation();
+        }
+        Ok(was != on)
+    }
+
+    /// Whether the bridge is failed open.
+    pub fn fail_open(&self, bridge: &str) -> bool {
+        self.bridge(bridge)
+            .is_ok_and(|br| br.shared.fail_open.load(Ordering::Acquire))
+    }
+
+    /// Rules selected by an OpenFlow flow-stats filter (`table_id` or [`TABLE_ALL`],
+    /// `out_port`, `out_group`, `cookie`/`cookie_mask`, non-strict `match_`), ordered by table
+    /// then priority (highest first).
+    pub fn flow_stats(&self, bridge: &str, filter: &FlowMod) -> Result<Vec<FlowStats>, Error> {
+        let br = self.bridge(bridge)?;
+        let now = Instant::now();
+        let f = filter;
+        let mut out: Vec<FlowStats> = {
+            let tables = read(&br.shared.tables);
+            tables
+                .iter()
+                .filter(|r| f.table_id == TABLE_ALL || r.table_id == f.table_id)
+                .filter(|r| (r.cookie ^ f.cookie) & f.cookie_mask == 0)
+                .filter(|r| f.out_port == ofpp::ANY || r.outputs_to(f.out_port))
+                .filter(|r| f.out_group == ofpp::ANY || r.uses_group(f.out_group))
+                .filter(|r| f.match_.covers(&r.match_))
+                .map(|r| FlowStats::of_rule(r, now))
+                .collect()
+        };
+        out.sort_by(|a, b| {
+            (a.table_id, std::cmp::Reverse(a.priority))
+                .cmp(&(b.table_id, std::cmp::Reverse(b.priority)))
+                .then_with(|| {
+                    (a.match_.mask.w, a.match_.key.w).cmp(&(b.match_.mask.w, b.match_.key.w))
+                })
+        });
+        Ok(out)
+    }
+
+    /// Active rules per table, for tables 0..=254 (TABLE stats).
+    pub fn table_counts(&self, bridge: &str) -> Result<Vec<usize>, Error> {
+        let br = self.bridge(bridge)?;
+        let tables = read(&br.shared.tables);
+        Ok((0..=crate::types::TABLE_MAX)
+            .map(|t| tables.table(t).len())
+            .collect())
+    }
+
+    /// Translates a PACKET_OUT: `frame` deemed received on OpenFlow port `in_port` (a port,
+    /// CONTROLLER or LOCAL), with `actions` (output may name TABLE to run the flow tables,
+    /// NORMAL, FLOOD, ALL, IN_PORT, CONTROLLER, a port, or a group). Rules and groups the
+    /// packet hits are counted.
+    pub fn packet_out(
+        &self,
+        bridge: &str,
+        in_port: OfPort,
+        actions: &[OfAction],
+        frame: &[u8],
+    ) -> Result<PacketOutPlan, Error> {
+        let br = self.bridge(bridge)?;
+        let in_dp = br.ports.get(in_port).map(|p| p.dp_port);
+        for a in actions {
+            match *a {
+                OfAction::Output {
+                    port: ofpp::TABLE, ..
+                } => {}
+                _ => check_action(a)?,
+            }
+        }
+        let key = wire::extract(frame, in_dp.unwrap_or(NO_DP_PORT));
+        let now = Instant::now();
+        let tables = read(&br.shared.tables);
+        for a in actions {
+            if let OfAction::Group(g) = *a {
+                if tables.groups().get(g).is_none() {
+                    return Err(Error::Of(OfError::BadOutGroup(g)));
+                }
+            }
+        }
+        let mut x = Xlate::new(&br, &tables, &key, in_port, now);
+        x.learn = in_dp.is_some();
+        for a in actions {
+            match *a {
+                OfAction::Output {
+                    port: ofpp::TABLE, ..
+                } => x.run(),
+                _ => x.exec(a),
+            }
+        }
+        let len = frame.len() as u64;
+        for r in &x.hits {
+            r.stats.credit(1, len, now, r.flags);
+        }
+        for (g, bucket) in &x.group_hits {
+            g.counters.credit(*bucket, 1, len);
+        }
+        let mac_changed = x.mac_changed;
+        let plan = PacketOutPlan {
+            in_dp,
+            actions: std::mem::take(&mut x.out),
+        };
+        drop(x);
+        drop(tables);
+        if mac_changed {
+            self.bump_generation();
+        }
+        Ok(plan)
+    }
+}

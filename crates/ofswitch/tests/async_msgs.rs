@@ -1,0 +1,219 @@
+//! Asynchronous messages and buffers, seen by a minimal controller written with the
+//! `openflow` codec over a real TCP connection (`ptcp:` controller target): PACKET_IN cut to
+//! max_len with a buffer id, PACKET_OUT and FLOW_MOD naming that buffer, FLOW_REMOVED,
+//! PORT_STATUS, and OpenFlow errors for bad requests.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::*;
+use openflow::msg::*;
+use openflow::oxm::OxmField;
+use openflow::{Action, Instruction};
+
+struct Client {
+    s: TcpStream,
+    xid: u32,
+}
+
+impl Client {
+    fn connect(port: u16) -> Client {
+        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut c = Client { s, xid: 100 };
+        c.send(&Message::Hello(Hello::default()));
+        c
+    }
+
+    fn send(&mut self, m: &Message) -> u32 {
+        self.xid += 1;
+        self.s.write_all(&m.encode(self.xid).unwrap()).unwrap();
+        self.xid
+    }
+
+    fn recv(&mut self) -> (u32, Message) {
+        let mut h = [0u8; 8];
+        self.s.read_exact(&mut h).unwrap();
+        let len = usize::from(u16::from_be_bytes([h[2], h[3]]));
+        let mut buf = h.to_vec();
+        buf.resize(len, 0);
+        self.s.read_exact(&mut buf[8..]).unwrap();
+        openflow::decode(&buf).unwrap()
+    }
+
+    /// The next message `f` accepts (others, e.g. echo requests, are skipped).
+    fn expect<T>(&mut self, mut f: impl FnMut(u32, Message) -> Option<T>) -> T {
+        for _ in 0..100 {
+            let (xid, m) = self.recv();
+            if let Some(t) = f(xid, m) {
+                return t;
+            }
+        }
+        panic!("expected message never came");
+    }
+
+    fn barrier(&mut self) {
+        let x = self.send(&Message::BarrierRequest);
+        self.expect(|xid, m| (xid == x && m == Message::BarrierReply).then_some(()));
+    }
+}
+
+fn table_miss(max_len: u16) -> FlowMod {
+    let mut fm = FlowMod::add(
+        0,
+        openflow::Match::default(),
+        vec![Instruction::ApplyActions(vec![Action::Output {
+            port: port_no::CONTROLLER,
+            max_len,
+        }])],
+    );
+    fm.flags = flow_mod_flags::SEND_FLOW_REM;
+    fm.cookie = 0xabc;
+    fm
+}
+
+#[test]
+fn packet_in_buffers_flow_removed_port_status_and_errors() {
+    let h = start();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    h.br.set_controllers(&[format!("ptcp:{port}:127.0.0.1")])
+        .unwrap();
+    let mut c = Client::connect(port);
+    c.expect(|_, m| matches!(m, Message::Hello(_)).then_some(()));
+    c.send(&Message::FlowMod(table_miss(64)));
+    c.barrier();
+    assert!(wait_for(Duration::from_secs(5), || h.br.controllers()[0].connected));
+
+    // A 100-byte frame: the controller gets 64 bytes and a buffer id.
+    let f = frame(MAC_A, MAC_B, 0x0800, &[0x45; 86]);
+    assert_eq!(f.len(), 100);
+    inject(&h, 1, &f);
+    let pin = c.expect(|_, m| match m {
+        Message::PacketIn(p) => Some(p),
+        _ => None,
+    });
+    assert_ne!(pin.buffer_id, NO_BUFFER);
+    assert_eq!((pin.total_len, pin.data.len()), (100, 64));
+    assert_eq!((pin.reason, pin.table_id, pin.cookie), (0, 0, 0xabc));
+    assert_eq!(pin.matches.fields, vec![OxmField::InPort(1)]);
+    assert_eq!(pin.data[..], f[..64]);
+
+    // PACKET_OUT naming the buffer sends the whole frame.
+    let po = PacketOut {
+        buffer_id: pin.buffer_id,
+        in_port: 1,
+        actions: vec![Action::Output {
+            port: 2,
+            max_len: 0,
+        }],
+        data: vec![],
+    };
+    c.send(&Message::PacketOut(po.clone()));
+    c.barrier();
+    let sent = h.hooks.take_sent();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].frame, f);
+    assert_eq!(sent[0].actions, vec![dp::Action::Output(12)]);
+    // A buffer is used once.
+    let x = c.send(&Message::PacketOut(po));
+    let err = c.expect(|xid, m| match m {
+        Message::Error(e) if xid == x => Some(e),
+        _ => None,
+    });
+    assert_eq!(err.error(), openflow::errors::BAD_REQUEST_BUFFER_EMPTY);
+
+    // A FLOW_MOD with a buffer id applies the rule, then runs the packet through the tables.
+    inject(&h, 3, &f);
+    let pin = c.expect(|_, m| match m {
+        Message::PacketIn(p) => Some(p),
+        _ => None,
+    });
+    let mut fm = FlowMod::add(
+        10,
+        openflow::Match::new(vec![OxmField::InPort(3)]),
+        vec![Instruction::ApplyActions(vec![Action::Output {
+            port: 4,
+            max_len: 0,
+        }])],
+    );
+    fm.buffer_id = pin.buffer_id;
+    c.send(&Message::FlowMod(fm));
+    c.barrier();
+    let sent = h.hooks.take_sent();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        (sent[0].in_port, &sent[0].actions),
+        (Some(13), &vec![dp::Action::Output(14)])
+    );
+
+    // Deleting the table-miss rule sends FLOW_REMOVED (it has SEND_FLOW_REM).
+    let mut del = FlowMod::add(0, openflow::Match::default(), vec![]);
+    del.command = FlowModCommand::DeleteStrict;
+    c.send(&Message::FlowMod(del));
+    let fr = c.expect(|_, m| match m {
+        Message::FlowRemoved(r) => Some(r),
+        _ => None,
+    });
+    assert_eq!((fr.cookie, fr.reason, fr.priority), (0xabc, 2, 0));
+    assert_eq!(fr.packet_count, 2);
+
+    // PORT_STATUS.
+    h.br.port_status(
+        ofswitch::PortReason::Modify,
+        &ofswitch::PortReport {
+            link_up: false,
+            ..ofswitch::PortReport::new(2, "p2", 12)
+        },
+    );
+    let ps = c.expect(|_, m| match m {
+        Message::PortStatus(p) => Some(p),
+        _ => None,
+    });
+    assert_eq!((ps.reason, ps.desc.port_no, ps.desc.state), (2, 2, 1));
+    assert!(!h.pl.port_live("br0", 2));
+
+    // Bad requests get the OpenFlow error, and the connection stays up.
+    let bad = FlowMod::add(
+        1,
+        openflow::Match::new(vec![OxmField::TunnelId(5, None)]),
+        vec![],
+    );
+    let x = c.send(&Message::FlowMod(bad));
+    let err = c.expect(|xid, m| match m {
+        Message::Error(e) if xid == x => Some(e),
+        _ => None,
+    });
+    assert_eq!(err.error(), openflow::errors::BAD_MATCH_BAD_FIELD);
+    let x = c.send(&Message::PacketOut(PacketOut {
+        buffer_id: 0x1234_5678,
+        in_port: 1,
+        actions: vec![],
+        data: vec![],
+    }));
+    let err = c.expect(|xid, m| match m {
+        Message::Error(e) if xid == x => Some(e),
+        _ => None,
+    });
+    assert_eq!(err.error(), openflow::errors::BAD_REQUEST_BUFFER_UNKNOWN);
+    let x = c.send(&Message::PortMod(PortMod {
+        port_no: 77,
+        ..Default::default()
+    }));
+    let err = c.expect(|xid, m| match m {
+        Message::Error(e) if xid == x => Some(e),
+        _ => None,
+    });
+    assert_eq!(err.error(), openflow::errors::PORT_MOD_FAILED_BAD_PORT);
+    let x = c.send(&Message::GetConfigRequest);
+    let cfg = c.expect(|xid, m| match m {
+        Message::GetConfigReply(r) if xid == x => Some(r),
+        _ => None,
+    });
+    assert_eq!(cfg.miss_send_len, 128);
+}

@@ -1,0 +1,144 @@
+//! Commands on the datapath and the OpenFlow pipeline: flows (`add-flow`, `add-flows`,
+//! `mod-flows`, `del-flows`, `dump-flows`), the MAC table, megaflows, PMD statistics and rx
+//! queue placement, and controllers. Control thread, with the `Switch` mutex held.
+//!
+//! Flows are not stored in the config store: as with OVS, a restart starts every bridge with
+//! its default NORMAL rule, and controllers (re)install theirs when they connect.
+use super::switch::{CmdError, CmdResult, Switch};
+use crate::proto::Response;
+use serde_json::json;
+
+fn strict_flag(args: &[String]) -> (bool, Vec<&str>) {
+    let strict = args.iter().any(|a| a == "--strict");
+    (strict, args.iter().filter(|a| *a != "--strict").map(String::as_str).collect())
+}
+
+impl Switch {
+    fn need_bridge(&self, br: &str) -> Result<(), CmdError> {
+        if self.config().bridges.contains_key(br) {
+            Ok(())
+        } else {
+            Err(CmdError(format!("no bridge named {br}")))
+        }
+    }
+
+    pub(super) fn dispatch_dp(&mut self, command: &str, args: &[String]) -> CmdResult {
+        let usage = |u: &str| CmdError(format!("usage: {command} {u}"));
+        let (strict, rest) = strict_flag(args);
+        let pl = self.rt.pipeline.clone();
+        match (command, rest.as_slice()) {
+            ("add-flow", [br, flow]) => {
+                self.need_bridge(br)?;
+                pl.add_flow(br, flow).map_err(|e| CmdError(e.to_string()))?;
+                self.rt.revalidate();
+                Ok(Response::ok("", json!(null)))
+            }
+            ("add-flow", _) => Err(usage("BR FLOW")),
+            ("add-flows", [br, "--inline", text]) => {
+                self.need_bridge(br)?;
+                let n = pl.add_flows(br, text).map_err(|e| CmdError(e.to_string()))?;
+                self.rt.revalidate();
+                Ok(Response::ok("", json!({ "added": n })))
+            }
+            ("add-flows", _) => Err(usage("BR FILE")),
+            ("mod-flows", [br, flow]) => {
+                self.need_bridge(br)?;
+                pl.mod_flows(br, flow, strict).map_err(|e| CmdError(e.to_string()))?;
+                self.rt.revalidate();
+                Ok(Response::ok("", json!(null)))
+            }
+            ("mod-flows", _) => Err(usage("[--strict] BR FLOW")),
+            ("del-flows", [br, filter @ ..]) if filter.len() <= 1 => {
+                self.need_bridge(br)?;
+                let removed = pl
+                    .del_flows(br, filter.first().copied(), strict)
+                    .map_err(|e| CmdError(e.to_string()))?;
+                self.rt.revalidate();
+                self.rt.flows_removed(&removed);
+                Ok(Response::ok("", json!({ "deleted": removed.len() })))
+            }
+            ("del-flows", _) => Err(usage("[--strict] BR [MATCH]")),
+            ("dump-flows", [br, filter @ ..]) if filter.len() <= 1 => {
+                self.need_bridge(br)?;
+                let lines = pl
+                    .dump_flows_text(br, filter.first().copied())
+                    .map_err(|e| CmdError(e.to_string()))?;
+                let text: String = lines.iter().map(|l| format!(" {l}\n")).collect();
+                Ok(Response::ok(text, json!(lines)))
+            }
+            ("dump-flows", _) => Err(usage("BR [MATCH]")),
+            ("dump-macs", [br]) => {
+                self.need_bridge(br)?;
+                let macs = pl.mac_entries(br).map_err(|e| CmdError(e.to_string()))?;
+                Ok(super::format::macs(&macs))
+            }
+            ("dump-macs", _) => Err(usage("BR")),
+            ("dump-megaflows", []) => Ok(super::format::megaflows(&self.rt.dp.megaflows())),
+            ("pmd-stats-show", []) => Ok(super::format::pmd_stats(&self.rt.dp.pmd_stats())),
+            ("pmd-stats-clear", []) => {
+                self.rt.dp.clear_pmd_stats();
+                Ok(Response::ok("", json!(null)))
+            }
+            ("pmd-rxq-show", []) => Ok(super::format::rxq_show(&self.rt.dp.rxq_show())),
+            ("dump-megaflows" | "pmd-stats-show" | "pmd-stats-clear" | "pmd-rxq-show", _) => {
+                Err(usage(""))
+            }
+            ("set-controller", [br, targets @ ..]) => self.set_controllers(br, targets),
+            ("del-controller", [br]) => self.set_controllers(br, &[]),
+            ("set-fail-mode", [br, mode]) => self.set_fail_mode(br, mode),
+            ("set-controller", _) => Err(usage("BR TARGET...")),
+            ("del-controller", _) => Err(usage("BR")),
+            _ => Err(usage("BR standalone|secure")),
+        }
+    }
+
+    fn set_controllers(&mut self, br: &str, targets: &[&str]) -> CmdResult {
+        self.need_bridge(br)?;
+        let targets: Vec<String> = targets.iter().map(|t| t.to_string()).collect();
+        for t in &targets {
+            check_target(t)?;
+        }
+        self.rt.set_controllers(br, &targets)?;
+        self.store.update(|c| {
+            c.bridges.get_mut(br).expect("checked").controllers = targets.clone();
+            Ok::<_, CmdError>(())
+        })?;
+        Ok(Response::ok("", json!(null)))
+    }
+
+    fn set_fail_mode(&mut self, br: &str, mode: &str) -> CmdResult {
+        self.need_bridge(br)?;
+        if mode != "standalone" && mode != "secure" {
+            return Err(CmdError(format!(
+                "fail mode {mode:?} is not standalone or secure"
+            )));
+        }
+        self.rt.set_fail_mode(br, mode)?;
+        self.store.update(|c| {
+            c.bridges.get_mut(br).expect("checked").fail_mode = Some(mode.to_string());
+            Ok::<_, CmdError>(())
+        })?;
+        Ok(Response::ok("", json!(null)))
+    }
+}
+
+/// `tcp:IP:PORT`, `unix:PATH`, `ptcp:PORT[:IP]`.
+pub fn check_target(t: &str) -> Result<(), CmdError> {
+    let bad = || CmdError(format!("bad controller target {t:?}: use tcp:IP:PORT, unix:PATH or ptcp:PORT[:IP]"));
+    let (kind, rest) = t.split_once(':').ok_or_else(bad)?;
+    match kind {
+        "tcp" => {
+            let (ip, port) = rest.rsplit_once(':').ok_or_else(bad)?;
+            ip.parse::<std::net::IpAddr>().map_err(|_| bad())?;
+            port.parse::<u16>().map_err(|_| bad())?;
+        }
+        "ptcp" => {
+            let (port, ip) = rest.split_once(':').unwrap_or((rest, "0.0.0.0"));
+            port.parse::<u16>().map_err(|_| bad())?;
+            ip.parse::<std::net::IpAddr>().map_err(|_| bad())?;
+        }
+        "unix" if !rest.is_empty() => {}
+        _ => return Err(bad()),
+    }
+    Ok(())
+}

@@ -1,0 +1,73 @@
+//! The housekeeping thread: every 50 ms it revalidates the datapath if the pipeline changed by
+//! itself (MAC learning, aging) and hands queued packet-ins to their bridges' controllers;
+//! every second it expires flows (idle/hard timeouts) and reports them as FLOW_REMOVED.
+//!
+//! Threads: its own; shares [`Shared`] with the control thread, never takes the `Switch` mutex.
+use super::runtime::Shared;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const TICK: Duration = Duration::from_millis(50);
+const EXPIRE_EVERY: Duration = Duration::from_secs(1);
+
+/// Stops the thread when asked.
+pub struct Handle {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+impl Handle {
+    /// Stops the thread and waits for it.
+    pub fn stop(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.thread().unpark();
+        let _ = self.thread.join();
+    }
+}
+
+/// Starts the thread.
+pub fn start(shared: Arc<Shared>) -> Result<Handle, String> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let thread = std::thread::Builder::new()
+        .name("housekeeping".into())
+        .spawn(move || run(&shared, &stop2))
+        .map_err(|e| format!("cannot start the housekeeping thread: {e}"))?;
+    Ok(Handle { stop, thread })
+}
+
+fn run(shared: &Shared, stop: &AtomicBool) {
+    let mut last_expire = Instant::now();
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::park_timeout(TICK);
+        shared.revalidate_if_changed();
+        deliver_packet_ins(shared);
+        if last_expire.elapsed() >= EXPIRE_EVERY {
+            last_expire = Instant::now();
+            let removed = shared.pipeline.expire(last_expire);
+            if !removed.is_empty() {
+                shared.revalidate();
+                shared.flows_removed(&removed);
+            }
+        }
+    }
+}
+
+fn deliver_packet_ins(shared: &Shared) {
+    let pins = shared.pipeline.take_packet_ins(1024);
+    if pins.is_empty() {
+        return;
+    }
+    let bridges = shared.bridges.lock().unwrap_or_else(|e| e.into_inner());
+    let mut by_bridge: std::collections::BTreeMap<String, Vec<_>> = Default::default();
+    for p in pins {
+        by_bridge.entry(p.bridge.clone()).or_default().push(p);
+    }
+    for (br, pins) in by_bridge {
+        if let Some(of) = bridges.get(&br) {
+            of.deliver_packet_ins(pins);
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! Live port objects built from the stored port configuration: which constructor each type
+//! uses, the defaults of its options, and how it is stopped. Control thread only.
+use crate::store::PortConfig;
+use ports::dummy::DummyPort;
+use ports::vhost_user::VhostUserPort;
+use ports::Port;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Default vhost-user-client reconnect interval.
+pub const DEFAULT_RECONNECT_MS: u64 = 1000;
+
+/// A port that exists at run time.
+pub enum LivePort {
+    /// No device; injection and capture through the control socket.
+    Dummy(Arc<DummyPort>),
+    /// vhost-user, server or client mode.
+    Vhost(Arc<VhostUserPort>),
+}
+
+impl LivePort {
+    /// Creates the port described by `pc` (named `name`, default sockets in `run_dir`).
+    pub fn create(name: &str, pc: &PortConfig, run_dir: &Path) -> Result<LivePort, String> {
+        let opt = |k: &str| pc.options.get(k).map(String::as_str);
+        let queues = opt("queues").map_or(Ok(1), str::parse::<usize>);
+        let queues = queues.map_err(|_| "bad queues".to_string())?;
+        match pc.kind.as_str() {
+            "dummy" => Ok(LivePort::Dummy(Arc::new(DummyPort::new()))),
+            "vhost-user" => {
+                let path = opt("path").map_or_else(|| run_dir.join(format!("{name}.sock")), Into::into);
+                VhostUserPort::server(&path, queues)
+                    .map(LivePort::Vhost)
+                    .map_err(|e| format!("port {name}: {e}"))
+            }
+            "vhost-user-client" => {
+                let path = opt("path")
+                    .ok_or_else(|| format!("port {name}: type vhost-user-client needs path=SOCKET"))?;
+                let ms = opt("reconnect-ms").map_or(Ok(DEFAULT_RECONNECT_MS), str::parse::<u64>);
+                let ms = ms.map_err(|_| "bad reconnect-ms".to_string())?;
+                VhostUserPort::client(Path::new(path), queues, ms)
+                    .map(LivePort::Vhost)
+                    .map_err(|e| format!("port {name}: {e}"))
+            }
+            other => Err(format!(
+                "port type {other:?} is not implemented yet in this build of vireod"
+            )),
+        }
+    }
+
+    /// The port as the datapath sees it.
+    pub fn port(&self) -> Arc<dyn Port> {
+        match self {
+            LivePort::Dummy(d) => d.clone(),
+            LivePort::Vhost(v) => v.clone(),
+        }
+    }
+
+    /// The dummy port, for injection and capture.
+    pub fn dummy(&self) -> Option<&Arc<DummyPort>> {
+        match self {
+            LivePort::Dummy(d) => Some(d),
+            LivePort::Vhost(_) => None,
+        }
+    }
+
+    /// Stops the device (closes sockets, removes socket files the port created).
+    pub fn shutdown(&self) {
+        if let LivePort::Vhost(v) = self {
+            v.shutdown();
+        }
+    }
+}
