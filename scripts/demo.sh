@@ -20,7 +20,7 @@ ctl() { "$bin/vireoctl" --run-dir "$run" "$@"; }
 vireod_pid=$!
 testpmd_pid=
 cleanup() {
-    [ -n "$testpmd_pid" ] && kill "$testpmd_pid" 2>/dev/null
+    if [ -n "$testpmd_pid" ]; then kill "$testpmd_pid" 2>/dev/null || true; fi
     kill "$vireod_pid" 2>/dev/null || true
     wait 2>/dev/null || true
 }
@@ -35,11 +35,12 @@ ctl add-port br0 vm2 type=vhost-user
 set +x
 
 echo "==> two virtio endpoints (testpmd virtio-user on $run/vm1.sock and vm2.sock), io forwarding"
+# Non-interactive testpmd quits when its stdin ends: give it one that stays open.
 dpdk-testpmd --lcores '0@1,1@1' -n 1 --no-pci --no-huge -m 1024 --file-prefix="vireo-demo-$$" \
     --vdev "net_virtio_user0,mac=00:00:00:00:00:01,path=$run/vm1.sock" \
     --vdev "net_virtio_user1,mac=00:00:00:00:00:02,path=$run/vm2.sock" \
     -- --nb-cores=1 --forward-mode=io --tx-first --stats-period=0 \
-       --txd=1024 --rxd=1024 --total-num-mbufs=16384 >"$run/testpmd.log" 2>&1 &
+       --txd=1024 --rxd=1024 --total-num-mbufs=16384 >"$run/testpmd.log" 2>&1 < <(sleep 100000) &
 testpmd_pid=$!
 sleep 3
 ctl show

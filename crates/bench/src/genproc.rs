@@ -51,7 +51,10 @@ pub fn args(ports: &Ports, sc: &Scenario, plan: &GenPlan, json: &Path) -> Vec<St
         format!("--max-trials={}", plan.max_trials),
         format!("--core={}", plan.core),
         format!("--json={}", json.display()),
-        format!("--sync-dir={}", json.parent().unwrap_or(Path::new(".")).display()),
+        format!(
+            "--sync-dir={}",
+            json.parent().unwrap_or(Path::new(".")).display()
+        ),
     ];
     if ports.gen_server {
         a.push("--server".into());

@@ -213,8 +213,14 @@ impl Results {
                 f("rfc2544_20ppm_mpps", 2),
                 f("latency_avg_us", 1),
                 f("latency_p99_us", 1),
-                self.cell(c, s, g, "switch_cpu", 2).split(' ').next().unwrap_or("–"),
-                self.cell(c, s, g, "gen_cpu", 2).split(' ').next().unwrap_or("–")
+                self.cell(c, s, g, "switch_cpu", 2)
+                    .split(' ')
+                    .next()
+                    .unwrap_or("–"),
+                self.cell(c, s, g, "gen_cpu", 2)
+                    .split(' ')
+                    .next()
+                    .unwrap_or("–")
             );
         }
         let errors: Vec<String> = self

@@ -382,7 +382,6 @@ impl Datapath {
         Ok(())
     }
 
-
     /// `dump-megaflows`: every PMD's megaflows with their counters.
     pub fn megaflows(&self) -> Vec<MegaflowInfo> {
         let ctl = self.inner.lock();

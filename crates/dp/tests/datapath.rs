@@ -507,7 +507,11 @@ fn execute_runs_packet_out_actions_from_the_control_thread() {
     dp.execute(Some(1), &actions, &frame).unwrap();
     let a = p1.take_captured();
     let b = p2.take_captured();
-    assert_eq!(a, vec![frame.clone()], "first output sees the frame unmodified");
+    assert_eq!(
+        a,
+        vec![frame.clone()],
+        "first output sees the frame unmodified"
+    );
     assert_eq!(b.len(), 1);
     let k = wire::extract(&b[0], 2);
     assert_eq!(k.get(Field::TpDst), 5353);

@@ -42,73 +42,53 @@ fn v4(a: Ipv4Addr, m: Option<Ipv4Addr>) -> (u64, u64) {
 pub fn match_to_pipeline(m: &openflow::Match) -> Result<PMatch, OfError> {
     let mut out = PMatch::ANY;
     for f in &m.fields {
-        match *f {
-            X::InPort(p) => {
-                out.set_in_port(p);
-            }
-            X::EthDst(v, mk) => {
-                out.set_mac(Field::EthDst, v, mac_mask(mk));
-            }
-            X::EthSrc(v, mk) => {
-                out.set_mac(Field::EthSrc, v, mac_mask(mk));
-            }
-            X::EthType(t) => {
-                out.set(Field::EthType, t.into());
-            }
-            X::VlanVid(v, mk) => {
-                out.set_vlan_vid(v, mk.unwrap_or(0x1fff));
-            }
-            X::VlanPcp(p) => {
-                out.set_vlan_pcp(p);
-            }
-            X::IpDscp(d) => {
-                out.set_ip_dscp(d);
-            }
-            X::IpEcn(e) => {
-                out.set_ip_ecn(e);
-            }
-            X::IpProto(p) => {
-                out.set(Field::IpProto, p.into());
-            }
-            X::Ipv4Src(a, mk) | X::ArpSpa(a, mk) => {
-                let (v, m) = v4(a, mk);
-                out.set_masked(Field::Ipv4Src, v, m);
-            }
-            X::Ipv4Dst(a, mk) | X::ArpTpa(a, mk) => {
-                let (v, m) = v4(a, mk);
-                out.set_masked(Field::Ipv4Dst, v, m);
-            }
-            X::TcpSrc(p) | X::UdpSrc(p) | X::SctpSrc(p) => {
-                out.set(Field::TpSrc, p.into());
-            }
-            X::TcpDst(p) | X::UdpDst(p) | X::SctpDst(p) => {
-                out.set(Field::TpDst, p.into());
-            }
-            X::Icmpv4Type(t) | X::Icmpv6Type(t) => {
-                out.set(Field::TpSrc, t.into());
-            }
-            X::Icmpv4Code(c) | X::Icmpv6Code(c) => {
-                out.set(Field::TpDst, c.into());
-            }
-            X::ArpOp(o) => {
-                out.set(Field::ArpOp, o.into());
-            }
-            X::ArpSha(v, mk) => {
-                out.set_mac(Field::ArpSha, v, mac_mask(mk));
-            }
-            X::ArpTha(v, mk) => {
-                out.set_mac(Field::ArpTha, v, mac_mask(mk));
-            }
-            X::Ipv6Src(a, mk) => {
-                out.set_ipv6_src(u128::from(a), mk.map_or(u128::MAX, u128::from));
-            }
-            X::Ipv6Dst(a, mk) => {
-                out.set_ipv6_dst(u128::from(a), mk.map_or(u128::MAX, u128::from));
-            }
-            _ => return Err(errors::BAD_MATCH_BAD_FIELD),
+        if !l2_field(&mut out, f) && !l3_field(&mut out, f) {
+            return Err(errors::BAD_MATCH_BAD_FIELD);
         }
     }
     Ok(out)
+}
+
+/// Ingress port, Ethernet, VLAN and ARP fields; false if `f` is none of them.
+fn l2_field(out: &mut PMatch, f: &X) -> bool {
+    match *f {
+        X::InPort(p) => out.set_in_port(p),
+        X::EthDst(v, mk) => out.set_mac(Field::EthDst, v, mac_mask(mk)),
+        X::EthSrc(v, mk) => out.set_mac(Field::EthSrc, v, mac_mask(mk)),
+        X::EthType(t) => out.set(Field::EthType, t.into()),
+        X::VlanVid(v, mk) => out.set_vlan_vid(v, mk.unwrap_or(0x1fff)),
+        X::VlanPcp(p) => out.set_vlan_pcp(p),
+        X::ArpOp(o) => out.set(Field::ArpOp, o.into()),
+        X::ArpSha(v, mk) => out.set_mac(Field::ArpSha, v, mac_mask(mk)),
+        X::ArpTha(v, mk) => out.set_mac(Field::ArpTha, v, mac_mask(mk)),
+        _ => return false,
+    };
+    true
+}
+
+/// IP and transport fields; false if `f` is none of them.
+fn l3_field(out: &mut PMatch, f: &X) -> bool {
+    match *f {
+        X::IpDscp(d) => out.set_ip_dscp(d),
+        X::IpEcn(e) => out.set_ip_ecn(e),
+        X::IpProto(p) => out.set(Field::IpProto, p.into()),
+        X::Ipv4Src(a, mk) | X::ArpSpa(a, mk) => {
+            let (v, m) = v4(a, mk);
+            out.set_masked(Field::Ipv4Src, v, m)
+        }
+        X::Ipv4Dst(a, mk) | X::ArpTpa(a, mk) => {
+            let (v, m) = v4(a, mk);
+            out.set_masked(Field::Ipv4Dst, v, m)
+        }
+        X::TcpSrc(p) | X::UdpSrc(p) | X::SctpSrc(p) => out.set(Field::TpSrc, p.into()),
+        X::TcpDst(p) | X::UdpDst(p) | X::SctpDst(p) => out.set(Field::TpDst, p.into()),
+        X::Icmpv4Type(t) | X::Icmpv6Type(t) => out.set(Field::TpSrc, t.into()),
+        X::Icmpv4Code(c) | X::Icmpv6Code(c) => out.set(Field::TpDst, c.into()),
+        X::Ipv6Src(a, mk) => out.set_ipv6_src(u128::from(a), mk.map_or(u128::MAX, u128::from)),
+        X::Ipv6Dst(a, mk) => out.set_ipv6_dst(u128::from(a), mk.map_or(u128::MAX, u128::from)),
+        _ => return false,
+    };
+    true
 }
 
 fn u64_mac(v: u64) -> [u8; 6] {
@@ -152,36 +132,8 @@ fn ipv6_field(m: &PMatch, hi: Field, lo: Field) -> Option<(Ipv6Addr, Option<Ipv6
 /// (TTL, fragment bits, TCP flags) are left out.
 pub fn match_to_wire(m: &PMatch) -> openflow::Match {
     let mut f = Vec::new();
-    if let Some(p) = m.exact(Field::InPort) {
-        f.push(X::InPort(p as u32));
-    }
-    if let Some((v, mk)) = mac_field(m, Field::EthDst) {
-        f.push(X::EthDst(v, mk));
-    }
-    if let Some((v, mk)) = mac_field(m, Field::EthSrc) {
-        f.push(X::EthSrc(v, mk));
-    }
+    push_l2(m, &mut f);
     let eth_type = m.exact(Field::EthType).map(|t| t as u16);
-    if let Some(t) = eth_type {
-        f.push(X::EthType(t));
-    }
-    if let Some((v, mk)) = m.get(Field::VlanTci) {
-        let (v, mk) = (v as u16, mk as u16);
-        if mk & 0x1fff != 0 {
-            f.push(X::VlanVid(v & 0x1fff, opt_mask(mk & 0x1fff, 0x1fff)));
-        }
-        if mk & 0xe000 != 0 {
-            f.push(X::VlanPcp(((v >> 13) & 7) as u8));
-        }
-    }
-    if let Some((v, mk)) = m.get(Field::IpTos) {
-        if mk & 0xfc != 0 {
-            f.push(X::IpDscp((v >> 2) as u8 & 0x3f));
-        }
-        if mk & 3 != 0 {
-            f.push(X::IpEcn(v as u8 & 3));
-        }
-    }
     let proto = m.exact(Field::IpProto).map(|p| p as u8);
     if let Some(p) = proto {
         f.push(X::IpProto(p));
@@ -223,6 +175,39 @@ pub fn match_to_wire(m: &PMatch) -> openflow::Match {
         }
     }
     openflow::Match::new(f)
+}
+
+/// in_port, MACs, eth_type, VLAN and IP TOS fields.
+fn push_l2(m: &PMatch, f: &mut Vec<X>) {
+    if let Some(p) = m.exact(Field::InPort) {
+        f.push(X::InPort(p as u32));
+    }
+    if let Some((v, mk)) = mac_field(m, Field::EthDst) {
+        f.push(X::EthDst(v, mk));
+    }
+    if let Some((v, mk)) = mac_field(m, Field::EthSrc) {
+        f.push(X::EthSrc(v, mk));
+    }
+    if let Some(t) = m.exact(Field::EthType) {
+        f.push(X::EthType(t as u16));
+    }
+    if let Some((v, mk)) = m.get(Field::VlanTci) {
+        let (v, mk) = (v as u16, mk as u16);
+        if mk & 0x1fff != 0 {
+            f.push(X::VlanVid(v & 0x1fff, opt_mask(mk & 0x1fff, 0x1fff)));
+        }
+        if mk & 0xe000 != 0 {
+            f.push(X::VlanPcp(((v >> 13) & 7) as u8));
+        }
+    }
+    if let Some((v, mk)) = m.get(Field::IpTos) {
+        if mk & 0xfc != 0 {
+            f.push(X::IpDscp((v >> 2) as u8 & 0x3f));
+        }
+        if mk & 3 != 0 {
+            f.push(X::IpEcn(v as u8 & 3));
+        }
+    }
 }
 
 /// Builds an OXM field from a 16-bit key value.

@@ -44,23 +44,7 @@ pub(crate) fn reply_to(inner: &Inner, req: &MultipartRequest) -> Result<Vec<Mess
                 flow_count: f.len() as u32,
             }))
         }
-        Q::Table => {
-            let counts = inner
-                .pipeline
-                .table_counts(&inner.bridge)
-                .map_err(|e| of_error(&e))?;
-            let t = counts
-                .iter()
-                .enumerate()
-                .map(|(i, n)| TableStats {
-                    table_id: i as u8,
-                    active_count: *n as u32,
-                    lookup_count: 0,
-                    matched_count: 0,
-                })
-                .collect();
-            reply(MultipartReplyBody::Table(t))
-        }
+        Q::Table => reply(MultipartReplyBody::Table(tables(inner)?)),
         Q::TableFeatures(_) => reply(MultipartReplyBody::TableFeatures(
             (0..N_TABLES)
                 .map(|t| TableFeatures::standard(t, N_TABLES, 1_000_000))
@@ -81,6 +65,23 @@ pub(crate) fn reply_to(inner: &Inner, req: &MultipartRequest) -> Result<Vec<Mess
             ))
         }
     }
+}
+
+fn tables(inner: &Inner) -> Result<Vec<TableStats>, OfError> {
+    let counts = inner
+        .pipeline
+        .table_counts(&inner.bridge)
+        .map_err(|e| of_error(&e))?;
+    Ok(counts
+        .iter()
+        .enumerate()
+        .map(|(i, n)| TableStats {
+            table_id: i as u8,
+            active_count: *n as u32,
+            lookup_count: 0,
+            matched_count: 0,
+        })
+        .collect())
 }
 
 fn flows(inner: &Inner, r: &FlowStatsRequest) -> Result<Vec<FlowStats>, OfError> {

@@ -462,3 +462,43 @@ fn groups_of_all_four_types() {
     assert!(!pf.iter().any(|l| l.contains("group:3")), "{pf:?}");
     assert!(pf.iter().any(|l| l.contains("group:1")), "{pf:?}");
 }
+
+#[test]
+fn table_features_and_monitor_packet_ins() {
+    if !have_ofctl() {
+        return;
+    }
+    let h = start();
+    let tf = must(&h, "dump-table-features", &[]);
+    assert!(
+        tf.contains("table 0") && tf.contains("table 254"),
+        "{}",
+        &tf[..tf.len().min(2000)]
+    );
+    // `ovs-ofctl monitor` asks for async messages with SET_CONFIG (miss_send_len).
+    must(&h, "add-flow", &["priority=0,actions=CONTROLLER:65535"]);
+    let target = format!("unix:{}", h.sock.display());
+    let log = h.dir.path().join("monitor.log");
+    let f = std::fs::File::create(&log).unwrap();
+    let unixctl = format!("--unixctl={}", h.dir.path().join("ofctl.ctl").display());
+    let mut mon = Command::new("timeout")
+        .args(["20", "ovs-ofctl", "-O", "OpenFlow13", &unixctl])
+        .args(["monitor", &target, "65534"])
+        .stdout(f.try_clone().unwrap())
+        .stderr(f)
+        .spawn()
+        .unwrap();
+    let arp = frame(MAC_A, BCAST, 0x0806, &[0; 28]);
+    let got = wait_for(std::time::Duration::from_secs(10), || {
+        inject(&h, 2, &arp);
+        std::fs::read_to_string(&log).is_ok_and(|s| s.contains("OFPT_PACKET_IN"))
+    });
+    let _ = mon.kill();
+    let _ = mon.wait();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(got, "{text}");
+    assert!(
+        text.contains("in_port=2 (via no_match)") && text.contains("(unbuffered)"),
+        "{text}"
+    );
+}

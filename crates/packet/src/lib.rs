@@ -368,7 +368,9 @@ mod tests {
     fn vlan_style_insert_and_remove() {
         let frame: Vec<u8> = (0u8..20).collect();
         let mut p = Packet::from_slice(&frame);
-        p.insert_at(12, 4).unwrap().copy_from_slice(&[0x81, 0, 0, 5]);
+        p.insert_at(12, 4)
+            .unwrap()
+            .copy_from_slice(&[0x81, 0, 0, 5]);
         assert_eq!(p.len(), 24);
         assert_eq!(&p.data()[..12], &frame[..12]);
         assert_eq!(&p.data()[12..16], &[0x81, 0, 0, 5]);

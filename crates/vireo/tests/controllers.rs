@@ -109,7 +109,6 @@ fn bridge(d: &Daemon, ports: &[&str]) {
 }
 
 #[test]
-#[ignore = "needs BridgeOf wired into vireod (set-controller, inject, capture)"]
 fn os_ken_simple_switch_13_through_vireod() {
     let (Some(bin), Some(app)) = (
         venv_file("bin/osken-manager"),
@@ -182,7 +181,6 @@ fn dpid(run: &Path) -> u64 {
 }
 
 #[test]
-#[ignore = "needs BridgeOf wired into vireod (set-controller, inject, capture)"]
 fn faucet_two_vlans_through_vireod() {
     let Some(bin) = venv_file("bin/faucet") else {
         return;

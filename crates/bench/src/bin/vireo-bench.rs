@@ -44,7 +44,7 @@ struct Args {
     #[arg(long)]
     max_trials: Option<usize>,
     /// Output directory.
-    #[arg(long, default_value = "bench-out")]
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/bench-out"))]
     out: PathBuf,
     /// Rewrite the results section of BENCHMARKS.md.
     #[arg(long)]
@@ -67,8 +67,9 @@ struct Args {
     /// Give Vireo vhost-user server ports (default: vhost-user-client, like OVS).
     #[arg(long)]
     vireo_server_ports: bool,
-    /// Burst size of the testpmd generator (also what --tx-first injects per port).
-    #[arg(long, default_value_t = 32)]
+    /// Burst size of the testpmd generator, which is also what --tx-first injects per port:
+    /// with testpmd's default of 32 too few packets circulate to keep OVS's PMD fed.
+    #[arg(long, default_value_t = 64)]
     testpmd_burst: usize,
     /// Run switches and generators at SCHED_RR priority 1 so other work on a shared machine
     /// cannot preempt them (it slows that work down while the benchmark runs).
@@ -367,8 +368,20 @@ fn main() {
         ),
     );
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let git = version("git", &["-C", &root.display().to_string(), "describe", "--always", "--dirty"]);
-    res.meta.versions.insert("vireo".into(), format!("{git} ({})", vireo_bin(&a).display()));
+    let git = version(
+        "git",
+        &[
+            "-C",
+            &root.display().to_string(),
+            "describe",
+            "--always",
+            "--dirty",
+        ],
+    );
+    res.meta.versions.insert(
+        "vireo".into(),
+        format!("{git} ({})", vireo_bin(&a).display()),
+    );
     let mut cs = contenders(&a, &mut res.meta);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {

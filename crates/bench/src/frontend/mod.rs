@@ -200,7 +200,11 @@ impl VhostPort {
         let mut layouts = Vec::new();
         let mut at = 0;
         for i in 0..2 * cfg.pairs {
-            let size = if i % 2 == 0 { cfg.rx_ring_size } else { cfg.ring_size };
+            let size = if i % 2 == 0 {
+                cfg.rx_ring_size
+            } else {
+                cfg.ring_size
+            };
             let (l, end) = RingLayout::at(at, size, RX_BUF);
             layouts.push(l);
             at = end;

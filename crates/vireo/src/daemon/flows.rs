@@ -10,7 +10,13 @@ use serde_json::json;
 
 fn strict_flag(args: &[String]) -> (bool, Vec<&str>) {
     let strict = args.iter().any(|a| a == "--strict");
-    (strict, args.iter().filter(|a| *a != "--strict").map(String::as_str).collect())
+    (
+        strict,
+        args.iter()
+            .filter(|a| *a != "--strict")
+            .map(String::as_str)
+            .collect(),
+    )
 }
 
 impl Switch {
@@ -36,14 +42,17 @@ impl Switch {
             ("add-flow", _) => Err(usage("BR FLOW")),
             ("add-flows", [br, "--inline", text]) => {
                 self.need_bridge(br)?;
-                let n = pl.add_flows(br, text).map_err(|e| CmdError(e.to_string()))?;
+                let n = pl
+                    .add_flows(br, text)
+                    .map_err(|e| CmdError(e.to_string()))?;
                 self.rt.revalidate();
                 Ok(Response::ok("", json!({ "added": n })))
             }
             ("add-flows", _) => Err(usage("BR FILE")),
             ("mod-flows", [br, flow]) => {
                 self.need_bridge(br)?;
-                pl.mod_flows(br, flow, strict).map_err(|e| CmdError(e.to_string()))?;
+                pl.mod_flows(br, flow, strict)
+                    .map_err(|e| CmdError(e.to_string()))?;
                 self.rt.revalidate();
                 Ok(Response::ok("", json!(null)))
             }
@@ -124,7 +133,11 @@ impl Switch {
 
 /// `tcp:IP:PORT`, `unix:PATH`, `ptcp:PORT[:IP]`.
 pub fn check_target(t: &str) -> Result<(), CmdError> {
-    let bad = || CmdError(format!("bad controller target {t:?}: use tcp:IP:PORT, unix:PATH or ptcp:PORT[:IP]"));
+    let bad = || {
+        CmdError(format!(
+            "bad controller target {t:?}: use tcp:IP:PORT, unix:PATH or ptcp:PORT[:IP]"
+        ))
+    };
     let (kind, rest) = t.split_once(':').ok_or_else(bad)?;
     match kind {
         "tcp" => {

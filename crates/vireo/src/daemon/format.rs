@@ -62,7 +62,16 @@ pub fn show_text(d: &Value) -> String {
     for b in d["bridges"].as_array().into_iter().flatten() {
         let _ = writeln!(s, "    Bridge {}", b["name"].as_str().unwrap_or("?"));
         for c in b["controllers"].as_array().into_iter().flatten() {
-            let _ = writeln!(s, "        Controller \"{}\"", c.as_str().unwrap_or("?"));
+            let state = if c["connected"].as_bool() == Some(true) {
+                "connected"
+            } else {
+                "not connected"
+            };
+            let _ = writeln!(
+                s,
+                "        Controller \"{}\" ({state})",
+                c["target"].as_str().unwrap_or("?")
+            );
         }
         for p in b["ports"].as_array().into_iter().flatten() {
             let _ = writeln!(s, "        Port {}", p["name"].as_str().unwrap_or("?"));
@@ -189,28 +198,6 @@ mod tests {
     }
 }
 
-/// Renders rows of JSON objects as `key: value` blocks, the first key as a heading.
-fn blocks(rows: &[Value]) -> String {
-    let mut s = String::new();
-    for row in rows {
-        let Some(obj) = row.as_object() else { continue };
-        let mut first = true;
-        for (k, v) in obj {
-            let v = match v {
-                Value::String(x) => x.clone(),
-                other => other.to_string(),
-            };
-            if first {
-                let _ = writeln!(s, "{k} {v}:");
-                first = false;
-            } else {
-                let _ = writeln!(s, "  {k}: {v}");
-            }
-        }
-    }
-    s
-}
-
 fn rows<T: serde::Serialize>(items: &[T]) -> Vec<Value> {
     items
         .iter()
@@ -218,15 +205,62 @@ fn rows<T: serde::Serialize>(items: &[T]) -> Vec<Value> {
         .collect()
 }
 
-/// `pmd-stats-show`.
-pub fn pmd_stats<T: serde::Serialize>(items: &[T]) -> crate::proto::Response {
-    let r = rows(items);
-    crate::proto::Response::ok(blocks(&r), Value::Array(r))
+fn field(v: &Value) -> String {
+    match v {
+        Value::String(x) => x.clone(),
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if n.is_f64() => format!("{f:.2}"),
+            _ => n.to_string(),
+        },
+        other => other.to_string(),
+    }
 }
 
-/// `pmd-rxq-show`.
+/// `pmd-stats-show`: a block per PMD thread, headed by its core and node.
+pub fn pmd_stats<T: serde::Serialize>(items: &[T]) -> crate::proto::Response {
+    let r = rows(items);
+    let mut s = String::new();
+    for row in &r {
+        let _ = writeln!(
+            s,
+            "pmd thread core {} (numa {}):",
+            field(&row["core"]),
+            field(&row["numa"])
+        );
+        for (k, v) in row.as_object().into_iter().flatten() {
+            if k != "core" && k != "numa" {
+                let _ = writeln!(s, "  {}: {}", k.replace('_', " "), field(v));
+            }
+        }
+    }
+    crate::proto::Response::ok(s, Value::Array(r))
+}
+
+/// `pmd-rxq-show`: one line per rx queue, grouped by PMD core.
 pub fn rxq_show<T: serde::Serialize>(items: &[T]) -> crate::proto::Response {
-    pmd_stats(items)
+    let r = rows(items);
+    let mut s = String::new();
+    let mut last_core = None;
+    for row in &r {
+        let core = field(&row["core"]);
+        if last_core.as_ref() != Some(&core) {
+            let _ = writeln!(s, "pmd thread core {core} (numa {}):", field(&row["numa"]));
+            last_core = Some(core);
+        }
+        let _ = writeln!(
+            s,
+            "  port: {:<16} queue-id: {:>2}  pmd usage: {:>3} %{}",
+            field(&row["port"]),
+            field(&row["rxq"]),
+            field(&row["busy_pct"]),
+            if row["pinned"].as_bool() == Some(true) {
+                "  (pinned)"
+            } else {
+                ""
+            }
+        );
+    }
+    crate::proto::Response::ok(s, Value::Array(r))
 }
 
 /// `dump-megaflows`: one line per megaflow.

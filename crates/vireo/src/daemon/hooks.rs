@@ -5,7 +5,7 @@
 //! Threads: called on OpenFlow connection threads. Holds only a weak reference to the runtime,
 //! so a bridge endpoint never keeps a stopped switch alive.
 use super::runtime::Shared;
-use super::ofstub::{DatapathHooks, PortReport};
+use ofswitch::{DatapathHooks, PortReport};
 use ports::{Link, Port};
 use std::sync::{Arc, Weak};
 
@@ -28,7 +28,12 @@ impl Hooks {
 }
 
 impl DatapathHooks for Hooks {
-    fn packet_out(&self, in_port: Option<u32>, actions: &[dp::Action], frame: &[u8]) -> Result<(), String> {
+    fn packet_out(
+        &self,
+        in_port: Option<u32>,
+        actions: &[dp::Action],
+        frame: &[u8],
+    ) -> Result<(), String> {
         let shared = self.shared()?;
         shared
             .dp
@@ -60,7 +65,8 @@ impl DatapathHooks for Hooks {
     }
 }
 
-fn report(ofport: u32, name: &str, dp_port: u32, port: &dyn Port) -> PortReport {
+/// A port's OpenFlow description and counters.
+pub fn report(ofport: u32, name: &str, dp_port: u32, port: &dyn Port) -> PortReport {
     let s = port.stats();
     PortReport {
         ofport,

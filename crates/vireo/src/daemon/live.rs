@@ -27,14 +27,16 @@ impl LivePort {
         match pc.kind.as_str() {
             "dummy" => Ok(LivePort::Dummy(Arc::new(DummyPort::new()))),
             "vhost-user" => {
-                let path = opt("path").map_or_else(|| run_dir.join(format!("{name}.sock")), Into::into);
+                let path =
+                    opt("path").map_or_else(|| run_dir.join(format!("{name}.sock")), Into::into);
                 VhostUserPort::server(&path, queues)
                     .map(LivePort::Vhost)
                     .map_err(|e| format!("port {name}: {e}"))
             }
             "vhost-user-client" => {
-                let path = opt("path")
-                    .ok_or_else(|| format!("port {name}: type vhost-user-client needs path=SOCKET"))?;
+                let path = opt("path").ok_or_else(|| {
+                    format!("port {name}: type vhost-user-client needs path=SOCKET")
+                })?;
                 let ms = opt("reconnect-ms").map_or(Ok(DEFAULT_RECONNECT_MS), str::parse::<u64>);
                 let ms = ms.map_err(|_| "bad reconnect-ms".to_string())?;
                 VhostUserPort::client(Path::new(path), queues, ms)

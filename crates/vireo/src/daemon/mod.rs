@@ -9,7 +9,6 @@ mod format;
 mod hooks;
 mod housekeeping;
 mod live;
-mod ofstub;
 pub mod options;
 mod runtime;
 mod switch;

@@ -13,7 +13,7 @@ use super::hooks::Hooks;
 use crate::store::BridgeConfig;
 use dp::{AssignMode, Datapath, DpConfig, Topology, Upcall};
 use ofproto::{Pipeline, PipelineConfig, PortSpec, RemovedFlow};
-use super::ofstub::{BridgeOf, FailMode};
+use ofswitch::{BridgeOf, FailMode, PortReason};
 use ports::Port;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -56,7 +56,11 @@ impl Shared {
         }
         let bridges = self.bridges.lock().unwrap_or_else(|e| e.into_inner());
         for (name, b) in bridges.iter() {
-            let mine: Vec<RemovedFlow> = removed.iter().filter(|r| &r.bridge == name).cloned().collect();
+            let mine: Vec<RemovedFlow> = removed
+                .iter()
+                .filter(|r| &r.bridge == name)
+                .cloned()
+                .collect();
             if !mine.is_empty() {
                 b.flow_removed(&mine);
             }
@@ -128,7 +132,10 @@ impl Runtime {
 
     fn bridge_of(&self, br: &str) -> Result<Arc<BridgeOf>, String> {
         let bridges = self.bridges.lock().unwrap_or_else(|e| e.into_inner());
-        bridges.get(br).cloned().ok_or_else(|| format!("no bridge named {br}"))
+        bridges
+            .get(br)
+            .cloned()
+            .ok_or_else(|| format!("no bridge named {br}"))
     }
 
     /// Adds a bridge (default NORMAL rule, `BR.mgmt` socket, saved controllers and fail mode).
@@ -198,10 +205,14 @@ impl Runtime {
             let _ = self.pipeline.del_port(a.bridge, a.name);
             return Err(format!("datapath: {e}"));
         }
+        let report = super::hooks::report(a.ofport, a.name, no, a.port.as_ref());
         self.ports
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(a.name.to_string(), (a.bridge.to_string(), no, a.port));
+        if let Ok(of) = self.bridge_of(a.bridge) {
+            of.port_status(PortReason::Add, &report);
+        }
         self.revalidate();
         Ok(no)
     }
@@ -213,8 +224,19 @@ impl Runtime {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(name);
-        if let Some((_, no, _)) = entry {
+        let ofport = self
+            .pipeline
+            .ports(bridge)
+            .ok()
+            .and_then(|ps| ps.iter().find(|p| p.name == name).map(|p| p.ofport));
+        if let Some((_, no, port)) = entry {
             self.dp.del_port(no);
+            if let (Some(ofport), Ok(of)) = (ofport, self.bridge_of(bridge)) {
+                of.port_status(
+                    PortReason::Delete,
+                    &super::hooks::report(ofport, name, no, port.as_ref()),
+                );
+            }
         }
         let _ = self.pipeline.del_port(bridge, name);
         self.revalidate();
@@ -251,7 +273,9 @@ impl Runtime {
 
     /// Moves PMD threads to `cores`, live.
     pub fn set_pmd_cores(&mut self, cores: &[usize]) -> Result<(), String> {
-        self.dp.set_pmd_cores(cores).map_err(|e| format!("datapath: {e}"))
+        self.dp
+            .set_pmd_cores(cores)
+            .map_err(|e| format!("datapath: {e}"))
     }
 
     /// Replaces a bridge's controllers.
@@ -268,7 +292,12 @@ impl Runtime {
     /// Controllers of a bridge, for `show`.
     pub fn controller_status(&self, br: &str) -> serde_json::Value {
         match self.bridge_of(br) {
-            Ok(of) => serde_json::to_value(of.controllers()).unwrap_or_default(),
+            Ok(of) => serde_json::Value::Array(
+                of.controllers()
+                    .iter()
+                    .map(|c| serde_json::json!({ "target": c.target, "connected": c.connected, "role": c.role }))
+                    .collect(),
+            ),
             Err(_) => serde_json::Value::Null,
         }
     }

@@ -113,9 +113,11 @@ impl Switch {
             "set-pmd-cores" => arity(1, 1, "LIST").and_then(|_| self.set_pmd_cores(&args[0])),
             "inject" => arity(2, 2, "PORT HEX").and_then(|_| self.inject(&args[0], &args[1])),
             "capture" => arity(1, 1, "PORT").and_then(|_| self.capture(&args[0])),
-            "add-flow" | "add-flows" | "mod-flows" | "del-flows" | "dump-flows" | "dump-megaflows"
-            | "pmd-stats-show" | "pmd-stats-clear" | "pmd-rxq-show" | "set-controller"
-            | "del-controller" | "set-fail-mode" | "dump-macs" => self.dispatch_dp(command, args),
+            "add-flow" | "add-flows" | "mod-flows" | "del-flows" | "dump-flows"
+            | "dump-megaflows" | "pmd-stats-show" | "pmd-stats-clear" | "pmd-rxq-show"
+            | "set-controller" | "del-controller" | "set-fail-mode" | "dump-macs" => {
+                self.dispatch_dp(command, args)
+            }
             "version" => arity(0, 0, "").map(|_| {
                 let v = env!("CARGO_PKG_VERSION");
                 Response::ok(format!("vireod {v}"), json!({ "vireod": v }))
@@ -294,7 +296,11 @@ impl Switch {
     }
 
     fn show(&self) -> Response {
-        let data = format::show_data(self.config(), &self.live, &self.failed);
+        let mut data = format::show_data(self.config(), &self.live, &self.failed);
+        for b in data["bridges"].as_array_mut().into_iter().flatten() {
+            let name = b["name"].as_str().unwrap_or_default().to_string();
+            b["controllers"] = self.rt.controller_status(&name);
+        }
         Response::ok(format::show_text(&data), data)
     }
 
@@ -358,7 +364,10 @@ impl Switch {
             ofport: pc.ofport,
             port: lp.port(),
             tag: opt("tag").map(options::parse_vlan).transpose()?,
-            trunks: opt("trunks").map(options::parse_vlan_list).transpose()?.unwrap_or_default(),
+            trunks: opt("trunks")
+                .map(options::parse_vlan_list)
+                .transpose()?
+                .unwrap_or_default(),
             affinity: opt("pmd-rxq-affinity")
                 .map(options::parse_affinity)
                 .transpose()?
@@ -382,10 +391,19 @@ impl Switch {
     }
 
     /// Applies options that need no restart: VLANs and rxq pinning.
-    fn apply_live_options(&mut self, br: &str, name: &str, old: &PortConfig, new: &PortConfig) -> Result<(), CmdError> {
+    fn apply_live_options(
+        &mut self,
+        br: &str,
+        name: &str,
+        old: &PortConfig,
+        new: &PortConfig,
+    ) -> Result<(), CmdError> {
         let get = |pc: &PortConfig, k: &str| pc.options.get(k).cloned();
         if get(old, "tag") != get(new, "tag") || get(old, "trunks") != get(new, "trunks") {
-            let tag = get(new, "tag").as_deref().map(options::parse_vlan).transpose()?;
+            let tag = get(new, "tag")
+                .as_deref()
+                .map(options::parse_vlan)
+                .transpose()?;
             let trunks = get(new, "trunks")
                 .as_deref()
                 .map(options::parse_vlan_list)
