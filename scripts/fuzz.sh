@@ -14,6 +14,8 @@ if ! rustup run nightly rustc --version >/dev/null 2>&1; then
 fi
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
 
+# One target dir for every fuzz project: shared crates build once.
+export CARGO_TARGET_DIR="$PWD/target/fuzz"
 status=0
 for dir in crates/*/fuzz; do
     [ -f "$dir/Cargo.toml" ] || continue

@@ -21,6 +21,8 @@ pub const MIN_FRAME: usize = PAYLOAD + 21;
 /// With `--sync-dir`, vireo-gen creates this file there before its saturation trial and
 /// waits (at most 10 s) for [`SAT_GO`].
 pub const SAT_READY: &str = "sat-ready";
+/// Created by vireo-gen (no answer awaited) as its warm-up traffic starts.
+pub const WARMING: &str = "warming";
 /// Created by the harness once it has cleared the switch's statistics.
 pub const SAT_GO: &str = "sat-go";
 /// Created by vireo-gen when the saturation trial is over; it then waits for [`SAT_ACK`].

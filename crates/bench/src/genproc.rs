@@ -3,7 +3,7 @@
 //!
 //! Threads: vireo-bench's main thread.
 use crate::contender::{Contender, Ports};
-use crate::gen::{GenReport, SAT_ACK, SAT_DONE, SAT_GO, SAT_READY};
+use crate::gen::{GenReport, SAT_ACK, SAT_DONE, SAT_GO, SAT_READY, WARMING};
 use crate::parse::PmdCycles;
 use crate::proc::{command, CpuShare, Proc};
 use crate::scenario::Scenario;
@@ -108,6 +108,11 @@ pub fn run(
     let limit = 60.0 + plan.warmup_secs + trials as f64 * (plan.trial_secs + 0.6);
     let end = Instant::now() + Duration::from_secs_f64(limit);
     let (mut pmd, mut switch_cpu, mut gen_cpu) = (None, None, None);
+    // Some switches spin only while traffic flows: pick their polling threads during the
+    // warm-up.
+    if wait_for_file(&mut p, &dir.join(WARMING), end) {
+        crate::testpmd::realtime_switch(sw);
+    }
     if wait_for_file(&mut p, &dir.join(SAT_READY), end) {
         sw.clear_stats();
         let sw_share = sw.pid().and_then(CpuShare::start);

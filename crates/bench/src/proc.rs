@@ -233,38 +233,46 @@ impl CpuShare {
     }
 }
 
-/// Gives SCHED_RR priority 1 to every thread of `pid` that busy-polls (used at least half a
-/// core over 300 ms): the PMD threads, not the control threads that share their core.
-/// Returns the thread ids changed.
+/// Gives SCHED_RR priority 1 to the threads of `pid` that busy-poll: over 300 ms, the
+/// busiest thread and any using at least half as much (PMD threads, not the control threads
+/// that share their core; on a loaded machine a poller may get only a third of its core
+/// before this). Returns the thread ids changed.
 pub fn realtime_pollers(pid: u32) -> Vec<u32> {
-    let tids = |pid: u32| -> Vec<u32> {
-        std::fs::read_dir(format!("/proc/{pid}/task"))
-            .map(|rd| {
-                rd.flatten()
-                    .filter_map(|e| e.file_name().to_str()?.parse().ok())
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
     let cpu = |tid: u32| {
         std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"))
             .ok()
             .and_then(|s| parse_cpu_seconds(&s, 100.0))
     };
-    let before: Vec<(u32, f64)> = tids(pid)
-        .into_iter()
-        .filter_map(|t| Some((t, cpu(t)?)))
-        .collect();
+    let before: Vec<(u32, f64)> = tids.iter().filter_map(|&t| Some((t, cpu(t)?))).collect();
     std::thread::sleep(Duration::from_millis(300));
-    let mut changed = Vec::new();
-    for (tid, c0) in before {
-        if cpu(tid).is_some_and(|c1| c1 - c0 >= 0.15)
-            && run(Command::new("chrt").args(["-r", "-p", "1", &tid.to_string()])).is_ok()
-        {
-            changed.push(tid);
-        }
+    let used: Vec<(u32, f64)> = before
+        .into_iter()
+        .filter_map(|(t, c0)| Some((t, cpu(t)? - c0)))
+        .collect();
+    pollers(&used)
+        .into_iter()
+        .filter(|tid| run(Command::new("chrt").args(["-r", "-p", "1", &tid.to_string()])).is_ok())
+        .collect()
+}
+
+/// The busy pollers among `(thread, CPU seconds over 300 ms)`: the busiest if it used at
+/// least 10% of a core, and every thread using at least half as much.
+fn pollers(used: &[(u32, f64)]) -> Vec<u32> {
+    let max = used.iter().map(|u| u.1).fold(0.0, f64::max);
+    if max < 0.03 {
+        return Vec::new();
     }
-    changed
+    used.iter()
+        .filter(|u| u.1 >= max / 2.0)
+        .map(|u| u.0)
+        .collect()
 }
 
 fn cpu_times(stat: &str, core: usize) -> Option<(u64, u64)> {
@@ -306,6 +314,14 @@ mod tests {
         assert_eq!(parse_cpu_seconds(s, 100.0), Some(3.0));
         assert!(cpu_seconds(std::process::id()).is_some());
         assert!(parse_cpu_seconds("garbage", 100.0).is_none());
+    }
+
+    #[test]
+    fn pollers_are_the_busiest_threads() {
+        assert_eq!(pollers(&[(1, 0.01), (2, 0.12), (3, 0.0)]), vec![2]);
+        assert_eq!(pollers(&[(1, 0.25), (2, 0.29), (3, 0.02)]), vec![1, 2]);
+        assert!(pollers(&[(1, 0.01), (2, 0.02)]).is_empty());
+        assert!(pollers(&[]).is_empty());
     }
 
     #[test]

@@ -105,6 +105,18 @@ pub fn switch_args(socks: &[PathBuf; 2], queues: u16, switch_core: usize) -> Vec
     a
 }
 
+/// With `--rt`, gives the switch's busy-polling threads SCHED_RR now that traffic flows
+/// (some switches only spin once their ports are up).
+pub fn realtime_switch(sw: &dyn Contender) {
+    if let (true, Some(pid)) = (crate::proc::realtime(), sw.pid()) {
+        let t = crate::proc::realtime_pollers(pid);
+        eprintln!(
+            "vireo-bench: {}: SCHED_RR for polling threads {t:?}",
+            sw.name()
+        );
+    }
+}
+
 /// The testpmd generator's measurement: aggregate Rx-pps per reporting period.
 pub struct GenMeasure {
     /// Aggregate packets/s, one value per second of the window.
@@ -150,6 +162,7 @@ pub fn run_generator(
     if !p.running() {
         return Err(format!("testpmd generator exited: {}", p.log_tail(8)));
     }
+    realtime_switch(sw);
     sw.clear_stats();
     let sw_share = sw.pid().and_then(CpuShare::start);
     let gen_share = CpuShare::start(p.pid());

@@ -194,16 +194,6 @@ fn measure(
     rec: &mut Record,
 ) -> Result<(), String> {
     let ports: Ports = c.start(dir, sc)?;
-    if bench::proc::realtime() {
-        // OVS and vireod: only their polling threads (their control threads share the core).
-        if let Some(pid) = c.pid() {
-            let t = bench::proc::realtime_pollers(pid);
-            eprintln!(
-                "vireo-bench: {}: SCHED_RR for polling threads {t:?}",
-                c.name()
-            );
-        }
-    }
     if gen == "testpmd" {
         let mut args = generator_args(
             &ports.socks,

@@ -6,7 +6,7 @@
 use bench::frontend::{Endpoint, PortConfig, VhostPort};
 use bench::gen::{
     calibrate_tsc, handshake, GenReport, Generator, Kick, TrafficConfig, MIN_FRAME, SAT_ACK,
-    SAT_DONE, SAT_GO, SAT_READY,
+    SAT_DONE, SAT_GO, SAT_READY, WARMING,
 };
 use bench::rfc2544::{search, SearchConfig, TrialRunner};
 use clap::Parser;
@@ -144,6 +144,9 @@ fn run(a: &Args) -> Result<GenReport, String> {
     // The switch may take a while to start polling new rings: wait until packets come back
     // in both directions, then warm up (MAC learning, megaflows).
     g.wait_ready(Duration::from_secs_f64(a.connect_timeout))?;
+    if let Some(d) = &a.sync_dir {
+        let _ = std::fs::write(d.join(WARMING), b"");
+    }
     if a.warmup_secs > 0.0 {
         let w = g.run(1_000_000.0, a.warmup_secs);
         eprintln!("vireo-gen: warm-up sent {} received {}", w.sent, w.received);

@@ -185,19 +185,6 @@ pub fn to_hex(b: &[u8]) -> String {
         })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hex_round_trip_and_errors() {
-        assert_eq!(parse_hex("0x0a:ff 01").unwrap(), vec![10, 255, 1]);
-        assert_eq!(to_hex(&[10, 255, 1]), "0aff01");
-        assert!(parse_hex("abc").unwrap_err().contains("odd"));
-        assert!(parse_hex("zz").unwrap_err().contains("bad hex"));
-    }
-}
-
 fn rows<T: serde::Serialize>(items: &[T]) -> Vec<Value> {
     items
         .iter()
@@ -298,4 +285,17 @@ pub fn macs(entries: &[(u16, [u8; 6], u32, std::time::Duration)]) -> crate::prot
         data.push(json!({ "port": port, "vlan": vlan, "mac": mac, "age": age.as_secs() }));
     }
     crate::proto::Response::ok(text, Value::Array(data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trip_and_errors() {
+        assert_eq!(parse_hex("0x0a:ff 01").unwrap(), vec![10, 255, 1]);
+        assert_eq!(to_hex(&[10, 255, 1]), "0aff01");
+        assert!(parse_hex("abc").unwrap_err().contains("odd"));
+        assert!(parse_hex("zz").unwrap_err().contains("bad hex"));
+    }
 }

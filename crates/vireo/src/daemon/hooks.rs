@@ -52,8 +52,8 @@ impl DatapathHooks for Hooks {
         ofports
             .iter()
             .filter_map(|pc| {
-                let (_, dp_port, port) = ports.get(&pc.name)?;
-                Some(report(pc.ofport, &pc.name, *dp_port, port.as_ref()))
+                let p = ports.get(&pc.name)?;
+                Some(report(pc.ofport, &pc.name, p.no, p.port.as_ref()))
             })
             .collect()
     }

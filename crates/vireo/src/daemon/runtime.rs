@@ -20,6 +20,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// A port as the datapath knows it.
+pub struct DpPort {
+    /// Datapath port number.
+    pub no: u32,
+    /// The port.
+    pub port: Arc<dyn Port>,
+}
+
 /// State shared with the housekeeping and OpenFlow threads.
 pub struct Shared {
     /// The datapath.
@@ -30,8 +38,8 @@ pub struct Shared {
     seen_generation: AtomicU64,
     /// Each bridge's OpenFlow endpoint.
     pub bridges: Mutex<BTreeMap<String, Arc<BridgeOf>>>,
-    /// Port name → (bridge, datapath port number, port).
-    pub ports: Mutex<BTreeMap<String, (String, u32, Arc<dyn Port>)>>,
+    /// Port name → its datapath entry.
+    pub ports: Mutex<BTreeMap<String, DpPort>>,
 }
 
 impl Shared {
@@ -182,7 +190,7 @@ impl Runtime {
 
     fn free_dp_port(&self) -> u32 {
         let ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
-        let used: std::collections::BTreeSet<u32> = ports.values().map(|(_, n, _)| *n).collect();
+        let used: std::collections::BTreeSet<u32> = ports.values().map(|p| p.no).collect();
         (1..).find(|n| !used.contains(n)).unwrap_or(u32::MAX)
     }
 
@@ -209,7 +217,7 @@ impl Runtime {
         self.ports
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(a.name.to_string(), (a.bridge.to_string(), no, a.port));
+            .insert(a.name.to_string(), DpPort { no, port: a.port });
         if let Ok(of) = self.bridge_of(a.bridge) {
             of.port_status(PortReason::Add, &report);
         }
@@ -229,13 +237,11 @@ impl Runtime {
             .ports(bridge)
             .ok()
             .and_then(|ps| ps.iter().find(|p| p.name == name).map(|p| p.ofport));
-        if let Some((_, no, port)) = entry {
-            self.dp.del_port(no);
+        if let Some(p) = entry {
+            self.dp.del_port(p.no);
             if let (Some(ofport), Ok(of)) = (ofport, self.bridge_of(bridge)) {
-                of.port_status(
-                    PortReason::Delete,
-                    &super::hooks::report(ofport, name, no, port.as_ref()),
-                );
+                let report = super::hooks::report(ofport, name, p.no, p.port.as_ref());
+                of.port_status(PortReason::Delete, &report);
             }
         }
         let _ = self.pipeline.del_port(bridge, name);
@@ -263,7 +269,7 @@ impl Runtime {
             let ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
             ports
                 .get(name)
-                .map(|(_, n, _)| *n)
+                .map(|p| p.no)
                 .ok_or_else(|| format!("port {name} is not in the datapath"))?
         };
         self.dp
