@@ -260,7 +260,8 @@ impl Datapath {
     pub fn try_revalidate(&self) -> Result<(), DpError> {
         let ctl = self.inner.control()?;
         self.inner.sync.reval.fetch_add(1, SeqCst);
-        self.inner.bump_and_wait(&ctl.pmds)
+        self.inner
+            .bump_and_wait_filtered(&ctl.pmds, self.inner.tuning.ack_timeout, true)
     }
 
     /// Measures rx queue loads now and runs the auto load-balance check once (with the
@@ -504,6 +505,19 @@ impl Inner {
     }
 
     fn bump_and_wait_for(&self, pmds: &[PmdHandle], timeout: Duration) -> Result<(), DpError> {
+        self.bump_and_wait_filtered(pmds, timeout, false)
+    }
+
+    /// Bumps the generation and waits for the PMDs to acknowledge it. With `decisions_only`
+    /// (pure revalidation) a PMD that holds no decision from before the bump is not waited
+    /// for (see `worker::Activity`); port and configuration changes always wait for every PMD,
+    /// since a PMD may still hold the old port list.
+    fn bump_and_wait_filtered(
+        &self,
+        pmds: &[PmdHandle],
+        timeout: Duration,
+        decisions_only: bool,
+    ) -> Result<(), DpError> {
         let g = self.sync.gen.fetch_add(1, SeqCst) + 1;
         let start = Instant::now();
         let mut spins = 0u32;
@@ -511,6 +525,7 @@ impl Inner {
             let late: Vec<usize> = pmds
                 .iter()
                 .filter(|h| h.shared.ack.load(Acquire) < g && !h.gone())
+                .filter(|h| !decisions_only || h.shared.activity.may_hold_decisions())
                 .map(|h| h.shared.core)
                 .collect();
             if late.is_empty() {

@@ -65,6 +65,7 @@ pub(crate) struct PmdShared {
     pub exit: AtomicBool,
     pub counters: PmdCounters,
     pub registry: Registry,
+    pub activity: Arc<crate::worker::Activity>,
 }
 
 impl PmdShared {
@@ -77,6 +78,7 @@ impl PmdShared {
             exit: AtomicBool::new(false),
             counters: PmdCounters::default(),
             registry: Registry::default(),
+            activity: Arc::default(),
         }
     }
 }
@@ -165,6 +167,7 @@ fn run(shared: Arc<PmdShared>, sync: Arc<DpSync>, upcall: Arc<dyn Upcall>, opts:
         ..opts.worker
     };
     let mut worker = Worker::new(upcall, wcfg, shared.registry.clone());
+    worker.set_activity(shared.activity.clone());
     let hz = cycles::hz();
     let (idle_after, hk_every) = (hz / 1000, hz);
     let mut cfg = shared.cfg.load_full();

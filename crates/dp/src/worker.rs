@@ -72,6 +72,29 @@ pub struct Worker {
     rng: u32,
     tally: Tally,
     expired: Vec<u32>,
+    activity: Arc<Activity>,
+}
+
+/// What the control thread may read about a worker without waiting for it, so revalidation can
+/// skip a PMD that holds no decision to drop. Write order on the PMD: `in_upcall` set, upcall,
+/// install (`holds_flows` set), `in_upcall` cleared; the control thread reads `in_upcall`
+/// first, then `holds_flows` (all `SeqCst`). A PMD seen outside an upcall and holding no
+/// megaflow has nothing cached from before the change, and any upcall it starts later sees the
+/// changed pipeline.
+#[derive(Debug, Default)]
+pub struct Activity {
+    /// Inside `Upcall::upcall` or installing its answer.
+    pub in_upcall: std::sync::atomic::AtomicBool,
+    /// Holds at least one megaflow (cleared by `flush`).
+    pub holds_flows: std::sync::atomic::AtomicBool,
+}
+
+impl Activity {
+    /// True if the worker may hold decisions taken before now (revalidation must wait for it).
+    pub fn may_hold_decisions(&self) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.in_upcall.load(SeqCst) || self.holds_flows.load(SeqCst)
+    }
 }
 
 impl Worker {
@@ -94,7 +117,13 @@ impl Worker {
             rng: 0x9e37_79b9 ^ cfg.txq as u32,
             tally: Tally::default(),
             expired: Vec::new(),
+            activity: Arc::default(),
         }
+    }
+
+    /// Shares this worker's [`Activity`] with the control thread.
+    pub fn set_activity(&mut self, activity: Arc<Activity>) {
+        self.activity = activity;
     }
 
     /// Sets the ports packets may be sent to (control change, between bursts).
@@ -210,6 +239,14 @@ impl Worker {
             return;
         }
         self.tally.misses += 1;
+        use std::sync::atomic::Ordering::SeqCst;
+        self.activity.in_upcall.store(true, SeqCst);
+        self.install_upcall(i, key);
+        self.activity.in_upcall.store(false, SeqCst);
+    }
+
+    /// Asks the pipeline about packet `i` and installs the answer (see [`Activity`]).
+    fn install_upcall(&mut self, i: usize, key: FlowKey) {
         let pkt = &self.rx.as_slice()[i];
         let up = &*self.upcall;
         let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| up.upcall(&key, pkt)));
@@ -229,6 +266,9 @@ impl Worker {
         }
         let mut mask = res.mask;
         mask.set_exact(Field::InPort);
+        self.activity
+            .holds_flows
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         let (mut id, _) = self.flows.insert(Megaflow::new(&key, &mask, res.actions));
         if let Err(existing) = self.cls.insert(&key, &mask, id) {
             self.flows.remove(id);
@@ -297,6 +337,9 @@ impl Worker {
     pub fn flush(&mut self) {
         self.cls.clear();
         self.flows.clear();
+        self.activity
+            .holds_flows
+            .store(false, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Periodic upkeep (about once a second): re-rank subtables, expire idle megaflows.

@@ -456,9 +456,10 @@ fn a_dead_pmd_is_restarted_and_traffic_resumes() {
 }
 
 /// A pipeline that blocks far longer than the acknowledgment timeout.
-struct Stuck;
+struct Stuck(std::sync::atomic::AtomicBool);
 impl dp::Upcall for Stuck {
     fn upcall(&self, _: &wire::FlowKey, _: &packet::Packet) -> dp::UpcallResult {
+        self.0.store(true, SeqCst);
         std::thread::sleep(Duration::from_millis(3000));
         dp::UpcallResult {
             actions: Arc::from(vec![]),
@@ -474,11 +475,13 @@ fn a_stuck_pmd_gives_a_clear_error_not_a_hang() {
         ack_timeout: Duration::from_millis(1000),
         ..tuning()
     };
-    let dp = Datapath::with_tuning(config(&[0]), t, Arc::new(Stuck)).unwrap();
+    let stuck = Arc::new(Stuck(Default::default()));
+    let dp = Datapath::with_tuning(config(&[0]), t, stuck.clone()).unwrap();
     let p = Arc::new(DummyPort::new());
     dp.add_port(1, "p", p.clone(), &[]).unwrap();
     p.inject(udp_frame(0x0a00_0002, 1)).unwrap();
-    wait_for("the PMD to take the packet", || p.pending() == 0);
+    // A PMD inside an upcall may hold a decision from before the change: it must be waited for.
+    wait_for("the PMD to enter the upcall", || stuck.0.load(SeqCst));
     let err = dp.try_revalidate().unwrap_err();
     assert!(matches!(err, dp::DpError::PmdStuck { ref cores, .. } if cores == &[0]));
     assert!(err.to_string().contains("core(s) [0]"));
@@ -490,6 +493,36 @@ fn a_stuck_pmd_gives_a_clear_error_not_a_hang() {
             "PMD never came back"
         );
     }
+}
+
+/// Revalidation does not wait for a PMD that holds no decision (nothing cached, not in an
+/// upcall), even when that PMD is too busy to answer; it does wait once the PMD holds a flow.
+#[test]
+fn revalidate_waits_only_for_pmds_holding_decisions() {
+    let t = DpTuning {
+        ack_timeout: Duration::from_millis(300),
+        ..tuning()
+    };
+    let pipe = TestPipeline::new(vec![Action::Output(2)]);
+    let dp = Datapath::with_tuning(config(&[0]), t, pipe.clone()).unwrap();
+    let (p1, p2) = two_ports(&dp);
+    let t0 = std::time::Instant::now();
+    for _ in 0..1000 {
+        dp.try_revalidate().unwrap();
+    }
+    let idle = t0.elapsed();
+    p1.inject(udp_frame(0x0a00_0002, 1)).unwrap();
+    assert_eq!(collect(&p2, 1).len(), 1);
+    // Now the PMD holds a megaflow: the next revalidation must reach it and flush it.
+    dp.try_revalidate().unwrap();
+    p1.inject(udp_frame(0x0a00_0002, 1)).unwrap();
+    assert_eq!(collect(&p2, 1).len(), 1);
+    let misses: u64 = dp.pmd_stats().iter().map(|s| s.misses).sum();
+    assert_eq!(misses, 2, "the flow installed before revalidation was dropped");
+    assert!(
+        idle < Duration::from_secs(2),
+        "1000 revalidations of an empty datapath took {idle:?}"
+    );
 }
 
 #[test]

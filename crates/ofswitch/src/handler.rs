@@ -47,6 +47,10 @@ pub(crate) struct Inner {
     pub ctrl: Mutex<Option<OfSwitch>>,
     /// Management socket side; None after shutdown.
     pub mgmt: Mutex<Option<OfSwitch>>,
+    /// Flow or group tables changed since the datapath was last revalidated. Revalidation
+    /// (every PMD acknowledging) waits for the next BARRIER, so a batch of flow-mods pays it
+    /// once; the daemon's housekeeping also revalidates within 50 ms of any change.
+    pub tables_dirty: std::sync::atomic::AtomicBool,
 }
 
 /// One side of a bridge's OpenFlow endpoint, as the connection layer sees it.
@@ -69,6 +73,10 @@ impl SwitchHandler for Endpoint {
 
     fn handle(&self, conn: ConnId, _xid: u32, msg: Message) -> Result<Vec<Message>, OfError> {
         self.inner.handle(conn, self.controller, msg)
+    }
+
+    fn barrier(&self, _conn: ConnId) {
+        self.inner.sync_datapath();
     }
 
     fn connected(&self, _conn: ConnId, peer: &str) {
@@ -121,9 +129,9 @@ impl Inner {
     fn flow_mod(&self, fm: &FlowMod) -> Result<(), OfError> {
         let pfm = convert::flow_mod_to_pipeline(fm)?;
         let result = self.pipeline.flow_mod(&self.bridge, pfm);
-        // Even a refused flow-mod may have bumped the generation: revalidate either way, so
-        // a BARRIER that follows means the datapath follows the tables.
-        self.hooks.revalidate();
+        // Even a refused flow-mod may have bumped the generation: mark it either way, so a
+        // BARRIER that follows means the datapath follows the tables.
+        self.tables_dirty.store(true, Ordering::Release);
         let removed = result.map_err(|e| of_error(&e))?;
         self.flow_removed(&removed);
         if fm.buffer_id != NO_BUFFER && !fm.command.is_delete() {
@@ -139,7 +147,7 @@ impl Inner {
     fn group_mod(&self, gm: &GroupMod) -> Result<(), OfError> {
         let pgm = convert::group_mod_to_pipeline(gm)?;
         let result = self.pipeline.group_mod(&self.bridge, pgm);
-        self.hooks.revalidate();
+        self.tables_dirty.store(true, Ordering::Release);
         let removed = result.map_err(|e| of_error(&e))?;
         self.flow_removed(&removed);
         Ok(())
@@ -269,6 +277,13 @@ impl Inner {
                 data,
             });
             self.send_async(&msg);
+        }
+    }
+
+    /// Pushes table changes into the datapath (see `tables_dirty`).
+    pub fn sync_datapath(&self) {
+        if self.tables_dirty.swap(false, Ordering::AcqRel) {
+            self.hooks.revalidate();
         }
     }
 

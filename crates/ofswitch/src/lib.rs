@@ -227,6 +227,7 @@ impl BridgeOf {
             fail_mode: Mutex::new(FailMode::Standalone),
             ctrl: Mutex::new(None),
             mgmt: Mutex::new(None),
+            tables_dirty: std::sync::atomic::AtomicBool::new(false),
         });
         let endpoint = |controller| {
             Arc::new(Endpoint {

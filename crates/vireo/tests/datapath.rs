@@ -207,7 +207,7 @@ impl Sw {
         let deadline = Instant::now() + Duration::from_secs(2);
         loop {
             let got = self.send(from, f);
-            if got.iter().all(|(p, fs)| (p == to) == !fs.is_empty()) {
+            if got.iter().all(|(p, fs)| (p == to) != fs.is_empty()) {
                 break;
             }
             assert!(Instant::now() < deadline, "never learned: {}", dump(&got));
@@ -808,4 +808,60 @@ fn set_pmd_cores_live_keeps_forwarding() {
         sw.expect_same("p2", &udp(mac(1), mac(2), IP2, IP1, 2000, 1000), &["p1"]);
     }
     assert_eq!(sw.json(&["show"])["pmd_cores"], "0");
+}
+
+fn n_packets(sw: &Sw, flow: &str) -> u64 {
+    let flows = sw.json(&["dump-flows", BR]);
+    let line = flows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().to_string())
+        .find(|f| f.contains(flow))
+        .unwrap_or_else(|| panic!("no flow with {flow}: {flows:#}"));
+    line.split("n_packets=")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no n_packets in {line}"))
+}
+
+/// OpenFlow rule counters and idle timeouts must see the traffic the datapath caches
+/// (megaflow/EMC hits) carry, not only the packets that went up to the pipeline.
+#[test]
+fn flow_counters_and_idle_timeouts_see_cached_traffic() {
+    let _g = serial();
+    let sw = Sw::simple(3);
+    sw.flows(&[
+        "priority=100,in_port=p1,actions=output:p2",
+        "priority=100,idle_timeout=2,in_port=p3,actions=output:p2",
+    ]);
+    let f = udp(mac(2), mac(1), IP1, IP2, 1000, 2000);
+    for _ in 0..20 {
+        sw.inject("p1", &f);
+    }
+    assert_eq!(sw.flush("p1")["p2"].len(), 20);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while n_packets(&sw, "in_port=p1") != 20 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        n_packets(&sw, "in_port=p1"),
+        20,
+        "dump-flows does not count cached hits: {}",
+        sw.ok(&["dump-flows", BR])
+    );
+    // A flow with traffic every 300 ms outlives its 2 s idle timeout.
+    let g = udp(mac(2), mac(3), IP1, IP2, 3, 4);
+    for i in 0..12 {
+        let got = sw.send("p3", &g);
+        assert!(
+            got["p2"] == vec![g.clone()] && got["p1"].is_empty(),
+            "packet {i}: the idle timeout expired a busy flow (NORMAL took over): {}\n{}",
+            dump(&got),
+            sw.ok(&["dump-flows", BR])
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(n_packets(&sw, "in_port=p3") >= 12);
 }

@@ -147,6 +147,16 @@ impl Queue {
             // We poll: ask the driver not to kick us.
             used.write_u16(0, VRING_USED_F_NO_NOTIFY);
         }
+        // A frontend that reconnects after the backend died (DPDK virtio-user with server=1
+        // after a `kill -9` of the switch) sends base 0 although its ring has moved on. This
+        // device returns every buffer it takes within the same burst, so at rest the used
+        // index in memory is exactly where both indices stand: trust the ring when the two
+        // disagree. A hostile value only moves our starting point; `avail_now` still breaks
+        // the queue on an impossible avail index.
+        let (last_avail, used_idx) = match used.load_u16_acquire(2) {
+            Some(u) if u != used_idx => (u, u),
+            _ => (last_avail, used_idx),
+        };
         Ok(Queue {
             mem,
             desc,

@@ -278,6 +278,9 @@ fn one(
     c.stop();
     save_logs(&dir, &a.out.join("runs").join(&tag));
     let _ = std::fs::remove_dir_all(&dir);
+    if let Some(parent) = dir.parent() {
+        let _ = std::fs::remove_dir(parent); // only once empty
+    }
     rec
 }
 

@@ -55,6 +55,11 @@ pub trait SwitchHandler: Send + Sync + 'static {
     /// reader thread; a barrier is answered only after every earlier `handle` returned.
     fn handle(&self, conn: ConnId, xid: u32, msg: Message) -> Result<Vec<Message>, OfError>;
 
+    /// A BARRIER_REQUEST arrived on `conn`; its reply is sent when this returns. A switch that
+    /// defers work (e.g. pushing flow changes into its datapath) finishes it here, so the
+    /// barrier reply means every earlier message has taken full effect.
+    fn barrier(&self, _conn: ConnId) {}
+
     /// A connection finished version negotiation.
     fn connected(&self, _conn: ConnId, _peer: &str) {}
 

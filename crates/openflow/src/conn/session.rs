@@ -287,7 +287,10 @@ impl Session {
             Message::Hello(_) | Message::EchoReply(_) => return Flow::Continue,
             Message::EchoRequest(d) => Message::EchoReply(d),
             Message::FeaturesRequest => Message::FeaturesReply(self.shared.handler.features()),
-            Message::BarrierRequest => Message::BarrierReply,
+            Message::BarrierRequest => {
+                self.shared.handler.barrier(self.id);
+                Message::BarrierReply
+            }
             Message::RoleRequest(r) => match self.shared.change_role(self.id, r) {
                 Ok(r) => Message::RoleReply(r),
                 Err(e) => {

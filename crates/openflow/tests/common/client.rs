@@ -93,11 +93,18 @@ impl Client {
     }
 
     /// Sends an ECHO_REQUEST and checks the reply (the connection is served).
+    /// Keepalive probes from the switch that arrive first are answered and skipped.
     pub fn ping(&mut self, xid: u32) {
         self.send(xid, &Message::EchoRequest(xid.to_be_bytes().to_vec()));
-        match self.recv() {
-            Some((x, Message::EchoReply(d))) if x == xid => assert_eq!(d, xid.to_be_bytes()),
-            other => panic!("expected ECHO_REPLY {xid}, got {other:?}"),
+        loop {
+            match self.recv() {
+                Some((x, Message::EchoReply(d))) if x == xid => {
+                    assert_eq!(d, xid.to_be_bytes());
+                    return;
+                }
+                Some((x, Message::EchoRequest(d))) => self.send(x, &Message::EchoReply(d)),
+                other => panic!("expected ECHO_REPLY {xid}, got {other:?}"),
+            }
         }
     }
 

@@ -67,7 +67,10 @@ pub struct Testpmd {
 impl Testpmd {
     /// Starts testpmd on core 1 with the given ports and extra testpmd arguments (after `--`).
     pub fn start(prefix: &str, ports: &[VirtioUser], args: &[&str]) -> Testpmd {
-        let mut cmd = Command::new("dpdk-testpmd");
+        // testpmd's stdout is a pipe here: unbuffer it, or its prompt and replies (port
+        // stats) stay in the stdio buffer and never arrive.
+        let mut cmd = Command::new("stdbuf");
+        cmd.args(["-o0", "-e0", "dpdk-testpmd"]);
         cmd.args([
             "--lcores",
             "0@1,1@1",
