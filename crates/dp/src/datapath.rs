@@ -405,6 +405,28 @@ impl Datapath {
         out
     }
 
+    /// Every megaflow that was hit since the previous call, with the packets and bytes of those
+    /// hits: `(masked key, mask, packets, bytes)`. The pipeline credits them to its rules
+    /// (OpenFlow counters, idle timeouts); hits of a megaflow removed between two calls are
+    /// not reported.
+    pub fn take_flow_stats(&self) -> Vec<(wire::FlowKey, wire::FlowKey, u64, u64)> {
+        let ctl = self.inner.lock();
+        let mut out = Vec::new();
+        for h in &ctl.pmds {
+            let flows: Vec<_> = match h.shared.registry.lock() {
+                Ok(r) => r.iter().flatten().cloned().collect(),
+                Err(e) => e.into_inner().iter().flatten().cloned().collect(),
+            };
+            for f in flows {
+                let (p, b) = f.take_delta();
+                if p > 0 {
+                    out.push((f.key, f.mask, p, b));
+                }
+            }
+        }
+        out
+    }
+
     /// Stops every PMD and the housekeeping thread. Idempotent; also run on drop.
     pub fn shutdown(&self) {
         self.inner.stop.store(true, SeqCst);

@@ -46,6 +46,8 @@ pub struct Megaflow {
     pub(crate) steal: usize,
     packets: AtomicU64,
     bytes: AtomicU64,
+    /// Counts already reported by [`Megaflow::take_delta`] (control thread only).
+    reported: Mutex<(u64, u64)>,
 }
 
 impl Megaflow {
@@ -59,7 +61,23 @@ impl Megaflow {
             steal,
             packets: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
+            reported: Mutex::new((0, 0)),
         }
+    }
+
+    /// Marks hits as already reported: the packet whose upcall created the flow was counted by
+    /// the pipeline itself.
+    pub(crate) fn preset_reported(&self, packets: u64, bytes: u64) {
+        *self.reported.lock().unwrap_or_else(|e| e.into_inner()) = (packets, bytes);
+    }
+
+    /// Packets and bytes since the previous call (for crediting the pipeline's rules).
+    pub fn take_delta(&self) -> (u64, u64) {
+        let (p, b) = (self.packets(), self.bytes());
+        let mut r = self.reported.lock().unwrap_or_else(|e| e.into_inner());
+        let d = (p.saturating_sub(r.0), b.saturating_sub(r.1));
+        *r = (p, b);
+        d
     }
 
     /// Packets that hit this flow.

@@ -269,7 +269,10 @@ impl Worker {
         self.activity
             .holds_flows
             .store(true, std::sync::atomic::Ordering::SeqCst);
-        let (mut id, _) = self.flows.insert(Megaflow::new(&key, &mask, res.actions));
+        let flow = Megaflow::new(&key, &mask, res.actions);
+        // This packet was counted by the pipeline's upcall; only later hits are credited.
+        flow.preset_reported(1, pkt.len() as u64);
+        let (mut id, _) = self.flows.insert(flow);
         if let Err(existing) = self.cls.insert(&key, &mask, id) {
             self.flows.remove(id);
             id = existing;

@@ -518,7 +518,10 @@ fn revalidate_waits_only_for_pmds_holding_decisions() {
     p1.inject(udp_frame(0x0a00_0002, 1)).unwrap();
     assert_eq!(collect(&p2, 1).len(), 1);
     let misses: u64 = dp.pmd_stats().iter().map(|s| s.misses).sum();
-    assert_eq!(misses, 2, "the flow installed before revalidation was dropped");
+    assert_eq!(
+        misses, 2,
+        "the flow installed before revalidation was dropped"
+    );
     assert!(
         idle < Duration::from_secs(2),
         "1000 revalidations of an empty datapath took {idle:?}"

@@ -1,6 +1,8 @@
 //! The housekeeping thread: every 50 ms it revalidates the datapath if the pipeline changed by
 //! itself (MAC learning, aging) and hands queued packet-ins to their bridges' controllers;
-//! every second it expires flows (idle/hard timeouts) and reports them as FLOW_REMOVED.
+//! every second it credits the traffic the datapath's megaflows carried to the OpenFlow rules
+//! they came from (counters, idle timeouts), then expires flows (idle/hard timeouts) and
+//! reports them as FLOW_REMOVED.
 //!
 //! Threads: its own; shares [`Shared`] with the control thread, never takes the `Switch` mutex.
 use super::runtime::Shared;
@@ -46,6 +48,9 @@ fn run(shared: &Shared, stop: &AtomicBool) {
         deliver_packet_ins(shared);
         if last_expire.elapsed() >= EXPIRE_EVERY {
             last_expire = Instant::now();
+            for (key, _mask, packets, bytes) in shared.dp.take_flow_stats() {
+                shared.pipeline.credit(&key, packets, bytes, last_expire);
+            }
             let removed = shared.pipeline.expire(last_expire);
             if !removed.is_empty() {
                 shared.revalidate();
