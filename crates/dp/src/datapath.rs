@@ -47,6 +47,13 @@ impl PmdHandle {
     fn gone(&self) -> bool {
         self.thread.as_ref().is_none_or(|t| t.is_finished())
     }
+
+    /// A snapshot of the megaflows this PMD has installed.
+    fn registered_flows(&self) -> Vec<Arc<crate::flow::Megaflow>> {
+        let r = self.shared.registry.lock();
+        let r = r.unwrap_or_else(|e| e.into_inner());
+        r.iter().flatten().cloned().collect()
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -388,11 +395,7 @@ impl Datapath {
         let ctl = self.inner.lock();
         let mut out = Vec::new();
         for h in &ctl.pmds {
-            let flows: Vec<_> = match h.shared.registry.lock() {
-                Ok(r) => r.iter().flatten().cloned().collect(),
-                Err(e) => e.into_inner().iter().flatten().cloned().collect(),
-            };
-            for f in flows {
+            for f in h.registered_flows() {
                 out.push(MegaflowInfo {
                     core: h.shared.core,
                     match_: f.key.match_string(&f.mask),
@@ -413,11 +416,7 @@ impl Datapath {
         let ctl = self.inner.lock();
         let mut out = Vec::new();
         for h in &ctl.pmds {
-            let flows: Vec<_> = match h.shared.registry.lock() {
-                Ok(r) => r.iter().flatten().cloned().collect(),
-                Err(e) => e.into_inner().iter().flatten().cloned().collect(),
-            };
-            for f in flows {
+            for f in h.registered_flows() {
                 let (p, b) = f.take_delta();
                 if p > 0 {
                     out.push((f.key, f.mask, p, b));

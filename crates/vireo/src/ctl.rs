@@ -15,10 +15,12 @@ bridges and ports:
   set-port PORT key=value ...
   show | port-stats [PORT]
 datapath:
-  pmd-stats-show | pmd-stats-clear | pmd-rxq-show | set-pmd-cores LIST | dump-megaflows
+  pmd-stats-show | pmd-stats-clear | pmd-rxq-show | dump-megaflows | dump-macs BR
+  set-pmd-cores LIST | set-pmd-rxq-assign roundrobin|cycles|group | set-pmd-auto-lb off|PCT
 OpenFlow:
-  add-flow BR FLOW | add-flows BR FILE | del-flows BR [MATCH] | dump-flows BR
-  set-controller BR TARGET...
+  add-flow BR FLOW | add-flows BR FILE | mod-flows [--strict] BR FLOW
+  del-flows [--strict] BR [MATCH] | dump-flows BR [MATCH]
+  set-controller BR TARGET... | del-controller BR | set-fail-mode BR standalone|secure
 testing (dummy ports):
   inject PORT HEX | capture PORT
   version";

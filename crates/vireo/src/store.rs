@@ -63,6 +63,12 @@ pub struct Config {
     /// PMD cores as the user wrote them (`0,2-3`), if set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pmd_cores: Option<String>,
+    /// Rx queue assignment: `roundrobin`, `cycles` (default) or `group`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pmd_rxq_assign: Option<String>,
+    /// Auto load-balance improvement threshold in percent; absent = off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pmd_auto_lb: Option<u32>,
 }
 
 impl Default for Config {
@@ -72,6 +78,8 @@ impl Default for Config {
             version: VERSION,
             bridges: BTreeMap::new(),
             pmd_cores: None,
+            pmd_rxq_assign: None,
+            pmd_auto_lb: None,
         }
     }
 }

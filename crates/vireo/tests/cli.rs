@@ -107,6 +107,24 @@ fn every_error_is_one_line_exit_1_and_changes_nothing() {
         (&["set-port", "p1", "type=vhost-user"], "cannot be changed"),
         (&["port-stats", "nope"], "no port named nope"),
         (&["set-pmd-cores", "1-0"], "not a core or core range"),
+        (
+            &["set-pmd-rxq-assign", "random"],
+            "not roundrobin, cycles or group",
+        ),
+        (&["set-pmd-auto-lb", "250"], "not off or a threshold"),
+        (
+            &["set-fail-mode", "br0", "open"],
+            "not standalone or secure",
+        ),
+        (
+            &["set-controller", "br0", "tcp:nowhere"],
+            "bad controller target",
+        ),
+        (
+            &["add-flow", "br0", "in_port=p1,actions=output:nowhere"],
+            "nowhere",
+        ),
+        (&["dump-flows", "nope"], "no bridge named nope"),
         (&["frobnicate"], "unknown command \"frobnicate\""),
         (&["add-br"], "usage: add-br BR"),
         (&["inject", "p1", "zz"], "bad hex"),

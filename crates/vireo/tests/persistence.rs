@@ -17,11 +17,19 @@ fn restart_restores_bridges_ports_and_options() {
     d.ok(&["add-port", "br1", "b", "type=dummy", "trunks=1,2"]);
     d.ok(&["del-port", "br0", "a"]);
     d.ok(&["add-port", "br0", "c", "type=dummy"]);
+    d.ok(&["set-pmd-rxq-assign", "roundrobin"]);
+    d.ok(&["set-pmd-auto-lb", "30"]);
+    d.ok(&["set-fail-mode", "br1", "secure"]);
     let before = d.json(&["show"]);
     assert_eq!(d.stop(), Some(0));
     let d = Daemon::start(&run);
     assert_eq!(d.json(&["show"]), before);
     assert_eq!(before["pmd_cores"], "0");
+    assert_eq!(before["pmd_rxq_assign"], "roundrobin");
+    assert_eq!(before["pmd_auto_lb"], 30);
+    assert_eq!(before["bridges"][1]["fail_mode"], "secure");
+    d.ok(&["set-pmd-auto-lb", "off"]);
+    assert!(d.json(&["show"])["pmd_auto_lb"].is_null());
 }
 
 #[test]

@@ -42,12 +42,19 @@ pub fn show_data(
                     })
                 })
                 .collect();
-            json!({ "name": br, "controllers": b.controllers, "ports": ports })
+            json!({
+                "name": br,
+                "controllers": b.controllers,
+                "fail_mode": b.fail_mode.as_deref().unwrap_or("standalone"),
+                "ports": ports,
+            })
         })
         .collect();
     json!({
         "version": env!("CARGO_PKG_VERSION"),
         "pmd_cores": config.pmd_cores,
+        "pmd_rxq_assign": config.pmd_rxq_assign.as_deref().unwrap_or("cycles"),
+        "pmd_auto_lb": config.pmd_auto_lb,
         "bridges": bridges,
     })
 }
@@ -59,8 +66,21 @@ pub fn show_text(d: &Value) -> String {
     if let Some(c) = d["pmd_cores"].as_str() {
         let _ = writeln!(s, "    pmd-cores: {c}");
     }
+    let _ = writeln!(
+        s,
+        "    pmd-rxq-assign: {}",
+        d["pmd_rxq_assign"].as_str().unwrap_or("cycles")
+    );
+    if let Some(t) = d["pmd_auto_lb"].as_u64() {
+        let _ = writeln!(s, "    pmd-auto-lb: on (threshold {t}%)");
+    }
     for b in d["bridges"].as_array().into_iter().flatten() {
         let _ = writeln!(s, "    Bridge {}", b["name"].as_str().unwrap_or("?"));
+        let _ = writeln!(
+            s,
+            "        fail_mode: {}",
+            b["fail_mode"].as_str().unwrap_or("?")
+        );
         for c in b["controllers"].as_array().into_iter().flatten() {
             let state = if c["connected"].as_bool() == Some(true) {
                 "connected"

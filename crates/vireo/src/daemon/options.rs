@@ -183,6 +183,37 @@ pub fn parse_affinity(v: &str) -> Result<Vec<(usize, usize)>, String> {
         .collect()
 }
 
+/// An rx queue assignment mode.
+pub fn parse_assign(v: &str) -> Result<dp::AssignMode, String> {
+    match v {
+        "roundrobin" => Ok(dp::AssignMode::RoundRobin),
+        "cycles" => Ok(dp::AssignMode::Cycles),
+        "group" => Ok(dp::AssignMode::Group),
+        _ => Err(format!("{v:?} is not roundrobin, cycles or group")),
+    }
+}
+
+/// Auto load-balance: `off`, or an improvement threshold in percent (1 to 100).
+pub fn parse_auto_lb(v: &str) -> Result<Option<u32>, String> {
+    if v == "off" {
+        return Ok(None);
+    }
+    match v.trim_end_matches('%').parse::<u32>() {
+        Ok(n) if (1..=100).contains(&n) => Ok(Some(n)),
+        _ => Err(format!(
+            "{v:?} is not off or a threshold from 1 to 100 (percent)"
+        )),
+    }
+}
+
+/// The datapath's auto load-balance settings for a threshold.
+pub fn auto_lb(threshold: Option<u32>) -> Option<dp::AutoLb> {
+    threshold.map(|t| dp::AutoLb {
+        threshold_pct: t,
+        ..dp::AutoLb::default()
+    })
+}
+
 /// A CPU list such as `0,2-3`: sorted, without duplicates, each below 1024.
 pub fn parse_cpu_list(v: &str) -> Result<Vec<usize>, String> {
     let mut out = Vec::new();

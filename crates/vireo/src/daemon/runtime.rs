@@ -11,7 +11,7 @@
 //! PMD has dropped the old decisions, so no packet follows them after the command returns.
 use super::hooks::Hooks;
 use crate::store::BridgeConfig;
-use dp::{AssignMode, Datapath, DpConfig, Topology, Upcall};
+use dp::{AssignMode, AutoLb, Datapath, DpConfig, Topology, Upcall};
 use ofproto::{Pipeline, PipelineConfig, PortSpec, RemovedFlow};
 use ofswitch::{BridgeOf, FailMode, PortReason};
 use ports::Port;
@@ -112,14 +112,19 @@ impl std::ops::Deref for Runtime {
 
 impl Runtime {
     /// Starts the datapath with PMD threads on `pmd_cores`, and the housekeeping thread.
-    pub fn new(pmd_cores: Vec<usize>, run_dir: &Path) -> Result<Runtime, String> {
+    pub fn new(
+        pmd_cores: Vec<usize>,
+        assign: AssignMode,
+        auto_lb: Option<AutoLb>,
+        run_dir: &Path,
+    ) -> Result<Runtime, String> {
         let pipeline = Arc::new(Pipeline::new(PipelineConfig::default()));
         let upcall: Arc<dyn Upcall> = pipeline.clone();
         let cfg = DpConfig {
             topology: Topology::detect(),
             pmd_cores,
-            assign: AssignMode::Cycles,
-            auto_lb: None,
+            assign,
+            auto_lb,
         };
         let dp = Datapath::new(cfg, upcall).map_err(|e| format!("datapath: {e}"))?;
         let shared = Arc::new(Shared {
@@ -281,6 +286,20 @@ impl Runtime {
     pub fn set_pmd_cores(&mut self, cores: &[usize]) -> Result<(), String> {
         self.dp
             .set_pmd_cores(cores)
+            .map_err(|e| format!("datapath: {e}"))
+    }
+
+    /// Changes how rx queues are assigned to PMDs (reassigns now).
+    pub fn set_assign(&mut self, mode: AssignMode) -> Result<(), String> {
+        self.dp
+            .set_assign_mode(mode)
+            .map_err(|e| format!("datapath: {e}"))
+    }
+
+    /// Turns auto load-balance on (with settings) or off.
+    pub fn set_auto_lb(&mut self, lb: Option<AutoLb>) -> Result<(), String> {
+        self.dp
+            .set_auto_lb(lb)
             .map_err(|e| format!("datapath: {e}"))
     }
 

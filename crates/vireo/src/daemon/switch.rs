@@ -55,7 +55,12 @@ impl Switch {
             Some(list) => options::parse_cpu_list(list)?,
             None => vec![0],
         };
-        let rt = Runtime::new(cores, &run_dir)?;
+        let assign = match &store.config().pmd_rxq_assign {
+            Some(m) => options::parse_assign(m)?,
+            None => dp::AssignMode::Cycles,
+        };
+        let auto_lb = options::auto_lb(store.config().pmd_auto_lb);
+        let rt = Runtime::new(cores, assign, auto_lb, &run_dir)?;
         let mut sw = Switch {
             store,
             run_dir,
@@ -111,6 +116,11 @@ impl Switch {
             "show" => arity(0, 0, "").map(|_| self.show()),
             "port-stats" => arity(0, 1, "[PORT]").and_then(|_| self.port_stats(args.first())),
             "set-pmd-cores" => arity(1, 1, "LIST").and_then(|_| self.set_pmd_cores(&args[0])),
+            "set-pmd-rxq-assign" => arity(1, 1, "roundrobin|cycles|group")
+                .and_then(|_| self.set_pmd_rxq_assign(&args[0])),
+            "set-pmd-auto-lb" => {
+                arity(1, 1, "off|THRESHOLD%").and_then(|_| self.set_pmd_auto_lb(&args[0]))
+            }
             "inject" => arity(2, 2, "PORT HEX").and_then(|_| self.inject(&args[0], &args[1])),
             "capture" => arity(1, 1, "PORT").and_then(|_| self.capture(&args[0])),
             "add-flow" | "add-flows" | "mod-flows" | "del-flows" | "dump-flows"
@@ -293,6 +303,26 @@ impl Switch {
             Ok::<_, CmdError>(())
         })?;
         Ok(Response::ok("", json!({ "pmd_cores": cores })))
+    }
+
+    fn set_pmd_rxq_assign(&mut self, mode: &str) -> CmdResult {
+        let m = options::parse_assign(mode)?;
+        self.rt.set_assign(m)?;
+        self.store.update(|c| {
+            c.pmd_rxq_assign = Some(mode.to_string());
+            Ok::<_, CmdError>(())
+        })?;
+        Ok(Response::ok("", json!(null)))
+    }
+
+    fn set_pmd_auto_lb(&mut self, v: &str) -> CmdResult {
+        let t = options::parse_auto_lb(v)?;
+        self.rt.set_auto_lb(options::auto_lb(t))?;
+        self.store.update(|c| {
+            c.pmd_auto_lb = t;
+            Ok::<_, CmdError>(())
+        })?;
+        Ok(Response::ok("", json!(null)))
     }
 
     fn show(&self) -> Response {
