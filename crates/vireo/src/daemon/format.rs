@@ -118,6 +118,14 @@ pub fn show_text(d: &Value) -> String {
     s
 }
 
+/// A drop reason as `port-stats` names it (its serialized, kebab-case form).
+fn reason_name(r: ports::DropReason) -> String {
+    serde_json::to_value(r)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| "?".into())
+}
+
 /// The data of `port-stats`.
 pub fn stats_data(rows: &[(String, PortStats)]) -> Value {
     Value::Array(
@@ -126,16 +134,7 @@ pub fn stats_data(rows: &[(String, PortStats)]) -> Value {
                 let drops: serde_json::Map<String, Value> = s
                     .drops
                     .iter()
-                    .map(|(r, n)| {
-                        (
-                            serde_json::to_value(r)
-                                .unwrap_or_default()
-                                .as_str()
-                                .unwrap_or("?")
-                                .to_string(),
-                            json!(n),
-                        )
-                    })
+                    .map(|(r, n)| (reason_name(*r), json!(n)))
                     .collect();
                 json!({
                     "port": name,
@@ -167,10 +166,7 @@ pub fn stats_text(rows: &[(String, PortStats)]) -> String {
         let drops: Vec<String> = st
             .drops
             .iter()
-            .map(|(r, n)| {
-                let r = serde_json::to_value(r).unwrap_or_default();
-                format!("{}={n}", r.as_str().unwrap_or("?"))
-            })
+            .map(|(r, n)| format!("{}={n}", reason_name(*r)))
             .collect();
         let _ = writeln!(s, "  drops={} {}", st.total_drops(), drops.join(" "));
     }

@@ -183,6 +183,41 @@ pub fn parse_affinity(v: &str) -> Result<Vec<(usize, usize)>, String> {
         .collect()
 }
 
+/// The options that place a port in the switch without re-creating it: VLANs and rxq pins.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// Access VLAN (`tag`).
+    pub tag: Option<u16>,
+    /// Trunk VLANs (`trunks`; empty = all).
+    pub trunks: Vec<u16>,
+    /// `pmd-rxq-affinity` pins.
+    pub affinity: Vec<(usize, usize)>,
+}
+
+impl Placement {
+    /// Parses the placement options of a port (already validated when they were set).
+    pub fn of(opts: &BTreeMap<String, String>) -> Result<Placement, String> {
+        let opt = |k: &str| opts.get(k).map(String::as_str);
+        Ok(Placement {
+            tag: opt("tag").map(parse_vlan).transpose()?,
+            trunks: opt("trunks")
+                .map(parse_vlan_list)
+                .transpose()?
+                .unwrap_or_default(),
+            affinity: opt("pmd-rxq-affinity")
+                .map(parse_affinity)
+                .transpose()?
+                .unwrap_or_default(),
+        })
+    }
+}
+
+/// The lowest number from 1 up that `used` does not hold.
+pub fn lowest_free(used: impl IntoIterator<Item = u32>) -> u32 {
+    let used: std::collections::BTreeSet<u32> = used.into_iter().collect();
+    (1..).find(|n| !used.contains(n)).unwrap_or(u32::MAX)
+}
+
 /// An rx queue assignment mode.
 pub fn parse_assign(v: &str) -> Result<dp::AssignMode, String> {
     match v {

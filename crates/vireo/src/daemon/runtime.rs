@@ -97,8 +97,6 @@ pub struct Attach<'a> {
 /// Datapath + pipeline + OpenFlow endpoints + numbering.
 pub struct Runtime {
     shared: Arc<Shared>,
-    /// The pipeline (also in `shared`), for the flow commands.
-    pub pipeline: Arc<Pipeline>,
     run_dir: PathBuf,
     housekeeping: Option<super::housekeeping::Handle>,
 }
@@ -137,7 +135,6 @@ impl Runtime {
         let housekeeping = Some(super::housekeeping::start(shared.clone())?);
         Ok(Runtime {
             shared,
-            pipeline,
             run_dir: run_dir.to_path_buf(),
             housekeeping,
         })
@@ -195,8 +192,7 @@ impl Runtime {
 
     fn free_dp_port(&self) -> u32 {
         let ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
-        let used: std::collections::BTreeSet<u32> = ports.values().map(|p| p.no).collect();
-        (1..).find(|n| !used.contains(n)).unwrap_or(u32::MAX)
+        super::options::lowest_free(ports.values().map(|p| p.no))
     }
 
     /// Puts a port into its bridge and the datapath.

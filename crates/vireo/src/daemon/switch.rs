@@ -387,21 +387,15 @@ impl Switch {
 
     fn start_port(&mut self, br: &str, name: &str, pc: &PortConfig) -> Result<(), CmdError> {
         let lp = LivePort::create(name, pc, &self.run_dir)?;
-        let opt = |k: &str| pc.options.get(k).map(String::as_str);
+        let place = options::Placement::of(&pc.options)?;
         let attach = Attach {
             bridge: br,
             name,
             ofport: pc.ofport,
             port: lp.port(),
-            tag: opt("tag").map(options::parse_vlan).transpose()?,
-            trunks: opt("trunks")
-                .map(options::parse_vlan_list)
-                .transpose()?
-                .unwrap_or_default(),
-            affinity: opt("pmd-rxq-affinity")
-                .map(options::parse_affinity)
-                .transpose()?
-                .unwrap_or_default(),
+            tag: place.tag,
+            trunks: place.trunks,
+            affinity: place.affinity,
         };
         if let Err(e) = self.rt.attach(attach) {
             lp.shutdown();
@@ -428,26 +422,15 @@ impl Switch {
         old: &PortConfig,
         new: &PortConfig,
     ) -> Result<(), CmdError> {
-        let get = |pc: &PortConfig, k: &str| pc.options.get(k).cloned();
-        if get(old, "tag") != get(new, "tag") || get(old, "trunks") != get(new, "trunks") {
-            let tag = get(new, "tag")
-                .as_deref()
-                .map(options::parse_vlan)
-                .transpose()?;
-            let trunks = get(new, "trunks")
-                .as_deref()
-                .map(options::parse_vlan_list)
-                .transpose()?
-                .unwrap_or_default();
-            self.rt.set_vlans(br, name, tag, trunks)?;
+        let (was, now) = (
+            options::Placement::of(&old.options)?,
+            options::Placement::of(&new.options)?,
+        );
+        if (&was.tag, &was.trunks) != (&now.tag, &now.trunks) {
+            self.rt.set_vlans(br, name, now.tag, now.trunks.clone())?;
         }
-        if get(old, "pmd-rxq-affinity") != get(new, "pmd-rxq-affinity") {
-            let aff = get(new, "pmd-rxq-affinity")
-                .as_deref()
-                .map(options::parse_affinity)
-                .transpose()?
-                .unwrap_or_default();
-            self.rt.set_affinity(name, &aff)?;
+        if was.affinity != now.affinity {
+            self.rt.set_affinity(name, &now.affinity)?;
         }
         Ok(())
     }
@@ -466,8 +449,7 @@ impl Switch {
 
 /// Lowest OpenFlow port number not used in the bridge.
 fn next_ofport(b: &BridgeConfig) -> u32 {
-    let used: std::collections::BTreeSet<u32> = b.ports.values().map(|p| p.ofport).collect();
-    (1..).find(|n| !used.contains(n)).unwrap_or(1)
+    options::lowest_free(b.ports.values().map(|p| p.ofport))
 }
 
 /// Whether changing options from `old` to `new` needs the port re-created (device options), or
