@@ -150,7 +150,7 @@ impl Datapath {
             ctl.pmds.sort_by_key(|h| h.shared.core);
             // A starting PMD allocates its caches and pool first: allow it more time.
             let start = inner.tuning.ack_timeout.max(Duration::from_secs(10));
-            inner.bump_and_wait_for(&ctl.pmds, start)?;
+            inner.bump_and_wait_filtered(&ctl.pmds, start, false)?;
         }
         let weak = Arc::downgrade(&inner);
         let hk = std::thread::Builder::new()
@@ -522,11 +522,7 @@ impl Inner {
 
     /// Bumps the generation and waits until every live PMD in `pmds` acknowledged it.
     fn bump_and_wait(&self, pmds: &[PmdHandle]) -> Result<(), DpError> {
-        self.bump_and_wait_for(pmds, self.tuning.ack_timeout)
-    }
-
-    fn bump_and_wait_for(&self, pmds: &[PmdHandle], timeout: Duration) -> Result<(), DpError> {
-        self.bump_and_wait_filtered(pmds, timeout, false)
+        self.bump_and_wait_filtered(pmds, self.tuning.ack_timeout, false)
     }
 
     /// Bumps the generation and waits for the PMDs to acknowledge it. With `decisions_only`

@@ -17,6 +17,7 @@ use crate::smc::Smc;
 use crate::stats::Tally;
 use packet::{Batch, Pool, BATCH_SIZE};
 use ports::Port;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 use wire::{Field, FlowKey};
 
@@ -84,15 +85,14 @@ pub struct Worker {
 #[derive(Debug, Default)]
 pub struct Activity {
     /// Inside `Upcall::upcall` or installing its answer.
-    pub in_upcall: std::sync::atomic::AtomicBool,
+    pub in_upcall: AtomicBool,
     /// Holds at least one megaflow (cleared by `flush`).
-    pub holds_flows: std::sync::atomic::AtomicBool,
+    pub holds_flows: AtomicBool,
 }
 
 impl Activity {
     /// True if the worker may hold decisions taken before now (revalidation must wait for it).
     pub fn may_hold_decisions(&self) -> bool {
-        use std::sync::atomic::Ordering::SeqCst;
         self.in_upcall.load(SeqCst) || self.holds_flows.load(SeqCst)
     }
 }
@@ -239,7 +239,6 @@ impl Worker {
             return;
         }
         self.tally.misses += 1;
-        use std::sync::atomic::Ordering::SeqCst;
         self.activity.in_upcall.store(true, SeqCst);
         self.install_upcall(i, key);
         self.activity.in_upcall.store(false, SeqCst);
@@ -266,9 +265,7 @@ impl Worker {
         }
         let mut mask = res.mask;
         mask.set_exact(Field::InPort);
-        self.activity
-            .holds_flows
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.activity.holds_flows.store(true, SeqCst);
         let flow = Megaflow::new(&key, &mask, res.actions);
         // This packet was counted by the pipeline's upcall; only later hits are credited.
         flow.preset_reported(1, pkt.len() as u64);
@@ -340,9 +337,7 @@ impl Worker {
     pub fn flush(&mut self) {
         self.cls.clear();
         self.flows.clear();
-        self.activity
-            .holds_flows
-            .store(false, std::sync::atomic::Ordering::SeqCst);
+        self.activity.holds_flows.store(false, SeqCst);
     }
 
     /// Periodic upkeep (about once a second): re-rank subtables, expire idle megaflows.

@@ -129,6 +129,15 @@ fn fmt_mac(v: u64) -> String {
     )
 }
 
+/// `MAC` or `MAC/MASK` (the mask only when it is not `f`'s full mask).
+fn fmt_mac_masked(f: Field, v: u64, mask: u64) -> String {
+    if mask == f.full() {
+        fmt_mac(v)
+    } else {
+        format!("{}/{}", fmt_mac(v), fmt_mac(mask))
+    }
+}
+
 fn fmt_num(v: u64, m: u64, full: u64) -> String {
     if m == full {
         v.to_string()
@@ -199,12 +208,7 @@ pub fn format_match(
     }
     for (f, name) in [(Field::EthSrc, "dl_src"), (Field::EthDst, "dl_dst")] {
         if let Some((v, mask)) = m.get(f) {
-            let suffix = if mask == f.full() {
-                String::new()
-            } else {
-                format!("/{}", fmt_mac(mask))
-            };
-            out.push(format!("{name}={}{suffix}", fmt_mac(v)));
+            out.push(format!("{name}={}", fmt_mac_masked(f, v, mask)));
         }
     }
     if let (None, Some((v, _))) = (proto, m.get(Field::EthType)) {
@@ -285,12 +289,7 @@ fn format_l4(m: &Match, is_arp: bool, is_icmp: bool, out: &mut Vec<String>) {
     if is_arp {
         for (f, name) in [(Field::ArpSha, "arp_sha"), (Field::ArpTha, "arp_tha")] {
             if let Some((v, mask)) = m.get(f) {
-                let suffix = if mask == f.full() {
-                    String::new()
-                } else {
-                    format!("/{}", fmt_mac(mask))
-                };
-                out.push(format!("{name}={}{suffix}", fmt_mac(v)));
+                out.push(format!("{name}={}", fmt_mac_masked(f, v, mask)));
             }
         }
     }

@@ -336,13 +336,6 @@ impl Match {
         out.pad8_from(start);
     }
 
-    /// Wire length including padding.
-    pub fn encoded_len(&self) -> usize {
-        let mut v = Vec::new();
-        self.encode(&mut v);
-        v.len()
-    }
-
     fn exact(&self, num: u8) -> Option<u16> {
         self.get(num).and_then(OxmField::exact_small)
     }

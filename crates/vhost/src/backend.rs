@@ -346,8 +346,12 @@ impl Backend {
                 .uva_to_gpa(a.used, used_ring_size(v.num))
                 .ok_or(bad.clone())?,
         };
-        let queue = Queue::new(Arc::clone(mem), addrs, self.net_features(), v.base, v.base)
+        let mut queue = Queue::new(Arc::clone(mem), addrs, self.net_features(), v.base, v.base)
             .map_err(|_| bad)?;
+        // A frontend that reconnects after the backend died (DPDK virtio-user with server=1
+        // after a `kill -9` of the switch) sends base 0 although its ring has moved on: trust
+        // the ring's used index over the base it sent.
+        queue.resync_to_used_ring();
         Ok(Running {
             queue,
             call: v.call.clone(),
@@ -485,12 +489,7 @@ fn check_payload(p: Payload, msg: &Msg) -> Result<(), MsgError> {
         Payload::Addr => size == ADDR_SIZE,
         Payload::Mem => {
             size >= MEM_HDR_SIZE && {
-                let n = u32::from_le_bytes([
-                    msg.payload[0],
-                    msg.payload[1],
-                    msg.payload[2],
-                    msg.payload[3],
-                ]) as usize;
+                let n = u32_at(&msg.payload, 0) as usize;
                 (1..=guestmem::MAX_REGIONS).contains(&n)
                     && (size == MEM_HDR_SIZE + n * REGION_SIZE
                         || size == MEM_HDR_SIZE + guestmem::MAX_REGIONS * REGION_SIZE)
@@ -511,12 +510,7 @@ fn check_fds(f: Fds, msg: &Msg) -> Result<(), MsgError> {
     let want = match f {
         Fds::Zero => 0,
         Fds::RingFlag => usize::from(msg.as_u64() & VRING_NOFD_MASK == 0),
-        Fds::Regions => u32::from_le_bytes([
-            msg.payload[0],
-            msg.payload[1],
-            msg.payload[2],
-            msg.payload[3],
-        ]) as usize,
+        Fds::Regions => u32_at(&msg.payload, 0) as usize,
     };
     if msg.fds.len() != want {
         return Err(MsgError::BadFds {

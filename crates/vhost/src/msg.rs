@@ -210,7 +210,7 @@ pub struct Msg {
     pub fds: Vec<OwnedFd>,
 }
 
-fn u32_at(b: &[u8], off: usize) -> u32 {
+pub(crate) fn u32_at(b: &[u8], off: usize) -> u32 {
     let mut a = [0u8; 4];
     a.copy_from_slice(&b[off..off + 4]);
     u32::from_le_bytes(a)

@@ -249,8 +249,7 @@ impl Device {
         if self.wanted[i].load(Relaxed) {
             return None;
         }
-        let slot = &self.slots[i];
-        let mut g = slot.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = self.lock_slot(i);
         let r = g.as_mut()?;
         let b = r.queue.enqueue(pkts.as_slice());
         r.notify(&b);

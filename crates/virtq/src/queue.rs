@@ -147,16 +147,6 @@ impl Queue {
             // We poll: ask the driver not to kick us.
             used.write_u16(0, VRING_USED_F_NO_NOTIFY);
         }
-        // A frontend that reconnects after the backend died (DPDK virtio-user with server=1
-        // after a `kill -9` of the switch) sends base 0 although its ring has moved on. This
-        // device returns every buffer it takes within the same burst, so at rest the used
-        // index in memory is exactly where both indices stand: trust the ring when the two
-        // disagree. A hostile value only moves our starting point; `avail_now` still breaks
-        // the queue on an impossible avail index.
-        let (last_avail, used_idx) = match used.load_u16_acquire(2) {
-            Some(u) if u != used_idx => (u, u),
-            _ => (last_avail, used_idx),
-        };
         Ok(Queue {
             mem,
             desc,
@@ -173,6 +163,22 @@ impl Queue {
             pre: [(0, None); BATCH_SIZE],
             pre_n: 0,
         })
+    }
+
+    /// Moves both indices to the used index the ring holds in guest memory, if it differs from
+    /// where this queue stands; returns whether it moved. Valid only at rest: this device
+    /// returns every buffer it takes within the burst that took it, so at rest the used index
+    /// in memory is exactly where both indices stand. A hostile value only moves the starting
+    /// point; `avail_now` still breaks the queue on an impossible avail index.
+    pub fn resync_to_used_ring(&mut self) -> bool {
+        match self.used.load_u16_acquire(2) {
+            Some(u) if u != self.used_idx => {
+                self.last_avail = u;
+                self.used_idx = u;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Next avail index to consume (what `GET_VRING_BASE` reports).
@@ -527,7 +533,8 @@ impl Queue {
         self.heads.push((head, self.segs.len()));
         let mut cap = r.map_err(Some)?;
         while cap < need {
-            if !self.heads.is_empty() && !self.feat.mrg_rxbuf {
+            // `heads` holds the first chain already: more buffers need mergeable rx.
+            if !self.feat.mrg_rxbuf {
                 return Err(Some(ChainError::TooBig));
             }
             if self.heads.len() >= MAX_SEGS {

@@ -57,6 +57,29 @@ fn dequeue_single_chained_and_indirect_layouts() {
     assert_eq!(drv.used_flags(), VRING_USED_F_NO_NOTIFY);
 }
 
+/// A frontend that lost track of the ring (reconnect after the backend died) activates it with
+/// base 0 while the ring stands at 1000: resyncing to the used ring lets traffic continue
+/// instead of breaking the queue on an "avail jump".
+#[test]
+fn resync_to_used_ring_resumes_where_the_ring_stands() {
+    let mut drv = MockDriver::new(64, 1000, 12);
+    let mut q = device(&drv, feat(false, false, false), 0);
+    assert!(q.resync_to_used_ring());
+    assert_eq!(q.last_avail(), 1000);
+    assert!(!q.resync_to_used_ring(), "already where the ring stands");
+    let f = frame(100, 7);
+    drv.send(&f, TxLayout::Single);
+    let (b, got) = dequeue_all(&mut q);
+    assert_eq!((b.packets, got), (1, vec![f]));
+    assert!(q.broken().is_none());
+    assert_eq!(drv.take_used().len(), 1);
+    // Without the resync the same activation breaks the queue on the first poll.
+    let mut stale = device(&drv, feat(false, false, false), 0);
+    drv.send(&frame(60, 1), TxLayout::Single);
+    let _ = dequeue_all(&mut stale);
+    assert!(stale.broken().is_some());
+}
+
 #[test]
 fn dequeue_takes_at_most_a_batch() {
     let mut drv = MockDriver::new(64, 0, 12);

@@ -3,7 +3,7 @@
 //! Owns: [`EthernetFrame`] and [`VlanTag`] views and the [`ethertype`] constants.
 //! Threads: any; plain views, no state.
 use crate::bytes::{be16, mac, put16};
-use crate::{view_ctor, Error, Result};
+use crate::{need_len, view_ctor, Result};
 
 /// EtherType values the datapath understands.
 pub mod ethertype {
@@ -57,11 +57,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     /// Ok if the buffer holds a whole header.
     #[inline]
     pub fn check_len(&self) -> Result<()> {
-        if self.buffer.as_ref().len() < HEADER_LEN {
-            Err(Error::Truncated)
-        } else {
-            Ok(())
-        }
+        need_len(self.buffer.as_ref(), HEADER_LEN)
     }
 
     /// Destination MAC.
@@ -133,11 +129,7 @@ impl<T: AsRef<[u8]>> VlanTag<T> {
     /// Ok if the buffer holds a whole tag.
     #[inline]
     pub fn check_len(&self) -> Result<()> {
-        if self.buffer.as_ref().len() < VLAN_TAG_LEN {
-            Err(Error::Truncated)
-        } else {
-            Ok(())
-        }
+        need_len(self.buffer.as_ref(), VLAN_TAG_LEN)
     }
 
     /// The whole TCI.
@@ -176,6 +168,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> VlanTag<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Error;
 
     #[test]
     fn ethernet_fields_and_truncation() {

@@ -4,7 +4,7 @@
 //! neighbor discovery also the target address).
 //! Threads: any; plain views, no state.
 use crate::bytes::{addr16, be16};
-use crate::{view_ctor, Error, Result};
+use crate::{need_len, view_ctor, Result};
 
 /// Byte ranges of the ICMP / ICMPv6 header.
 pub mod field {
@@ -34,11 +34,7 @@ impl<T: AsRef<[u8]>> IcmpPacket<T> {
     /// Ok if type, code and checksum fit.
     #[inline]
     pub fn check_len(&self) -> Result<()> {
-        if self.buffer.as_ref().len() < HEADER_LEN {
-            Err(Error::Truncated)
-        } else {
-            Ok(())
-        }
+        need_len(self.buffer.as_ref(), HEADER_LEN)
     }
     /// Message type.
     #[inline]
@@ -74,11 +70,7 @@ impl<T: AsRef<[u8]>> Icmpv6Packet<T> {
     /// Ok if type, code and checksum fit.
     #[inline]
     pub fn check_len(&self) -> Result<()> {
-        if self.buffer.as_ref().len() < HEADER_LEN {
-            Err(Error::Truncated)
-        } else {
-            Ok(())
-        }
+        need_len(self.buffer.as_ref(), HEADER_LEN)
     }
     /// Message type.
     #[inline]

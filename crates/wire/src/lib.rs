@@ -54,6 +54,16 @@ impl std::error::Error for Error {}
 /// Result of a header check.
 pub type Result<T> = core::result::Result<T, Error>;
 
+/// [`Error::Truncated`] if `b` is shorter than `len` (`check_len` of fixed-size headers).
+#[inline]
+pub(crate) fn need_len(b: &[u8], len: usize) -> Result<()> {
+    if b.len() < len {
+        Err(Error::Truncated)
+    } else {
+        Ok(())
+    }
+}
+
 /// Big-endian reads and writes at fixed offsets. Callers check lengths first (the views do it
 /// in `check_len`), so the indexing here never fails for them.
 pub(crate) mod bytes {

@@ -3,7 +3,7 @@
 //! Owns: the [`UdpPacket`] view.
 //! Threads: any; plain view, no state.
 use crate::bytes::{be16, put16};
-use crate::{view_ctor, Error, Result};
+use crate::{need_len, view_ctor, Result};
 
 /// Byte ranges of the UDP header.
 pub mod field {
@@ -33,11 +33,7 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
     /// Ok if the header fits.
     #[inline]
     pub fn check_len(&self) -> Result<()> {
-        if self.buffer.as_ref().len() < HEADER_LEN {
-            Err(Error::Truncated)
-        } else {
-            Ok(())
-        }
+        need_len(self.buffer.as_ref(), HEADER_LEN)
     }
     /// Source port.
     #[inline]
