@@ -23,6 +23,8 @@ pub struct GenPlan {
     pub warmup_secs: f64,
     /// Generator core.
     pub core: usize,
+    /// Frames without sequence numbers and timestamps, returns only counted (`--no-stamp`).
+    pub bare: bool,
 }
 
 /// The vireo-gen binary: `VIREO_GEN` if set, else next to the running executable.
@@ -58,6 +60,9 @@ pub fn args(ports: &Ports, sc: &Scenario, plan: &GenPlan, json: &Path) -> Vec<St
     ];
     if ports.gen_server {
         a.push("--server".into());
+    }
+    if plan.bare {
+        a.push("--no-stamp".into());
     }
     if !plan.loss_ppm.is_empty() {
         a.push("--search".into());
@@ -152,6 +157,7 @@ mod tests {
             max_trials: 6,
             warmup_secs: 1.0,
             core: 1,
+            bare: false,
         };
         let sc = Scenario::parse("flows1m:256:2q").unwrap();
         let a = args(&ports, &sc, &plan, Path::new("/d/vireo-gen.json")).join(" ");
@@ -174,10 +180,12 @@ mod tests {
         };
         let plan = GenPlan {
             loss_ppm: vec![],
+            bare: true,
             ..plan
         };
         let a = args(&client, &Scenario::p2p(64), &plan, Path::new("/d/g.json")).join(" ");
         assert!(!a.contains("--server") && !a.contains("--search"), "{a}");
+        assert!(a.contains("--no-stamp"), "{a}");
     }
 
     #[test]

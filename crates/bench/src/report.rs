@@ -248,12 +248,55 @@ impl Results {
         t
     }
 
+    /// The generator cross-check: where testpmd and the bare vireo-gen (both leave the
+    /// frames untouched) drove the same switch through the same scenario, their saturation
+    /// rates side by side. Empty when no pair was measured.
+    pub fn cross_check(&self) -> String {
+        let mut rows = String::new();
+        let (mut pairs, mut within) = (0, 0);
+        let mut seen: Vec<(&str, &str)> = Vec::new();
+        for r in &self.records {
+            let k = (r.scenario.as_str(), r.contender.as_str());
+            if seen.contains(&k) {
+                continue;
+            }
+            seen.push(k);
+            let mpps = |g: &str| self.get(k.1, k.0, g, "mpps").map(|x| x.median);
+            let (Some(t), Some(b)) = (mpps("testpmd"), mpps("vireo-gen-bare")) else {
+                continue;
+            };
+            let diff = (b / t - 1.0) * 100.0;
+            let ok = diff.abs() <= 10.0;
+            pairs += 1;
+            within += usize::from(ok);
+            let stamped = mpps("vireo-gen").map_or("–".into(), |x| format!("{x:.2}"));
+            let _ = writeln!(
+                rows,
+                "| {} | {} | {t:.2} | {b:.2} | {diff:+.1}% | {} | {stamped} |",
+                k.0,
+                k.1,
+                if ok { "yes" } else { "no" }
+            );
+        }
+        if pairs == 0 {
+            return String::new();
+        }
+        format!(
+            "Generator cross-check, saturation Mpps (medians): testpmd vs vireo-gen with frames \
+             left untouched (`vireo-gen-bare`); {within} of {pairs} pairs within 10%. The last \
+             column is vireo-gen as measured above (it writes a sequence number and timestamp \
+             into every frame and reads every frame that returns).\n\n\
+             | scenario | switch | testpmd | vireo-gen-bare | difference | within 10% | vireo-gen |\n\
+             |---|---|---:|---:|---:|---|---:|\n{rows}"
+        )
+    }
+
     /// The marked section for BENCHMARKS.md.
     pub fn benchmarks_section(&self) -> String {
         let m = &self.meta;
         format!(
             "Run {} on {}; {}.\n\nCommand: `{}`\n\nPinning: switch PMD on core {}, generator on core {}; {} round(s), \
-             {} s trials; median ±half the spread (max−min) over rounds.\n\n{}\n\
+             {} s trials; median ±half the spread (max−min) over rounds.\n\n{}\n{}\n\
              CPU sw/gen: share of a core the switch and the generator got while measuring \
              (below ~0.9: preempted, the row measures the host).\n\n\
              Plots: `throughput-vs-size.png`, `throughput-vs-flows.png`, `latency.png` in the output directory.\n",
@@ -269,7 +312,8 @@ impl Results {
             m.cores.1,
             m.rounds,
             m.trial_secs,
-            self.markdown()
+            self.markdown(),
+            self.cross_check()
         )
     }
 }
@@ -479,6 +523,40 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();
         assert_eq!(v["records"][0]["pmd"]["busy_cycles_per_packet"], 455.0);
         assert_eq!(v["summary"][0]["summary"]["n"], 1);
+    }
+
+    #[test]
+    fn cross_check_pairs_testpmd_with_the_bare_generator() {
+        let with_gen = |c: &str, g: &str, mpps: f64| Record {
+            generator: g.into(),
+            ..rec(0, c, mpps)
+        };
+        let mut r = Results {
+            records: vec![
+                with_gen("ovs", "testpmd", 10.0),
+                with_gen("ovs", "vireo-gen-bare", 9.5),
+                with_gen("ovs", "vireo-gen", 8.0),
+                with_gen("dpdk", "testpmd", 12.0),
+                with_gen("dpdk", "vireo-gen-bare", 10.0),
+                // No bare run: no pair.
+                with_gen("vireo", "testpmd", 13.0),
+            ],
+            ..Results::default()
+        };
+        assert_eq!(r.cross_check(), "", "nothing before summarize");
+        r.summarize();
+        let t = r.cross_check();
+        assert!(t.contains("1 of 2 pairs within 10%"), "{t}");
+        assert!(
+            t.contains("| p2p:64 | ovs | 10.00 | 9.50 | -5.0% | yes | 8.00 |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| p2p:64 | dpdk | 12.00 | 10.00 | -16.7% | no | – |"),
+            "{t}"
+        );
+        assert!(!t.contains("| vireo |"), "{t}");
+        assert!(r.benchmarks_section().contains(&t));
     }
 
     #[test]

@@ -57,7 +57,7 @@ fn quick_mode_against_raw_dpdk() {
     let json = std::fs::read_to_string(out.path().join("results.json")).unwrap();
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     let recs = v["records"].as_array().unwrap();
-    assert_eq!(recs.len(), 2, "one record per generator: {json}");
+    assert_eq!(recs.len(), 3, "one record per generator: {json}");
     for r in recs {
         assert_eq!(r["contender"], "dpdk");
         assert!(r["error"].is_null(), "measurement failed: {}", r["error"]);
@@ -65,5 +65,13 @@ fn quick_mode_against_raw_dpdk() {
     }
     let gen = recs.iter().find(|r| r["generator"] == "vireo-gen").unwrap();
     assert_eq!(gen["rfc2544"][0]["loss_ppm_allowed"], 0.0);
-    assert!(out.path().join("results.md").is_file());
+    let bare = recs
+        .iter()
+        .find(|r| r["generator"] == "vireo-gen-bare")
+        .unwrap();
+    assert!(bare["rfc2544"].as_array().unwrap().is_empty(), "{bare}");
+    assert!(bare["latency"].is_null(), "{bare}");
+    let md = std::fs::read_to_string(out.path().join("results.md")).unwrap();
+    assert!(md.contains("Generator cross-check"), "{md}");
+    assert!(md.contains("| p2p:64 | dpdk |"), "{md}");
 }

@@ -178,6 +178,14 @@ impl Port for VhostUserPort {
             "broken_queues_now": dev.broken_now(),
             "protocol_errors": s.protocol_errors.load(Relaxed),
             "connections": s.connections.load(Relaxed),
+            "rings": dev.ring_states().iter().map(|r| serde_json::json!({
+                "vring": r.vring,
+                "size": r.size,
+                "driver_avail_idx": r.driver_avail,
+                "last_avail_idx": r.last_avail,
+                "used_idx": r.used,
+                "broken": r.broken,
+            })).collect::<Vec<_>>(),
         })
     }
 }

@@ -123,6 +123,18 @@ fn loop_test(name: &str, extra: &str, queues: usize, expect_mrg: bool, restarts:
     assert!(feats.iter().any(|f| f == "version_1"), "{s}");
     assert_eq!(feats.iter().any(|f| f == "mrg_rxbuf"), expect_mrg, "{s}");
     assert_eq!(s["broken_queues"], 0);
+    // Every running ring reports its indices; the device returns each tx buffer in the burst
+    // that took it, so on the guest's tx rings what it took and what it used agree.
+    let rings = s["rings"].as_array().expect("rings");
+    assert_eq!(rings.len(), 2 * queues, "{s}");
+    for r in rings {
+        assert_eq!(r["broken"], false, "{r}");
+        assert!(r["size"].as_u64().unwrap() >= 64, "{r}");
+        assert!(r["driver_avail_idx"].is_u64(), "{r}");
+        if r["vring"].as_u64().unwrap() % 2 == 1 {
+            assert_eq!(r["last_avail_idx"], r["used_idx"], "{r}");
+        }
+    }
     tp.quit();
     // The frontend went away: links go down, the server waits for the next one.
     assert!(wait_until(Duration::from_secs(10), || a.link()

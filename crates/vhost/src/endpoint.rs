@@ -88,7 +88,7 @@ impl Endpoint {
             Mode::Server => {
                 let l = bind(path)?;
                 dev.set_conn_state(ConnState::Listening);
-                (builder.spawn(move || run_server(l, d, s))?, true)
+                (builder.spawn(move || run_server(l, &p, d, s))?, true)
             }
             Mode::Client { reconnect_ms } => {
                 dev.set_conn_state(ConnState::Connecting);
@@ -167,7 +167,7 @@ fn sleep_unless_stopped(ms: u64, stop: &AtomicBool) {
     }
 }
 
-fn run_server(l: UnixListener, dev: Arc<Device>, stop: Arc<AtomicBool>) {
+fn run_server(l: UnixListener, path: &Path, dev: Arc<Device>, stop: Arc<AtomicBool>) {
     let mut backend = Backend::new(Arc::clone(&dev));
     loop {
         dev.set_conn_state(ConnState::Listening);
@@ -177,7 +177,9 @@ fn run_server(l: UnixListener, dev: Arc<Device>, stop: Arc<AtomicBool>) {
         match l.accept() {
             Ok((s, _)) => {
                 if s.set_nonblocking(false).is_ok() {
-                    serve(&s, &mut backend, &dev, &stop);
+                    tracing::info!(socket = %path.display(), "vhost-user: frontend connected");
+                    let why = serve(&s, &mut backend, &dev, &stop);
+                    tracing::info!(socket = %path.display(), reason = why, "vhost-user: connection closed");
                 }
                 backend.reset();
             }
@@ -193,7 +195,9 @@ fn run_client(path: &Path, reconnect_ms: u64, dev: Arc<Device>, stop: Arc<Atomic
         dev.set_conn_state(ConnState::Connecting);
         match UnixStream::connect(path) {
             Ok(s) => {
-                serve(&s, &mut backend, &dev, &stop);
+                tracing::info!(socket = %path.display(), "vhost-user: connected to the frontend");
+                let why = serve(&s, &mut backend, &dev, &stop);
+                tracing::info!(socket = %path.display(), reason = why, "vhost-user: connection closed");
                 backend.reset();
             }
             Err(_) => sleep_unless_stopped(reconnect_ms.max(1), &stop),
@@ -201,25 +205,28 @@ fn run_client(path: &Path, reconnect_ms: u64, dev: Arc<Device>, stop: Arc<Atomic
     }
 }
 
-/// Serves one connection until the frontend goes away, breaks the stream, or we stop.
-fn serve(s: &UnixStream, backend: &mut Backend, dev: &Device, stop: &AtomicBool) {
+/// Serves one connection until the frontend goes away, breaks the stream, or we stop;
+/// returns why it ended.
+fn serve(s: &UnixStream, backend: &mut Backend, dev: &Device, stop: &AtomicBool) -> String {
     dev.set_conn_state(ConnState::Connected);
     dev.stats.connections.fetch_add(1, Relaxed);
     while wait_readable(s, stop) {
         match recv_msg(s) {
             Ok(m) => {
                 if let Some(reply) = backend.handle(m) {
-                    if send_msg(s, &reply, &[]).is_err() {
-                        return;
+                    if let Err(e) = send_msg(s, &reply, &[]) {
+                        return format!("reply not sent: {e}");
                     }
                 }
             }
-            Err(RecvError::Protocol(_)) => {
+            Err(RecvError::Protocol(e)) => {
                 // The stream cannot be resynchronized: drop the connection.
                 dev.stats.protocol_errors.fetch_add(1, Relaxed);
-                return;
+                return format!("unreadable message: {e:?}");
             }
-            Err(RecvError::Closed) | Err(RecvError::Io(_)) => return,
+            Err(RecvError::Closed) => return "closed by the frontend".into(),
+            Err(RecvError::Io(e)) => return format!("socket error: {e}"),
         }
     }
+    "port stopped".into()
 }

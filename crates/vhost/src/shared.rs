@@ -37,6 +37,23 @@ impl Running {
     }
 }
 
+/// One running ring's indices (see [`Device::ring_states`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingState {
+    /// Virtqueue number (even: guest rx, odd: guest tx).
+    pub vring: usize,
+    /// Entries.
+    pub size: u16,
+    /// The avail index the driver published (None: unreadable).
+    pub driver_avail: Option<u16>,
+    /// The next avail entry this device takes.
+    pub last_avail: u16,
+    /// The used index this device published.
+    pub used: u16,
+    /// Broken by a driver error.
+    pub broken: bool,
+}
+
 /// Connection state for status reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -255,6 +272,26 @@ impl Device {
         r.notify(&b);
         self.account(&b);
         Some(b)
+    }
+
+    /// Where each running ring stands, for status reports: `(vring, size, driver's avail
+    /// index, next avail to take, used index, broken)`; rings not running are left out.
+    /// Takes each slot briefly, like a control message does.
+    pub fn ring_states(&self) -> Vec<RingState> {
+        (0..self.slots.len())
+            .filter_map(|i| {
+                self.with_slot(i, |s| {
+                    s.as_ref().map(|r| RingState {
+                        vring: i,
+                        size: r.queue.size(),
+                        driver_avail: r.queue.driver_avail_idx(),
+                        last_avail: r.queue.last_avail(),
+                        used: r.queue.used_idx(),
+                        broken: r.queue.broken().is_some(),
+                    })
+                })
+            })
+            .collect()
     }
 
     /// Number of running queues that are broken now.

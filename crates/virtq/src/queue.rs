@@ -181,6 +181,11 @@ impl Queue {
         }
     }
 
+    /// The avail index the driver has published, as guest memory holds it now (diagnostics).
+    pub fn driver_avail_idx(&self) -> Option<u16> {
+        self.avail.load_u16_acquire(2)
+    }
+
     /// Next avail index to consume (what `GET_VRING_BASE` reports).
     pub fn last_avail(&self) -> u16 {
         self.last_avail

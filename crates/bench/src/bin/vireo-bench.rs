@@ -34,8 +34,14 @@ struct Args {
     /// Scenarios, e.g. p2p:64,normal:64,flows1m:64,p2p:64:2q; or full, quick, sizes.
     #[arg(long)]
     scenarios: Option<String>,
-    /// Generators: testpmd (saturation), vireo-gen (saturation + RFC 2544 + latency).
-    #[arg(long, value_delimiter = ',', default_value = "testpmd,vireo-gen")]
+    /// Generators: testpmd (saturation), vireo-gen (saturation + RFC 2544 + latency),
+    /// vireo-gen-bare (saturation with frames left untouched, like testpmd's io forwarding:
+    /// the cross-check against testpmd; single-flow scenarios only).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "testpmd,vireo-gen,vireo-gen-bare"
+    )]
     generators: Vec<String>,
     /// Loss thresholds for the RFC 2544 search (ppm); quick mode uses 0 only.
     #[arg(long, value_delimiter = ',')]
@@ -67,9 +73,10 @@ struct Args {
     /// Give Vireo vhost-user server ports (default: vhost-user-client, like OVS).
     #[arg(long)]
     vireo_server_ports: bool,
-    /// Burst size of the testpmd generator, which is also what --tx-first injects per port:
-    /// with testpmd's default of 32 too few packets circulate to keep OVS's PMD fed.
-    #[arg(long, default_value_t = 64)]
+    /// Burst size of the testpmd generator, which is also what --tx-first injects per port
+    /// and so all that circulates: with fewer than its maximum of 512, the switches receive
+    /// smaller bursts than an open-loop sender gives them and pay more per packet.
+    #[arg(long, default_value_t = 512)]
     testpmd_burst: usize,
     /// Run switches and generators at SCHED_RR priority 1 so other work on a shared machine
     /// cannot preempt them (it slows that work down while the benchmark runs).
@@ -158,6 +165,15 @@ struct Plan {
 
 fn plan(a: &Args) -> Result<Plan, String> {
     let q = a.quick;
+    if let Some(g) = a
+        .generators
+        .iter()
+        .find(|g| !["testpmd", "vireo-gen", "vireo-gen-bare"].contains(&g.as_str()))
+    {
+        return Err(format!(
+            "unknown generator {g:?} (testpmd, vireo-gen, vireo-gen-bare)"
+        ));
+    }
     let scenarios = match &a.scenarios {
         Some(s) => scenario::parse_list(s)?,
         None if q => scenario::quick(),
@@ -179,6 +195,7 @@ fn plan(a: &Args) -> Result<Plan, String> {
             max_trials: a.max_trials.unwrap_or(if q { 5 } else { 8 }),
             warmup_secs: if q { 0.5 } else { 1.0 },
             core: a.gen_core,
+            bare: false,
         },
         warmup: Duration::from_secs(if q { 1 } else { 2 }),
     })
@@ -210,7 +227,17 @@ fn measure(
         rec.switch_cpu = m.switch_cpu;
         rec.gen_cpu = m.gen_cpu;
     } else {
-        let run = genproc::run(&ports, sc, &p.gen, dir, c)?;
+        let bare = gen == "vireo-gen-bare";
+        let plan = GenPlan {
+            bare,
+            loss_ppm: if bare {
+                Vec::new()
+            } else {
+                p.gen.loss_ppm.clone()
+            },
+            ..p.gen.clone()
+        };
+        let run = genproc::run(&ports, sc, &plan, dir, c)?;
         let r = run.report;
         rec.pmd = run.pmd;
         rec.switch_cpu = run.switch_cpu;
@@ -391,7 +418,9 @@ fn main() {
                         eprintln!("vireo-bench: interrupted; writing what was measured");
                         break 'rounds;
                     }
-                    if gen == "testpmd" && !sc.testpmd_can_drive() {
+                    // testpmd sends one flow; the bare vireo-gen exists only to be compared
+                    // with it.
+                    if (gen == "testpmd" || gen == "vireo-gen-bare") && !sc.testpmd_can_drive() {
                         continue;
                     }
                     let rec = one(c.as_mut(), sc, gen, round, &p, &a);

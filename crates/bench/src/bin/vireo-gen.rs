@@ -83,6 +83,11 @@ struct Args {
     /// Do not negotiate mergeable rx buffers.
     #[arg(long)]
     no_mrg_rxbuf: bool,
+    /// Send the template frames untouched and only count what returns, without reading it
+    /// (like testpmd's io forwarding): no latency, reordering or per-frame checks. For the
+    /// cross-check against testpmd.
+    #[arg(long)]
+    no_stamp: bool,
     /// Directory for the saturation-trial handshake with vireo-bench (files sat-ready,
     /// sat-go, sat-done, sat-ack), so the switch's statistics cover exactly that trial.
     #[arg(long)]
@@ -139,6 +144,7 @@ fn run(a: &Args) -> Result<GenReport, String> {
         burst: a.burst.clamp(1, 32),
         trial_secs: a.trial_secs,
         kick,
+        stamp: !a.no_stamp,
     };
     let mut g = Generator::new(ports, cfg, tsc_hz);
     // The switch may take a while to start polling new rings: wait until packets come back
