@@ -339,7 +339,12 @@ fn series(
     filter: impl Fn(&str) -> Option<f64>,
 ) -> BTreeMap<String, Vec<(f64, f64)>> {
     let mut out: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
-    for r in res.summary.iter().filter(|r| r.metric == metric) {
+    // The bare generator is an instrument for the cross-check table, not a curve to read.
+    for r in res
+        .summary
+        .iter()
+        .filter(|r| r.metric == metric && r.generator != "vireo-gen-bare")
+    {
         if let Some(x) = filter(&r.scenario) {
             out.entry(format!("{} ({})", r.contender, r.generator))
                 .or_default()
@@ -390,41 +395,80 @@ fn gnuplot(dir: &Path, name: &str, script: &str) -> Result<(), String> {
     crate::proc::run(Command::new("gnuplot").arg(&gp)).map(|_| ())
 }
 
-fn latency_plot(dir: &Path, res: &Results) -> Result<(), String> {
-    let mut parts = Vec::new();
-    for (i, r) in res.records.iter().filter(|r| r.round == 0).enumerate() {
-        let Some(l) = r.latency.as_ref().filter(|l| l.count > 0) else {
-            continue;
-        };
-        let total = l.count as f64;
-        let mut acc = 0u64;
-        let body: String = l
-            .buckets
-            .iter()
-            .map(|(ns, c)| {
-                acc += c;
-                format!("{} {}\n", *ns as f64 / 1e3, acc as f64 / total)
-            })
-            .collect();
-        let f = dir.join(format!("latency.{i}.dat"));
-        std::fs::write(&f, body).map_err(|e| e.to_string())?;
-        parts.push(format!(
-            "'{}' using 1:2 with steps lw 2 title '{} {}'",
-            f.display(),
-            r.contender,
-            r.scenario
-        ));
+/// Scenarios whose latency CDFs `latency.png` shows, one panel each (those measured).
+const LATENCY_PANELS: [&str; 3] = ["p2p:64", "normal:64", "flows1m:64"];
+
+fn contender_color(c: &str) -> &'static str {
+    match c {
+        "vireo" => "#1f77b4",
+        "ovs" => "#e6550d",
+        "dpdk" => "#31a354",
+        _ => "#636363",
     }
-    if parts.is_empty() {
+}
+
+/// Latency CDFs at the zero-loss rate (round 0): one panel per scenario of
+/// [`LATENCY_PANELS`] that was measured (else the first scenario that was), one line per
+/// contender, so each panel stays readable at a glance.
+fn latency_plot(dir: &Path, res: &Results) -> Result<(), String> {
+    let with_latency: Vec<&Record> = res
+        .records
+        .iter()
+        .filter(|r| r.round == 0 && r.latency.as_ref().is_some_and(|l| l.count > 0))
+        .collect();
+    let mut panels: Vec<&str> = LATENCY_PANELS
+        .iter()
+        .copied()
+        .filter(|s| with_latency.iter().any(|r| r.scenario == *s))
+        .collect();
+    if panels.is_empty() {
+        panels.extend(with_latency.first().map(|r| r.scenario.as_str()));
+    }
+    if panels.is_empty() {
         return Ok(());
     }
-    let script = format!(
-        "set terminal pngcairo size 900,560\nset output '{}/latency.png'\n\
-         set title 'Latency CDF at the highest zero-loss rate (vireo-gen, round 1)'\nset xlabel 'latency (µs, log)'\n\
-         set ylabel 'share of packets'\nset logscale x\nset grid\nset key outside right\nset yrange [0:1]\nplot {}\n",
+    let mut script = format!(
+        "set terminal pngcairo size {},480\nset output '{}/latency.png'\n\
+         set multiplot layout 1,{} title 'Latency CDF at the highest zero-loss rate (vireo-gen, round 1)'\n\
+         set xlabel 'latency (µs, log)'\nset ylabel 'share of packets'\nset logscale x\nset grid\n\
+         set xtics ('1' 1, '10' 10, '100' 100, '1k' 1000, '10k' 10000, '100k' 100000)\n\
+         set key bottom right\nset yrange [0:1]\n",
+        420 * panels.len() + 60,
         dir.display(),
-        parts.join(", ")
+        panels.len()
     );
+    for (pi, sc) in panels.iter().enumerate() {
+        let mut parts = Vec::new();
+        for (i, r) in with_latency
+            .iter()
+            .filter(|r| r.scenario == *sc)
+            .enumerate()
+        {
+            let Some(l) = r.latency.as_ref() else {
+                continue;
+            };
+            let total = l.count as f64;
+            let mut acc = 0u64;
+            let body: String = l
+                .buckets
+                .iter()
+                .map(|(ns, c)| {
+                    acc += c;
+                    format!("{} {}\n", *ns as f64 / 1e3, acc as f64 / total)
+                })
+                .collect();
+            let f = dir.join(format!("latency.{pi}.{i}.dat"));
+            std::fs::write(&f, body).map_err(|e| e.to_string())?;
+            parts.push(format!(
+                "'{}' using 1:2 with steps lw 2 lc rgb '{}' title '{}'",
+                f.display(),
+                contender_color(&r.contender),
+                r.contender
+            ));
+        }
+        let _ = writeln!(script, "set title '{sc}'\nplot {}", parts.join(", "));
+    }
+    script.push_str("unset multiplot\n");
     gnuplot(dir, "latency", &script)
 }
 

@@ -74,4 +74,14 @@ fn quick_mode_against_raw_dpdk() {
     let md = std::fs::read_to_string(out.path().join("results.md")).unwrap();
     assert!(md.contains("Generator cross-check"), "{md}");
     assert!(md.contains("| p2p:64 | dpdk |"), "{md}");
+    // The report can be made again from results.json alone, identical.
+    std::fs::remove_file(out.path().join("results.md")).unwrap();
+    let st = Command::new(env!("CARGO_BIN_EXE_vireo-bench"))
+        .args(["--from-results", "--no-setup", "--out"])
+        .arg(out.path())
+        .status()
+        .unwrap();
+    assert!(st.success(), "--from-results failed: {st}");
+    let again = std::fs::read_to_string(out.path().join("results.md")).unwrap();
+    assert_eq!(again, md);
 }

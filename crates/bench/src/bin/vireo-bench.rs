@@ -78,6 +78,10 @@ struct Args {
     /// smaller bursts than an open-loop sender gives them and pay more per packet.
     #[arg(long, default_value_t = 512)]
     testpmd_burst: usize,
+    /// Measure nothing: redo the summary, tables, plots (and with --update-benchmarks the
+    /// section of BENCHMARKS.md) from the results.json an earlier run left in --out.
+    #[arg(long)]
+    from_results: bool,
     /// Run switches and generators at SCHED_RR priority 1 so other work on a shared machine
     /// cannot preempt them (it slows that work down while the benchmark runs).
     #[arg(long)]
@@ -346,6 +350,34 @@ fn write_outputs(a: &Args, res: &mut Results) -> Result<(), String> {
     std::fs::write(a.out.join("results.md"), res.benchmarks_section()).map_err(|e| e.to_string())
 }
 
+/// `--from-results`: the outputs of an earlier run, made again from its results.json.
+fn report_again(a: &Args) -> Result<(), String> {
+    let f = a.out.join("results.json");
+    let text = std::fs::read_to_string(&f).map_err(|e| format!("{}: {e}", f.display()))?;
+    let mut res: Results =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", f.display()))?;
+    write_outputs(a, &mut res)?;
+    if let Err(e) = plots(&a.out, &res) {
+        eprintln!("vireo-bench: no plots: {e}");
+    }
+    println!("{}", res.markdown());
+    if a.update_benchmarks {
+        update_benchmarks(a, &res);
+    }
+    Ok(())
+}
+
+fn update_benchmarks(a: &Args, res: &Results) {
+    let doc =
+        std::fs::read_to_string(&a.benchmarks_file).unwrap_or_else(|_| "# Benchmarks\n".into());
+    if let Err(e) = std::fs::write(
+        &a.benchmarks_file,
+        replace_section(&doc, &res.benchmarks_section()),
+    ) {
+        eprintln!("vireo-bench: {}: {e}", a.benchmarks_file.display());
+    }
+}
+
 fn main() {
     let a = Args::parse();
     let p = match plan(&a) {
@@ -355,6 +387,13 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if a.from_results {
+        if let Err(e) = report_again(&a) {
+            eprintln!("vireo-bench: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     if !a.no_setup {
         setup();
     }
@@ -452,14 +491,7 @@ fn main() {
     }
     println!("{}", res.markdown());
     if a.update_benchmarks {
-        let doc =
-            std::fs::read_to_string(&a.benchmarks_file).unwrap_or_else(|_| "# Benchmarks\n".into());
-        if let Err(e) = std::fs::write(
-            &a.benchmarks_file,
-            replace_section(&doc, &res.benchmarks_section()),
-        ) {
-            eprintln!("vireo-bench: {}: {e}", a.benchmarks_file.display());
-        }
+        update_benchmarks(&a, &res);
     }
     eprintln!("vireo-bench: results in {}", a.out.display());
 }

@@ -1,11 +1,14 @@
 //! One OpenFlow connection: HELLO negotiation, the read–dispatch loop, echo keepalive, and
 //! the bounded outgoing queue with its writer thread. `run` executes on the connection's
 //! reader thread (an accept-spawned thread or the connector's thread); the writer thread is
-//! spawned here and joined before `run` returns.
+//! spawned here and joined before `run` returns. The reader thread writes its own replies
+//! directly when nothing is queued (a controller waiting on each BARRIER then pays no thread
+//! hand-off per request); everything else goes through the queue.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -17,30 +20,67 @@ use super::{ConnId, Shared};
 use crate::error::{errors, OfError};
 use crate::msg::{decode, ErrorMsg, Header, Hello, Message, Role, MAX_MSG_LEN};
 
+/// The socket's writing end, shared by the writer thread and the reader thread, and the
+/// number of frames queued but not yet written. Whoever writes holds the lock; a frame is
+/// counted from before it is queued until after it is written, so a writer that holds the
+/// lock and sees zero knows every earlier frame is on the wire.
+struct Wire {
+    out: Mutex<Stream>,
+    queued: AtomicUsize,
+}
+
+impl Wire {
+    fn lock(&self) -> MutexGuard<'_, Stream> {
+        self.out.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// The sending side of a connection: a bounded queue of encoded frames.
 #[derive(Clone)]
 pub(crate) struct Outbox {
     tx: SyncSender<Vec<u8>>,
     stream: Arc<Stream>,
+    wire: Arc<Wire>,
 }
 
 impl Outbox {
     /// Queues without waiting; on a full queue the connection is closed.
     pub(crate) fn push(&self, frame: Vec<u8>) -> bool {
+        self.wire.queued.fetch_add(1, SeqCst);
         match self.tx.try_send(frame) {
             Ok(()) => true,
-            Err(TrySendError::Full(_)) => {
-                warn!(peer = %self.stream.peer_name(), "OpenFlow send queue full, dropping connection");
-                self.close();
+            Err(e) => {
+                self.wire.queued.fetch_sub(1, SeqCst);
+                if let TrySendError::Full(_) = e {
+                    warn!(peer = %self.stream.peer_name(), "OpenFlow send queue full, dropping connection");
+                    self.close();
+                }
                 false
             }
-            Err(TrySendError::Disconnected(_)) => false,
         }
     }
 
-    /// Queues, waiting for room (back-pressure on the peer's own requests).
+    /// Sends a reply of the reader thread: written at once when nothing is queued before
+    /// it, else queued, waiting for room (back-pressure on the peer's own requests).
     fn push_wait(&self, frame: Vec<u8>) -> bool {
-        self.tx.send(frame).is_ok()
+        {
+            let mut out = self.wire.lock();
+            if self.wire.queued.load(SeqCst) == 0 {
+                if let Err(e) = out.write_all(&frame) {
+                    debug!(error = %e, "OpenFlow write failed");
+                    out.close();
+                    return false;
+                }
+                return true;
+            }
+        }
+        self.wire.queued.fetch_add(1, SeqCst);
+        if self.tx.send(frame).is_ok() {
+            true
+        } else {
+            self.wire.queued.fetch_sub(1, SeqCst);
+            false
+        }
     }
 
     pub(crate) fn close(&self) {
@@ -73,11 +113,14 @@ pub(crate) fn encode_frames(xid: u32, msg: &Message) -> Vec<Vec<u8>> {
     out
 }
 
-fn writer_loop(mut stream: Stream, rx: Receiver<Vec<u8>>) {
+fn writer_loop(wire: Arc<Wire>, rx: Receiver<Vec<u8>>) {
     for frame in rx {
-        if let Err(e) = stream.write_all(&frame) {
+        let mut out = wire.lock();
+        let r = out.write_all(&frame);
+        wire.queued.fetch_sub(1, SeqCst);
+        if let Err(e) = r {
             debug!(error = %e, "OpenFlow write failed");
-            stream.close();
+            out.close();
             return;
         }
     }
@@ -114,9 +157,14 @@ pub(crate) fn run(shared: Arc<Shared>, stream: Stream) -> bool {
     let _ = stream.set_read_timeout(Some(tick));
     let _ = wstream.set_write_timeout(Some(cfg.write_timeout));
     let (tx, rx) = sync_channel(cfg.tx_queue_len.max(1));
+    let wire = Arc::new(Wire {
+        out: Mutex::new(wstream),
+        queued: AtomicUsize::new(0),
+    });
+    let w = wire.clone();
     let writer = thread::Builder::new()
         .name(format!("of-tx-{id}"))
-        .spawn(move || writer_loop(wstream, rx));
+        .spawn(move || writer_loop(w, rx));
     let Ok(writer) = writer else {
         warn!(%peer, "cannot spawn OpenFlow writer thread");
         return false;
@@ -124,6 +172,7 @@ pub(crate) fn run(shared: Arc<Shared>, stream: Stream) -> bool {
     let outbox = Outbox {
         tx,
         stream: Arc::new(cstream),
+        wire,
     };
     shared.register(id, peer.clone(), outbox.clone());
     info!(conn = id, %peer, "OpenFlow connection opened");
