@@ -196,6 +196,14 @@ impl Device {
         r
     }
 
+    /// Reads the slot of `vring` for a status report. Unlike [`Self::with_slot`] it does not
+    /// ask PMDs to stay away (a PMD that finds the slot wanted drops its tx burst as link
+    /// down): a PMD that meets the lock here skips one rx poll or waits a moment to send,
+    /// and no packet is lost to someone looking.
+    fn peek_slot<T>(&self, vring: usize, f: impl FnOnce(&Option<Running>) -> T) -> T {
+        f(&self.lock_slot(vring))
+    }
+
     /// Control thread: removes the running queue of `vring`, if any.
     pub(crate) fn take(&self, vring: usize) -> Option<Running> {
         let r = self.with_slot(vring, Option::take);
@@ -211,8 +219,8 @@ impl Device {
     }
 
     fn update_pair(&self, pair: usize) {
-        let rx = self.with_slot(2 * pair, |s| s.is_some());
-        let tx = self.with_slot(2 * pair + 1, |s| s.is_some());
+        let rx = self.peek_slot(2 * pair, Option::is_some);
+        let tx = self.peek_slot(2 * pair + 1, Option::is_some);
         let up = rx && tx;
         let bit = 1u32 << pair.min(31);
         if up {
@@ -276,11 +284,10 @@ impl Device {
 
     /// Where each running ring stands, for status reports: `(vring, size, driver's avail
     /// index, next avail to take, used index, broken)`; rings not running are left out.
-    /// Takes each slot briefly, like a control message does.
     pub fn ring_states(&self) -> Vec<RingState> {
         (0..self.slots.len())
             .filter_map(|i| {
-                self.with_slot(i, |s| {
+                self.peek_slot(i, |s| {
                     s.as_ref().map(|r| RingState {
                         vring: i,
                         size: r.queue.size(),
@@ -298,7 +305,7 @@ impl Device {
     pub fn broken_now(&self) -> usize {
         (0..self.slots.len())
             .filter(|&i| {
-                self.with_slot(i, |s| {
+                self.peek_slot(i, |s| {
                     s.as_ref().is_some_and(|r| r.queue.broken().is_some())
                 })
             })

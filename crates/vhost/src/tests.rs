@@ -3,7 +3,8 @@ use crate::frontend::{ack, Frontend, MockGuest};
 use crate::msg::{self, feat, req, Header, MsgError};
 use crate::{ConnState, Endpoint, Mode};
 use packet::{Batch, Pool};
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, Ordering, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use virtq::mock::TxLayout;
 
@@ -82,6 +83,15 @@ fn handshake_then_packets_both_ways() {
     let got = g.rings[0].recv(true);
     assert_eq!(got.len(), 5);
     assert_eq!(got[4].1, vec![4u8; 100]);
+    // Status: both rings running, the guest tx ring taken and used up to 5.
+    let rs = dev.ring_states();
+    assert_eq!(rs.len(), 2, "{rs:?}");
+    let tx = rs.iter().find(|r| r.vring == 1).unwrap();
+    assert_eq!(
+        (tx.driver_avail, tx.last_avail, tx.used, tx.broken),
+        (Some(5), 5, 5, false)
+    );
+    assert_eq!(rs.iter().find(|r| r.vring == 0).unwrap().used, 5);
     // GET_VRING_BASE stops the ring and reports where the device is.
     g.fe.send(req::GET_VRING_BASE, &msg::state_bytes(1, 0), &[])
         .unwrap();
@@ -93,6 +103,42 @@ fn handshake_then_packets_both_ways() {
     assert!(wait_until(
         || dev.conn_state() == ConnState::Listening && dev.features() == 0
     ));
+}
+
+/// Someone reading the status (vireoctl show, every second from a monitoring script) must not
+/// make the PMDs drop packets: a status read does not flag the rings as wanted by the
+/// control thread, so a PMD's send never finds its ring "down" because of it.
+#[test]
+fn status_reads_never_turn_sends_into_link_down_drops() {
+    let (_d, ep) = server(1);
+    let dev = ep.device().clone();
+    let _g = MockGuest::connect(ep.path(), 1, 256, u64::MAX).unwrap();
+    assert!(wait_until(|| dev.running_pairs() == 1));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (d2, s2) = (dev.clone(), stop.clone());
+    let reader = std::thread::spawn(move || {
+        let mut reads = 0u64;
+        while !s2.load(Ordering::Relaxed) {
+            assert_eq!(d2.ring_states().len(), 2);
+            assert_eq!(d2.broken_now(), 0);
+            reads += 1;
+        }
+        reads
+    });
+    let empty = Batch::new();
+    let mut down = 0;
+    for _ in 0..200_000 {
+        if dev.tx_burst(0, &empty).is_none() {
+            down += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let reads = reader.join().unwrap();
+    assert!(reads > 100, "the status reader barely ran ({reads} reads)");
+    assert_eq!(
+        down, 0,
+        "{down} sends saw the ring down during {reads} status reads"
+    );
 }
 
 #[test]
