@@ -10,6 +10,11 @@ use crate::scenario::Scenario;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// The generators vireo-bench knows.
+pub const GENERATORS: [&str; 3] = ["testpmd", "vireo-gen", BARE];
+/// vireo-gen with `--no-stamp`, the instrument of the cross-check against testpmd.
+pub const BARE: &str = "vireo-gen-bare";
+
 /// How vireo-gen is asked to measure.
 #[derive(Clone, Debug)]
 pub struct GenPlan {

@@ -262,7 +262,7 @@ impl Results {
             }
             seen.push(k);
             let mpps = |g: &str| self.get(k.1, k.0, g, "mpps").map(|x| x.median);
-            let (Some(t), Some(b)) = (mpps("testpmd"), mpps("vireo-gen-bare")) else {
+            let (Some(t), Some(b)) = (mpps("testpmd"), mpps(crate::genproc::BARE)) else {
                 continue;
             };
             let diff = (b / t - 1.0) * 100.0;
@@ -343,7 +343,7 @@ fn series(
     for r in res
         .summary
         .iter()
-        .filter(|r| r.metric == metric && r.generator != "vireo-gen-bare")
+        .filter(|r| r.metric == metric && r.generator != crate::genproc::BARE)
     {
         if let Some(x) = filter(&r.scenario) {
             out.entry(format!("{} ({})", r.contender, r.generator))

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 pub fn now() -> u64 {
     #[cfg(target_arch = "x86_64")]
     {
-        // SAFETY: RDTSC has no preconditions and no side effects; it exists on every x86_64
-        // CPU and only reads the time-stamp counter.
+        // RDTSC exists on every x86_64 CPU and only reads the time-stamp counter.
+        // SAFETY: no preconditions and no side effects.
         unsafe { core::arch::x86_64::_rdtsc() }
     }
     #[cfg(not(target_arch = "x86_64"))]

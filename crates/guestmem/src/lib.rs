@@ -95,9 +95,9 @@ struct Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        // SAFETY: `base`/`len` are exactly what a successful mmap returned, and the mapping is
-        // owned by this value alone; nothing can reach it after the table (and every GuestRange
-        // holding the table's Arc) is gone.
+        // Nothing can reach the mapping after the table (and every GuestRange holding the
+        // table's Arc) is gone.
+        // SAFETY: `base`/`len` are what a successful mmap returned; this value alone owns it.
         unsafe {
             libc::munmap(self.base.as_ptr().cast(), self.len);
         }
@@ -154,8 +154,8 @@ fn mmap(fd: Option<BorrowedFd<'_>>, len: usize) -> Result<Mapping, MemError> {
         Some(fd) => (libc::MAP_SHARED, fd.as_raw_fd()),
         None => (libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1),
     };
-    // SAFETY: asking the kernel for a fresh mapping at an address of its choosing; no existing
-    // memory is affected. The result is checked before use.
+    // A fresh mapping at an address of the kernel's choosing; the result is checked before use.
+    // SAFETY: no existing memory is affected (no MAP_FIXED).
     let p = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
@@ -284,9 +284,9 @@ impl GuestMemory {
         let mut node: libc::c_int = -1;
         const MPOL_F_NODE: libc::c_ulong = 1;
         const MPOL_F_ADDR: libc::c_ulong = 2;
-        // SAFETY: get_mempolicy(2) writes one int to `node` (a live local) and reads nothing
-        // through the null nodemask (maxnode 0); `host` is an address inside our own mapping,
-        // which the kernel only looks up.
+        // get_mempolicy(2) reads nothing through the null nodemask (maxnode 0), and `host` is
+        // an address inside our own mapping, which the kernel only looks up.
+        // SAFETY: the call writes one int, to `node`, a live local.
         let rc = unsafe {
             libc::syscall(
                 libc::SYS_get_mempolicy,
@@ -316,8 +316,9 @@ impl GuestMemory {
                 if len > room {
                     return None;
                 }
-                // SAFETY: `off < memory_size`, and the mapping covers `memory_size` bytes from
-                // `host` (checked against the fd size when the table was built).
+                // The mapping covers `memory_size` bytes from `host` (checked against the fd
+                // size when the table was built).
+                // SAFETY: `off < memory_size`, so the result stays inside the mapping.
                 let p = unsafe { r.host.as_ptr().add(off as usize) };
                 return NonNull::new(p).map(|p| (p, room));
             }
@@ -374,16 +375,16 @@ impl GuestMemory {
     #[inline]
     pub fn read(&self, gpa: u64, dst: &mut [u8]) -> Result<(), MemError> {
         if let Some((p, _)) = self.lookup(gpa, dst.len() as u64) {
-            // SAFETY: `lookup` checked that `dst.len()` bytes from `p` lie in a live mapping;
-            // `dst` is our own memory, so the two cannot overlap. Guest memory is only ever
-            // accessed through raw copies, never through references.
+            // Guest memory is only ever accessed through raw copies, never through references;
+            // `dst` is our own memory, so the two cannot overlap.
+            // SAFETY: `lookup` checked that `dst.len()` bytes from `p` lie in a live mapping.
             unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), dst.as_mut_ptr(), dst.len()) };
             return Ok(());
         }
         let base = dst.as_mut_ptr();
         self.for_each_piece(gpa, dst.len(), |p, done, n| {
-            // SAFETY: the piece `[p, p + n)` lies in a mapping (checked by `for_each_piece`) and
-            // `done + n <= dst.len()`.
+            // `for_each_piece` checked that the piece `[p, p + n)` lies in a mapping.
+            // SAFETY: that piece is live, and `done + n <= dst.len()`.
             unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), base.add(done), n) };
         })
     }
@@ -392,8 +393,8 @@ impl GuestMemory {
     #[inline]
     pub fn write(&self, gpa: u64, src: &[u8]) -> Result<(), MemError> {
         if let Some((p, _)) = self.lookup(gpa, src.len() as u64) {
-            // SAFETY: `lookup` checked the destination range lies in a live mapping; `src` is our
-            // own memory, so they cannot overlap.
+            // `src` is our own memory, so source and destination cannot overlap.
+            // SAFETY: `lookup` checked that the destination range lies in a live mapping.
             unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p.as_ptr(), src.len()) };
             return Ok(());
         }
@@ -410,8 +411,8 @@ impl GuestMemory {
     pub fn write2(&self, gpa: u64, a: &[u8], b: &[u8]) -> Result<(), MemError> {
         let total = (a.len() + b.len()) as u64;
         if let Some((p, _)) = self.lookup(gpa, total) {
-            // SAFETY: `lookup` checked that `a.len() + b.len()` bytes from `p` lie in a live
-            // mapping; `a` and `b` are our own memory, so nothing overlaps.
+            // `a` and `b` are our own memory, so nothing overlaps.
+            // SAFETY: `lookup` checked that `a.len() + b.len()` bytes from `p` are live.
             unsafe {
                 std::ptr::copy_nonoverlapping(a.as_ptr(), p.as_ptr(), a.len());
                 std::ptr::copy_nonoverlapping(b.as_ptr(), p.as_ptr().add(a.len()), b.len());
@@ -490,8 +491,8 @@ fn prefetch_line(p: *const u8, write: bool) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0, _MM_HINT_T0};
-        // SAFETY: SSE is part of the x86_64 baseline, and a prefetch is only a hint: it never
-        // dereferences `p` architecturally and never faults, whatever the address.
+        // SSE is part of the x86_64 baseline.
+        // SAFETY: a prefetch is only a hint; it never dereferences `p` or faults.
         unsafe {
             if write {
                 _mm_prefetch::<_MM_HINT_ET0>(p.cast());
@@ -585,8 +586,9 @@ impl GuestRange {
     #[inline]
     pub fn load_u16_acquire(&self, off: usize) -> Option<u16> {
         let p = self.at(off, 2, 2)?;
-        // SAFETY: `p` is 2-aligned and inside the live mapping; AtomicU16 has the layout of u16
-        // and the peer only accesses it atomically or as plain u16 stores.
+        // AtomicU16 has the layout of u16, and the peer only accesses it atomically or as
+        // plain u16 stores.
+        // SAFETY: `p` is 2-aligned and inside the live mapping.
         let a = unsafe { &*(p as *const AtomicU16) };
         Some(u16::from_le(a.load(Ordering::Acquire)))
     }

@@ -165,6 +165,7 @@ impl Port for VhostUserPort {
     fn status(&self) -> serde_json::Value {
         let dev = self.ep.device();
         let s = &dev.stats;
+        let rings = dev.ring_states();
         serde_json::json!({
             "path": self.ep.path().display().to_string(),
             "mode": match self.mode { Mode::Server => "server", Mode::Client { .. } => "client" },
@@ -175,10 +176,10 @@ impl Port for VhostUserPort {
             "numa_node": dev.numa_node(),
             "running_queue_pairs": dev.running_mask().count_ones(),
             "broken_queues": s.broken_queues.load(Relaxed),
-            "broken_queues_now": dev.broken_now(),
+            "broken_queues_now": vhost::broken_count(&rings),
             "protocol_errors": s.protocol_errors.load(Relaxed),
             "connections": s.connections.load(Relaxed),
-            "rings": dev.ring_states().iter().map(|r| serde_json::json!({
+            "rings": rings.iter().map(|r| serde_json::json!({
                 "vring": r.vring,
                 "size": r.size,
                 "driver_avail_idx": r.driver_avail,

@@ -95,9 +95,12 @@ fn traffic_round(tp: &mut Testpmd, a: &Arc<VhostUserPort>, b: &Arc<VhostUserPort
     assert_eq!(b_tx + (sb.total_drops() - sb0.total_drops()), a2b);
 }
 
-fn loop_test(name: &str, extra: &str, queues: usize, expect_mrg: bool, restarts: usize) {
+/// Loops testpmd's traffic through two server ports (surviving `restarts` testpmd kills) and
+/// checks what every variant shares; returns the features negotiated, for the variant's own
+/// checks, or None when testpmd is not installed.
+fn loop_test(name: &str, extra: &str, queues: usize, restarts: usize) -> Option<Vec<String>> {
     let _g = serial();
-    let Some(bin) = testpmd_bin() else { return };
+    let bin = testpmd_bin()?;
     let dir = tempfile::tempdir().unwrap();
     let (pa, pb) = (dir.path().join("a.sock"), dir.path().join("b.sock"));
     let a = VhostUserPort::server(&pa, queues).unwrap();
@@ -121,7 +124,6 @@ fn loop_test(name: &str, extra: &str, queues: usize, expect_mrg: bool, restarts:
     assert_eq!(s["queues"], queues);
     let feats: Vec<String> = serde_json::from_value(s["features"].clone()).unwrap();
     assert!(feats.iter().any(|f| f == "version_1"), "{s}");
-    assert_eq!(feats.iter().any(|f| f == "mrg_rxbuf"), expect_mrg, "{s}");
     assert_eq!(s["broken_queues"], 0);
     // Every running ring reports its indices; the device returns each tx buffer in the burst
     // that took it, so on the guest's tx rings what it took and what it used agree.
@@ -144,26 +146,43 @@ fn loop_test(name: &str, extra: &str, queues: usize, expect_mrg: bool, restarts:
     a.shutdown();
     b.shutdown();
     assert!(!pa.exists() && !pb.exists(), "socket files not removed");
+    Some(feats)
+}
+
+fn has(feats: &[String], name: &str) -> bool {
+    feats.iter().any(|f| f == name)
 }
 
 #[test]
 fn testpmd_split_ring_mrg_rxbuf() {
-    loop_test("mrg", ",in_order=0", 1, true, 1);
+    let Some(f) = loop_test("mrg", ",in_order=0", 1, 1) else {
+        return;
+    };
+    assert!(has(&f, "mrg_rxbuf"), "{f:?}");
 }
 
 #[test]
 fn testpmd_split_ring_no_mrg_rxbuf() {
-    loop_test("nomrg", ",mrg_rxbuf=0", 1, false, 0);
+    let Some(f) = loop_test("nomrg", ",mrg_rxbuf=0", 1, 0) else {
+        return;
+    };
+    assert!(!has(&f, "mrg_rxbuf"), "{f:?}");
 }
 
 #[test]
 fn testpmd_in_order() {
-    loop_test("inorder", ",in_order=1", 1, true, 0);
+    let Some(f) = loop_test("inorder", ",in_order=1", 1, 0) else {
+        return;
+    };
+    assert!(has(&f, "mrg_rxbuf"), "{f:?}");
 }
 
 #[test]
 fn testpmd_two_queue_pairs() {
-    loop_test("mq", "", 2, true, 0);
+    let Some(f) = loop_test("mq", "", 2, 0) else {
+        return;
+    };
+    assert!(has(&f, "mrg_rxbuf"), "{f:?}");
 }
 
 #[test]

@@ -177,9 +177,7 @@ fn run_server(l: UnixListener, path: &Path, dev: Arc<Device>, stop: Arc<AtomicBo
         match l.accept() {
             Ok((s, _)) => {
                 if s.set_nonblocking(false).is_ok() {
-                    tracing::info!(socket = %path.display(), "vhost-user: frontend connected");
-                    let why = serve(&s, &mut backend, &dev, &stop);
-                    tracing::info!(socket = %path.display(), reason = why, "vhost-user: connection closed");
+                    serve(&s, path, &mut backend, &dev, &stop);
                 }
                 backend.reset();
             }
@@ -195,9 +193,7 @@ fn run_client(path: &Path, reconnect_ms: u64, dev: Arc<Device>, stop: Arc<Atomic
         dev.set_conn_state(ConnState::Connecting);
         match UnixStream::connect(path) {
             Ok(s) => {
-                tracing::info!(socket = %path.display(), "vhost-user: connected to the frontend");
-                let why = serve(&s, &mut backend, &dev, &stop);
-                tracing::info!(socket = %path.display(), reason = why, "vhost-user: connection closed");
+                serve(&s, path, &mut backend, &dev, &stop);
                 backend.reset();
             }
             Err(_) => sleep_unless_stopped(reconnect_ms.max(1), &stop),
@@ -205,9 +201,21 @@ fn run_client(path: &Path, reconnect_ms: u64, dev: Arc<Device>, stop: Arc<Atomic
     }
 }
 
-/// Serves one connection until the frontend goes away, breaks the stream, or we stop;
-/// returns why it ended.
-fn serve(s: &UnixStream, backend: &mut Backend, dev: &Device, stop: &AtomicBool) -> String {
+/// Serves one connection until the frontend goes away, breaks the stream, or we stop; logs
+/// the connection and why it ended.
+fn serve(s: &UnixStream, path: &Path, backend: &mut Backend, dev: &Device, stop: &AtomicBool) {
+    tracing::info!(socket = %path.display(), "vhost-user: frontend connected");
+    let why = serve_messages(s, backend, dev, stop);
+    tracing::info!(socket = %path.display(), reason = why, "vhost-user: connection closed");
+}
+
+/// The message loop of [`serve`]; returns why it ended.
+fn serve_messages(
+    s: &UnixStream,
+    backend: &mut Backend,
+    dev: &Device,
+    stop: &AtomicBool,
+) -> String {
     dev.set_conn_state(ConnState::Connected);
     dev.stats.connections.fetch_add(1, Relaxed);
     while wait_readable(s, stop) {

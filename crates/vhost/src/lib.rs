@@ -19,7 +19,7 @@ pub mod shared;
 pub mod sock;
 
 pub use endpoint::{Endpoint, Mode};
-pub use shared::{ConnState, Device, RingState};
+pub use shared::{broken_count, ConnState, Device, RingState};
 
 #[cfg(test)]
 mod tests;

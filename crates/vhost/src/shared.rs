@@ -54,6 +54,12 @@ pub struct RingState {
     pub broken: bool,
 }
 
+/// How many of `rings` are broken (a status report that already holds the ring states counts
+/// them here instead of reading every ring again).
+pub fn broken_count(rings: &[RingState]) -> usize {
+    rings.iter().filter(|r| r.broken).count()
+}
+
 /// Connection state for status reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -303,12 +309,6 @@ impl Device {
 
     /// Number of running queues that are broken now.
     pub fn broken_now(&self) -> usize {
-        (0..self.slots.len())
-            .filter(|&i| {
-                self.peek_slot(i, |s| {
-                    s.as_ref().is_some_and(|r| r.queue.broken().is_some())
-                })
-            })
-            .count()
+        broken_count(&self.ring_states())
     }
 }

@@ -172,10 +172,11 @@ fn plan(a: &Args) -> Result<Plan, String> {
     if let Some(g) = a
         .generators
         .iter()
-        .find(|g| !["testpmd", "vireo-gen", "vireo-gen-bare"].contains(&g.as_str()))
+        .find(|g| !genproc::GENERATORS.contains(&g.as_str()))
     {
         return Err(format!(
-            "unknown generator {g:?} (testpmd, vireo-gen, vireo-gen-bare)"
+            "unknown generator {g:?} ({})",
+            genproc::GENERATORS.join(", ")
         ));
     }
     let scenarios = match &a.scenarios {
@@ -231,7 +232,7 @@ fn measure(
         rec.switch_cpu = m.switch_cpu;
         rec.gen_cpu = m.gen_cpu;
     } else {
-        let bare = gen == "vireo-gen-bare";
+        let bare = gen == genproc::BARE;
         let plan = GenPlan {
             bare,
             loss_ppm: if bare {
@@ -356,26 +357,28 @@ fn report_again(a: &Args) -> Result<(), String> {
     let text = std::fs::read_to_string(&f).map_err(|e| format!("{}: {e}", f.display()))?;
     let mut res: Results =
         serde_json::from_str(&text).map_err(|e| format!("{}: {e}", f.display()))?;
-    write_outputs(a, &mut res)?;
-    if let Err(e) = plots(&a.out, &res) {
+    report(a, &mut res)
+}
+
+/// Everything a run hands over: results.json and results.md, the plots, the table on
+/// stdout, and with --update-benchmarks the section of BENCHMARKS.md.
+fn report(a: &Args, res: &mut Results) -> Result<(), String> {
+    write_outputs(a, res)?;
+    if let Err(e) = plots(&a.out, res) {
         eprintln!("vireo-bench: no plots: {e}");
     }
     println!("{}", res.markdown());
     if a.update_benchmarks {
-        update_benchmarks(a, &res);
+        let doc =
+            std::fs::read_to_string(&a.benchmarks_file).unwrap_or_else(|_| "# Benchmarks\n".into());
+        if let Err(e) = std::fs::write(
+            &a.benchmarks_file,
+            replace_section(&doc, &res.benchmarks_section()),
+        ) {
+            eprintln!("vireo-bench: {}: {e}", a.benchmarks_file.display());
+        }
     }
     Ok(())
-}
-
-fn update_benchmarks(a: &Args, res: &Results) {
-    let doc =
-        std::fs::read_to_string(&a.benchmarks_file).unwrap_or_else(|_| "# Benchmarks\n".into());
-    if let Err(e) = std::fs::write(
-        &a.benchmarks_file,
-        replace_section(&doc, &res.benchmarks_section()),
-    ) {
-        eprintln!("vireo-bench: {}: {e}", a.benchmarks_file.display());
-    }
 }
 
 fn main() {
@@ -459,7 +462,7 @@ fn main() {
                     }
                     // testpmd sends one flow; the bare vireo-gen exists only to be compared
                     // with it.
-                    if (gen == "testpmd" || gen == "vireo-gen-bare") && !sc.testpmd_can_drive() {
+                    if (gen == "testpmd" || gen == genproc::BARE) && !sc.testpmd_can_drive() {
                         continue;
                     }
                     let rec = one(c.as_mut(), sc, gen, round, &p, &a);
@@ -482,16 +485,9 @@ fn main() {
             }
         }
     }
-    if let Err(e) = write_outputs(&a, &mut res) {
+    if let Err(e) = report(&a, &mut res) {
         eprintln!("vireo-bench: writing results: {e}");
         std::process::exit(1);
-    }
-    if let Err(e) = plots(&a.out, &res) {
-        eprintln!("vireo-bench: no plots: {e}");
-    }
-    println!("{}", res.markdown());
-    if a.update_benchmarks {
-        update_benchmarks(&a, &res);
     }
     eprintln!("vireo-bench: results in {}", a.out.display());
 }

@@ -23,8 +23,9 @@ impl Shm {
         let len = len.div_ceil(4096) * 4096;
         let fd = memfd_create(name, MemfdFlags::CLOEXEC)?;
         ftruncate(&fd, len as u64)?;
-        // SAFETY: a fresh shared mapping of a file we just sized to `len`; no existing memory
-        // is replaced (no MAP_FIXED) and the pointer is kept only while `self` lives.
+        // A fresh shared mapping of a file we just sized to `len`; the pointer is kept only
+        // while `self` lives.
+        // SAFETY: no existing memory is replaced (no MAP_FIXED); the result is checked.
         let p = unsafe {
             mmap(
                 std::ptr::null_mut(),
@@ -75,9 +76,10 @@ impl Shm {
     #[inline]
     pub fn write(&self, off: usize, src: &[u8]) {
         self.check(off, src.len(), 1);
-        // SAFETY: in bounds (checked); the switch may access the same bytes concurrently, but
-        // only bytes it does not own at this point of the ring protocol are written here, and
-        // a raw copy never forms a Rust reference to shared memory.
+        // The switch may access the same bytes concurrently, but only bytes it does not own at
+        // this point of the ring protocol are written here, and a raw copy never forms a Rust
+        // reference to shared memory.
+        // SAFETY: in bounds (checked above), and `src` is ours, so they cannot overlap.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(off), src.len()) }
     }
 
@@ -85,8 +87,8 @@ impl Shm {
     #[inline]
     pub fn read(&self, off: usize, dst: &mut [u8]) {
         self.check(off, dst.len(), 1);
-        // SAFETY: in bounds (checked); a raw copy out of memory the ring protocol says the
-        // switch has finished writing.
+        // The ring protocol says the switch has finished writing these bytes.
+        // SAFETY: in bounds (checked above), and `dst` is ours, so they cannot overlap.
         unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), dst.as_mut_ptr(), dst.len()) }
     }
 
@@ -135,8 +137,9 @@ impl Shm {
     #[inline]
     fn atomic_u16(&self, off: usize) -> &AtomicU16 {
         self.check(off, 2, 2);
-        // SAFETY: in bounds and 2-aligned (checked; the mapping is page-aligned); AtomicU16
-        // has the layout of u16, and every access to this shared index is atomic on our side.
+        // AtomicU16 has the layout of u16, and every access to this shared index is atomic on
+        // our side.
+        // SAFETY: in bounds and 2-aligned (checked above; the mapping is page-aligned).
         unsafe { &*(self.ptr.add(off) as *const AtomicU16) }
     }
 
