@@ -8,61 +8,14 @@
 
 mod common;
 
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use common::*;
 use dp::Action;
 
-fn venv_file(rel: &str) -> Option<PathBuf> {
-    let venv = std::env::var("VIREO_VENV").unwrap_or_else(|_| "/opt/vireo-venv".into());
-    let p = PathBuf::from(venv).join(rel);
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("{} missing (run scripts/setup.sh); skipping", p.display());
-        None
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A controller process, killed on drop.
-struct Proc {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Proc {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn spawn(mut cmd: Command, log: PathBuf) -> Proc {
-    let f = std::fs::File::create(&log).unwrap();
-    let child = cmd
-        .stdout(Stdio::from(f.try_clone().unwrap()))
-        .stderr(Stdio::from(f))
-        .spawn()
-        .expect("start controller");
-    Proc { child, log }
-}
+use testkit::{free_port, venv_file, Proc};
 
 /// os-ken's own `simple_switch_13` app (shipped in the os-ken 1.4.1 wheel; later wheels
 /// dropped the sample apps), run by the installed `osken-manager`.
@@ -76,7 +29,7 @@ fn osken(bin: &PathBuf, port: u16, dir: &std::path::Path) -> Proc {
         &port.to_string(),
         app.to_str().unwrap(),
     ]);
-    spawn(cmd, dir.join(format!("osken-{port}.log")))
+    Proc::spawn(cmd, dir.join(format!("osken-{port}.log")))
 }
 
 fn has_flow(h: &Harness, needle: &str) -> bool {
@@ -260,7 +213,7 @@ fn faucet_two_vlans_are_isolated() {
             "--ryu-ofp-listen-host=127.0.0.1",
             &format!("--ryu-ofp-tcp-listen-port={port}"),
         ]);
-    let ctl = spawn(cmd, dir.join("faucet.out"));
+    let ctl = Proc::spawn(cmd, dir.join("faucet.out"));
     h.br.set_controllers(&[format!("tcp:127.0.0.1:{port}")])
         .unwrap();
     let flog = || {

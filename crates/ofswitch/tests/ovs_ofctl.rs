@@ -10,47 +10,19 @@ use std::sync::atomic::Ordering;
 use common::*;
 use dp::Action;
 
-fn have_ofctl() -> bool {
-    let ok = Command::new("ovs-ofctl")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("ovs-ofctl not installed; skipping");
-    }
-    ok
-}
+use testkit::{have_ofctl, Out};
 
-struct Out {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
+/// Runs `ovs-ofctl -O OpenFlow13 CMD unix:SOCK ARGS...`.
 fn ofctl(h: &Harness, cmd: &str, args: &[&str]) -> Out {
     ofctl_opts(h, &[], cmd, args)
 }
 
 fn ofctl_opts(h: &Harness, opts: &[&str], cmd: &str, args: &[&str]) -> Out {
-    let target = format!("unix:{}", h.sock.display());
-    let out = Command::new("timeout")
-        .args(["30", "ovs-ofctl", "-O", "OpenFlow13"])
-        .args(opts)
-        .args([cmd, &target])
-        .args(args)
-        .output()
-        .expect("run ovs-ofctl");
-    Out {
-        ok: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    testkit::ofctl(&h.sock, opts, cmd, args)
 }
 
 fn must(h: &Harness, cmd: &str, args: &[&str]) -> String {
-    let o = ofctl(h, cmd, args);
-    assert!(o.ok, "ovs-ofctl {cmd} {args:?} failed: {}", o.stderr);
-    o.stdout
+    testkit::ofctl_must(&h.sock, cmd, args)
 }
 
 fn flow_lines(h: &Harness) -> Vec<String> {

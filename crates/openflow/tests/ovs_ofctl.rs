@@ -12,22 +12,7 @@ use common::Harness;
 use openflow::msg::*;
 use openflow::{Action, Instruction, OxmField};
 
-fn have_ofctl() -> bool {
-    let ok = Command::new("ovs-ofctl")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("ovs-ofctl not installed; skipping");
-    }
-    ok
-}
-
-struct Out {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
+use testkit::{have_ofctl, Out};
 
 /// Runs `ovs-ofctl -O OpenFlow13 CMD unix:SOCK ARGS...`.
 fn ofctl(h: &Harness, cmd: &str, args: &[&str]) -> Out {
@@ -35,26 +20,11 @@ fn ofctl(h: &Harness, cmd: &str, args: &[&str]) -> Out {
 }
 
 fn ofctl_opts(h: &Harness, opts: &[&str], cmd: &str, args: &[&str]) -> Out {
-    let target = format!("unix:{}", h.sock.display());
-    let out = Command::new("timeout")
-        .args(["30", "ovs-ofctl", "-O", "OpenFlow13"])
-        .args(opts)
-        .arg(cmd)
-        .arg(&target)
-        .args(args)
-        .output()
-        .expect("run ovs-ofctl");
-    Out {
-        ok: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    testkit::ofctl(&h.sock, opts, cmd, args)
 }
 
 fn must(h: &Harness, cmd: &str, args: &[&str]) -> String {
-    let o = ofctl(h, cmd, args);
-    assert!(o.ok, "ovs-ofctl {cmd} {args:?} failed: {}", o.stderr);
-    o.stdout
+    testkit::ofctl_must(&h.sock, cmd, args)
 }
 
 fn flow_lines(h: &Harness, args: &[&str]) -> Vec<String> {

@@ -9,58 +9,15 @@
 //! hex (a JSON array of hex strings is accepted too).
 mod common;
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::Daemon;
 
 const T: Duration = Duration::from_secs(30);
 
-fn venv_file(rel: &str) -> Option<PathBuf> {
-    let venv = std::env::var("VIREO_VENV").unwrap_or_else(|_| "/opt/vireo-venv".into());
-    let p = PathBuf::from(venv).join(rel);
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("{} missing (run scripts/setup.sh); skipping", p.display());
-        None
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-struct Proc(Child, PathBuf);
-
-impl Proc {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.1).unwrap_or_default()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn spawn(mut cmd: Command, log: PathBuf) -> Proc {
-    let f = std::fs::File::create(&log).unwrap();
-    let child = cmd
-        .stdout(Stdio::from(f.try_clone().unwrap()))
-        .stderr(Stdio::from(f))
-        .spawn()
-        .expect("start controller");
-    Proc(child, log)
-}
+use testkit::{free_port, venv_file, Proc};
 
 fn wait_for(mut f: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + T;
@@ -124,7 +81,7 @@ fn os_ken_simple_switch_13_through_vireod() {
     cmd.args(["--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port"])
         .arg(port.to_string())
         .arg(app);
-    let ctl = spawn(cmd, dir.path().join("osken.log"));
+    let ctl = Proc::spawn(cmd, dir.path().join("osken.log"));
     d.ok(&["set-controller", "br0", &format!("tcp:127.0.0.1:{port}")]);
     assert!(
         wait_for(|| flows(&d).contains("actions=CONTROLLER:65535")),
@@ -206,7 +163,7 @@ fn faucet_two_vlans_through_vireod() {
         .env("FAUCET_PROMETHEUS_PORT", free_port().to_string())
         .arg("--ryu-ofp-listen-host=127.0.0.1")
         .arg(format!("--ryu-ofp-tcp-listen-port={port}"));
-    let ctl = spawn(cmd, dir.path().join("faucet.out"));
+    let ctl = Proc::spawn(cmd, dir.path().join("faucet.out"));
     d.ok(&["set-controller", "br0", &format!("tcp:127.0.0.1:{port}")]);
     assert!(
         wait_for(|| flows(&d).contains("dl_vlan=200")),

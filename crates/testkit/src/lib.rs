@@ -1,0 +1,106 @@
+//! Helpers shared by the integration tests of several crates: `ovs-ofctl` run against a
+//! switch's OpenFlow socket, and controller processes (Faucet, os-ken) from the project's
+//! Python environment. Test code only; runs on the calling test's thread.
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// True if `ovs-ofctl` runs here; says so on stderr when it does not (the caller skips).
+pub fn have_ofctl() -> bool {
+    let ok = Command::new("ovs-ofctl")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("ovs-ofctl not installed; skipping");
+    }
+    ok
+}
+
+/// What one `ovs-ofctl` run gave.
+pub struct Out {
+    /// Exit status 0.
+    pub ok: bool,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+/// Runs `ovs-ofctl -O OpenFlow13 OPTS CMD unix:SOCK ARGS...`, killed after 30 s.
+pub fn ofctl(sock: &Path, opts: &[&str], cmd: &str, args: &[&str]) -> Out {
+    let target = format!("unix:{}", sock.display());
+    let out = Command::new("timeout")
+        .args(["30", "ovs-ofctl", "-O", "OpenFlow13"])
+        .args(opts)
+        .args([cmd, &target])
+        .args(args)
+        .output()
+        .expect("run ovs-ofctl");
+    Out {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// [`ofctl`] that must succeed; its standard output.
+pub fn ofctl_must(sock: &Path, cmd: &str, args: &[&str]) -> String {
+    let o = ofctl(sock, &[], cmd, args);
+    assert!(o.ok, "ovs-ofctl {cmd} {args:?} failed: {}", o.stderr);
+    o.stdout
+}
+
+/// `rel` inside the Python virtual environment `scripts/setup.sh` makes for the controllers
+/// (`VIREO_VENV`, default `/opt/vireo-venv`); None, said on stderr, when missing (the caller
+/// skips).
+pub fn venv_file(rel: &str) -> Option<PathBuf> {
+    let venv = std::env::var("VIREO_VENV").unwrap_or_else(|_| "/opt/vireo-venv".into());
+    let p = PathBuf::from(venv).join(rel);
+    if p.exists() {
+        Some(p)
+    } else {
+        eprintln!("{} missing (run scripts/setup.sh); skipping", p.display());
+        None
+    }
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A helper process (a controller) with its output in a log file, killed on drop.
+pub struct Proc {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Proc {
+    /// Starts `cmd` with stdout and stderr going to `log`.
+    pub fn spawn(mut cmd: Command, log: PathBuf) -> Proc {
+        let f = std::fs::File::create(&log).unwrap();
+        let child = cmd
+            .stdout(Stdio::from(f.try_clone().unwrap()))
+            .stderr(Stdio::from(f))
+            .spawn()
+            .expect("start controller");
+        Proc { child, log }
+    }
+
+    /// What it wrote so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
