@@ -7,6 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
+# A test whose real peer (testpmd, QEMU, ovs-ofctl, Faucet, ...) is missing fails, naming the package.
+export VIREO_REQUIRE_PEERS=1
 
 step() { printf '\n==> %s\n' "$*"; }
 

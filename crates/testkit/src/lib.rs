@@ -5,16 +5,37 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-/// True if `ovs-ofctl` runs here; says so on stderr when it does not (the caller skips).
-pub fn have_ofctl() -> bool {
-    let ok = Command::new("ovs-ofctl")
+/// True when `VIREO_REQUIRE_PEERS=1`: a missing real peer is then a test failure, not a skip
+/// (`scripts/test.sh`, and so CI, sets it).
+pub fn peers_required() -> bool {
+    std::env::var("VIREO_REQUIRE_PEERS").is_ok_and(|v| v == "1")
+}
+
+/// Reports a real peer that is missing and returns false: a panic naming what to install
+/// when [`peers_required`], else `SKIPPED: ...` on stderr (the caller then skips).
+pub fn missing_peer(what: &str, package: &str) -> bool {
+    let msg = format!("{what} missing (Debian package {package}; scripts/setup.sh installs it)");
+    assert!(!peers_required(), "VIREO_REQUIRE_PEERS=1: {msg}");
+    eprintln!("SKIPPED: {msg}");
+    false
+}
+
+/// True if the program `binary` can be started here. Otherwise [`missing_peer`]: a failure
+/// under `VIREO_REQUIRE_PEERS=1` naming `package`, else a printed skip and false.
+pub fn require_peer(binary: &str, package: &str) -> bool {
+    let started = Command::new(binary)
         .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("ovs-ofctl not installed; skipping");
-    }
-    ok
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    started || missing_peer(binary, package)
+}
+
+/// True if `ovs-ofctl` runs here (see [`require_peer`]).
+pub fn have_ofctl() -> bool {
+    require_peer("ovs-ofctl", "openvswitch-common")
 }
 
 /// What one `ovs-ofctl` run gave.
@@ -60,7 +81,7 @@ pub fn venv_file(rel: &str) -> Option<PathBuf> {
     if p.exists() {
         Some(p)
     } else {
-        eprintln!("{} missing (run scripts/setup.sh); skipping", p.display());
+        missing_peer(&p.display().to_string(), "python3-venv + PyPI faucet/os-ken");
         None
     }
 }
