@@ -18,7 +18,7 @@ fn have(bin: &str) -> bool {
 #[test]
 fn quick_mode_against_raw_dpdk() {
     if !have("dpdk-testpmd") {
-        eprintln!("SKIPPED: dpdk-testpmd not installed (Debian dpdk-dev; scripts/setup.sh)");
+        testkit::missing_peer("dpdk-testpmd", "dpdk");
         return;
     }
     if Path::new("/proc/cpuinfo").exists()

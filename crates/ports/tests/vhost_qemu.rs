@@ -184,8 +184,9 @@ fn linux_guest_in_qemu_pings_through_the_port() {
         which("cpio"),
         kernel(),
     ) else {
-        eprintln!(
-            "SKIPPED: needs qemu-system-x86_64, busybox, cpio and a kernel with virtio_net.ko"
+        testkit::missing_peer(
+            "qemu-system-x86_64, busybox, cpio or a kernel with virtio_net.ko",
+            "qemu-system-x86 busybox-static cpio linux-image-amd64",
         );
         return;
     };

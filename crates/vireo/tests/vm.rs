@@ -47,7 +47,10 @@ fn qemu_guest_pings_testpmd_through_normal() {
         }
     }
     let Some(kernel) = guest_kernel() else {
-        eprintln!("SKIPPED: no /boot/vmlinuz-* kernel for the guest");
+        testkit::missing_peer(
+            "a /boot/vmlinuz-* kernel for the guest",
+            "linux-image-amd64",
+        );
         return;
     };
     let dir = tempfile::tempdir().unwrap();

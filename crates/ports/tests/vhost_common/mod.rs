@@ -28,7 +28,7 @@ pub fn testpmd_bin() -> Option<PathBuf> {
             return Some(p);
         }
     }
-    eprintln!("SKIPPED: dpdk-testpmd not found in PATH (install Debian package dpdk)");
+    testkit::missing_peer("dpdk-testpmd", "dpdk");
     None
 }
 

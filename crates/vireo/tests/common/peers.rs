@@ -13,7 +13,19 @@ pub fn missing(tool: &str) -> Option<String> {
     let found = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
         .unwrap_or(false);
-    (!found).then(|| format!("SKIPPED: {tool} is not installed (scripts/setup.sh installs it)"))
+    if found {
+        return None;
+    }
+    let package = match tool {
+        "dpdk-testpmd" => "dpdk",
+        "qemu-system-x86_64" => "qemu-system-x86",
+        "ovs-ofctl" => "openvswitch-common",
+        other => other,
+    };
+    testkit::missing_peer(tool, package);
+    Some(format!(
+        "SKIPPED: {tool} is not installed (scripts/setup.sh installs it)"
+    ))
 }
 
 /// Collects a child's output lines in the background.
