@@ -2,6 +2,8 @@
 # Runs every cargo-fuzz target in the repository for N seconds each (default 10), starting from
 # the corpus kept in the repo. Needs a nightly toolchain; installs cargo-fuzz if missing.
 #   scripts/fuzz.sh [SECONDS] [TARGET-FILTER]
+#   VIREO_FUZZ_KEEP=1  run on the committed corpus itself, so new inputs are kept (long runs by
+#                      hand; CI's smoke run uses a scratch copy)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -26,8 +28,13 @@ for dir in crates/*/fuzz; do
         printf 'fuzz %-40s ' "$dir:$target"
         # Runs on a scratch copy so the smoke run does not churn the committed corpus.
         work=$(mktemp -d)
-        cp -r "$corpus/." "$work/" 2>/dev/null || true
-        if cargo +nightly fuzz run --fuzz-dir "$dir" "$target" "$work" -- \
+        run_dir="$work"
+        if [ "${VIREO_FUZZ_KEEP:-0}" = 1 ]; then
+            run_dir="$corpus"
+        else
+            cp -r "$corpus/." "$work/" 2>/dev/null || true
+        fi
+        if cargo +nightly fuzz run --fuzz-dir "$dir" "$target" "$run_dir" -- \
             -max_total_time="$secs" -rss_limit_mb=2048 -print_final_stats=1 >"$work.log" 2>&1; then
             echo "ok ($(grep -o 'stat::number_of_executed_units: [0-9]*' "$work.log" | awk '{print $2}') runs)"
         else
