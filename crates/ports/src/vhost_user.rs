@@ -11,6 +11,7 @@ use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use vhost::msg::feat;
+use vhost::sockfile::Access;
 use vhost::{Endpoint, Mode};
 use virtq::Burst;
 
@@ -31,8 +32,13 @@ impl std::fmt::Debug for VhostUserPort {
 }
 
 impl VhostUserPort {
-    fn start(path: &Path, queues: usize, mode: Mode) -> Result<Arc<VhostUserPort>, PortError> {
-        let ep = Endpoint::start(path, queues, mode)
+    fn start(
+        path: &Path,
+        queues: usize,
+        mode: Mode,
+        access: Access,
+    ) -> Result<Arc<VhostUserPort>, PortError> {
+        let ep = Endpoint::start_with(path, queues, mode, access)
             .map_err(|e| PortError(format!("vhost-user {}: {e}", path.display())))?;
         Ok(Arc::new(VhostUserPort {
             ep,
@@ -44,7 +50,17 @@ impl VhostUserPort {
     /// A port listening on `path` (type `vhost-user`) with `queues` queue pairs (1..=32).
     /// A stale socket file at `path` is replaced; any other file is an error.
     pub fn server(path: &Path, queues: usize) -> Result<Arc<VhostUserPort>, PortError> {
-        Self::start(path, queues, Mode::Server)
+        Self::start(path, queues, Mode::Server, Access::default())
+    }
+
+    /// [`VhostUserPort::server`] with the socket file's mode and group (default 0660, the
+    /// process's group). A symlink at `path` is refused, never followed.
+    pub fn server_with(
+        path: &Path,
+        queues: usize,
+        access: Access,
+    ) -> Result<Arc<VhostUserPort>, PortError> {
+        Self::start(path, queues, Mode::Server, access)
     }
 
     /// A port connecting to `path` (type `vhost-user-client`), retrying every `reconnect_ms`
@@ -54,13 +70,29 @@ impl VhostUserPort {
         queues: usize,
         reconnect_ms: u64,
     ) -> Result<Arc<VhostUserPort>, PortError> {
-        Self::start(path, queues, Mode::Client { reconnect_ms })
+        Self::start(
+            path,
+            queues,
+            Mode::Client { reconnect_ms },
+            Access::default(),
+        )
     }
 
     /// Stops the control thread, closes the connection, removes the socket file it created.
     /// Also done on drop; calling it twice is harmless. rx/tx afterwards see a down link.
     pub fn shutdown(&self) {
         self.ep.shutdown();
+    }
+
+    /// The first half of [`VhostUserPort::shutdown`]: asks the control thread to stop and
+    /// removes the socket file, without waiting (safe under a lock).
+    pub fn stop(&self) {
+        self.ep.stop();
+    }
+
+    /// The second half: waits for the control thread (bounded; call with no lock held).
+    pub fn join(&self) {
+        self.ep.join();
     }
 
     /// The socket path.

@@ -5,13 +5,22 @@
 //! its socket (polled every 100 ms for shutdown). PMDs never touch the socket; they meet this
 //! thread only in the [`Device`] slots. A frontend going away resets the device (rings stopped,
 //! memory unmapped once the PMDs let go) and the thread waits for the next connection.
+//!
+//! Deadlines: a frontend can idle between messages for as long as it likes, but a message
+//! must be complete within [`MSG_DEADLINE`] of its first byte and a reply taken within the
+//! same time, or the connection is closed (logged, counted in `protocol_errors`); a client-mode
+//! connect never waits on a peer that does not accept. Every other wait of this thread is a
+//! ring slot lock a PMD holds for one burst. So [`Endpoint::stop`] is seen within about
+//! 100 ms and [`Endpoint::join`] returns promptly whatever the frontend does. Callers that hold
+//! a lock call [`Endpoint::stop`] under it and [`Endpoint::join`] after releasing it.
 use crate::backend::Backend;
 use crate::shared::{ConnState, Device};
-use crate::sock::{recv_msg, send_msg, RecvError};
+use crate::sock::{recv_msg, send_msg, set_send_timeout, RecvError, MSG_DEADLINE};
+use crate::sockfile::{self, Access, FileId};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::net::{connect, socket_with, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 use std::io;
 use std::os::fd::AsFd;
-use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -39,7 +48,8 @@ pub struct Endpoint {
     stop: Arc<AtomicBool>,
     thread: Mutex<Option<JoinHandle<()>>>,
     path: PathBuf,
-    owns_socket: bool,
+    /// The socket file we created (server mode), removed on stop if still ours.
+    socket_file: Mutex<Option<FileId>>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -50,25 +60,45 @@ impl std::fmt::Debug for Endpoint {
     }
 }
 
-fn bind(path: &Path) -> io::Result<UnixListener> {
-    if let Ok(md) = std::fs::symlink_metadata(path) {
-        if !md.file_type().is_socket() {
-            return Err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                format!("{} exists and is not a socket", path.display()),
-            ));
-        }
-        // A stale socket from an earlier run.
-        std::fs::remove_file(path)?;
-    }
-    let l = UnixListener::bind(path)?;
+/// Listens on `path`: only a stale socket there is replaced (a symlink, a regular file or a
+/// live socket is refused and left alone); the file gets `access` with no moment where
+/// others could connect (see [`sockfile`]).
+fn bind(path: &Path, access: Access) -> io::Result<(UnixListener, FileId)> {
+    let (l, id) = sockfile::bind_listener(path, access)?;
     l.set_nonblocking(true)?;
-    Ok(l)
+    Ok((l, id))
+}
+
+/// Connects to a frontend's socket without waiting: a peer whose accept queue is full answers
+/// `EAGAIN` and the next attempt comes after the reconnect delay.
+fn connect_now(path: &Path) -> io::Result<UnixStream> {
+    let fd = socket_with(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+        None,
+    )?;
+    connect(&fd, &SocketAddrUnix::new(path)?)?;
+    let s = UnixStream::from(fd);
+    s.set_nonblocking(false)?;
+    Ok(s)
 }
 
 impl Endpoint {
-    /// Starts an endpoint with `pairs` queue pairs on `path`.
+    /// Starts an endpoint with `pairs` queue pairs on `path`; a server socket gets the
+    /// default [`Access`] (0660, the process's group).
     pub fn start(path: &Path, pairs: usize, mode: Mode) -> io::Result<Endpoint> {
+        Self::start_with(path, pairs, mode, Access::default())
+    }
+
+    /// [`Endpoint::start`] with the server socket's mode and group (`access` is unused in
+    /// client mode: the frontend owns that socket).
+    pub fn start_with(
+        path: &Path,
+        pairs: usize,
+        mode: Mode,
+        access: Access,
+    ) -> io::Result<Endpoint> {
         if pairs == 0 || pairs > 32 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -84,17 +114,23 @@ impl Endpoint {
         );
         let (d, s, p) = (Arc::clone(&dev), Arc::clone(&stop), path.to_path_buf());
         let builder = std::thread::Builder::new().name(name);
-        let (thread, owns_socket) = match mode {
+        let (thread, socket_file) = match mode {
             Mode::Server => {
-                let l = bind(path)?;
+                let (l, id) = bind(path, access)?;
                 dev.set_conn_state(ConnState::Listening);
-                (builder.spawn(move || run_server(l, &p, d, s))?, true)
+                match builder.spawn(move || run_server(l, &p, d, s)) {
+                    Ok(t) => (t, Some(id)),
+                    Err(e) => {
+                        sockfile::remove_if_ours(path, Some(id));
+                        return Err(e);
+                    }
+                }
             }
             Mode::Client { reconnect_ms } => {
                 dev.set_conn_state(ConnState::Connecting);
                 (
                     builder.spawn(move || run_client(&p, reconnect_ms, d, s))?,
-                    false,
+                    None,
                 )
             }
         };
@@ -103,7 +139,7 @@ impl Endpoint {
             stop,
             thread: Mutex::new(Some(thread)),
             path: path.to_path_buf(),
-            owns_socket,
+            socket_file: Mutex::new(socket_file),
         })
     }
 
@@ -117,18 +153,35 @@ impl Endpoint {
         &self.path
     }
 
-    /// Stops the control thread, closes the connection, removes the socket file we created.
-    /// Idempotent.
-    pub fn shutdown(&self) {
+    /// Asks the control thread to stop and removes the socket file we created (if it is
+    /// still ours: a file put in its place is left alone), so nobody new can connect. Does
+    /// not wait: safe to call with a lock held. Idempotent.
+    pub fn stop(&self) {
         self.stop.store(true, Relaxed);
+        let id = self
+            .socket_file
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(id) = id {
+            sockfile::remove_if_ours(&self.path, Some(id));
+        }
+    }
+
+    /// Waits for the control thread to end (it sees a stop within about 100 ms, and never
+    /// waits on a frontend longer than [`MSG_DEADLINE`]). Call it with no lock held.
+    pub fn join(&self) {
         let t = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(t) = t {
             let _ = t.join();
-            if self.owns_socket {
-                let _ = std::fs::remove_file(&self.path);
-            }
         }
         self.dev.set_conn_state(ConnState::Stopped);
+    }
+
+    /// [`Endpoint::stop`] then [`Endpoint::join`]. Idempotent.
+    pub fn shutdown(&self) {
+        self.stop();
+        self.join();
     }
 }
 
@@ -191,7 +244,7 @@ fn run_client(path: &Path, reconnect_ms: u64, dev: Arc<Device>, stop: Arc<Atomic
     let mut backend = Backend::new(Arc::clone(&dev));
     while !stop.load(Relaxed) {
         dev.set_conn_state(ConnState::Connecting);
-        match UnixStream::connect(path) {
+        match connect_now(path) {
             Ok(s) => {
                 serve(&s, path, &mut backend, &dev, &stop);
                 backend.reset();
@@ -218,11 +271,24 @@ fn serve_messages(
 ) -> String {
     dev.set_conn_state(ConnState::Connected);
     dev.stats.connections.fetch_add(1, Relaxed);
+    if let Err(e) = set_send_timeout(s, MSG_DEADLINE) {
+        return format!("socket error: {e}");
+    }
     while wait_readable(s, stop) {
-        match recv_msg(s) {
+        match recv_msg(s, stop) {
             Ok(m) => {
                 if let Some(reply) = backend.handle(m) {
                     if let Err(e) = send_msg(s, &reply, &[]) {
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                        ) {
+                            dev.stats.protocol_errors.fetch_add(1, Relaxed);
+                            return format!(
+                                "reply not taken within {} ms",
+                                MSG_DEADLINE.as_millis()
+                            );
+                        }
                         return format!("reply not sent: {e}");
                     }
                 }
@@ -232,6 +298,14 @@ fn serve_messages(
                 dev.stats.protocol_errors.fetch_add(1, Relaxed);
                 return format!("unreadable message: {e:?}");
             }
+            Err(RecvError::Timeout { got, want }) => {
+                dev.stats.protocol_errors.fetch_add(1, Relaxed);
+                return format!(
+                    "message incomplete after {} ms ({got} of {want} bytes)",
+                    MSG_DEADLINE.as_millis()
+                );
+            }
+            Err(RecvError::Stopped) => return "port stopped".into(),
             Err(RecvError::Closed) => return "closed by the frontend".into(),
             Err(RecvError::Io(e)) => return format!("socket error: {e}"),
         }

@@ -3,7 +3,8 @@
 //!
 //! Owns: the wire format ([`msg`]), fd passing ([`sock`]), the protocol state machine with its
 //! declarative request table ([`backend`]), the PMD-facing device ([`shared`]), the socket
-//! endpoint and its control thread in server or client mode ([`endpoint`]), and a test
+//! endpoint and its control thread in server or client mode ([`endpoint`]), socket files
+//! created with a mode and group and removed only if ours ([`sockfile`]), and a test
 //! frontend (`frontend`, feature `mock`).
 //!
 //! Threads: one control thread per endpoint; PMD threads call [`Device::rx_burst`] and
@@ -17,6 +18,7 @@ pub mod frontend;
 pub mod msg;
 pub mod shared;
 pub mod sock;
+pub mod sockfile;
 
 pub use endpoint::{Endpoint, Mode};
 pub use shared::{broken_count, ConnState, Device, RingState};

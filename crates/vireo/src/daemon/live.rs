@@ -29,7 +29,9 @@ impl LivePort {
             "vhost-user" => {
                 let path =
                     opt("path").map_or_else(|| run_dir.join(format!("{name}.sock")), Into::into);
-                VhostUserPort::server(&path, queues)
+                let access = super::options::socket_access(opt("socket-mode"), opt("socket-group"))
+                    .map_err(|e| format!("port {name}: {e}"))?;
+                VhostUserPort::server_with(&path, queues, access)
                     .map(LivePort::Vhost)
                     .map_err(|e| format!("port {name}: {e}"))
             }
@@ -65,10 +67,26 @@ impl LivePort {
         }
     }
 
-    /// Stops the device (closes sockets, removes socket files the port created).
+    /// Stops the device (closes sockets, removes socket files the port created) and waits
+    /// for its thread: [`LivePort::stop`] then [`LivePort::join`].
     pub fn shutdown(&self) {
+        self.stop();
+        self.join();
+    }
+
+    /// Asks the device to stop and removes its socket file; never waits (safe under the
+    /// `Switch` lock).
+    pub fn stop(&self) {
         if let LivePort::Vhost(v) = self {
-            v.shutdown();
+            v.stop();
+        }
+    }
+
+    /// Waits for the device's thread to end (bounded: see `vhost::endpoint`). Called only
+    /// with no lock held.
+    pub fn join(&self) {
+        if let LivePort::Vhost(v) = self {
+            v.join();
         }
     }
 }

@@ -3,6 +3,13 @@
 //!
 //! Threads: the main thread runs the control accept loop; a signal thread waits for
 //! SIGTERM/SIGINT; control connections get threads of their own (see [`control`]).
+//!
+//! Who can reach the daemon: it runs under umask 077, so every file and socket it creates is
+//! private to its user until given its final mode (no window where a socket is open to
+//! others). The run directory is 0750 and `vireod.ctl` and each `BR.mgmt` 0660, with the
+//! group of `--socket-group` when given. SIGTERM stops the daemon within [`STOP_DEADLINE`]:
+//! a clean stop normally takes well under it, and if one ever does not, the process exits
+//! anyway with a logged error (the store is always consistent on disk).
 mod control;
 mod flows;
 mod format;
@@ -21,7 +28,7 @@ use clap::Parser;
 use nix::fcntl::{Flock, FlockArg};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -43,6 +50,45 @@ pub struct Args {
     /// Log level: error, warn, info, debug or trace
     #[arg(long, default_value = "info")]
     pub log_level: tracing::Level,
+    /// Group (name or number) given the run directory, `vireod.ctl` and every `BR.mgmt`
+    /// socket: its members may run vireoctl and ovs-ofctl [default: the daemon's group]
+    #[arg(long)]
+    pub socket_group: Option<String>,
+}
+
+/// How long SIGTERM may take to stop the daemon.
+pub const STOP_DEADLINE: std::time::Duration = std::time::Duration::from_millis(1900);
+
+/// Creates the run directory 0750 (only its last component; parents as the umask says) and
+/// gives it `gid`. An existing directory is left as it is, except that `gid` is applied.
+fn make_run_dir(run_dir: &Path, gid: Option<u32>) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let err = |e: std::io::Error| format!("cannot create run directory {}: {e}", run_dir.display());
+    if let Some(parent) = run_dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(parent)
+            .map_err(err)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o750).create(run_dir) {
+        Ok(()) => {
+            // The umask may have taken bits away; set exactly 0750.
+            std::fs::set_permissions(run_dir, std::fs::Permissions::from_mode(0o750))
+                .map_err(err)?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && run_dir.is_dir() => {}
+        Err(e) => return Err(err(e)),
+    }
+    if let Some(gid) = gid {
+        std::os::unix::fs::chown(run_dir, None, Some(gid)).map_err(|e| {
+            format!(
+                "cannot give run directory {} group {gid}: {e}",
+                run_dir.display()
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// Runs the daemon; returns the process exit status.
@@ -85,9 +131,17 @@ fn lock_file(path: &Path, what: &str) -> Result<Flock<File>, String> {
 }
 
 fn run(args: Args) -> Result<(), String> {
+    // Before any thread exists: everything we create is private until chmod'ed.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
+    let gid = args
+        .socket_group
+        .as_deref()
+        .map(options::parse_group)
+        .transpose()
+        .map_err(|e| format!("--socket-group: {e}"))?;
+    let access = vhost::sockfile::Access { mode: 0o660, gid };
     let run_dir = crate::proto::default_run_dir(args.run_dir.as_deref());
-    std::fs::create_dir_all(&run_dir)
-        .map_err(|e| format!("cannot create run directory {}: {e}", run_dir.display()))?;
+    make_run_dir(&run_dir, gid)?;
     let db = args.db.clone().unwrap_or_else(|| run_dir.join("conf.db"));
     let mut run_lock = lock_file(&run_dir.join("vireod.pid"), "the run directory")?;
     let db_lock = lock_file(
@@ -112,12 +166,11 @@ fn run(args: Args) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     }
     tracing::info!(run_dir = %run_dir.display(), db = %db.display(), "vireod starting");
-    let switch = Arc::new(Mutex::new(Switch::new(store, run_dir.clone())?));
+    let switch = Arc::new(Mutex::new(Switch::new(store, run_dir.clone(), access)?));
 
     let sock = run_dir.join(CTL_SOCKET);
-    // We hold the run directory's lock, so a socket file left here is stale.
-    let _ = std::fs::remove_file(&sock);
-    let listener = UnixListener::bind(&sock)
+    // A stale socket left here is replaced; anything else (a symlink, a file) is refused.
+    let (listener, sock_id) = vhost::sockfile::bind_listener(&sock, access)
         .map_err(|e| format!("cannot listen on {}: {e}", sock.display()))?;
     let stop = Arc::new(AtomicBool::new(false));
     spawn_signal_thread(stop.clone(), sock.clone())?;
@@ -126,8 +179,15 @@ fn run(args: Args) -> Result<(), String> {
     control::serve(listener, switch.clone(), stop);
 
     tracing::info!("vireod stopping");
-    switch.lock().unwrap_or_else(|e| e.into_inner()).shutdown();
-    let _ = std::fs::remove_file(&sock);
+    vhost::sockfile::remove_if_ours(&sock, Some(sock_id));
+    let retired = {
+        let mut sw = switch.lock().unwrap_or_else(|e| e.into_inner());
+        sw.shutdown();
+        sw.take_retired()
+    };
+    for lp in retired {
+        lp.join();
+    }
     tracing::info!("vireod stopped");
     Ok(())
 }
@@ -144,6 +204,13 @@ fn spawn_signal_thread(stop: Arc<AtomicBool>, sock: PathBuf) -> Result<(), Strin
                 stop.store(true, Ordering::SeqCst);
                 // Wake the accept loop.
                 let _ = UnixStream::connect(&sock);
+                // The main thread normally returns long before this.
+                std::thread::sleep(STOP_DEADLINE);
+                tracing::error!(
+                    "clean stop not finished after {} ms; exiting anyway",
+                    STOP_DEADLINE.as_millis()
+                );
+                std::process::exit(2);
             }
         })
         .map_err(|e| format!("cannot start the signal thread: {e}"))?;

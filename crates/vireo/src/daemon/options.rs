@@ -25,7 +25,7 @@ pub const KINDS: &[KindSpec] = &[
     },
     KindSpec {
         name: "vhost-user",
-        options: &["path", "queues"],
+        options: &["path", "queues", "socket-mode", "socket-group"],
         built: true,
     },
     KindSpec {
@@ -142,6 +142,8 @@ fn check_value(key: &str, v: &str) -> Result<(), String> {
                 Ok(())
             }
         }
+        "socket-mode" => parse_mode(v).map(|_| ()),
+        "socket-group" => parse_group(v).map(|_| ()),
         "ifname" => {
             if v.len() > 15 || v.contains('/') || v.contains(char::is_whitespace) {
                 Err(format!("{v:?} is not an interface name"))
@@ -151,6 +153,46 @@ fn check_value(key: &str, v: &str) -> Result<(), String> {
         }
         _ => Ok(()),
     }
+}
+
+/// A socket file mode in octal, such as `0660` (permission bits only, at most 0777).
+pub fn parse_mode(v: &str) -> Result<u32, String> {
+    let ok = (1..=4).contains(&v.len()) && v.bytes().all(|b| (b'0'..=b'7').contains(&b));
+    match u32::from_str_radix(v, 8) {
+        Ok(m) if ok && m <= 0o777 => Ok(m),
+        _ => Err(format!("{v:?} is not an octal mode from 0000 to 0777")),
+    }
+}
+
+/// A group, by name or number; it must exist.
+pub fn parse_group(v: &str) -> Result<u32, String> {
+    let found = match v.parse::<u32>() {
+        Ok(gid) => nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid)),
+        Err(_) => nix::unistd::Group::from_name(v),
+    };
+    match found {
+        Ok(Some(g)) => Ok(g.gid.as_raw()),
+        Ok(None) => Err(format!("no group named {v:?}")),
+        Err(e) => Err(format!("cannot look up group {v:?}: {e}")),
+    }
+}
+
+/// Who may connect to a socket: `mode` (default 0660) and `group` (default: unchanged).
+pub fn socket_access(
+    mode: Option<&str>,
+    group: Option<&str>,
+) -> Result<vhost::sockfile::Access, String> {
+    Ok(vhost::sockfile::Access {
+        mode: mode
+            .map(parse_mode)
+            .transpose()
+            .map_err(|e| format!("socket-mode: {e}"))?
+            .unwrap_or(0o660),
+        gid: group
+            .map(parse_group)
+            .transpose()
+            .map_err(|e| format!("socket-group: {e}"))?,
+    })
 }
 
 /// A VLAN id, 1..=4094.
@@ -315,6 +357,25 @@ mod tests {
         assert!(validate(spec, &o("path", "/x"))
             .unwrap_err()
             .contains("unknown option \"path\""));
+    }
+
+    #[test]
+    fn socket_options_are_checked() {
+        let spec = kind("vhost-user").unwrap();
+        let o = |k: &str, v: &str| BTreeMap::from([(k.to_string(), v.to_string())]);
+        assert!(validate(spec, &o("socket-mode", "0660")).is_ok());
+        assert!(validate(spec, &o("socket-mode", "600")).is_ok());
+        for bad in ["0999", "1777", "rw", "-1", "06600"] {
+            let e = validate(spec, &o("socket-mode", bad)).unwrap_err();
+            assert!(e.contains("octal mode") && !e.contains('\n'), "{bad}: {e}");
+        }
+        assert_eq!(parse_group("root").unwrap(), 0);
+        assert_eq!(parse_group("0").unwrap(), 0);
+        let e = validate(spec, &o("socket-group", "no-such-group-xyz")).unwrap_err();
+        assert!(e.contains("no group named"), "{e}");
+        // Client-mode ports do not own their socket: the options are refused there.
+        let client = kind("vhost-user-client").unwrap();
+        assert!(validate(client, &o("socket-mode", "0660")).is_err());
     }
 
     #[test]

@@ -98,6 +98,8 @@ pub struct Attach<'a> {
 pub struct Runtime {
     shared: Arc<Shared>,
     run_dir: PathBuf,
+    /// Mode and group of each bridge's `BR.mgmt` socket.
+    mgmt_access: vhost::sockfile::Access,
     housekeeping: Option<super::housekeeping::Handle>,
 }
 
@@ -115,6 +117,7 @@ impl Runtime {
         assign: AssignMode,
         auto_lb: Option<AutoLb>,
         run_dir: &Path,
+        mgmt_access: vhost::sockfile::Access,
     ) -> Result<Runtime, String> {
         let pipeline = Arc::new(Pipeline::new(PipelineConfig::default()));
         let upcall: Arc<dyn Upcall> = pipeline.clone();
@@ -136,6 +139,7 @@ impl Runtime {
         Ok(Runtime {
             shared,
             run_dir: run_dir.to_path_buf(),
+            mgmt_access,
             housekeeping,
         })
     }
@@ -153,7 +157,16 @@ impl Runtime {
         self.pipeline.add_bridge(name).map_err(|e| e.to_string())?;
         let hooks = Arc::new(Hooks::new(Arc::downgrade(&self.shared)));
         let mgmt = self.run_dir.join(format!("{name}.mgmt"));
-        let of = match BridgeOf::new(name, self.pipeline.clone(), hooks, &mgmt) {
+        // vireod runs under umask 077, so the socket is created 0600 (no one else can
+        // connect) before it gets its mode and group here.
+        let made = BridgeOf::new(name, self.pipeline.clone(), hooks, &mgmt).and_then(|of| {
+            vhost::sockfile::apply(&mgmt, self.mgmt_access).map_err(|e| {
+                of.shutdown();
+                e.to_string()
+            })?;
+            Ok(of)
+        });
+        let of = match made {
             Ok(of) => Arc::new(of),
             Err(e) => {
                 let _ = self.pipeline.del_bridge(name);

@@ -6,6 +6,9 @@
 //! the store, then apply it to the live objects. A command that fails changes nothing.
 //!
 //! Threads: control connection threads, one at a time (the caller holds the `Switch` mutex).
+//! A port that is stopped under the mutex is only asked to stop (it removes its socket file at
+//! once); its thread is joined by the caller after the mutex is released
+//! ([`Switch::take_retired`]), so no command waits on a port's thread with the lock held.
 use super::format;
 use super::live::LivePort;
 use super::options::{self, KindSpec};
@@ -45,12 +48,18 @@ pub struct Switch {
     /// Ports whose creation failed at startup, with the reason (shown by `show`).
     failed: BTreeMap<String, String>,
     pub(super) rt: Runtime,
+    /// Ports stopped but not yet joined: the caller joins them after releasing the mutex.
+    retired: Vec<LivePort>,
 }
 
 impl Switch {
     /// Starts the datapath and builds the live objects for everything in `store`. A port that
     /// cannot be created is logged and shown with its error; the others still come up.
-    pub fn new(store: Store, run_dir: PathBuf) -> Result<Switch, String> {
+    pub fn new(
+        store: Store,
+        run_dir: PathBuf,
+        mgmt_access: vhost::sockfile::Access,
+    ) -> Result<Switch, String> {
         let cores = match &store.config().pmd_cores {
             Some(list) => options::parse_cpu_list(list)?,
             None => vec![0],
@@ -60,13 +69,14 @@ impl Switch {
             None => dp::AssignMode::Cycles,
         };
         let auto_lb = options::auto_lb(store.config().pmd_auto_lb);
-        let rt = Runtime::new(cores, assign, auto_lb, &run_dir)?;
+        let rt = Runtime::new(cores, assign, auto_lb, &run_dir, mgmt_access)?;
         let mut sw = Switch {
             store,
             run_dir,
             live: BTreeMap::new(),
             failed: BTreeMap::new(),
             rt,
+            retired: Vec::new(),
         };
         let config = sw.store.config().clone();
         for (br, b) in &config.bridges {
@@ -398,7 +408,8 @@ impl Switch {
             affinity: place.affinity,
         };
         if let Err(e) = self.rt.attach(attach) {
-            lp.shutdown();
+            lp.stop();
+            self.retired.push(lp);
             return Err(CmdError(e));
         }
         self.failed.remove(name);
@@ -410,8 +421,15 @@ impl Switch {
         self.failed.remove(name);
         if let Some(lp) = self.live.remove(name) {
             self.rt.detach(br, name);
-            lp.shutdown();
+            lp.stop();
+            self.retired.push(lp);
         }
+    }
+
+    /// Ports stopped since the last call, for the caller to [`LivePort::join`] once it has
+    /// released the `Switch` mutex.
+    pub fn take_retired(&mut self) -> Vec<LivePort> {
+        std::mem::take(&mut self.retired)
     }
 
     /// Applies options that need no restart: VLANs and rxq pinning.
@@ -435,7 +453,8 @@ impl Switch {
         Ok(())
     }
 
-    /// Stops every live port (daemon shutdown). The store is untouched.
+    /// Stops every live port (daemon shutdown; join them with [`Switch::take_retired`]). The
+    /// store is untouched.
     pub fn shutdown(&mut self) {
         let config = self.store.config().clone();
         for (br, b) in &config.bridges {
