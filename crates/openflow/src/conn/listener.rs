@@ -148,7 +148,10 @@ impl Drop for Listener {
             let _ = t.join();
         }
         if let Target::Unix(p) = &self.target {
-            let _ = std::fs::remove_file(p);
+            // Only a socket: never a file or symlink someone put in its place.
+            if std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_socket()) {
+                let _ = std::fs::remove_file(p);
+            }
         }
     }
 }
