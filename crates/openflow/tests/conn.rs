@@ -447,3 +447,59 @@ fn unix_listener_replaces_stale_sockets_only() {
     assert!(of.listen(&format!("unix:{}", file.display())).is_err());
     assert!(file.exists(), "a regular file is never removed");
 }
+
+#[test]
+fn connector_never_waits_on_a_controller_that_does_not_accept() {
+    use nix::sys::socket::UnixAddr;
+    use nix::sys::socket::{bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType};
+    use std::os::fd::AsRawFd;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ctrl.sock");
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::empty(),
+        None,
+    )
+    .unwrap();
+    bind(fd.as_raw_fd(), &UnixAddr::new(&path).unwrap()).unwrap();
+    listen(&fd, Backlog::new(0).unwrap()).unwrap();
+    // Fill the accept queue so that a blocking connect would wait for ever.
+    let mut fillers = Vec::new();
+    for _ in 0..4 {
+        let p = path.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        thread::spawn(move || {
+            let _ = tx.send(std::os::unix::net::UnixStream::connect(p));
+        });
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(s) => fillers.push(s),
+            Err(_) => break,
+        }
+    }
+    let cfg = ConnConfig {
+        backoff_initial: Duration::from_millis(20),
+        backoff_max: Duration::from_millis(20),
+        ..ConnConfig::default()
+    };
+    let of = OfSwitch::new(common::TestSwitch::new(), cfg);
+    let c = of.connect(&format!("unix:{}", path.display())).unwrap();
+    // Each attempt fails at once (EAGAIN) and the next follows the backoff: none blocks.
+    let t = Instant::now();
+    while c.attempts() < 3 && t.elapsed() < Duration::from_secs(3) {
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        c.attempts() >= 3,
+        "connect blocked: {} attempts",
+        c.attempts()
+    );
+    let t = Instant::now();
+    drop(c);
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "dropping the connector took {:?}",
+        t.elapsed()
+    );
+    assert!(of.connections().is_empty());
+}

@@ -2,7 +2,9 @@
 //! `unix:PATH`), reconnecting with exponential backoff (initial → doubled per failure →
 //! capped, reset after a session that negotiated). Runs on its own thread (`of-connect`),
 //! which also serves as the connection's reader thread. Dropping the [`Connector`] closes the
-//! connection and joins the thread.
+//! connection and waits for the thread at most [`JOIN_WAIT`]: one still inside a TCP connect
+//! (up to `connect_timeout`) is left to see the stop flag and end by itself, so the caller
+//! (the daemon's control thread, holding its lock) never waits on an unresponsive controller.
 
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
@@ -13,6 +15,9 @@ use tracing::{debug, info};
 use super::session;
 use super::stream::{Stream, Target};
 use super::Shared;
+
+/// How long dropping a [`Connector`] waits for its thread.
+pub const JOIN_WAIT: Duration = Duration::from_millis(200);
 
 #[derive(Default)]
 struct Ctl {
@@ -122,7 +127,15 @@ impl Drop for Connector {
         }
         self.ctl.1.notify_all();
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            let end = Instant::now() + JOIN_WAIT;
+            while !t.is_finished() && Instant::now() < end {
+                thread::sleep(Duration::from_millis(5));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            } else {
+                debug!("OpenFlow connector still connecting; it ends on its own");
+            }
         }
     }
 }

@@ -8,6 +8,23 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// Connects to a unix socket without waiting: a listener whose accept queue is full answers
+/// `EAGAIN` (a failed attempt, retried after the backoff) instead of blocking the connector
+/// thread, which its owner joins.
+fn connect_unix_now(p: &std::path::Path) -> io::Result<UnixStream> {
+    use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &UnixAddr::new(p)?)?;
+    let s = UnixStream::from(fd);
+    s.set_nonblocking(false)?;
+    Ok(s)
+}
+
 /// The IANA OpenFlow port, used when a target names none.
 pub const DEFAULT_PORT: u16 = 6653;
 
@@ -91,7 +108,7 @@ impl Stream {
                 s.set_nodelay(true)?;
                 Ok(Stream::Tcp(s))
             }
-            Target::Unix(p) => Ok(Stream::Unix(UnixStream::connect(p)?)),
+            Target::Unix(p) => Ok(Stream::Unix(connect_unix_now(p)?)),
         }
     }
 
