@@ -1,7 +1,7 @@
 //! No peer holds vireod hostage: against a real vireod with real testpmd traffic on two other
 //! ports, a vhost-user frontend that sends a header and withholds the payload (and one that
 //! drips it a byte every 500 ms) is cut at the 1 s deadline and counted; meanwhile `del-port`,
-//! `list-br`, `add-port`, a control client that sends half a request, a half-sent OpenFlow
+//! `del-br`, `list-br`, `add-port`, a control client that sends half a request, a half-sent OpenFlow
 //! message and finally SIGTERM all return within 2 s. Skipped (with a message, a failure
 //! under `VIREO_REQUIRE_PEERS=1`) only when dpdk-testpmd is not installed.
 mod common;
@@ -189,7 +189,16 @@ fn stalled_peers_never_block_the_control_plane() {
         .unwrap()
         == e0 + 2));
 
-    // 4. Half an OpenFlow header on br0.mgmt: the bridge's commands still answer.
+    // 4. del-br of a bridge whose port has a stalled frontend answers at once.
+    d.ok(&["add-br", "br1"]);
+    d.ok(&["add-port", "br1", "h3", "type=vhost-user"]);
+    let mut stalled3 = stalled_frontend(&run.join("h3.sock"));
+    std::thread::sleep(Duration::from_millis(200));
+    timed_ok(&d, &["del-br", "br1"]);
+    assert!(!run.join("h3.sock").exists() && !run.join("br1.mgmt").exists());
+    assert!(closed_within(&mut stalled3) < LIMIT);
+
+    // 5. Half an OpenFlow header on br0.mgmt: the bridge's commands still answer.
     let mut of = UnixStream::connect(run.join("br0.mgmt")).unwrap();
     of.write_all(&[4, 0]).unwrap();
     assert!(timed_ok(&d, &["dump-flows", "br0"]).contains("NORMAL"));
@@ -207,7 +216,7 @@ fn stalled_peers_never_block_the_control_plane() {
         assert_eq!(port_status(&d, p)["protocol_errors"], 0);
     }
 
-    // 5. SIGTERM with a stalled frontend on h2 and a half request on the control socket:
+    // 6. SIGTERM with a stalled frontend on h2 and a half request on the control socket:
     //    vireod exits cleanly (status 0, not the watchdog's 2) within 2 s.
     let _stalled = stalled_frontend(&run.join("h2.sock"));
     let mut half = UnixStream::connect(run.join("vireod.ctl")).unwrap();

@@ -77,7 +77,17 @@ fn make_run_dir(run_dir: &Path, gid: Option<u32>) -> Result<(), String> {
             std::fs::set_permissions(run_dir, std::fs::Permissions::from_mode(0o750))
                 .map_err(err)?;
         }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && run_dir.is_dir() => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && run_dir.is_dir() => {
+            use std::os::unix::fs::MetadataExt;
+            let mode = std::fs::metadata(run_dir).map_or(0, |m| m.mode());
+            if mode & 0o007 != 0 {
+                tracing::warn!(
+                    run_dir = %run_dir.display(),
+                    mode = format!("{:04o}", mode & 0o7777),
+                    "the run directory is open to other users; its sockets are 0660 all the same"
+                );
+            }
+        }
         Err(e) => return Err(err(e)),
     }
     if let Some(gid) = gid {
@@ -131,8 +141,6 @@ fn lock_file(path: &Path, what: &str) -> Result<Flock<File>, String> {
 }
 
 fn run(args: Args) -> Result<(), String> {
-    // Before any thread exists: everything we create is private until chmod'ed.
-    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let gid = args
         .socket_group
         .as_deref()
@@ -141,7 +149,10 @@ fn run(args: Args) -> Result<(), String> {
         .map_err(|e| format!("--socket-group: {e}"))?;
     let access = vhost::sockfile::Access { mode: 0o660, gid };
     let run_dir = crate::proto::default_run_dir(args.run_dir.as_deref());
+    // Parents of the run directory with the caller's umask, so they stay reachable.
     make_run_dir(&run_dir, gid)?;
+    // Before any thread exists: everything we create from here on is private until chmod'ed.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let db = args.db.clone().unwrap_or_else(|| run_dir.join("conf.db"));
     let mut run_lock = lock_file(&run_dir.join("vireod.pid"), "the run directory")?;
     let db_lock = lock_file(
