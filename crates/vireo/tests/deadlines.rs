@@ -165,6 +165,7 @@ fn stalled_peers_never_block_the_control_plane() {
     half.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     half.read_to_string(&mut answer).unwrap();
     assert!(answer.contains("request incomplete"), "{answer}");
+    assert_eq!(d.json(&["show"])["control"]["incomplete_requests"], 1);
 
     // 3. A payload dripped a byte every 500 ms is cut at the deadline too.
     assert!(wait_until(Duration::from_secs(2), || port_status(&d, "h2")

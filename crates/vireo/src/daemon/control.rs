@@ -14,9 +14,43 @@ use super::switch::Switch;
 use crate::proto::{Request, Response, MAX_REQUEST};
 use std::io::{self, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// Control clients the daemon cut off, by reason (shown under `control` in `show --json`).
+#[derive(Debug, Default)]
+pub struct CtlCounters {
+    /// Requests not complete within [`REQUEST_DEADLINE`].
+    pub incomplete: AtomicU64,
+    /// Requests longer than `MAX_REQUEST`.
+    pub too_long: AtomicU64,
+    /// Requests that were not valid JSON requests.
+    pub malformed: AtomicU64,
+    /// Connections refused because [`MAX_CLIENTS`] were being served.
+    pub refused: AtomicU64,
+}
+
+/// The daemon's control-socket counters.
+pub static COUNTERS: CtlCounters = CtlCounters {
+    incomplete: AtomicU64::new(0),
+    too_long: AtomicU64::new(0),
+    malformed: AtomicU64::new(0),
+    refused: AtomicU64::new(0),
+};
+
+impl CtlCounters {
+    /// The counters as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        serde_json::json!({
+            "incomplete_requests": g(&self.incomplete),
+            "too_long_requests": g(&self.too_long),
+            "malformed_requests": g(&self.malformed),
+            "refused_connections": g(&self.refused),
+        })
+    }
+}
 
 /// Connections served at once; more are answered with an error and closed.
 pub const MAX_CLIENTS: usize = 64;
@@ -38,6 +72,7 @@ pub fn serve(listener: UnixListener, switch: Arc<Mutex<Switch>>, stop: Arc<Atomi
             Ok(stream) => {
                 if clients.fetch_add(1, Ordering::SeqCst) >= MAX_CLIENTS {
                     clients.fetch_sub(1, Ordering::SeqCst);
+                    COUNTERS.refused.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!("control socket: too many clients, refusing one");
                     let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
                     let busy = Response::err(format!(
@@ -134,6 +169,7 @@ fn handle(stream: UnixStream, switch: Arc<Mutex<Switch>>) {
             Ok(()) => run(&line, &switch),
             Err(ReadEnd::Gone) => return,
             Err(ReadEnd::Incomplete(got)) => {
+                COUNTERS.incomplete.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(
                     bytes = got,
                     "control socket: request incomplete after {} s, closing",
@@ -147,6 +183,8 @@ fn handle(stream: UnixStream, switch: Arc<Mutex<Switch>>) {
                 return;
             }
             Err(ReadEnd::TooLong) => {
+                COUNTERS.too_long.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("control socket: request longer than {MAX_REQUEST} bytes, closing");
                 let r = Response::err(format!("request longer than {MAX_REQUEST} bytes"));
                 let _ = write_response(&stream, &r);
                 return;
@@ -162,7 +200,10 @@ fn handle(stream: UnixStream, switch: Arc<Mutex<Switch>>) {
 fn run(line: &[u8], switch: &Mutex<Switch>) -> Response {
     let req = match serde_json::from_slice::<Request>(line) {
         Ok(req) => req,
-        Err(e) => return Response::err(format!("malformed request: {e}")),
+        Err(e) => {
+            COUNTERS.malformed.fetch_add(1, Ordering::Relaxed);
+            return Response::err(format!("malformed request: {e}"));
+        }
     };
     let (resp, retired) = {
         let mut sw = switch.lock().unwrap_or_else(|e| e.into_inner());

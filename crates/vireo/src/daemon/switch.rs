@@ -341,6 +341,7 @@ impl Switch {
             let name = b["name"].as_str().unwrap_or_default().to_string();
             b["controllers"] = self.rt.controller_status(&name);
         }
+        data["control"] = super::control::COUNTERS.json();
         Response::ok(format::show_text(&data), data)
     }
 
