@@ -19,7 +19,7 @@ pub mod shared;
 pub mod sock;
 
 pub use endpoint::{Endpoint, Mode};
-pub use shared::{broken_count, ConnState, Device, RingState};
+pub use shared::{broken_count, ConnState, Device, LostRegion, RingState};
 
 #[cfg(test)]
 mod tests;
