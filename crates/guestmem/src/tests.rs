@@ -302,3 +302,52 @@ fn a_fault_outside_guest_memory_still_kills_the_process() {
         "child should die of SIGBUS: {status:?}\n{stdout}"
     );
 }
+
+/// Env var under which the test binary re-runs itself as the child of
+/// [`a_table_that_gets_no_slot_is_refused`] (it takes every slot of the process).
+const FILL: &str = "VIREO_GUESTMEM_FILL_SLOTS_CHILD";
+
+#[test]
+fn a_table_that_gets_no_slot_is_refused() {
+    if std::env::var_os(FILL).is_some() {
+        let f = file(4096);
+        let one = [spec(0, 4096, 0, 0)];
+        let mut held = Vec::new();
+        let refused = loop {
+            match GuestMemory::from_fds(&one, &[f.as_fd()]) {
+                Ok(m) => held.push(m),
+                Err(e) => break e,
+            }
+            assert!(held.len() <= lost::SLOTS, "more tables than slots");
+        };
+        assert_eq!(refused, MemError::NoGuardSlot);
+        assert!(refused
+            .to_string()
+            .contains("too many guest memory regions"));
+        assert_eq!(held.len(), lost::SLOTS);
+        // Anonymous tables cannot shrink and need no slot.
+        assert!(GuestMemory::anonymous(&[(0, 4096)]).is_ok());
+        // A slot freed is a slot for the next table.
+        held.pop();
+        assert!(GuestMemory::from_fds(&one, &[f.as_fd()]).is_ok());
+        println!("CHILD-OK");
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "tests::a_table_that_gets_no_slot_is_refused",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(FILL, "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("CHILD-OK"),
+        "{:?}\n{text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
