@@ -12,9 +12,16 @@
 //! the last `Arc` (the control thread's or a queue's) goes, so no PMD ever touches an unmapped
 //! region. No locks.
 //!
-//! Known limit (shared with every vhost-user backend): a frontend that shrinks a mapped file
-//! after `SET_MEM_TABLE` makes accesses beyond the new end fault (SIGBUS).
+//! A frontend that shrinks a mapped file after `SET_MEM_TABLE` (or hugetlbfs running out of
+//! pages) makes accesses beyond the new end fault with `SIGBUS`. The [`lost`] module catches
+//! such a fault inside a guest mapping, replaces the mapping by zero pages and marks the table
+//! [`GuestMemory::poisoned`]: the access completes (reading zeros; writes land in private pages the
+//! frontend never sees) and the
+//! caller, which checks the flag after touching guest memory, gives up that port alone. A fault
+//! anywhere else still kills the process.
 #![allow(unsafe_code)]
+
+pub mod lost;
 
 use std::fmt;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -58,6 +65,9 @@ pub enum MemError {
     Overlap,
     /// A system call failed (errno).
     Os(i32),
+    /// Every slot of the fault registry is taken ([`lost::SLOTS`] guest mappings live at
+    /// once): the table is refused rather than mapped without protection against shrinking.
+    NoGuardSlot,
     /// An access fell outside every region.
     OutOfRange {
         /// Start of the access.
@@ -78,6 +88,11 @@ impl fmt::Display for MemError {
             }
             MemError::Overlap => f.write_str("regions overlap"),
             MemError::Os(e) => write!(f, "system error {e}"),
+            MemError::NoGuardSlot => write!(
+                f,
+                "too many guest memory regions mapped at once ({})",
+                lost::SLOTS
+            ),
             MemError::OutOfRange { addr, len } => {
                 write!(f, "access {addr:#x}+{len} outside guest memory")
             }
@@ -91,15 +106,32 @@ impl std::error::Error for MemError {}
 struct Mapping {
     base: NonNull<u8>,
     len: usize,
+    /// Its slot in the fault registry (fd mappings; anonymous ones cannot shrink).
+    slot: Option<usize>,
+}
+
+impl Mapping {
+    /// Whether a fault replaced this mapping by zero pages.
+    #[inline]
+    fn poisoned(&self) -> bool {
+        self.slot.is_some_and(lost::is_poisoned)
+    }
 }
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        // The fault handler must let go of the range before it can be unmapped and reused.
+        if let Some(s) = self.slot {
+            lost::retire(s);
+        }
         // Nothing can reach the mapping after the table (and every GuestRange holding the
         // table's Arc) is gone.
         // SAFETY: `base`/`len` are what a successful mmap returned; this value alone owns it.
         unsafe {
             libc::munmap(self.base.as_ptr().cast(), self.len);
+        }
+        if let Some(s) = self.slot {
+            lost::release(s);
         }
     }
 }
@@ -114,7 +146,7 @@ struct Region {
 /// A guest memory table. Immutable once built; replace it as a whole.
 pub struct GuestMemory {
     regions: Vec<Region>,
-    _maps: Vec<Mapping>,
+    maps: Vec<Mapping>,
 }
 
 // SAFETY: the table only holds pointers into mappings it owns; they stay valid for its lifetime
@@ -169,10 +201,20 @@ fn mmap(fd: Option<BorrowedFd<'_>>, len: usize) -> Result<Mapping, MemError> {
     if p == libc::MAP_FAILED {
         return Err(MemError::Os(last_errno()));
     }
-    match NonNull::new(p.cast::<u8>()) {
-        Some(base) => Ok(Mapping { base, len }),
-        None => Err(MemError::Os(libc::EINVAL)),
+    let Some(base) = NonNull::new(p.cast::<u8>()) else {
+        return Err(MemError::Os(libc::EINVAL));
+    };
+    let mut map = Mapping {
+        base,
+        len,
+        slot: None,
+    };
+    if fd.is_some() {
+        // A file can shrink under us: no fd mapping lives without a registry slot (dropping
+        // `map` unmaps it).
+        map.slot = Some(lost::register(base.as_ptr() as usize, len).ok_or(MemError::NoGuardSlot)?);
     }
+    Ok(map)
 }
 
 fn end(start: u64, len: u64) -> Result<u64, MemError> {
@@ -241,10 +283,7 @@ impl GuestMemory {
             regions.push(Region { spec: *spec, host });
             maps.push(map);
         }
-        Ok(GuestMemory {
-            regions,
-            _maps: maps,
-        })
+        Ok(GuestMemory { regions, maps })
     }
 
     /// Anonymous zeroed regions `(guest_phys_addr, size)` with user-virtual address equal to the
@@ -271,10 +310,7 @@ impl GuestMemory {
             });
             maps.push(map);
         }
-        Ok(GuestMemory {
-            regions,
-            _maps: maps,
-        })
+        Ok(GuestMemory { regions, maps })
     }
 
     /// NUMA node of the memory behind the first region (where the guest's RAM starts), if the
@@ -298,6 +334,26 @@ impl GuestMemory {
             )
         };
         (rc == 0 && node >= 0).then_some(node as usize)
+    }
+
+    /// True once a region of this table has faulted (its file shrank or vanished, or its huge
+    /// pages ran out) and was replaced by zero pages: what was read since reads as zeros, what
+    /// was written since stays in private pages the frontend never sees. The table stays usable (no access faults again) but the
+    /// frontend's memory is gone: give up the connection. Cheap: one relaxed load when no guest
+    /// mapping in the process was ever lost, else one load per region.
+    #[inline]
+    pub fn poisoned(&self) -> bool {
+        lost::mappings_lost() != 0 && self.maps.iter().any(Mapping::poisoned)
+    }
+
+    /// The first region that was lost (see [`Self::poisoned`]): its index and description.
+    pub fn lost_region(&self) -> Option<(usize, RegionSpec)> {
+        self.maps
+            .iter()
+            .zip(&self.regions)
+            .enumerate()
+            .find(|(_, (m, _))| m.poisoned())
+            .map(|(i, (_, r))| (i, r.spec))
     }
 
     /// The regions, as given.

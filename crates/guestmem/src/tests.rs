@@ -141,3 +141,213 @@ proptest::proptest! {
         proptest::prop_assert_eq!(ok, len == 0 || inside(gpa, len));
     }
 }
+
+const MIB: u64 = 1 << 20;
+
+/// A 4 MiB file-backed table at gpa 0 whose first bytes are `0x5a`.
+fn shrinkable() -> (std::fs::File, GuestMemory) {
+    let f = tempfile::tempfile().unwrap();
+    f.set_len(4 * MIB).unwrap();
+    let m = GuestMemory::from_fds(&[spec(0, 4 * MIB, 0x7000_0000, 0)], &[f.as_fd()]).unwrap();
+    m.write(0, &[0x5a; 64]).unwrap();
+    m.write(3 * MIB, &[0x5a; 64]).unwrap();
+    (f, m)
+}
+
+#[test]
+fn a_shrunk_file_poisons_the_table_instead_of_killing_the_process() {
+    let (f, m) = shrinkable();
+    let (_g2, other) = shrinkable();
+    assert!(!m.poisoned());
+    assert_eq!(m.lost_region(), None);
+    // The frontend cuts its file to 1 MiB: pages past it are gone.
+    f.set_len(MIB).unwrap();
+    let mut b = [0xffu8; 64];
+    // Without the handler this read dies with SIGBUS.
+    m.read(3 * MIB, &mut b).unwrap();
+    assert_eq!(b, [0u8; 64], "lost memory reads as zeros");
+    assert!(m.poisoned());
+    assert_eq!(m.lost_region(), Some((0, spec(0, 4 * MIB, 0x7000_0000, 0))));
+    // The whole mapping was replaced: the part still in the file reads as zeros too, writes
+    // land in private pages the frontend never sees, and nothing faults again.
+    m.read(0, &mut b).unwrap();
+    assert_eq!(b, [0u8; 64]);
+    m.write(3 * MIB + 100, &[1, 2, 3]).unwrap();
+    m.write_obj::<u64>(4 * MIB - 8, 7).unwrap();
+    // Another table is untouched.
+    assert!(!other.poisoned());
+    let mut c = [0u8; 4];
+    other.read(3 * MIB, &mut c).unwrap();
+    assert_eq!(c, [0x5a; 4]);
+    assert!(lost::mappings_lost() >= 1);
+    drop(m);
+}
+
+#[test]
+fn a_ring_range_in_a_shrunk_file_reads_zero() {
+    let (f, m) = shrinkable();
+    let m = Arc::new(m);
+    let r = m.range(2 * MIB, 64, 16).unwrap();
+    assert!(r.store_u16_release(2, 9));
+    f.set_len(0).unwrap();
+    // Atomic and volatile accesses through a cached range fault and recover the same way.
+    assert_eq!(r.load_u16_acquire(2), Some(0));
+    assert_eq!(r.read_u64_pair(16), Some((0, 0)));
+    assert!(r.write_u32_pair(8, 1, 2));
+    assert!(m.poisoned());
+    drop(m);
+    // The range still holds the table; dropping it last unmaps and frees the slot.
+    drop(r);
+}
+
+#[test]
+fn threads_faulting_on_one_mapping_at_once_all_recover() {
+    let (f, m) = shrinkable();
+    let m = Arc::new(m);
+    f.set_len(4096).unwrap();
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let m = Arc::clone(&m);
+            std::thread::spawn(move || {
+                let mut sum = 0u64;
+                for i in 0..64u64 {
+                    let mut b = [0u8; 8];
+                    m.read(MIB + (t * 64 + i) * 4096, &mut b).unwrap();
+                    sum += u64::from_le_bytes(b);
+                }
+                sum
+            })
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap(), 0);
+    }
+    assert!(m.poisoned());
+}
+
+#[test]
+fn tables_come_and_go_without_using_up_slots() {
+    // Far more tables than slots over time: each drop frees its slot.
+    let f = file(8192);
+    for _ in 0..(2 * lost::SLOTS) {
+        let m = GuestMemory::from_fds(&[spec(0, 4096, 0, 0)], &[f.as_fd()]).unwrap();
+        assert!(!m.poisoned());
+    }
+}
+
+/// Env var under which the test binary re-runs itself as the child of
+/// [`a_fault_outside_guest_memory_still_kills_the_process`].
+const CHILD: &str = "VIREO_GUESTMEM_FOREIGN_SIGBUS_CHILD";
+
+#[test]
+fn a_fault_outside_guest_memory_still_kills_the_process() {
+    if std::env::var_os(CHILD).is_some() {
+        // Child: a guest table exists (so our handler is installed), then a mapping of our
+        // own, not registered, loses its file and is read.
+        let (_f, _m) = shrinkable();
+        let f = tempfile::tempfile().unwrap();
+        f.set_len(MIB).unwrap();
+        // A fresh shared mapping of a file we own, at an address the kernel picks.
+        // SAFETY: maps new memory; nothing existing is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                MIB as usize,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        f.set_len(0).unwrap();
+        // The page is past the end of the file now: this read faults with SIGBUS.
+        // SAFETY: `p` is a live mapping of MIB bytes (reading it is what we test).
+        let v = unsafe { std::ptr::read_volatile(p.cast::<u8>()) };
+        // Reached only if the fault was wrongly swallowed.
+        println!("survived a foreign SIGBUS, read {v}");
+        std::process::exit(0);
+    }
+    let exe = std::env::current_exe().unwrap();
+    let mut child = std::process::Command::new(exe)
+        .args([
+            "--exact",
+            "tests::a_fault_outside_guest_memory_still_kills_the_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A handler that swallowed the fault would make it repeat forever: give it 30 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the child hung on a foreign SIGBUS instead of dying");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut stdout = String::new();
+    let _ = std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGBUS),
+        "child should die of SIGBUS: {status:?}\n{stdout}"
+    );
+}
+
+/// Env var under which the test binary re-runs itself as the child of
+/// [`a_table_that_gets_no_slot_is_refused`] (it takes every slot of the process).
+const FILL: &str = "VIREO_GUESTMEM_FILL_SLOTS_CHILD";
+
+#[test]
+fn a_table_that_gets_no_slot_is_refused() {
+    if std::env::var_os(FILL).is_some() {
+        let f = file(4096);
+        let one = [spec(0, 4096, 0, 0)];
+        let mut held = Vec::new();
+        let refused = loop {
+            match GuestMemory::from_fds(&one, &[f.as_fd()]) {
+                Ok(m) => held.push(m),
+                Err(e) => break e,
+            }
+            assert!(held.len() <= lost::SLOTS, "more tables than slots");
+        };
+        assert_eq!(refused, MemError::NoGuardSlot);
+        assert!(refused
+            .to_string()
+            .contains("too many guest memory regions"));
+        assert_eq!(held.len(), lost::SLOTS);
+        // Anonymous tables cannot shrink and need no slot.
+        assert!(GuestMemory::anonymous(&[(0, 4096)]).is_ok());
+        // A slot freed is a slot for the next table.
+        held.pop();
+        assert!(GuestMemory::from_fds(&one, &[f.as_fd()]).is_ok());
+        println!("CHILD-OK");
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "tests::a_table_that_gets_no_slot_is_refused",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(FILL, "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("CHILD-OK"),
+        "{:?}\n{text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

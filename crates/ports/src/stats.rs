@@ -15,15 +15,19 @@ pub enum DropReason {
     Malformed,
     /// The queue was disabled after a protocol violation.
     QueueBroken,
+    /// The guest memory the packet was in (or was going to) shrank or vanished under its
+    /// mapping (vhost-user: the frontend truncated its memory file).
+    MemoryLost,
 }
 
 /// Every reason, in declaration order (so `reason as usize` indexes `PortCounters::drops`).
-const REASONS: [DropReason; 5] = [
+const REASONS: [DropReason; 6] = [
     DropReason::LinkDown,
     DropReason::QueueFull,
     DropReason::TooBig,
     DropReason::Malformed,
     DropReason::QueueBroken,
+    DropReason::MemoryLost,
 ];
 
 /// Live counters of one port.
@@ -35,7 +39,7 @@ pub struct PortCounters {
     tx_bytes: AtomicU64,
     rx_errors: AtomicU64,
     tx_errors: AtomicU64,
-    drops: [AtomicU64; 5],
+    drops: [AtomicU64; 6],
 }
 
 impl PortCounters {
@@ -88,6 +92,7 @@ impl PortCounters {
             rx_errors: self.rx_errors.load(Relaxed),
             tx_errors: self.tx_errors.load(Relaxed),
             drops,
+            memory_lost: 0,
         }
     }
 }
@@ -109,9 +114,22 @@ pub struct PortStats {
     pub tx_errors: u64,
     /// Drops by reason (only reasons with a non-zero count).
     pub drops: Vec<(DropReason, u64)>,
+    /// Connections given up because the peer's shared memory shrank or vanished (vhost-user).
+    pub memory_lost: u64,
 }
 
 impl PortStats {
+    /// Adds `n` drops for `reason` (a port kind that keeps some drop counts elsewhere).
+    pub fn add_drops(&mut self, reason: DropReason, n: u64) {
+        if n == 0 {
+            return;
+        }
+        match self.drops.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, m)) => *m += n,
+            None => self.drops.push((reason, n)),
+        }
+    }
+
     /// Total drops over all reasons.
     pub fn total_drops(&self) -> u64 {
         self.drops.iter().map(|(_, n)| n).sum()

@@ -191,7 +191,13 @@ impl Port for VhostUserPort {
     }
 
     fn stats(&self) -> PortStats {
-        self.counters.snapshot()
+        let mut s = self.counters.snapshot();
+        // Lost guest memory is found below the port (in the device, by PMDs and the control
+        // thread), so it is counted there.
+        let d = &self.ep.device().stats;
+        s.add_drops(DropReason::MemoryLost, d.memory_lost_drops.load(Relaxed));
+        s.memory_lost = d.memory_lost.load(Relaxed);
+        s
     }
 
     fn status(&self) -> serde_json::Value {
@@ -211,6 +217,7 @@ impl Port for VhostUserPort {
             "broken_queues_now": vhost::broken_count(&rings),
             "protocol_errors": s.protocol_errors.load(Relaxed),
             "connections": s.connections.load(Relaxed),
+            "memory_lost": s.memory_lost.load(Relaxed),
             "rings": rings.iter().map(|r| serde_json::json!({
                 "vring": r.vring,
                 "size": r.size,

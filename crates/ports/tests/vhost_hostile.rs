@@ -225,3 +225,52 @@ fn tx_with_no_frontend_is_link_down() {
     port.shutdown();
     assert!(!dir.path().join("x.sock").exists());
 }
+
+#[test]
+fn a_frontend_that_shrinks_its_memory_costs_only_its_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = VhostUserPort::server(&dir.path().join("m.sock"), 1).unwrap();
+    let neighbour = VhostUserPort::server(&dir.path().join("mn.sock"), 1).unwrap();
+    let mut n = MockGuest::connect(neighbour.path(), 1, 64, u64::MAX).unwrap();
+    let mut g = MockGuest::connect(port.path(), 1, 64, u64::MAX).unwrap();
+    assert!(wait_until(|| port.link() == Link::Up));
+    // Packets posted in the guest's tx ring, then its memory file cut to one page: the rings
+    // of ring 1 (guest tx) and every buffer are gone.
+    for _ in 0..3 {
+        g.rings[1].send(&[3; 90], TxLayout::Single);
+    }
+    g.rings[0].post_rx(4, 2048);
+    rustix::fs::ftruncate(&g.mem_fd, 4096).unwrap();
+    // Sending writes into the cut-off rx buffers: that burst finds the loss, its packets are
+    // counted as memory-lost drops.
+    let mut out = Batch::new();
+    out.push(Packet::from_slice(&[7; 64])).unwrap();
+    out.push(Packet::from_slice(&[8; 64])).unwrap();
+    assert_eq!(port.tx_burst(0, &mut out), 0);
+    assert_eq!(
+        drops(&port, DropReason::MemoryLost),
+        2,
+        "{:?}",
+        port.stats()
+    );
+    // Receiving skips the device now (its packets are in lost memory).
+    let mut pool = Pool::new(0, 32);
+    let mut b = Batch::new();
+    assert_eq!(port.rx_burst(0, &mut pool, &mut b), 0);
+    assert_eq!(drops(&port, DropReason::LinkDown), 0);
+    // The connection is closed and counted; the neighbour never noticed.
+    assert!(
+        wait_until(|| port.status()["state"] == "listening"),
+        "{}",
+        port.status()
+    );
+    assert_eq!(port.stats().memory_lost, 1);
+    assert_eq!(port.status()["memory_lost"], 1);
+    n.rings[1].send(&[4; 70], TxLayout::Single);
+    assert_eq!(neighbour.rx_burst(0, &mut pool, &mut b), 1);
+    assert_eq!(neighbour.stats().memory_lost, 0);
+    drop(g);
+    let port = Arc::new(port);
+    still_works(&port);
+    assert_eq!(port.stats().memory_lost, 1);
+}

@@ -5,6 +5,11 @@
 //! [`Device`] slots: a ring is installed when complete (memory, size, addresses, kick, enabled,
 //! features) and removed (under the slot lock) before anything it depends on changes, so a PMD
 //! never sees a half-configured ring or an unmapped memory table.
+//!
+//! Lost memory: the handlers here touch guest memory too (activating a ring reads and writes
+//! it, a new table's first access can fault). [`Backend::memory_lost`] checks the current table
+//! and the device's flag (raised by PMDs); the endpoint asks after every message and every poll
+//! tick and closes the connection when it says so.
 use crate::msg::{feat::*, req::*, *};
 use crate::shared::{Device, Running};
 use guestmem::GuestMemory;
@@ -193,6 +198,34 @@ impl Backend {
         self.protocol = 0;
         self.owner = false;
         self.dev.set_features(0, 0);
+    }
+
+    /// The connection ends: everything is reset, and a lost-memory flag raised for it is
+    /// cleared (every queue is stopped, so no PMD can raise it again for the old table).
+    pub fn end_connection(&mut self) {
+        self.reset();
+        self.dev.clear_lost();
+    }
+
+    /// Why this connection's guest memory is gone, if it is: its table (current, or one a PMD
+    /// was still using) faulted because the frontend's file shrank or vanished.
+    pub fn memory_lost(&self) -> Option<String> {
+        if let Some(m) = &self.mem {
+            if m.poisoned() {
+                self.dev.lose(m);
+            }
+        }
+        if !self.dev.memory_lost() {
+            return None;
+        }
+        Some(match self.dev.lost_region() {
+            Some(r) => format!(
+                "guest memory lost: region {} (guest-physical {:#x}, {} bytes) shrank or vanished \
+                 under its mapping",
+                r.index, r.guest_phys_addr, r.size
+            ),
+            None => "guest memory lost: a region shrank or vanished under its mapping".into(),
+        })
     }
 
     /// Handles one message; returns the reply bytes to send, if any. Errors are counted.

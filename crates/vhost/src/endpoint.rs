@@ -13,6 +13,9 @@
 //! ring slot lock a PMD holds for one burst. So [`Endpoint::stop`] is seen within about
 //! 100 ms and [`Endpoint::join`] returns promptly whatever the frontend does. Callers that hold
 //! a lock call [`Endpoint::stop`] under it and [`Endpoint::join`] after releasing it.
+//!
+//! Guest memory found lost (the frontend shrank its memory file; see `guestmem::lost`) ends the
+//! connection the same way, within one poll tick, with a warning naming the region.
 use crate::backend::Backend;
 use crate::shared::{ConnState, Device};
 use crate::sock::{recv_msg, send_msg, set_send_timeout, RecvError, MSG_DEADLINE};
@@ -191,14 +194,15 @@ impl Drop for Endpoint {
     }
 }
 
-/// Waits until `fd` is readable (or hung up). False when asked to stop.
-fn wait_readable(fd: impl AsFd, stop: &AtomicBool) -> bool {
+/// Waits until `fd` is readable (or hung up). False when asked to stop or when `give_up` says
+/// so (checked every poll tick).
+fn wait_readable(fd: impl AsFd, stop: &AtomicBool, give_up: &dyn Fn() -> bool) -> bool {
     let ts = Timespec {
         tv_sec: 0,
         tv_nsec: (POLL_MS * 1_000_000) as _,
     };
     loop {
-        if stop.load(Relaxed) {
+        if stop.load(Relaxed) || give_up() {
             return false;
         }
         let mut fds = [PollFd::new(&fd, PollFlags::IN)];
@@ -224,7 +228,7 @@ fn run_server(l: UnixListener, path: &Path, dev: Arc<Device>, stop: Arc<AtomicBo
     let mut backend = Backend::new(Arc::clone(&dev));
     loop {
         dev.set_conn_state(ConnState::Listening);
-        if !wait_readable(&l, &stop) {
+        if !wait_readable(&l, &stop, &|| false) {
             return;
         }
         match l.accept() {
@@ -232,7 +236,7 @@ fn run_server(l: UnixListener, path: &Path, dev: Arc<Device>, stop: Arc<AtomicBo
                 if s.set_nonblocking(false).is_ok() {
                     serve(&s, path, &mut backend, &dev, &stop);
                 }
-                backend.reset();
+                backend.end_connection();
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(_) => sleep_unless_stopped(10, &stop),
@@ -247,7 +251,7 @@ fn run_client(path: &Path, reconnect_ms: u64, dev: Arc<Device>, stop: Arc<Atomic
         match connect_now(path) {
             Ok(s) => {
                 serve(&s, path, &mut backend, &dev, &stop);
-                backend.reset();
+                backend.end_connection();
             }
             Err(_) => sleep_unless_stopped(reconnect_ms.max(1), &stop),
         }
@@ -259,7 +263,11 @@ fn run_client(path: &Path, reconnect_ms: u64, dev: Arc<Device>, stop: Arc<Atomic
 fn serve(s: &UnixStream, path: &Path, backend: &mut Backend, dev: &Device, stop: &AtomicBool) {
     tracing::info!(socket = %path.display(), "vhost-user: frontend connected");
     let why = serve_messages(s, backend, dev, stop);
-    tracing::info!(socket = %path.display(), reason = why, "vhost-user: connection closed");
+    if dev.memory_lost() {
+        tracing::warn!(socket = %path.display(), reason = why, "vhost-user: connection closed");
+    } else {
+        tracing::info!(socket = %path.display(), reason = why, "vhost-user: connection closed");
+    }
 }
 
 /// The message loop of [`serve`]; returns why it ended.
@@ -274,10 +282,29 @@ fn serve_messages(
     if let Err(e) = set_send_timeout(s, MSG_DEADLINE) {
         return format!("socket error: {e}");
     }
-    while wait_readable(s, stop) {
+    let lost = |backend: &Backend| {
+        let why = backend.memory_lost()?;
+        dev.stats.memory_lost.fetch_add(1, Relaxed);
+        Some(why)
+    };
+    loop {
+        if let Some(why) = lost(backend) {
+            return why;
+        }
+        if !wait_readable(s, stop, &|| dev.memory_lost()) {
+            if let Some(why) = lost(backend) {
+                return why;
+            }
+            break;
+        }
         match recv_msg(s, stop) {
             Ok(m) => {
-                if let Some(reply) = backend.handle(m) {
+                let reply = backend.handle(m);
+                // A message that touched lost memory (a ring activated in it) gets no reply.
+                if let Some(why) = lost(backend) {
+                    return why;
+                }
+                if let Some(reply) = reply {
                     if let Err(e) = send_msg(s, &reply, &[]) {
                         if matches!(
                             e.kind(),

@@ -21,7 +21,7 @@ pub mod sock;
 pub mod sockfile;
 
 pub use endpoint::{Endpoint, Mode};
-pub use shared::{broken_count, ConnState, Device, RingState};
+pub use shared::{broken_count, ConnState, Device, LostRegion, RingState};
 
 #[cfg(test)]
 mod tests;

@@ -9,10 +9,22 @@
 //! usual case, held for one burst). The mutex is not fair, so a PMD bursting back to back could
 //! starve the control thread; the control thread raises the slot's `wanted` flag first, and
 //! PMDs skip a slot while it is raised (a few microseconds).
+//!
+//! Lost guest memory: after every access to guest memory (a burst, a status read) the thread
+//! that made it checks the table's `poisoned` flag (see `guestmem::lost`: the frontend's file
+//! shrank or vanished and the mapping now holds zero pages). A PMD that finds it drops that
+//! burst's packets (counted in [`DeviceStats::memory_lost_drops`]) and raises the device's
+//! `lost` flag; from then on every burst skips the device, without waiting on anything. The
+//! control thread sees the flag within one poll tick, logs it, closes the connection and clears
+//! the flag once every queue is stopped, so the frontend can reconnect with fresh memory.
+use guestmem::GuestMemory;
 use packet::{Batch, Pool};
 use std::fs::File;
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU32, AtomicU64, AtomicU8,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use std::sync::{Arc, Mutex, TryLockError};
 use virtq::{Burst, Queue};
 
@@ -95,6 +107,21 @@ pub struct DeviceStats {
     pub protocol_errors: AtomicU64,
     /// Connections accepted or made.
     pub connections: AtomicU64,
+    /// Connections closed because their guest memory shrank or vanished.
+    pub memory_lost: AtomicU64,
+    /// Packets dropped because the guest memory they were in (or were going to) was lost.
+    pub memory_lost_drops: AtomicU64,
+}
+
+/// The guest memory region that was found lost (for the log line).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LostRegion {
+    /// Index in the memory table.
+    pub index: usize,
+    /// Guest-physical start.
+    pub guest_phys_addr: u64,
+    /// Size in bytes.
+    pub size: u64,
 }
 
 /// The PMD-facing half of a vhost-user device.
@@ -111,6 +138,11 @@ pub struct Device {
     state: AtomicU8,
     /// NUMA node of the guest memory + 1 (0: unknown).
     numa: AtomicU32,
+    /// The connection's guest memory was lost: every burst skips the device until the control
+    /// thread has closed the connection and stopped every queue.
+    lost: AtomicBool,
+    /// Which region: index + 1 (0: not known), guest-physical start, size.
+    lost_region: [AtomicU64; 3],
     /// Counters.
     pub stats: DeviceStats,
 }
@@ -127,6 +159,8 @@ impl Device {
             protocol_features: AtomicU64::new(0),
             state: AtomicU8::new(ConnState::Stopped as u8),
             numa: AtomicU32::new(0),
+            lost: AtomicBool::new(false),
+            lost_region: Default::default(),
             stats: DeviceStats::default(),
         }
     }
@@ -188,6 +222,39 @@ impl Device {
     pub(crate) fn set_features(&self, f: u64, pf: u64) {
         self.features.store(f, Relaxed);
         self.protocol_features.store(pf, Relaxed);
+    }
+
+    /// True once the connection's guest memory was found lost (until the control thread has
+    /// closed that connection).
+    #[inline]
+    pub fn memory_lost(&self) -> bool {
+        self.lost.load(Acquire)
+    }
+
+    /// The region found lost, if known.
+    pub fn lost_region(&self) -> Option<LostRegion> {
+        let index = (self.lost_region[0].load(Relaxed) as usize).checked_sub(1)?;
+        Some(LostRegion {
+            index,
+            guest_phys_addr: self.lost_region[1].load(Relaxed),
+            size: self.lost_region[2].load(Relaxed),
+        })
+    }
+
+    /// Any thread: `mem` (this connection's table) was found poisoned. No locks, no allocation.
+    pub(crate) fn lose(&self, mem: &GuestMemory) {
+        if let Some((i, spec)) = mem.lost_region() {
+            self.lost_region[1].store(spec.guest_phys_addr, Relaxed);
+            self.lost_region[2].store(spec.memory_size, Relaxed);
+            self.lost_region[0].store(i as u64 + 1, Relaxed);
+        }
+        self.lost.store(true, Release);
+    }
+
+    /// Control thread, with every queue stopped (no PMD can raise it again for the old table).
+    pub(crate) fn clear_lost(&self) {
+        self.lost.store(false, Release);
+        self.lost_region[0].store(0, Relaxed);
     }
 
     fn lock_slot(&self, vring: usize) -> std::sync::MutexGuard<'_, Option<Running>> {
@@ -254,7 +321,7 @@ impl Device {
         else {
             return Burst::default();
         };
-        if self.wanted[i].load(Relaxed) {
+        if self.wanted[i].load(Relaxed) || self.memory_lost() {
             return Burst::default();
         }
         let slot = &self.slots[i];
@@ -266,7 +333,27 @@ impl Device {
         let Some(r) = g.as_mut() else {
             return Burst::default();
         };
-        let b = r.queue.dequeue(pool, out);
+        let before = out.len();
+        let mut b = r.queue.dequeue(pool, out);
+        if r.queue.mem().poisoned() {
+            // What this burst copied may come from zero pages, not from the guest: drop it.
+            let n = out.len().saturating_sub(before);
+            for _ in 0..n {
+                if let Some(p) = out.pop() {
+                    pool.put(p);
+                }
+            }
+            // Every packet this burst took (delivered or found malformed) came from lost
+            // memory: count them all as such.
+            let lost = u64::from(b.malformed) + u64::from(b.too_big) + n as u64;
+            self.lose(r.queue.mem());
+            self.stats.memory_lost_drops.fetch_add(lost, Relaxed);
+            b = Burst {
+                broke: b.broke,
+                notify: b.notify,
+                ..Burst::default()
+            };
+        }
         r.notify(&b);
         self.account(&b);
         b
@@ -280,9 +367,28 @@ impl Device {
         if self.wanted[i].load(Relaxed) {
             return None;
         }
+        if self.memory_lost() {
+            self.stats
+                .memory_lost_drops
+                .fetch_add(pkts.len() as u64, Relaxed);
+            return Some(Burst::default());
+        }
         let mut g = self.lock_slot(i);
         let r = g.as_mut()?;
-        let b = r.queue.enqueue(pkts.as_slice());
+        let mut b = r.queue.enqueue(pkts.as_slice());
+        if r.queue.mem().poisoned() {
+            // Whatever this burst did went to (or was decided from) zero pages the guest
+            // never sees: every packet of it is lost.
+            self.lose(r.queue.mem());
+            self.stats
+                .memory_lost_drops
+                .fetch_add(pkts.len() as u64, Relaxed);
+            b = Burst {
+                broke: b.broke,
+                notify: b.notify,
+                ..Burst::default()
+            };
+        }
         r.notify(&b);
         self.account(&b);
         Some(b)
@@ -294,13 +400,19 @@ impl Device {
         (0..self.slots.len())
             .filter_map(|i| {
                 self.peek_slot(i, |s| {
-                    s.as_ref().map(|r| RingState {
-                        vring: i,
-                        size: r.queue.size(),
-                        driver_avail: r.queue.driver_avail_idx(),
-                        last_avail: r.queue.last_avail(),
-                        used: r.queue.used_idx(),
-                        broken: r.queue.broken().is_some(),
+                    s.as_ref().map(|r| {
+                        let driver_avail = r.queue.driver_avail_idx();
+                        if r.queue.mem().poisoned() {
+                            self.lose(r.queue.mem());
+                        }
+                        RingState {
+                            vring: i,
+                            size: r.queue.size(),
+                            driver_avail,
+                            last_avail: r.queue.last_avail(),
+                            used: r.queue.used_idx(),
+                            broken: r.queue.broken().is_some() || self.memory_lost(),
+                        }
                     })
                 })
             })

@@ -142,6 +142,7 @@ pub fn stats_data(rows: &[(String, PortStats)]) -> Value {
                     "tx_packets": s.tx_packets, "tx_bytes": s.tx_bytes,
                     "rx_errors": s.rx_errors, "tx_errors": s.tx_errors,
                     "drops": drops,
+                    "memory_lost": s.memory_lost,
                 })
             })
             .collect(),
@@ -169,6 +170,9 @@ pub fn stats_text(rows: &[(String, PortStats)]) -> String {
             .map(|(r, n)| format!("{}={n}", reason_name(*r)))
             .collect();
         let _ = writeln!(s, "  drops={} {}", st.total_drops(), drops.join(" "));
+        if st.memory_lost > 0 {
+            let _ = writeln!(s, "  memory lost: {} connection(s)", st.memory_lost);
+        }
     }
     s
 }
