@@ -163,6 +163,12 @@ impl Runtime {
         if let Some(mode) = &cfg.fail_mode {
             of.set_fail_mode(fail_mode(mode));
         }
+        if let Some(p) = &cfg.protocols {
+            match ofswitch::Protocols::parse(p) {
+                Ok(p) => of.set_protocols(p),
+                Err(e) => tracing::error!(bridge = %name, error = %e, "bad saved protocols"),
+            }
+        }
         if !cfg.controllers.is_empty() {
             if let Err(e) = of.set_controllers(&cfg.controllers) {
                 tracing::error!(bridge = %name, error = %e, "cannot set controllers");
@@ -302,6 +308,12 @@ impl Runtime {
     /// Replaces a bridge's controllers.
     pub fn set_controllers(&mut self, br: &str, targets: &[String]) -> Result<(), String> {
         self.bridge_of(br)?.set_controllers(targets)
+    }
+
+    /// Sets the OpenFlow versions a bridge negotiates.
+    pub fn set_protocols(&mut self, br: &str, p: ofswitch::Protocols) -> Result<(), String> {
+        self.bridge_of(br)?.set_protocols(p);
+        Ok(())
     }
 
     /// Sets a bridge's fail mode.
