@@ -288,3 +288,5 @@ pub use examples::examples;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod version_tests;

@@ -76,9 +76,10 @@ pub(crate) fn decode_body(h: Header, r: &mut Reader<'_>) -> Result<Message, OfEr
         t::FLOW_MOD => Message::FlowMod(decode_flow_mod(r)?),
         t::PORT_MOD => Message::PortMod(decode_port_mod(r)?),
         t::STATS_REQUEST => Message::MultipartRequest(stats::decode_request(r)?),
+        t::STATS_REPLY => Message::MultipartReply(stats::decode_reply(r)?),
         t::BARRIER_REQUEST => finish(r, Message::BarrierRequest)?,
         t::BARRIER_REPLY => finish(r, Message::BarrierReply)?,
-        // Replies Vireo never receives as a switch, queues it has none of.
+        // Queue configuration (Vireo has no queues to describe).
         _ => return Err(errors::BAD_REQUEST_BAD_TYPE),
     })
 }

@@ -6,9 +6,11 @@
 
 use super::apply_actions;
 use super::fields::{self, port_from10, port_to10};
+use crate::action::Instruction;
 use crate::buf::{len_u16, Reader, Writer};
 use crate::error::{errors, OfError};
 use crate::msg::{finish, FlowStatsRequest, MultipartReply, MultipartReplyBody, GROUP_ANY};
+use crate::msg::{AggregateStats, Desc, FlowStats, PortStats, TableStats};
 use crate::msg::{MultipartRequest, MultipartRequestBody};
 
 /// `ofp_stats_types` of 1.0.
@@ -187,4 +189,118 @@ pub(crate) fn encode_reply(m: &MultipartReply, out: &mut Vec<u8>) -> Result<(), 
         _ => return Err(errors::BAD_REQUEST_BAD_TYPE),
     }
     Ok(())
+}
+
+fn all<T>(
+    r: &mut Reader<'_>,
+    fixed: Option<usize>,
+    f: impl Fn(&mut Reader<'_>) -> Result<T, OfError>,
+) -> Result<Vec<T>, OfError> {
+    if fixed.is_some_and(|n| !r.remaining().is_multiple_of(n)) {
+        return Err(errors::BAD_REQUEST_BAD_LEN);
+    }
+    let mut v = Vec::new();
+    while !r.is_empty() {
+        v.push(f(r)?);
+    }
+    Ok(v)
+}
+
+fn decode_flow_stats(r: &mut Reader<'_>) -> Result<FlowStats, OfError> {
+    let len = usize::from(r.peek_u16()?);
+    let mut e = r.sub(len, errors::BAD_REQUEST_BAD_LEN)?;
+    e.skip(2)?;
+    let table_id = e.u8()?;
+    e.skip(1)?;
+    let matches = fields::decode_match(&mut e)?;
+    let duration_sec = e.u32()?;
+    let duration_nsec = e.u32()?;
+    let priority = e.u16()?;
+    let idle_timeout = e.u16()?;
+    let hard_timeout = e.u16()?;
+    e.skip(6)?;
+    let cookie = e.u64()?;
+    let packet_count = e.u64()?;
+    let byte_count = e.u64()?;
+    let actions = fields::decode_actions(&mut e, Some(&matches))?;
+    Ok(FlowStats {
+        table_id,
+        duration_sec,
+        duration_nsec,
+        priority,
+        idle_timeout,
+        hard_timeout,
+        flags: 0,
+        cookie,
+        packet_count,
+        byte_count,
+        matches,
+        instructions: if actions.is_empty() {
+            vec![]
+        } else {
+            vec![Instruction::ApplyActions(actions)]
+        },
+    })
+}
+
+fn decode_table_stats(r: &mut Reader<'_>) -> Result<TableStats, OfError> {
+    let table_id = r.u8()?;
+    r.skip(3 + 32 + 4 + 4)?;
+    Ok(TableStats {
+        table_id,
+        active_count: r.u32()?,
+        lookup_count: r.u64()?,
+        matched_count: r.u64()?,
+    })
+}
+
+fn decode_port_stats(r: &mut Reader<'_>) -> Result<PortStats, OfError> {
+    let port_no = port_from10(r.u16()?);
+    r.skip(6)?;
+    let mut c = [0u64; 12];
+    for v in &mut c {
+        *v = r.u64()?;
+    }
+    Ok(PortStats {
+        port_no,
+        rx_packets: c[0],
+        tx_packets: c[1],
+        rx_bytes: c[2],
+        tx_bytes: c[3],
+        rx_dropped: c[4],
+        tx_dropped: c[5],
+        rx_errors: c[6],
+        tx_errors: c[7],
+        rx_frame_err: c[8],
+        rx_over_err: c[9],
+        rx_crc_err: c[10],
+        collisions: c[11],
+        duration_sec: 0,
+        duration_nsec: 0,
+    })
+}
+
+/// Decodes a 1.0 STATS_REPLY (for peers and tests; a switch never receives one).
+pub(crate) fn decode_reply(r: &mut Reader<'_>) -> Result<MultipartReply, OfError> {
+    use stats_type as t;
+    use MultipartReplyBody as B;
+    let stype = r.u16()?;
+    let flags = r.u16()?;
+    let body = match stype {
+        t::DESC => B::Desc(Desc::decode(r)?),
+        t::FLOW => B::Flow(all(r, None, decode_flow_stats)?),
+        t::AGGREGATE => {
+            let a = AggregateStats {
+                packet_count: r.u64()?,
+                byte_count: r.u64()?,
+                flow_count: r.u32()?,
+            };
+            r.skip(4)?;
+            finish(r, B::Aggregate(a))?
+        }
+        t::TABLE => B::Table(all(r, Some(TABLE_STATS_LEN), decode_table_stats)?),
+        t::PORT => B::PortStats(all(r, Some(PORT_STATS_LEN), decode_port_stats)?),
+        _ => return Err(errors::BAD_REQUEST_BAD_MULTIPART),
+    };
+    Ok(MultipartReply { flags, body })
 }
