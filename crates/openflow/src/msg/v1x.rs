@@ -376,7 +376,8 @@ fn decode_flow_desc(r: &mut Reader<'_>) -> Result<FlowStats, OfError> {
 
 fn encode_reply(m: &MultipartReply, v15: bool, out: &mut Vec<u8>) -> Result<bool, OfError> {
     use MultipartReplyBody as B;
-    let (mtype, f): (u16, &dyn Fn(&mut Vec<u8>)) = match &m.body {
+    type Body<'a> = &'a dyn Fn(&mut Vec<u8>);
+    let (mtype, f): (u16, Body<'_>) = match &m.body {
         B::PortDesc(v) => (mp::PORT_DESC, &|o| v.iter().for_each(|p| encode_port(p, o))),
         B::PortStats(v) => (mp::PORT_STATS, &|o| {
             v.iter().for_each(|p| encode_port_stats(p, o))

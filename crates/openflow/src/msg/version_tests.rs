@@ -105,8 +105,11 @@ fn flow_mod10(wc: u32, nw_proto: u8, command: u16, flags: u16, actions: &[u8]) -
     frame(OFP10, v10::msg_type::FLOW_MOD, &b)
 }
 
+/// (what, frame, error in the model, (type, code) as the frame's version writes it).
+type Case = (&'static str, Vec<u8>, OfError, (u16, u16));
+
 /// Each malformed message's error in the model and as the version writes it.
-fn check(cases: Vec<(&str, Vec<u8>, OfError, (u16, u16))>) {
+fn check(cases: Vec<Case>) {
     for (what, b, model, wire) in cases {
         let v = b[0];
         let e = decode(&b).expect_err(what);

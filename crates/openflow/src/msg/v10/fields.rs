@@ -47,7 +47,7 @@ pub fn port_from10(p: u16) -> u32 {
 
 /// A model port number in 1.0 (ports 0xff00..0xffffff00 cannot be written: `OFPP_NONE`).
 pub fn port_to10(p: u32) -> u16 {
-    if p < 0xff00 || p >= 0xffff_ff00 {
+    if !(0xff00..0xffff_ff00).contains(&p) {
         p as u16
     } else {
         0xffff

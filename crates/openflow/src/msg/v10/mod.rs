@@ -200,7 +200,7 @@ fn decode_features(r: &mut Reader<'_>) -> Result<FeaturesReply, OfError> {
     r.skip(3)?;
     let capabilities = r.u32()? & 0x67;
     r.skip(4)?;
-    if r.remaining() % PHY_PORT_LEN != 0 {
+    if !r.remaining().is_multiple_of(PHY_PORT_LEN) {
         return Err(errors::BAD_REQUEST_BAD_LEN);
     }
     while !r.is_empty() {
