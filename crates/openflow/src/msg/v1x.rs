@@ -1,14 +1,15 @@
 //! Where OpenFlow 1.4 and 1.5 differ from 1.3 on the wire, for the messages Vireo handles:
 //! `ofp_port` with an Ethernet property (PORT_STATUS, PORT_DESC; 1.4+), port statistics with
 //! an Ethernet property (1.4+), PORT_MOD with an Ethernet property (1.4+), the PORT_DESC
-//! request's port filter (1.5), flow statistics as `ofp_flow_desc` with OXS statistics and
-//! aggregate statistics as OXS (1.5), and PACKET_OUT whose input port is a match (1.5).
+//! and GROUP_DESC requests' filters (1.5), flow statistics as `ofp_flow_desc` with OXS statistics and
+//! aggregate statistics as OXS (1.5), FLOW_REMOVED with OXS statistics (1.5), and
+//! PACKET_OUT whose input port is a match (1.5).
 //! Everything else is shared with the 1.3 codec. Pure codec; runs on the decoding thread.
 
 use super::multipart::multipart_type as mp;
 use super::{finish, msg_type, Header, Message, MultipartReply, MultipartReplyBody};
+use super::{FlowRemoved, PortStats, PortStatus};
 use super::{FlowStats, MultipartRequest, MultipartRequestBody, PacketOut, Port, PortMod};
-use super::{PortStats, PortStatus};
 use crate::action::{decode_actions, decode_instructions, encode_actions, encode_instructions};
 use crate::buf::{len_u16, Reader, Writer};
 use crate::error::{errors, OfError};
@@ -32,22 +33,23 @@ pub(crate) fn decode_body(h: Header, r: &mut Reader<'_>) -> Result<Option<Messag
         }
         msg_type::PORT_MOD => Message::PortMod(decode_port_mod(r)?),
         msg_type::PACKET_OUT if v15 => Message::PacketOut(decode_packet_out15(r)?),
+        msg_type::FLOW_REMOVED if v15 => Message::FlowRemoved(decode_flow_removed15(r)?),
         msg_type::MULTIPART_REQUEST if v15 => {
-            // Only PORT_DESC's request differs (it gained a port filter).
-            if r.peek_u16()? != mp::PORT_DESC {
-                return Ok(None);
-            }
+            // PORT_DESC and GROUP_DESC requests gained a port / group filter in 1.5; Vireo
+            // answers with every port / group whatever the filter.
+            let body = match r.peek_u16()? {
+                mp::PORT_DESC => MultipartRequestBody::PortDesc,
+                mp::GROUP_DESC => MultipartRequestBody::GroupDesc,
+                _ => return Ok(None),
+            };
             r.skip(2)?;
             let flags = r.u16()?;
             r.skip(4)?;
-            let _port = r.u32()?;
+            let _filter = r.u32()?;
             r.skip(4)?;
             finish(
                 r,
-                Message::MultipartRequest(MultipartRequest {
-                    flags,
-                    body: MultipartRequestBody::PortDesc,
-                }),
+                Message::MultipartRequest(MultipartRequest { flags, body }),
             )?
         }
         msg_type::GROUP_MOD if v15 => return Err(errors::BAD_REQUEST_BAD_TYPE),
@@ -77,11 +79,23 @@ pub(crate) fn encode_body(m: &Message, version: u8, out: &mut Vec<u8>) -> Result
             out.put_u32(p.advertise);
         }
         Message::PacketOut(p) if v15 => encode_packet_out15(p, out),
-        Message::MultipartRequest(r) if v15 && r.body == MultipartRequestBody::PortDesc => {
-            out.put_u16(mp::PORT_DESC);
+        Message::FlowRemoved(f) if v15 => encode_flow_removed15(f, out),
+        Message::MultipartRequest(r)
+            if v15
+                && matches!(
+                    r.body,
+                    MultipartRequestBody::PortDesc | MultipartRequestBody::GroupDesc
+                ) =>
+        {
+            let (mtype, all) = if r.body == MultipartRequestBody::PortDesc {
+                (mp::PORT_DESC, super::port_no::ANY)
+            } else {
+                (mp::GROUP_DESC, super::GROUP_ALL)
+            };
+            out.put_u16(mtype);
             out.put_u16(r.flags);
             out.pad(4);
-            out.put_u32(super::port_no::ANY);
+            out.put_u32(all);
             out.pad(4);
         }
         Message::GroupMod(_) if v15 => return Err(errors::BAD_REQUEST_BAD_TYPE),
@@ -497,4 +511,58 @@ fn encode_packet_out15(p: &PacketOut, out: &mut Vec<u8>) {
     let alen = len_u16(out, start);
     out.set_u16(len_at, alen);
     out.extend_from_slice(&p.data);
+}
+
+fn encode_flow_removed15(f: &FlowRemoved, out: &mut Vec<u8>) {
+    out.put_u8(f.table_id);
+    out.put_u8(f.reason);
+    out.put_u16(f.priority);
+    out.put_u16(f.idle_timeout);
+    out.put_u16(f.hard_timeout);
+    out.put_u64(f.cookie);
+    f.matches.encode(out);
+    let duration = (u64::from(f.duration_sec) << 32) | u64::from(f.duration_nsec);
+    encode_oxs(
+        &[
+            (oxs::DURATION, duration, 8),
+            (oxs::PACKET_COUNT, f.packet_count, 8),
+            (oxs::BYTE_COUNT, f.byte_count, 8),
+        ],
+        out,
+    );
+}
+
+fn decode_flow_removed15(r: &mut Reader<'_>) -> Result<FlowRemoved, OfError> {
+    let table_id = r.u8()?;
+    let reason = r.u8()?;
+    let priority = r.u16()?;
+    let idle_timeout = r.u16()?;
+    let hard_timeout = r.u16()?;
+    let cookie = r.u64()?;
+    let matches = Match::decode(r)?;
+    let mut f = FlowRemoved {
+        cookie,
+        priority,
+        reason,
+        table_id,
+        duration_sec: 0,
+        duration_nsec: 0,
+        idle_timeout,
+        hard_timeout,
+        packet_count: 0,
+        byte_count: 0,
+        matches,
+    };
+    for (k, v) in decode_oxs(r)? {
+        match k {
+            oxs::DURATION => {
+                f.duration_sec = (v >> 32) as u32;
+                f.duration_nsec = v as u32;
+            }
+            oxs::PACKET_COUNT => f.packet_count = v,
+            oxs::BYTE_COUNT => f.byte_count = v,
+            _ => {}
+        }
+    }
+    finish(r, f)
 }
