@@ -404,7 +404,16 @@ impl Session {
                 match self.shared.handler.handle(self.id, xid, m) {
                     Ok(replies) => {
                         for r in &replies {
-                            self.send(xid, r);
+                            let frames = encode_frames(self.version, xid, r);
+                            if frames.is_empty() {
+                                // A reply this version cannot express (e.g. 1.5 group
+                                // descriptions): the request gets an error, not silence.
+                                self.send_error(xid, errors::BAD_REQUEST_BAD_TYPE, frame);
+                                break;
+                            }
+                            if !frames.into_iter().all(|f| self.outbox.push_wait(f)) {
+                                break;
+                            }
                         }
                     }
                     Err(e) => self.send_error(xid, e, frame),
