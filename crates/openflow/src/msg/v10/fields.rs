@@ -281,8 +281,10 @@ pub mod action_type {
     pub const VENDOR: u16 = 0xffff;
 }
 
-/// Bitmap of the 1.0 action types Vireo accepts (FEATURES_REPLY `actions`).
-pub const SUPPORTED_ACTIONS: u32 = (1 << 12) - 1;
+/// Bitmap of the 1.0 action types Vireo executes (FEATURES_REPLY `actions`): OUTPUT through
+/// SET_TP_DST. ENQUEUE decodes (as SET_QUEUE + OUTPUT) but the pipeline has no queues and
+/// refuses it, so it is not advertised.
+pub const SUPPORTED_ACTIONS: u32 = (1 << 11) - 1;
 
 /// Decodes a 1.0 action list. `m` is the rule's match (None for PACKET_OUT): it decides
 /// whether SET_VLAN_VID/PCP rewrite a tag the match requires or push one (1.0's "set or
