@@ -130,6 +130,8 @@ pub struct ControllerStatus {
     pub connected: bool,
     /// Role of the (first) session: "equal", "master", "slave"; "" when not connected.
     pub role: String,
+    /// The session's negotiated version (`OpenFlow13`); "" when not connected.
+    pub version: String,
 }
 
 enum Handle {
@@ -387,6 +389,9 @@ impl BridgeOf {
                 ControllerStatus {
                     connected: c.is_some(),
                     role: c.map_or(String::new(), |c| role_name(c.role).to_string()),
+                    version: c.map_or(String::new(), |c| {
+                        openflow::version::version_name(c.version)
+                    }),
                     target,
                 }
             })

@@ -328,7 +328,7 @@ impl Runtime {
             Ok(of) => serde_json::Value::Array(
                 of.controllers()
                     .iter()
-                    .map(|c| serde_json::json!({ "target": c.target, "connected": c.connected, "role": c.role }))
+                    .map(|c| serde_json::json!({ "target": c.target, "connected": c.connected, "role": c.role, "version": c.version }))
                     .collect(),
             ),
             Err(_) => serde_json::Value::Null,
