@@ -23,7 +23,7 @@ pub enum GroupType {
 }
 
 impl GroupType {
-    fn from_u8(v: u8) -> Result<Self, OfError> {
+    pub(crate) fn from_u8(v: u8) -> Result<Self, OfError> {
         Ok(match v {
             0 => Self::All,
             1 => Self::Select,
@@ -33,7 +33,7 @@ impl GroupType {
         })
     }
 
-    fn to_u8(self) -> u8 {
+    pub(crate) fn to_u8(self) -> u8 {
         match self {
             Self::All => 0,
             Self::Select => 1,

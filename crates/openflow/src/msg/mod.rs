@@ -8,6 +8,7 @@
 mod basic;
 mod flow;
 mod group;
+mod group15;
 mod multipart;
 mod table;
 pub mod v10;

@@ -2,8 +2,8 @@
 //! `ofp_port` with an Ethernet property (PORT_STATUS, PORT_DESC; 1.4+), port statistics with
 //! an Ethernet property (1.4+), PORT_MOD with an Ethernet property (1.4+), the PORT_DESC
 //! and GROUP_DESC requests' filters (1.5), flow statistics as `ofp_flow_desc` with OXS statistics and
-//! aggregate statistics as OXS (1.5), FLOW_REMOVED with OXS statistics (1.5), and
-//! PACKET_OUT whose input port is a match (1.5).
+//! aggregate statistics as OXS (1.5), FLOW_REMOVED with OXS statistics (1.5), PACKET_OUT
+//! whose input port is a match (1.5), and 1.5 groups ([`super::group15`]).
 //! Everything else is shared with the 1.3 codec. Pure codec; runs on the decoding thread.
 
 use super::multipart::multipart_type as mp;
@@ -52,7 +52,7 @@ pub(crate) fn decode_body(h: Header, r: &mut Reader<'_>) -> Result<Option<Messag
                 Message::MultipartRequest(MultipartRequest { flags, body }),
             )?
         }
-        msg_type::GROUP_MOD if v15 => return Err(errors::BAD_REQUEST_BAD_TYPE),
+        msg_type::GROUP_MOD if v15 => Message::GroupMod(super::group15::decode_group_mod(r)?),
         msg_type::MULTIPART_REPLY => return decode_reply(h, r),
         _ => return Ok(None),
     }))
@@ -98,7 +98,7 @@ pub(crate) fn encode_body(m: &Message, version: u8, out: &mut Vec<u8>) -> Result
             out.put_u32(all);
             out.pad(4);
         }
-        Message::GroupMod(_) if v15 => return Err(errors::BAD_REQUEST_BAD_TYPE),
+        Message::GroupMod(g) if v15 => super::group15::encode_group_mod(g, out),
         Message::MultipartReply(r) => return encode_reply(r, v15, out),
         _ => return Ok(false),
     }
@@ -407,8 +407,10 @@ fn encode_reply(m: &MultipartReply, v15: bool, out: &mut Vec<u8>) -> Result<bool
                 o,
             )
         }),
-        // 1.5 group descriptions carry bucket ids and properties; not written yet.
-        B::GroupDesc(_) if v15 => return Err(errors::BAD_REQUEST_BAD_TYPE),
+        B::GroupDesc(v) if v15 => (mp::GROUP_DESC, &|o| {
+            v.iter()
+                .for_each(|g| super::group15::encode_group_desc(g, o))
+        }),
         _ => return Ok(false),
     };
     out.put_u16(mtype);
@@ -439,7 +441,7 @@ fn decode_reply(h: Header, r: &mut Reader<'_>) -> Result<Option<Message>, OfErro
                 }
                 finish(r, B::Aggregate(a))?
             }
-            mp::GROUP_DESC if v15 => return Err(errors::BAD_REQUEST_BAD_MULTIPART),
+            mp::GROUP_DESC if v15 => B::GroupDesc(all(r, super::group15::decode_group_desc)?),
             _ => return Ok(None),
         }))
     };

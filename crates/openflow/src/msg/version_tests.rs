@@ -43,12 +43,10 @@ fn examples_roundtrip_in_every_version() {
                 assert_eq!(back, m, "v{v}");
             }
         }
-        // 1.0 lacks groups, table mods, roles, table features, port desc; 1.5 group mods are
-        // not written yet.
+        // 1.0 lacks groups, table mods, roles, table features, port desc.
         let want = match v {
             OFP10 => 20,
-            OFP14 => examples().len(),
-            _ => examples().len() - 2,
+            _ => examples().len(),
         };
         assert!(encoded >= want, "v{v}: {encoded} of {}", examples().len());
     }
@@ -281,10 +279,24 @@ fn malformed_1_4_and_1_5_messages_get_their_errors() {
             (1, 6),
         ),
         (
-            "1.5 group-mod (1.5 buckets not implemented)",
-            frame(OFP15, msg_type::GROUP_MOD, &[0; 16]),
-            errors::BAD_REQUEST_BAD_TYPE,
-            (1, 1),
+            "1.5 insert-bucket (bucket editing not supported)",
+            frame(
+                OFP15,
+                msg_type::GROUP_MOD,
+                &[0, 3, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff],
+            ),
+            errors::GROUP_MOD_FAILED_BAD_COMMAND,
+            (6, 11),
+        ),
+        (
+            "1.5 bucket array longer than the message",
+            frame(
+                OFP15,
+                msg_type::GROUP_MOD,
+                &[0, 0, 0, 0, 0, 0, 0, 1, 0, 64, 0, 0, 0xff, 0xff, 0xff, 0xff],
+            ),
+            errors::GROUP_MOD_FAILED_BAD_BUCKET,
+            (6, 12),
         ),
         (
             "1.4 experimenter",
