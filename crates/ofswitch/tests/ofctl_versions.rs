@@ -328,3 +328,43 @@ fn groups_in_1_4_and_1_5() {
         o.stderr
     );
 }
+
+/// `table=N` from plain ovs-ofctl: it turns on Nicira's NXT_FLOW_MOD_TABLE_ID and puts the
+/// table in the 1.0 FLOW_MOD's command; the rule lands in that table.
+#[test]
+fn table_ids_in_a_1_0_session() {
+    if !have_ofctl() {
+        return;
+    }
+    let h = start();
+    must(
+        &h,
+        None,
+        "add-flow",
+        &["table=3,priority=5,in_port=2,actions=output:1"],
+    );
+    let pf = h.pl.dump_flows_text("br0", Some("table=3")).unwrap();
+    assert_eq!(pf.len(), 1, "{pf:?}");
+    assert!(pf[0].contains("priority=5,in_port=p2"), "{pf:?}");
+    let out = must(&h, None, "dump-flows", &["table=3"]);
+    assert!(
+        out.contains("table=3, n_packets=0")
+            && out.contains("priority=5,in_port=2 actions=output:1"),
+        "{out}"
+    );
+    // Rules without table= still go to table 0; del-flows table=3 leaves table 0 alone.
+    must(
+        &h,
+        None,
+        "add-flow",
+        &["priority=6,in_port=2,actions=output:3"],
+    );
+    must(&h, None, "del-flows", &["table=3"]);
+    assert!(h
+        .pl
+        .dump_flows_text("br0", Some("table=3"))
+        .unwrap()
+        .is_empty());
+    let t0 = h.pl.dump_flows_text("br0", Some("table=0")).unwrap();
+    assert_eq!(t0.len(), 2, "{t0:?}");
+}

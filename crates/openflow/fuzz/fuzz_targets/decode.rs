@@ -3,15 +3,21 @@
 //! frame (and of the input with its length field patched to fit), and the round-trip
 //! property that a decoded message re-encodes in its own version to bytes that decode to a
 //! message that re-encodes to the same bytes. A message that decodes in 1.0/1.4/1.5 must
-//! also encode in the 1.3 model and decode back.
+//! also encode in the 1.3 model and decode back. 1.0 FLOW_MODs are also decoded as they are
+//! after Nicira's NXT_FLOW_MOD_TABLE_ID (table id in the command's high byte).
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use openflow::conn::FrameReader;
-use openflow::msg::decode_versioned;
+use openflow::msg::{decode_versioned, v10};
 
 fn check(frame: &[u8]) {
+    // The 1.0 session's Nicira table-id path (NXT_FLOW_MOD_TABLE_ID state) decodes too.
+    let _ = v10::nx_flow_mod_table_id(frame);
+    if let Ok((xid, m)) = v10::decode_flow_mod_table_id(frame) {
+        let _ = m.encode_version(1, xid);
+    }
     let Ok((version, xid, msg)) = decode_versioned(frame) else {
         return;
     };

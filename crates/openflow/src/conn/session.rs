@@ -145,6 +145,9 @@ struct Session {
     hello_done: bool,
     /// The negotiated version (before negotiation: our highest, for our HELLO and errors).
     version: u8,
+    /// 1.0 only: the peer turned on Nicira's NXT_FLOW_MOD_TABLE_ID (a FLOW_MOD's command
+    /// carries a table id in its high byte).
+    nx_table_id: bool,
     last_rx: Instant,
     echo_sent: Option<Instant>,
     echo_xid: u32,
@@ -191,6 +194,7 @@ pub(crate) fn run(shared: Arc<Shared>, stream: Stream) -> bool {
         shared: shared.clone(),
         outbox,
         hello_done: false,
+        nx_table_id: false,
         version: hello.version,
         last_rx: Instant::now(),
         echo_sent: None,
@@ -300,7 +304,19 @@ impl Session {
             // Answer in the peer's version so it can read the refusal.
             self.version = fversion;
         }
-        let msg = match decode_versioned(frame) {
+        if self.hello_done && self.version == OFP10 {
+            if let Some(on) = v10::nx_flow_mod_table_id(frame) {
+                // Acknowledged by the absence of an error, as Open vSwitch does.
+                self.nx_table_id = on;
+                return Flow::Continue;
+            }
+        }
+        let decoded = if self.nx_table_id && ftype == v10::msg_type::FLOW_MOD {
+            v10::decode_flow_mod_table_id(frame).map(|(x, m)| (OFP10, x, m))
+        } else {
+            decode_versioned(frame)
+        };
+        let msg = match decoded {
             Ok((_, _, msg)) => msg,
             Err(e) => {
                 debug!(conn = self.id, error = %e, "bad OpenFlow message");

@@ -335,3 +335,40 @@ fn errors_map_to_1_0_codes() {
         assert_eq!(e.for_version(OFP15), e);
     }
 }
+
+#[test]
+fn nicira_flow_mod_table_id() {
+    let mut on = vec![1, 4, 0, 24, 0, 0, 0, 5, 0, 0, 0x23, 0x20, 0, 0, 0, 15, 1];
+    on.extend_from_slice(&[0; 7]);
+    assert_eq!(v10::nx_flow_mod_table_id(&on), Some(true));
+    let mut off = on.clone();
+    off[16] = 0;
+    assert_eq!(v10::nx_flow_mod_table_id(&off), Some(false));
+    let mut other = on.clone();
+    other[15] = 12; // NXT_SET_FLOW_FORMAT
+    assert_eq!(v10::nx_flow_mod_table_id(&other), None);
+    assert_eq!(v10::nx_flow_mod_table_id(&on[..20]), None);
+    // The command's high byte is the table.
+    let output = [0, 0, 0, 8, 0, 2, 0, 0];
+    let all = v10::fields::wildcards::ALL;
+    let mut add = flow_mod10(all, 0, 0, 0, &output);
+    add[56] = 7;
+    match v10::decode_flow_mod_table_id(&add) {
+        Ok((_, Message::FlowMod(fm))) => assert_eq!(fm.table_id, 7),
+        other => panic!("{other:?}"),
+    }
+    add[56] = 0xff;
+    let e = v10::decode_flow_mod_table_id(&add).unwrap_err();
+    assert_eq!(e, errors::FLOW_MOD_FAILED_BAD_TABLE_ID);
+    assert_eq!(e.for_version(OFP10), OfError::new(1, 5));
+    let mut del = flow_mod10(all, 0, 3, 0, &[]);
+    del[56] = 0xff;
+    match v10::decode_flow_mod_table_id(&del) {
+        Ok((_, Message::FlowMod(fm))) => assert_eq!(fm.table_id, TABLE_ALL),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        v10::decode_flow_mod_table_id(&del[..40]),
+        Err(errors::BAD_REQUEST_BAD_LEN)
+    );
+}

@@ -1,9 +1,11 @@
 //! OpenFlow 1.0 wire format, translated to and from the 1.3-shaped [`Message`] model:
 //! message types, FEATURES_REPLY with its port list, `ofp_phy_port`, PACKET_IN/OUT,
 //! FLOW_MOD/FLOW_REMOVED with the fixed match ([`fields`]), PORT_MOD, the statistics
-//! messages ([`stats`]) and BARRIER. Vendor (Nicira) messages are refused with
-//! `OFPBRC_BAD_VENDOR`, which is what makes `ovs-ofctl` fall back from NXM to the standard
-//! 1.0 match. Pure codec; runs on the decoding thread.
+//! messages ([`stats`]) and BARRIER. Of the vendor (Nicira) messages only
+//! `NXT_FLOW_MOD_TABLE_ID` is understood (the connection layer keeps its state; see
+//! [`decode_flow_mod_table_id`]); the rest are refused with `OFPBRC_BAD_VENDOR`, which is
+//! what makes `ovs-ofctl` fall back from NXM to the standard 1.0 match. Pure codec; runs on
+//! the decoding thread.
 
 pub mod fields;
 pub mod stats;
@@ -462,4 +464,42 @@ fn decode_port_mod(r: &mut Reader<'_>) -> Result<PortMod, OfError> {
             advertise,
         },
     )
+}
+
+/// Nicira's vendor id.
+pub const NX_VENDOR_ID: u32 = 0x0000_2320;
+/// `NXT_FLOW_MOD_TABLE_ID` subtype.
+pub const NXT_FLOW_MOD_TABLE_ID: u32 = 15;
+
+/// `Some(enable)` if `frame` is a well-formed 1.0 `NXT_FLOW_MOD_TABLE_ID` (header, vendor,
+/// subtype, `set` byte, 7 bytes of padding).
+pub fn nx_flow_mod_table_id(frame: &[u8]) -> Option<bool> {
+    if frame.len() != 24 || frame[0] != crate::version::OFP10 || frame[1] != msg_type::VENDOR {
+        return None;
+    }
+    let word = |i: usize| u32::from_be_bytes([frame[i], frame[i + 1], frame[i + 2], frame[i + 3]]);
+    (word(8) == NX_VENDOR_ID && word(12) == NXT_FLOW_MOD_TABLE_ID).then_some(frame[16] != 0)
+}
+
+/// Decodes a 1.0 FLOW_MOD sent after `NXT_FLOW_MOD_TABLE_ID` turned table ids on: the
+/// command's high byte names the table (`0xff` = every table, for deletes).
+pub fn decode_flow_mod_table_id(frame: &[u8]) -> Result<(u32, Message), OfError> {
+    // Header (8) + ofp_match (40) + cookie (8): the command's high byte.
+    const AT: usize = 8 + fields::MATCH_LEN + 8;
+    let Some(&table_id) = frame.get(AT) else {
+        return Err(errors::BAD_REQUEST_BAD_LEN);
+    };
+    let mut f = frame.to_vec();
+    f[AT] = 0;
+    let (xid, msg) = super::decode(&f)?;
+    let Message::FlowMod(mut fm) = msg else {
+        return Err(errors::BAD_REQUEST_BAD_TYPE);
+    };
+    if table_id == TABLE_ALL && !fm.command.is_delete() {
+        return Err(errors::FLOW_MOD_FAILED_BAD_TABLE_ID);
+    }
+    if !(fm.command.is_delete() && table_id == TABLE_ALL) {
+        fm.table_id = table_id;
+    }
+    Ok((xid, Message::FlowMod(fm)))
 }
