@@ -71,6 +71,12 @@ impl SwitchHandler for Endpoint {
         }
     }
 
+    fn ports(&self) -> Vec<Port> {
+        crate::stats::ports(&self.inner)
+            .map(|v| v.iter().map(crate::stats::port_desc).collect())
+            .unwrap_or_default()
+    }
+
     fn handle(&self, conn: ConnId, _xid: u32, msg: Message) -> Result<Vec<Message>, OfError> {
         self.inner.handle(conn, self.controller, msg)
     }

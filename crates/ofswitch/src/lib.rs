@@ -1,4 +1,4 @@
-//! One bridge's OpenFlow 1.3 endpoint: [`BridgeOf`] listens on the bridge's management socket
+//! One bridge's OpenFlow endpoint (versions 1.0, 1.3, 1.4, 1.5; see [`BridgeOf::set_protocols`]): [`BridgeOf`] listens on the bridge's management socket
 //! (`unix:RUN_DIR/BR.mgmt`, for `ovs-ofctl`), keeps the configured controller connections, and
 //! maps OpenFlow messages onto the bridge's [`ofproto::Pipeline`] (the only flow table: nothing
 //! is duplicated here) and onto the datapath through [`DatapathHooks`].
@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use ofproto::Pipeline;
 use openflow::conn::{ConnConfig, Connector, Listener, OfSwitch, Target};
 use openflow::msg::{Message, PortStatus, Role};
+pub use openflow::Protocols;
 use tracing::info;
 
 use handler::{lock, Endpoint, Inner};
@@ -129,6 +130,8 @@ pub struct ControllerStatus {
     pub connected: bool,
     /// Role of the (first) session: "equal", "master", "slave"; "" when not connected.
     pub role: String,
+    /// The session's negotiated version (`OpenFlow13`); "" when not connected.
+    pub version: String,
 }
 
 enum Handle {
@@ -278,6 +281,19 @@ impl BridgeOf {
         self.inner.dpid.store(dpid, Ordering::Relaxed);
     }
 
+    /// Sets the OpenFlow versions new connections may negotiate, on the management socket
+    /// and with controllers alike (like OVS's `protocols` column); live sessions keep theirs.
+    pub fn set_protocols(&self, p: Protocols) {
+        self.ctrl.set_protocols(p);
+        self.mgmt.set_protocols(p);
+        info!(bridge = %self.inner.bridge, protocols = %p, "OpenFlow versions set");
+    }
+
+    /// The OpenFlow versions new connections may negotiate.
+    pub fn protocols(&self) -> Protocols {
+        self.mgmt.protocols()
+    }
+
     /// Replaces the controller set: `tcp:IP[:PORT]`, `unix:PATH` (active, reconnecting with
     /// backoff), `ptcp:PORT[:IP]` (listen). Every target is validated before any is applied;
     /// targets already configured keep their connection.
@@ -373,6 +389,9 @@ impl BridgeOf {
                 ControllerStatus {
                     connected: c.is_some(),
                     role: c.map_or(String::new(), |c| role_name(c.role).to_string()),
+                    version: c.map_or(String::new(), |c| {
+                        openflow::version::version_name(c.version)
+                    }),
                     target,
                 }
             })

@@ -25,6 +25,35 @@ impl OfError {
     pub fn keeps_connection(&self) -> bool {
         self.etype != error_type::HELLO_FAILED
     }
+
+    /// This (OpenFlow 1.3) error as wire version `version` writes it. 1.4 and 1.5 keep the
+    /// 1.3 numbers for every code Vireo sends. OpenFlow 1.0 has fewer types and codes: those
+    /// with a 1.0 equivalent are renumbered (FLOW_MOD_FAILED is type 3, PORT_MOD_FAILED 4,
+    /// QUEUE_OP_FAILED 5; the first nine BAD_REQUEST and BAD_ACTION codes are the same), the
+    /// rest (bad match, bad instruction, group, table, role and meter errors, newer codes)
+    /// become `OFPET_BAD_REQUEST/OFPBRC_EPERM`, 1.0's catch-all refusal.
+    pub fn for_version(self, version: u8) -> OfError {
+        if version != crate::version::OFP10 {
+            return self;
+        }
+        use error_type as t;
+        const EPERM: OfError = OfError::new(t::BAD_REQUEST, 5);
+        match (self.etype, self.code) {
+            (t::HELLO_FAILED, 0..=1) | (t::BAD_REQUEST, 0..=8) => self,
+            (t::BAD_ACTION, 0..=8) => self,
+            (t::BAD_ACTION, 13) => OfError::new(t::BAD_ACTION, 0),
+            (t::BAD_ACTION, 14) => OfError::new(t::BAD_ACTION, 1),
+            (t::BAD_ACTION, _) => OfError::new(t::BAD_ACTION, 5),
+            // OFPFMFC_ALL_TABLES_FULL, OVERLAP, EPERM, BAD_COMMAND.
+            (t::FLOW_MOD_FAILED, 1) => OfError::new(3, 0),
+            (t::FLOW_MOD_FAILED, 3) => OfError::new(3, 1),
+            (t::FLOW_MOD_FAILED, 4) => OfError::new(3, 2),
+            (t::FLOW_MOD_FAILED, 6) => OfError::new(3, 4),
+            (t::PORT_MOD_FAILED, 0..=1) => OfError::new(4, self.code),
+            (t::QUEUE_OP_FAILED, 0..=2) => OfError::new(5, self.code),
+            _ => EPERM,
+        }
+    }
 }
 
 impl fmt::Display for OfError {

@@ -1,4 +1,5 @@
-//! OpenFlow 1.3 for Vireo: a typed, panic-free wire codec ([`msg`], [`oxm`], [`action`]) and
+//! OpenFlow 1.0, 1.3, 1.4 and 1.5 for Vireo (see [`version`]; the [`msg::Message`] model
+//! follows 1.3 and each version is translated to and from it): a typed, panic-free wire codec ([`msg`], [`oxm`], [`action`]) and
 //! connections ([`conn`]): passive listeners (`unix:PATH`, `ptcp:PORT[:IP]`), active
 //! connectors (`tcp:IP:PORT`, `unix:PATH`) with backoff and echo keepalive, and the
 //! [`conn::SwitchHandler`] trait the daemon implements.
@@ -44,8 +45,10 @@ pub mod conn;
 pub mod error;
 pub mod msg;
 pub mod oxm;
+pub mod version;
 
 pub use action::{Action, Instruction};
 pub use error::{errors, OfError};
 pub use msg::*;
 pub use oxm::{Match, OxmField};
+pub use version::Protocols;

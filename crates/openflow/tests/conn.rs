@@ -14,7 +14,7 @@ use common::client::Client;
 use openflow::conn::{ConnConfig, OfSwitch, Stream};
 use openflow::msg::*;
 use openflow::oxm::{Match, OxmField};
-use openflow::{errors, OfError};
+use openflow::{errors, OfError, Protocols};
 
 fn with_len(mut v: Vec<u8>) -> Vec<u8> {
     let l = v.len() as u16;
@@ -126,23 +126,28 @@ fn malformed_input_gets_spec_errors_and_other_connections_stay_served() {
 #[test]
 fn version_negotiation_failures_close_with_hello_failed() {
     let h = common::start();
-    // A 1.0-only peer (no bitmap, header version 1).
+    // A 1.1-only peer (no bitmap, header version 2): Vireo speaks 1.0, 1.3, 1.4, 1.5.
     let mut old = Client::unix(&h.sock);
-    old.send_raw(&[1, 0, 0, 8, 0, 0, 0, 5]);
+    old.send_raw(&[2, 0, 0, 8, 0, 0, 0, 5]);
     assert!(matches!(old.recv(), Some((_, Message::Hello(_)))));
     match old.recv() {
         Some((5, Message::Error(e))) => {
             assert_eq!(e.error(), errors::HELLO_FAILED_INCOMPATIBLE);
-            assert!(String::from_utf8_lossy(&e.data).contains("1.3"));
+            let text = String::from_utf8_lossy(&e.data).to_string();
+            assert!(
+                text.contains("OpenFlow10,OpenFlow13,OpenFlow14,OpenFlow15"),
+                "{text}"
+            );
         }
         other => panic!("{other:?}"),
     }
     assert!(old.closed_within(Duration::from_secs(2)));
-    // A bitmap without 1.3 (1.0 and 1.5), header version 6.
+    // A bitmap with only 1.1 and 1.2, header version 3.
     let mut bm = Client::unix(&h.sock);
+    bm.version = 3;
     let hello = Message::Hello(Hello {
-        version: 6,
-        bitmap: Some(vec![(1 << 1) | (1 << 6)]),
+        version: 3,
+        bitmap: Some(vec![(1 << 2) | (1 << 3)]),
     });
     bm.send(6, &hello);
     assert!(matches!(bm.recv(), Some((_, Message::Hello(_)))));
@@ -158,7 +163,7 @@ fn version_negotiation_failures_close_with_hello_failed() {
         matches!(rude.recv(), Some((7, Message::Error(e))) if e.error() == errors::HELLO_FAILED_INCOMPATIBLE)
     );
     assert!(rude.closed_within(Duration::from_secs(2)));
-    // A newer peer whose bitmap includes 1.3 negotiates 1.3.
+    // A newer peer whose bitmap has 1.3 and 1.5 gets 1.5, the highest common version.
     let mut new = Client::unix(&h.sock);
     new.send(
         8,
@@ -167,8 +172,72 @@ fn version_negotiation_failures_close_with_hello_failed() {
             bitmap: Some(vec![(1 << 4) | (1 << 6)]),
         }),
     );
-    assert!(matches!(new.recv(), Some((_, Message::Hello(_)))));
+    match new.recv() {
+        Some((_, Message::Hello(ours))) => {
+            assert_eq!(ours.version, 6);
+            assert_eq!(ours.bitmap, Some(vec![0b111_0010]));
+        }
+        other => panic!("{other:?}"),
+    }
+    new.version = 6;
     new.ping(9);
+    assert_eq!(new.last_version, 6);
+    assert_eq!(h.of.connections().last().map(|c| c.version), Some(6));
+    // A 1.3 message on a 1.5 connection: BAD_VERSION, and the connection stays up.
+    new.version = 4;
+    new.send(10, &Message::EchoRequest(vec![]));
+    assert!(
+        matches!(new.recv(), Some((10, Message::Error(e))) if e.error() == errors::BAD_REQUEST_BAD_VERSION)
+    );
+    new.version = 6;
+    new.ping(11);
+}
+
+#[test]
+fn protocols_setting_limits_negotiation() {
+    let h = common::start();
+    // ovs-ofctl's default HELLO: version 1.0, no bitmap.
+    let mut of10 = Client::unix(&h.sock);
+    of10.version = 1;
+    of10.send_raw(&[1, 0, 0, 8, 0, 0, 0, 1]);
+    match of10.recv() {
+        Some((_, Message::Hello(ours))) => assert_eq!(ours.version, 6),
+        other => panic!("{other:?}"),
+    }
+    of10.ping(2);
+    assert_eq!(of10.last_version, 1);
+    // 1.0's BARRIER is type 18; a 1.3 BARRIER (type 20) is 1.0's queue request: BAD_TYPE.
+    of10.send_raw(&[1, 18, 0, 8, 0, 0, 0, 3]);
+    assert!(matches!(of10.recv(), Some((3, Message::BarrierReply))));
+    let e = of10.expect_error(&[1, 20, 0, 8, 0, 0, 0, 4], 4);
+    assert_eq!(e.error(), errors::BAD_REQUEST_BAD_TYPE);
+    // Limited to 1.3: the 1.0 peer is refused naming what is allowed; 1.3 still works.
+    h.of.set_protocols(Protocols::parse("OpenFlow13").unwrap());
+    assert_eq!(h.of.protocols().to_string(), "OpenFlow13");
+    let mut refused = Client::unix(&h.sock);
+    refused.send_raw(&[1, 0, 0, 8, 0, 0, 0, 5]);
+    match refused.recv() {
+        Some((_, Message::Hello(ours))) => {
+            assert_eq!(ours.version, 4);
+            assert_eq!(ours.bitmap, Some(vec![1 << 4]));
+        }
+        other => panic!("{other:?}"),
+    }
+    match refused.recv() {
+        Some((5, Message::Error(e))) => {
+            assert_eq!(e.error(), errors::HELLO_FAILED_INCOMPATIBLE);
+            assert_eq!(refused.last_version, 1, "refusal in the peer's version");
+            let text = String::from_utf8_lossy(&e.data).to_string();
+            assert!(text.contains("we support OpenFlow13"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(refused.closed_within(Duration::from_secs(2)));
+    let mut c13 = Client::connected(&h.sock);
+    c13.ping(6);
+    // The live 1.0 session keeps its version.
+    of10.ping(7);
+    assert_eq!(of10.last_version, 1);
 }
 
 #[test]

@@ -68,6 +68,34 @@ pub fn ofctl(sock: &Path, opts: &[&str], cmd: &str, args: &[&str]) -> Out {
     }
 }
 
+/// Runs `ovs-ofctl [-O VERSION] OPTS CMD unix:SOCK ARGS...`; `version` None = no `-O`
+/// (ovs-ofctl's default, OpenFlow 1.0), as an OVS how-to types it.
+pub fn ofctl_version(
+    sock: &Path,
+    version: Option<&str>,
+    opts: &[&str],
+    cmd: &str,
+    args: &[&str],
+) -> Out {
+    let target = format!("unix:{}", sock.display());
+    let mut c = Command::new("timeout");
+    c.args(["30", "ovs-ofctl"]);
+    if let Some(v) = version {
+        c.args(["-O", v]);
+    }
+    let out = c
+        .args(opts)
+        .args([cmd, &target])
+        .args(args)
+        .output()
+        .expect("run ovs-ofctl");
+    Out {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
 /// [`ofctl`] that must succeed; its standard output.
 pub fn ofctl_must(sock: &Path, cmd: &str, args: &[&str]) -> String {
     let o = ofctl(sock, &[], cmd, args);

@@ -21,6 +21,7 @@ OpenFlow:
   add-flow BR FLOW | add-flows BR FILE | mod-flows [--strict] BR FLOW
   del-flows [--strict] BR [MATCH] | dump-flows BR [MATCH]
   set-controller BR TARGET... | del-controller BR | set-fail-mode BR standalone|secure
+  set-bridge BR protocols=OpenFlow10,OpenFlow13,OpenFlow14,OpenFlow15
 testing (dummy ports):
   inject PORT HEX | capture PORT
   version";

@@ -48,6 +48,9 @@ pub struct BridgeConfig {
     /// `standalone` or `secure`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fail_mode: Option<String>,
+    /// Allowed OpenFlow versions (`OpenFlow10,OpenFlow13,...`); absent = all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocols: Option<String>,
 }
 
 /// The whole configuration.

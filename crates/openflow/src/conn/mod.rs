@@ -10,8 +10,14 @@
 //! peer); asynchronous messages pushed with [`OfSwitch::broadcast`] never wait: a connection
 //! whose queue is full is dropped.
 //!
+//! Versions: each connection negotiates the highest version both ends allow (the switch's
+//! [`Protocols`], set with [`OfSwitch::set_protocols`]: 1.0, 1.3, 1.4, 1.5 by default) and
+//! from then on every message it sends or receives is encoded in that version; a message of
+//! another version draws BAD_REQUEST/BAD_VERSION. The handler sees only the 1.3-shaped model.
+//!
 //! The connection layer answers HELLO, ECHO, FEATURES_REQUEST (from
-//! [`SwitchHandler::features`]), BARRIER and ROLE_REQUEST itself, refuses state changes from
+//! [`SwitchHandler::features`], with [`SwitchHandler::ports`] in 1.0), BARRIER and
+//! ROLE_REQUEST itself, refuses state changes from
 //! slave controllers, and turns decode errors into `OFPT_ERROR` replies carrying the first 64
 //! bytes of the offending message. Everything else goes to [`SwitchHandler::handle`], called
 //! on the connection's reader thread, one message at a time per connection.
@@ -32,12 +38,13 @@ pub use stream::{Stream, Target, DEFAULT_PORT};
 
 use std::collections::HashMap;
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::error::{errors, OfError};
-use crate::msg::{FeaturesReply, Message, Role, RoleMsg};
+use crate::msg::{FeaturesReply, Message, Port, Role, RoleMsg};
+use crate::version::Protocols;
 use session::Outbox;
 
 /// Identifies one connection for the lifetime of the process.
@@ -47,6 +54,11 @@ pub type ConnId = u64;
 pub trait SwitchHandler: Send + Sync + 'static {
     /// Contents of FEATURES_REPLY (datapath id, tables, capabilities).
     fn features(&self) -> FeaturesReply;
+
+    /// The ports, for an OpenFlow 1.0 FEATURES_REPLY (1.3+ peers ask with PORT_DESC).
+    fn ports(&self) -> Vec<Port> {
+        Vec::new()
+    }
 
     /// A decoded message from controller `conn` (not HELLO, ECHO, FEATURES_REQUEST,
     /// BARRIER or ROLE_REQUEST, which the connection layer answers). The returned messages
@@ -106,6 +118,8 @@ pub struct ConnInfo {
     pub role: Role,
     /// Version negotiation finished.
     pub ready: bool,
+    /// The negotiated wire version (0 before negotiation).
+    pub version: u8,
 }
 
 struct ConnEntry {
@@ -113,6 +127,7 @@ struct ConnEntry {
     peer: String,
     role: Role,
     ready: bool,
+    version: u8,
 }
 
 #[derive(Default)]
@@ -127,6 +142,8 @@ pub(crate) struct Shared {
     config: ConnConfig,
     state: Mutex<State>,
     next_id: AtomicU64,
+    /// Allowed versions (a [`Protocols`] bitmap), read at each HELLO.
+    protocols: AtomicU32,
 }
 
 impl Shared {
@@ -144,14 +161,20 @@ impl Shared {
             peer,
             role: Role::Equal,
             ready: false,
+            version: 0,
         };
         self.lock().conns.insert(id, e);
     }
 
-    fn set_ready(&self, id: ConnId) {
+    fn set_ready(&self, id: ConnId, version: u8) {
         if let Some(e) = self.lock().conns.get_mut(&id) {
             e.ready = true;
+            e.version = version;
         }
+    }
+
+    fn protocols(&self) -> Protocols {
+        Protocols::from_bits(self.protocols.load(Ordering::Relaxed))
     }
 
     fn unregister(&self, id: ConnId) {
@@ -210,6 +233,7 @@ impl OfSwitch {
             config,
             state: Mutex::new(State::default()),
             next_id: AtomicU64::new(0),
+            protocols: AtomicU32::new(Protocols::ALL.bits()),
         };
         OfSwitch {
             shared: Arc::new(shared),
@@ -232,27 +256,45 @@ impl OfSwitch {
         ))
     }
 
+    /// Sets the versions new connections may negotiate (live connections keep theirs).
+    pub fn set_protocols(&self, p: Protocols) {
+        self.shared.protocols.store(p.bits(), Ordering::Relaxed);
+    }
+
+    /// The versions new connections may negotiate.
+    pub fn protocols(&self) -> Protocols {
+        self.shared.protocols()
+    }
+
     /// Pushes an asynchronous message (PACKET_IN, PORT_STATUS, FLOW_REMOVED, …, xid 0) to
     /// every ready connection whose role wants it (slaves get only PORT_STATUS). Never
     /// blocks; a connection whose queue is full is dropped. Returns how many were sent.
     pub fn broadcast(&self, msg: &Message) -> usize {
-        let frames = session::encode_frames(0, msg);
-        if frames.is_empty() {
-            return 0;
-        }
-        let targets: Vec<Outbox> = {
+        let targets: Vec<(u8, Outbox)> = {
             let st = self.shared.lock();
             st.conns
                 .values()
                 .filter(|e| e.ready)
                 .filter(|e| e.role != Role::Slave || matches!(msg, Message::PortStatus(_)))
-                .map(|e| e.outbox.clone())
+                .map(|e| (e.version, e.outbox.clone()))
                 .collect()
         };
-        targets
-            .iter()
-            .filter(|o| frames.iter().all(|f| o.push(f.clone())))
-            .count()
+        // Encoded once per version in use.
+        let mut encoded: Vec<(u8, Vec<Vec<u8>>)> = Vec::new();
+        let mut sent = 0;
+        for (v, o) in &targets {
+            let frames = match encoded.iter().find(|(ev, _)| ev == v) {
+                Some((_, f)) => f,
+                None => {
+                    encoded.push((*v, session::encode_frames(*v, 0, msg)));
+                    &encoded[encoded.len() - 1].1
+                }
+            };
+            if !frames.is_empty() && frames.iter().all(|f| o.push(f.clone())) {
+                sent += 1;
+            }
+        }
+        sent
     }
 
     /// Sends `msg` with `xid` to one connection without blocking. False if it is gone or
@@ -263,9 +305,10 @@ impl OfSwitch {
             .lock()
             .conns
             .get(&conn)
-            .map(|e| e.outbox.clone());
+            .filter(|e| e.ready)
+            .map(|e| (e.version, e.outbox.clone()));
         match outbox {
-            Some(o) => session::encode_frames(xid, msg)
+            Some((v, o)) => session::encode_frames(v, xid, msg)
                 .into_iter()
                 .all(|f| o.push(f)),
             None => false,
@@ -283,6 +326,7 @@ impl OfSwitch {
                 peer: e.peer.clone(),
                 role: e.role,
                 ready: e.ready,
+                version: e.version,
             })
             .collect();
         v.sort_by_key(|c| c.id);

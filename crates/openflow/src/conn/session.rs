@@ -18,7 +18,8 @@ use super::framing::{FrameError, FrameReader};
 use super::stream::Stream;
 use super::{ConnId, Shared};
 use crate::error::{errors, OfError};
-use crate::msg::{decode, ErrorMsg, Header, Hello, Message, Role, MAX_MSG_LEN};
+use crate::msg::{decode_versioned, msg_type, v10, ErrorMsg, Header, Message, Role, MAX_MSG_LEN};
+use crate::version::{version_name, OFP10, OFP13, SUPPORTED};
 
 /// The socket's writing end, shared by the writer thread and the reader thread, and the
 /// number of frames queued but not yet written. Whoever writes holds the lock; a frame is
@@ -88,13 +89,19 @@ impl Outbox {
     }
 }
 
-/// Encodes a message, splitting multipart replies to fit; unencodable messages are logged
-/// and dropped.
-pub(crate) fn encode_frames(xid: u32, msg: &Message) -> Vec<Vec<u8>> {
+/// Encodes a message in wire version `version`, splitting multipart replies to fit;
+/// unencodable messages are logged and dropped.
+pub(crate) fn encode_frames(version: u8, xid: u32, msg: &Message) -> Vec<Vec<u8>> {
+    // Split by 1.3 sizes; other versions' entries can be up to about 1.5 times larger.
+    let max = if version == OFP13 {
+        MAX_MSG_LEN
+    } else {
+        MAX_MSG_LEN * 5 / 8
+    };
     let parts = match msg {
         Message::MultipartReply(r) => r
             .clone()
-            .split(MAX_MSG_LEN)
+            .split(max)
             .into_iter()
             .map(Message::MultipartReply)
             .collect(),
@@ -102,10 +109,10 @@ pub(crate) fn encode_frames(xid: u32, msg: &Message) -> Vec<Vec<u8>> {
     };
     let mut out = Vec::with_capacity(parts.len());
     for p in parts {
-        match p.encode(xid) {
+        match p.encode_version(version, xid) {
             Ok(b) => out.push(b),
             Err(e) => {
-                warn!(msg_type = p.msg_type(), error = %e, "OpenFlow message too large, dropped");
+                warn!(msg_type = p.msg_type(), version, error = %e, "OpenFlow message cannot be encoded, dropped");
                 return Vec::new();
             }
         }
@@ -136,6 +143,11 @@ struct Session {
     shared: Arc<Shared>,
     outbox: Outbox,
     hello_done: bool,
+    /// The negotiated version (before negotiation: our highest, for our HELLO and errors).
+    version: u8,
+    /// 1.0 only: the peer turned on Nicira's NXT_FLOW_MOD_TABLE_ID (a FLOW_MOD's command
+    /// carries a table id in its high byte).
+    nx_table_id: bool,
     last_rx: Instant,
     echo_sent: Option<Instant>,
     echo_xid: u32,
@@ -176,16 +188,19 @@ pub(crate) fn run(shared: Arc<Shared>, stream: Stream) -> bool {
     };
     shared.register(id, peer.clone(), outbox.clone());
     info!(conn = id, %peer, "OpenFlow connection opened");
+    let hello = shared.protocols().hello();
     let mut s = Session {
         id,
         shared: shared.clone(),
         outbox,
         hello_done: false,
+        nx_table_id: false,
+        version: hello.version,
         last_rx: Instant::now(),
         echo_sent: None,
         echo_xid: 0,
     };
-    s.send(0, &Message::Hello(Hello::default()));
+    s.send(0, &Message::Hello(hello));
     s.read_loop(stream, &peer);
     let hello_done = s.hello_done;
     shared.unregister(id);
@@ -240,12 +255,14 @@ impl Session {
     }
 
     fn send(&self, xid: u32, msg: &Message) -> bool {
-        encode_frames(xid, msg)
+        encode_frames(self.version, xid, msg)
             .into_iter()
             .all(|f| self.outbox.push_wait(f))
     }
 
+    /// Sends `err` (a 1.3 code) as this connection's version writes it.
     fn send_error(&self, xid: u32, err: OfError, request: &[u8]) {
+        let err = err.for_version(self.version);
         self.send(xid, &Message::Error(ErrorMsg::for_request(err, request)));
     }
 
@@ -273,9 +290,34 @@ impl Session {
     }
 
     fn on_frame(&mut self, frame: &[u8]) -> Flow {
-        let xid = Header::parse(frame).map_or(0, |h| h.xid);
-        let msg = match decode(frame) {
-            Ok((_, msg)) => msg,
+        let (xid, fversion, ftype) =
+            Header::parse(frame).map_or((0, 0, 0), |h| (h.xid, h.version, h.msg_type));
+        if self.hello_done && fversion != self.version && ftype != msg_type::HELLO {
+            debug!(
+                conn = self.id,
+                fversion, "OpenFlow message of another version"
+            );
+            self.send_error(xid, errors::BAD_REQUEST_BAD_VERSION, frame);
+            return Flow::Continue;
+        }
+        if !self.hello_done && SUPPORTED.contains(&fversion) && ftype != msg_type::HELLO {
+            // Answer in the peer's version so it can read the refusal.
+            self.version = fversion;
+        }
+        if self.hello_done && self.version == OFP10 {
+            if let Some(on) = v10::nx_flow_mod_table_id(frame) {
+                // Acknowledged by the absence of an error, as Open vSwitch does.
+                self.nx_table_id = on;
+                return Flow::Continue;
+            }
+        }
+        let decoded = if self.nx_table_id && ftype == v10::msg_type::FLOW_MOD {
+            v10::decode_flow_mod_table_id(frame).map(|(x, m)| (OFP10, x, m))
+        } else {
+            decode_versioned(frame)
+        };
+        let msg = match decoded {
+            Ok((_, _, msg)) => msg,
             Err(e) => {
                 debug!(conn = self.id, error = %e, "bad OpenFlow message");
                 self.send_error(xid, e, frame);
@@ -293,24 +335,36 @@ impl Session {
     }
 
     fn on_hello(&mut self, xid: u32, msg: Message, frame: &[u8]) -> Flow {
+        let protocols = self.shared.protocols();
         let result = match &msg {
-            Message::Hello(h) => h.negotiate(),
+            Message::Hello(h) => protocols.negotiate(h),
             _ => Err(errors::HELLO_FAILED_INCOMPATIBLE),
         };
         match result {
-            Ok(_) => {
+            Ok(v) => {
                 self.hello_done = true;
-                self.shared.set_ready(self.id);
+                self.version = v;
+                debug!(conn = self.id, version = %version_name(v), "OpenFlow version negotiated");
+                self.shared.set_ready(self.id, v);
                 let peer = self.outbox.stream.peer_name();
                 self.shared.handler.connected(self.id, &peer);
                 Flow::Continue
             }
             Err(e) => {
                 let text = match msg {
-                    Message::Hello(h) => format!(
-                        "we support only OpenFlow 1.3 (0x04); peer sent version {:#04x}",
-                        h.version
-                    ),
+                    Message::Hello(h) => {
+                        if SUPPORTED.contains(&h.version) {
+                            self.version = h.version;
+                        }
+                        format!(
+                            "we support {protocols}; peer sent version {:#04x}{}",
+                            h.version,
+                            h.bitmap
+                                .as_ref()
+                                .and_then(|b| b.first())
+                                .map_or(String::new(), |b| format!(" with version bitmap {b:#x}"))
+                        )
+                    }
                     _ => "expected HELLO".to_string(),
                 };
                 warn!(conn = self.id, %text, "OpenFlow version negotiation failed");
@@ -335,6 +389,17 @@ impl Session {
         let reply = match msg {
             Message::Hello(_) | Message::EchoReply(_) => return Flow::Continue,
             Message::EchoRequest(d) => Message::EchoReply(d),
+            Message::FeaturesRequest if self.version == OFP10 => {
+                let f = self.shared.handler.features();
+                let ports = self.shared.handler.ports();
+                match v10::features_reply(xid, &f, &ports) {
+                    Ok(b) => {
+                        self.outbox.push_wait(b);
+                    }
+                    Err(e) => warn!(conn = self.id, error = %e, "1.0 FEATURES_REPLY too large"),
+                }
+                return Flow::Continue;
+            }
             Message::FeaturesRequest => Message::FeaturesReply(self.shared.handler.features()),
             Message::BarrierRequest => {
                 self.shared.handler.barrier(self.id);
@@ -355,7 +420,16 @@ impl Session {
                 match self.shared.handler.handle(self.id, xid, m) {
                     Ok(replies) => {
                         for r in &replies {
-                            self.send(xid, r);
+                            let frames = encode_frames(self.version, xid, r);
+                            if frames.is_empty() {
+                                // A reply this version cannot express (e.g. 1.5 group
+                                // descriptions): the request gets an error, not silence.
+                                self.send_error(xid, errors::BAD_REQUEST_BAD_TYPE, frame);
+                                break;
+                            }
+                            if !frames.into_iter().all(|f| self.outbox.push_wait(f)) {
+                                break;
+                            }
                         }
                     }
                     Err(e) => self.send_error(xid, e, frame),

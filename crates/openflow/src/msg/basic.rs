@@ -64,18 +64,11 @@ impl Hello {
         }
     }
 
-    /// Negotiates with a peer's HELLO: `Ok(OFP_VERSION)` if the peer speaks 1.3, else
-    /// HELLO_FAILED/INCOMPATIBLE.
+    /// Negotiates with a peer's HELLO as a 1.3-only endpoint: `Ok(OFP_VERSION)` if the
+    /// peer speaks 1.3, else HELLO_FAILED/INCOMPATIBLE. (Switches negotiate with
+    /// [`crate::Protocols::negotiate`].)
     pub fn negotiate(&self) -> Result<u8, OfError> {
-        let ok = match &self.bitmap {
-            Some(words) => words.first().is_some_and(|w| w & (1 << OFP_VERSION) != 0),
-            None => self.version >= OFP_VERSION,
-        };
-        if ok {
-            Ok(OFP_VERSION)
-        } else {
-            Err(errors::HELLO_FAILED_INCOMPATIBLE)
-        }
+        crate::Protocols::OF13.negotiate(self)
     }
 }
 

@@ -23,7 +23,7 @@ pub enum GroupType {
 }
 
 impl GroupType {
-    fn from_u8(v: u8) -> Result<Self, OfError> {
+    pub(crate) fn from_u8(v: u8) -> Result<Self, OfError> {
         Ok(match v {
             0 => Self::All,
             1 => Self::Select,
@@ -33,7 +33,7 @@ impl GroupType {
         })
     }
 
-    fn to_u8(self) -> u8 {
+    pub(crate) fn to_u8(self) -> u8 {
         match self {
             Self::All => 0,
             Self::Select => 1,
@@ -66,7 +66,7 @@ impl Bucket {
         }
     }
 
-    fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
         let len = usize::from(
             r.peek_u16()
                 .map_err(|_| errors::GROUP_MOD_FAILED_BAD_BUCKET)?,
@@ -89,7 +89,7 @@ impl Bucket {
         })
     }
 
-    fn encode(&self, out: &mut Vec<u8>) {
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         let start = out.len();
         out.put_u16(0);
         out.put_u16(self.weight);

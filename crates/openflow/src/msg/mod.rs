@@ -1,13 +1,18 @@
-//! OpenFlow 1.3 messages: the 8-byte header, the [`Message`] enum and the top-level
-//! [`decode`] / [`Message::encode`] dispatch. Message bodies live in submodules by family.
-//! Decoding is a pure function on one complete frame; it runs on a connection's reader
-//! thread and never panics: bad input becomes the [`OfError`] the spec names.
+//! OpenFlow messages: the 8-byte header, the [`Message`] enum (shaped after OpenFlow 1.3,
+//! the model every version is translated to and from) and the top-level [`decode`] /
+//! [`Message::encode_version`] dispatch by wire version. 1.3 bodies live in submodules by
+//! family; 1.0 in [`v10`]; where 1.4 and 1.5 differ from 1.3, in [`v1x`]. Decoding is a pure
+//! function on one complete frame; it runs on a connection's reader thread and never panics:
+//! bad input becomes the [`OfError`] the spec names.
 
 mod basic;
 mod flow;
 mod group;
+mod group15;
 mod multipart;
 mod table;
+pub mod v10;
+pub mod v1x;
 
 pub use basic::*;
 pub use flow::*;
@@ -18,7 +23,7 @@ pub use table::*;
 use crate::buf::{Reader, Writer};
 use crate::error::{errors, OfError};
 
-/// The only version we speak (OpenFlow 1.3).
+/// The version of [`Message::encode`] and of the model (OpenFlow 1.3).
 pub const OFP_VERSION: u8 = 0x04;
 /// Size of `ofp_header`.
 pub const HEADER_LEN: usize = 8;
@@ -104,18 +109,28 @@ pub enum Message {
 }
 
 /// Decodes one complete frame (header included; `buf.len()` must equal the header's
-/// length). Returns the transaction id and the message, or the error to send back.
+/// length) at the version its header names (1.0, 1.3, 1.4 or 1.5; a HELLO of any version).
+/// Returns the transaction id and the message, or the error to send back (in the model's
+/// 1.3 terms: see [`OfError::for_version`]).
 pub fn decode(buf: &[u8]) -> Result<(u32, Message), OfError> {
+    decode_versioned(buf).map(|(_, xid, m)| (xid, m))
+}
+
+/// [`decode`], also returning the frame's wire version.
+pub fn decode_versioned(buf: &[u8]) -> Result<(u8, u32, Message), OfError> {
+    use crate::version::{OFP10, OFP14, OFP15};
     let h = Header::parse(buf)?;
     if usize::from(h.length) != buf.len() {
         return Err(errors::BAD_REQUEST_BAD_LEN);
     }
-    if h.version != OFP_VERSION && h.msg_type != msg_type::HELLO {
-        return Err(errors::BAD_REQUEST_BAD_VERSION);
-    }
     let mut r = Reader::new(&buf[HEADER_LEN..], errors::BAD_REQUEST_BAD_LEN);
-    let msg = decode_body(h, &mut r)?;
-    Ok((h.xid, msg))
+    let msg = match h.version {
+        _ if h.msg_type == msg_type::HELLO => Message::Hello(Hello::decode(h.version, &mut r)?),
+        OFP10 => v10::decode_body(h, &mut r)?,
+        OFP_VERSION | OFP14 | OFP15 => decode_body(h, &mut r)?,
+        _ => return Err(errors::BAD_REQUEST_BAD_VERSION),
+    };
+    Ok((h.version, h.xid, msg))
 }
 
 /// Fails with BAD_LEN unless the body was consumed exactly.
@@ -129,6 +144,11 @@ pub(crate) fn finish<T>(r: &Reader<'_>, v: T) -> Result<T, OfError> {
 
 fn decode_body(h: Header, r: &mut Reader<'_>) -> Result<Message, OfError> {
     use msg_type as t;
+    if h.version != OFP_VERSION {
+        if let Some(m) = v1x::decode_body(h, r)? {
+            return Ok(m);
+        }
+    }
     Ok(match h.msg_type {
         t::HELLO => Message::Hello(Hello::decode(h.version, r)?),
         t::ERROR => Message::Error(ErrorMsg::decode(r)?),
@@ -193,16 +213,34 @@ impl Message {
     /// result would exceed 65535 bytes (split multipart replies first, see
     /// [`MultipartReply::split`]).
     pub fn encode(&self, xid: u32) -> Result<Vec<u8>, OfError> {
+        self.encode_version(OFP_VERSION, xid)
+    }
+
+    /// Encodes the message in wire version `version` (1.0, 1.3, 1.4 or 1.5; a HELLO keeps
+    /// its own version). Fails with BAD_REQUEST/BAD_TYPE for a message that version cannot
+    /// express (e.g. a GROUP_MOD in 1.0), BAD_REQUEST/BAD_VERSION for an unsupported version.
+    pub fn encode_version(&self, version: u8, xid: u32) -> Result<Vec<u8>, OfError> {
+        use crate::version::{OFP10, OFP14, OFP15};
         let mut out = Vec::with_capacity(64);
         let version = match self {
             Message::Hello(h) => h.version,
-            _ => OFP_VERSION,
+            _ => version,
         };
         out.put_u8(version);
         out.put_u8(self.msg_type());
         out.put_u16(0);
         out.put_u32(xid);
-        self.encode_body(&mut out);
+        match version {
+            _ if matches!(self, Message::Hello(_)) => self.encode_body(&mut out),
+            OFP10 => v10::encode_body(self, &mut out)?,
+            OFP14 | OFP15 => {
+                if !v1x::encode_body(self, version, &mut out)? {
+                    self.encode_body(&mut out);
+                }
+            }
+            OFP_VERSION => self.encode_body(&mut out),
+            _ => return Err(errors::BAD_REQUEST_BAD_VERSION),
+        }
         let len = u16::try_from(out.len()).map_err(|_| errors::BAD_REQUEST_BAD_LEN)?;
         out.set_u16(2, len);
         Ok(out)
@@ -251,3 +289,5 @@ pub use examples::examples;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod version_tests;

@@ -55,7 +55,7 @@ impl Default for FlowStatsRequest {
 }
 
 impl FlowStatsRequest {
-    fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
         let table_id = r.u8()?;
         r.skip(3)?;
         let out_port = r.u32()?;
@@ -78,7 +78,7 @@ impl FlowStatsRequest {
         )
     }
 
-    fn encode(&self, out: &mut Vec<u8>) {
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         out.put_u8(self.table_id);
         out.pad(3);
         out.put_u32(self.out_port);
@@ -189,7 +189,7 @@ pub struct Desc {
 }
 
 impl Desc {
-    fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
         let d = Desc {
             mfr_desc: r.string(256)?,
             hw_desc: r.string(256)?,
@@ -200,7 +200,7 @@ impl Desc {
         finish(r, d)
     }
 
-    fn encode(&self, out: &mut Vec<u8>) {
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         out.put_string(&self.mfr_desc, 256);
         out.put_string(&self.hw_desc, 256);
         out.put_string(&self.sw_desc, 256);
@@ -227,7 +227,7 @@ pub struct FlowStats {
 }
 
 impl FlowStats {
-    fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
         let len = usize::from(r.peek_u16()?);
         let mut e = r.sub(len, errors::BAD_REQUEST_BAD_LEN)?;
         e.skip(2)?;
@@ -256,7 +256,7 @@ impl FlowStats {
         })
     }
 
-    fn encode(&self, out: &mut Vec<u8>) {
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         let start = out.len();
         out.put_u16(0);
         out.put_u8(self.table_id);
@@ -298,7 +298,7 @@ pub struct TableStats {
 impl TableStats {
     const LEN: usize = 24;
 
-    fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
         let table_id = r.u8()?;
         r.skip(3)?;
         Ok(TableStats {
@@ -309,7 +309,7 @@ impl TableStats {
         })
     }
 
-    fn encode(&self, out: &mut Vec<u8>) {
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         out.put_u8(self.table_id);
         out.pad(3);
         out.put_u32(self.active_count);
@@ -341,7 +341,7 @@ pub struct PortStats {
 impl PortStats {
     const LEN: usize = 112;
 
-    fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
         let port_no = r.u32()?;
         r.skip(4)?;
         let mut c = [0u64; 12];
@@ -369,7 +369,7 @@ impl PortStats {
         })
     }
 
-    fn encode(&self, out: &mut Vec<u8>) {
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         out.put_u32(self.port_no);
         out.pad(4);
         for v in [

@@ -68,9 +68,16 @@ fn header_errors() {
     let mut b = frame(4, msg_type::BARRIER_REQUEST, &[]);
     b[3] = 9;
     assert_eq!(decode(&b), Err(errors::BAD_REQUEST_BAD_LEN));
+    // 1.1 and 1.2 are not spoken; 1.0's type 20 is a queue request Vireo refuses.
+    for v in [2, 3, 7] {
+        assert_eq!(
+            decode(&frame(v, msg_type::BARRIER_REQUEST, &[])),
+            Err(errors::BAD_REQUEST_BAD_VERSION)
+        );
+    }
     assert_eq!(
         decode(&frame(1, msg_type::BARRIER_REQUEST, &[])),
-        Err(errors::BAD_REQUEST_BAD_VERSION)
+        Err(errors::BAD_REQUEST_BAD_TYPE)
     );
     assert_eq!(
         decode(&frame(4, 200, &[])),

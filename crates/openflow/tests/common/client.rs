@@ -12,6 +12,10 @@ use openflow::msg::*;
 pub struct Client {
     pub stream: Stream,
     framer: FrameReader,
+    /// Wire version `send` encodes in (1.3 unless a test changes it).
+    pub version: u8,
+    /// Wire version of the last message received.
+    pub last_version: u8,
 }
 
 impl Client {
@@ -31,6 +35,8 @@ impl Client {
         Client {
             stream,
             framer: FrameReader::new(),
+            version: OFP_VERSION,
+            last_version: 0,
         }
     }
 
@@ -50,7 +56,7 @@ impl Client {
     }
 
     pub fn send(&mut self, xid: u32, m: &Message) {
-        self.send_raw(&m.encode(xid).unwrap());
+        self.send_raw(&m.encode_version(self.version, xid).unwrap());
     }
 
     pub fn send_raw(&mut self, b: &[u8]) {
@@ -66,7 +72,11 @@ impl Client {
         let deadline = Instant::now() + d;
         loop {
             match self.framer.read_frame(&mut self.stream) {
-                Ok(f) => return Some(decode(&f).expect("switch sent a valid message")),
+                Ok(f) => {
+                    let (v, x, m) = decode_versioned(&f).expect("switch sent a valid message");
+                    self.last_version = v;
+                    return Some((x, m));
+                }
                 Err(e) if e.is_timeout() && Instant::now() < deadline => {}
                 Err(_) => return None,
             }

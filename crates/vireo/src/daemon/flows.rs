@@ -95,6 +95,8 @@ impl Switch {
             ("set-controller", [br, targets @ ..]) => self.set_controllers(br, targets),
             ("del-controller", [br]) => self.set_controllers(br, &[]),
             ("set-fail-mode", [br, mode]) => self.set_fail_mode(br, mode),
+            ("set-bridge", [br, kvs @ ..]) if !kvs.is_empty() => self.set_bridge(br, kvs),
+            ("set-bridge", _) => Err(usage("BR protocols=OpenFlow10,OpenFlow13,...")),
             ("set-controller", _) => Err(usage("BR TARGET...")),
             ("del-controller", _) => Err(usage("BR")),
             _ => Err(usage("BR standalone|secure")),
@@ -112,6 +114,34 @@ impl Switch {
             c.bridges.get_mut(br).expect("checked").controllers = targets.clone();
             Ok::<_, CmdError>(())
         })?;
+        Ok(Response::ok("", json!(null)))
+    }
+
+    /// `set-bridge BR protocols=LIST`: the OpenFlow versions the bridge negotiates.
+    fn set_bridge(&mut self, br: &str, kvs: &[&str]) -> CmdResult {
+        self.need_bridge(br)?;
+        let mut protocols = None;
+        for kv in kvs {
+            match kv.split_once('=') {
+                Some(("protocols", v)) => {
+                    let p = ofswitch::Protocols::parse(v)
+                        .map_err(|e| CmdError(format!("protocols: {e}")))?;
+                    protocols = Some(p);
+                }
+                _ => {
+                    return Err(CmdError(format!(
+                        "set-bridge: unknown setting {kv:?} (supported: protocols=LIST)"
+                    )))
+                }
+            }
+        }
+        if let Some(p) = protocols {
+            self.rt.set_protocols(br, p)?;
+            self.store.update(|c| {
+                c.bridges.get_mut(br).expect("checked").protocols = Some(p.to_string());
+                Ok::<_, CmdError>(())
+            })?;
+        }
         Ok(Response::ok("", json!(null)))
     }
 

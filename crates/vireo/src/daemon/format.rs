@@ -46,6 +46,7 @@ pub fn show_data(
                 "name": br,
                 "controllers": b.controllers,
                 "fail_mode": b.fail_mode.as_deref().unwrap_or("standalone"),
+                "protocols": b.protocols.clone().unwrap_or_else(|| ofswitch::Protocols::ALL.to_string()),
                 "ports": ports,
             })
         })
@@ -80,6 +81,11 @@ pub fn show_text(d: &Value) -> String {
             s,
             "        fail_mode: {}",
             b["fail_mode"].as_str().unwrap_or("?")
+        );
+        let _ = writeln!(
+            s,
+            "        protocols: {}",
+            b["protocols"].as_str().unwrap_or("?")
         );
         for c in b["controllers"].as_array().into_iter().flatten() {
             let state = if c["connected"].as_bool() == Some(true) {

@@ -176,6 +176,12 @@ impl Runtime {
         if let Some(mode) = &cfg.fail_mode {
             of.set_fail_mode(fail_mode(mode));
         }
+        if let Some(p) = &cfg.protocols {
+            match ofswitch::Protocols::parse(p) {
+                Ok(p) => of.set_protocols(p),
+                Err(e) => tracing::error!(bridge = %name, error = %e, "bad saved protocols"),
+            }
+        }
         if !cfg.controllers.is_empty() {
             if let Err(e) = of.set_controllers(&cfg.controllers) {
                 tracing::error!(bridge = %name, error = %e, "cannot set controllers");
@@ -317,6 +323,12 @@ impl Runtime {
         self.bridge_of(br)?.set_controllers(targets)
     }
 
+    /// Sets the OpenFlow versions a bridge negotiates.
+    pub fn set_protocols(&mut self, br: &str, p: ofswitch::Protocols) -> Result<(), String> {
+        self.bridge_of(br)?.set_protocols(p);
+        Ok(())
+    }
+
     /// Sets a bridge's fail mode.
     pub fn set_fail_mode(&mut self, br: &str, mode: &str) -> Result<(), String> {
         self.bridge_of(br)?.set_fail_mode(fail_mode(mode));
@@ -329,7 +341,7 @@ impl Runtime {
             Ok(of) => serde_json::Value::Array(
                 of.controllers()
                     .iter()
-                    .map(|c| serde_json::json!({ "target": c.target, "connected": c.connected, "role": c.role }))
+                    .map(|c| serde_json::json!({ "target": c.target, "connected": c.connected, "role": c.role, "version": c.version }))
                     .collect(),
             ),
             Err(_) => serde_json::Value::Null,

@@ -135,9 +135,8 @@ impl Switch {
             "capture" => arity(1, 1, "PORT").and_then(|_| self.capture(&args[0])),
             "add-flow" | "add-flows" | "mod-flows" | "del-flows" | "dump-flows"
             | "dump-megaflows" | "pmd-stats-show" | "pmd-stats-clear" | "pmd-rxq-show"
-            | "set-controller" | "del-controller" | "set-fail-mode" | "dump-macs" => {
-                self.dispatch_dp(command, args)
-            }
+            | "set-controller" | "del-controller" | "set-fail-mode" | "set-bridge"
+            | "dump-macs" => self.dispatch_dp(command, args),
             "version" => arity(0, 0, "").map(|_| {
                 let v = env!("CARGO_PKG_VERSION");
                 Response::ok(format!("vireod {v}"), json!({ "vireod": v }))
