@@ -15,15 +15,19 @@ pub enum DropReason {
     Malformed,
     /// The queue was disabled after a protocol violation.
     QueueBroken,
+    /// Left unsent because the burst ended early: the guest's descriptors used up the burst's
+    /// descriptor budget, or an earlier packet of the burst found no room in its buffers.
+    BurstCut,
 }
 
 /// Every reason, in declaration order (so `reason as usize` indexes `PortCounters::drops`).
-const REASONS: [DropReason; 5] = [
+const REASONS: [DropReason; 6] = [
     DropReason::LinkDown,
     DropReason::QueueFull,
     DropReason::TooBig,
     DropReason::Malformed,
     DropReason::QueueBroken,
+    DropReason::BurstCut,
 ];
 
 /// Live counters of one port.
@@ -35,7 +39,8 @@ pub struct PortCounters {
     tx_bytes: AtomicU64,
     rx_errors: AtomicU64,
     tx_errors: AtomicU64,
-    drops: [AtomicU64; 5],
+    drops: [AtomicU64; 6],
+    budget_cuts: AtomicU64,
 }
 
 impl PortCounters {
@@ -65,6 +70,12 @@ impl PortCounters {
         self.rx_errors.fetch_add(n, Relaxed);
     }
 
+    /// Counts a burst the per-burst descriptor budget ended early (rx or tx).
+    #[inline]
+    pub fn budget_cut(&self) {
+        self.budget_cuts.fetch_add(1, Relaxed);
+    }
+
     /// Adds a tx error.
     #[inline]
     pub fn tx_error(&self, n: u64) {
@@ -88,6 +99,7 @@ impl PortCounters {
             rx_errors: self.rx_errors.load(Relaxed),
             tx_errors: self.tx_errors.load(Relaxed),
             drops,
+            budget_cuts: self.budget_cuts.load(Relaxed),
         }
     }
 }
@@ -109,6 +121,8 @@ pub struct PortStats {
     pub tx_errors: u64,
     /// Drops by reason (only reasons with a non-zero count).
     pub drops: Vec<(DropReason, u64)>,
+    /// Bursts the per-burst descriptor budget ended early (a guest posting costly chains).
+    pub budget_cuts: u64,
 }
 
 impl PortStats {
@@ -128,7 +142,9 @@ mod tests {
         c.drop(DropReason::QueueFull, 3);
         c.drop(DropReason::Malformed, 1);
         c.drop(DropReason::QueueFull, 2);
+        c.budget_cut();
         let s = c.snapshot();
+        assert_eq!(s.budget_cuts, 1);
         assert_eq!(
             s.drops,
             vec![(DropReason::QueueFull, 5), (DropReason::Malformed, 1)]

@@ -142,6 +142,7 @@ pub fn stats_data(rows: &[(String, PortStats)]) -> Value {
                     "tx_packets": s.tx_packets, "tx_bytes": s.tx_bytes,
                     "rx_errors": s.rx_errors, "tx_errors": s.tx_errors,
                     "drops": drops,
+                    "budget_cuts": s.budget_cuts,
                 })
             })
             .collect(),
@@ -169,6 +170,7 @@ pub fn stats_text(rows: &[(String, PortStats)]) -> String {
             .map(|(r, n)| format!("{}={n}", reason_name(*r)))
             .collect();
         let _ = writeln!(s, "  drops={} {}", st.total_drops(), drops.join(" "));
+        let _ = writeln!(s, "  budget-cuts={}", st.budget_cuts);
     }
     s
 }
