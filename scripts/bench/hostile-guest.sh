@@ -69,7 +69,7 @@ trial() {
         done
     fi
     "${rt1[@]}" dpdk-testpmd --lcores '0@0,1@1' -n 1 --no-pci --no-huge -m 1024 \
-        --file-prefix="vireo-budget-$$-$round-$attack" \
+        --file-prefix="vireo-budget-$$-$label-$round-$attack" \
         --vdev "net_virtio_user0,mac=00:01:02:03:04:05,path=$run/p1.sock,queues=1" \
         --vdev "net_virtio_user1,mac=00:01:02:03:04:06,path=$run/p2.sock,queues=1" \
         -- --nb-cores=1 --forward-mode=io --tx-first --burst=512 --stats-period=1 \
@@ -88,6 +88,7 @@ trial() {
     $ctl --json port-stats p3 >"$run/p3.json"
     $ctl --json show >"$run/show.json"
     kill -INT "$tpid"; wait "$tpid" 2>/dev/null || true
+    rm -rf "/var/run/dpdk/vireo-budget-$$-$label-$round-$attack"
     [ -n "$apid" ] && { kill "$apid" 2>/dev/null || true; wait "$apid" 2>/dev/null || true; }
     kill "$vpid"; wait "$vpid" 2>/dev/null || true
     python3 - "$run" "$label" "$attack" "$round" "$secs" "$a0" "$a1" "$n0" "$n1" >>"$results" <<'PY'
