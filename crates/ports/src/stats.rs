@@ -18,16 +18,20 @@ pub enum DropReason {
     /// The guest memory the packet was in (or was going to) shrank or vanished under its
     /// mapping (vhost-user: the frontend truncated its memory file).
     MemoryLost,
+    /// Left unsent because the burst ended early: the guest's descriptors used up the burst's
+    /// descriptor budget, or an earlier packet of the burst found no room in its buffers.
+    BurstCut,
 }
 
 /// Every reason, in declaration order (so `reason as usize` indexes `PortCounters::drops`).
-const REASONS: [DropReason; 6] = [
+const REASONS: [DropReason; 7] = [
     DropReason::LinkDown,
     DropReason::QueueFull,
     DropReason::TooBig,
     DropReason::Malformed,
     DropReason::QueueBroken,
     DropReason::MemoryLost,
+    DropReason::BurstCut,
 ];
 
 /// Live counters of one port.
@@ -39,7 +43,8 @@ pub struct PortCounters {
     tx_bytes: AtomicU64,
     rx_errors: AtomicU64,
     tx_errors: AtomicU64,
-    drops: [AtomicU64; 6],
+    drops: [AtomicU64; 7],
+    budget_cuts: AtomicU64,
 }
 
 impl PortCounters {
@@ -69,6 +74,12 @@ impl PortCounters {
         self.rx_errors.fetch_add(n, Relaxed);
     }
 
+    /// Counts a burst the per-burst descriptor budget ended early (rx or tx).
+    #[inline]
+    pub fn budget_cut(&self) {
+        self.budget_cuts.fetch_add(1, Relaxed);
+    }
+
     /// Adds a tx error.
     #[inline]
     pub fn tx_error(&self, n: u64) {
@@ -93,6 +104,7 @@ impl PortCounters {
             tx_errors: self.tx_errors.load(Relaxed),
             drops,
             memory_lost: 0,
+            budget_cuts: self.budget_cuts.load(Relaxed),
         }
     }
 }
@@ -116,6 +128,8 @@ pub struct PortStats {
     pub drops: Vec<(DropReason, u64)>,
     /// Connections given up because the peer's shared memory shrank or vanished (vhost-user).
     pub memory_lost: u64,
+    /// Bursts the per-burst descriptor budget ended early (a guest posting costly chains).
+    pub budget_cuts: u64,
 }
 
 impl PortStats {
@@ -146,7 +160,9 @@ mod tests {
         c.drop(DropReason::QueueFull, 3);
         c.drop(DropReason::Malformed, 1);
         c.drop(DropReason::QueueFull, 2);
+        c.budget_cut();
         let s = c.snapshot();
+        assert_eq!(s.budget_cuts, 1);
         assert_eq!(
             s.drops,
             vec![(DropReason::QueueFull, 5), (DropReason::Malformed, 1)]

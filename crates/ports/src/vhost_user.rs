@@ -109,7 +109,10 @@ impl VhostUserPort {
                 self.counters.tx(u64::from(b.packets), b.bytes);
             }
         }
-        let bad = b.malformed | b.too_big | b.full | b.broken_drops;
+        if b.budget_cut {
+            self.counters.budget_cut();
+        }
+        let bad = b.malformed | b.too_big | b.full | b.broken_drops | b.cut;
         if bad == 0 {
             return;
         }
@@ -118,6 +121,7 @@ impl VhostUserPort {
             (b.too_big, DropReason::TooBig),
             (b.full, DropReason::QueueFull),
             (b.broken_drops, DropReason::QueueBroken),
+            (b.cut, DropReason::BurstCut),
         ] {
             if n > 0 {
                 self.counters.drop(why, u64::from(n));

@@ -208,6 +208,53 @@ fn hostile_descriptors_and_rings() {
     assert_eq!(port.status()["broken_queues_now"], 0);
 }
 
+/// A guest that posts budget-heavy chains: each burst ends at the descriptor budget, the port
+/// counts it (`budget_cuts`, and `burst-cut` drops for packets it could not send), and the
+/// guest's costly buffers cost only its own traffic.
+#[test]
+fn budget_cuts_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = VhostUserPort::server(&dir.path().join("b.sock"), 1).unwrap();
+    let mut g = MockGuest::connect(port.path(), 1, 1024, u64::MAX).unwrap();
+    // Guest tx: one ring-long loop of zero-length descriptors, named by 32 avail entries.
+    let tx = &mut g.rings[1];
+    for i in 0..1024u16 {
+        let d = Desc {
+            addr: tx.buf_addr(0),
+            len: 0,
+            flags: VIRTQ_DESC_F_NEXT,
+            next: (i + 1) % 1024,
+        };
+        tx.write_desc(i, d);
+    }
+    for _ in 0..32 {
+        tx.push_avail(0);
+    }
+    let mut pool = Pool::new(0, 32);
+    let mut b = Batch::new();
+    assert_eq!(port.rx_burst(0, &mut pool, &mut b), 0);
+    let per_burst = (virtq::BURST_BUDGET / virtq::MAX_CHAIN) as u64;
+    assert_eq!(drops(&port, DropReason::Malformed), per_burst);
+    assert_eq!(port.stats().budget_cuts, 1);
+    assert_eq!(
+        tx.take_used().len() as u64,
+        per_burst,
+        "the rest stays whole"
+    );
+    // Guest rx: mergeable heads of 5 zero-length descriptors; the budget ends the burst.
+    for _ in 0..250 {
+        g.rings[0].post_rx_chain(&[0; 5]);
+    }
+    let mut out = Batch::new();
+    for i in 0..32u8 {
+        out.push(Packet::from_slice(&[i; 64])).unwrap();
+    }
+    assert_eq!(port.tx_burst(0, &mut out), 0);
+    assert_eq!(drops(&port, DropReason::BurstCut), 32);
+    assert_eq!(port.stats().budget_cuts, 2);
+    assert!(port.status()["broken_queues"] == 0);
+}
+
 #[test]
 fn tx_with_no_frontend_is_link_down() {
     let dir = tempfile::tempdir().unwrap();

@@ -14,8 +14,10 @@ pub mod mock;
 pub mod queue;
 pub mod ring;
 
-pub use queue::{Broken, Burst, Queue, QueueError, MAX_SEGS};
+pub use queue::{Broken, Burst, Queue, QueueError, BURST_BUDGET, MAX_CHAIN, MAX_SEGS};
 pub use ring::{NetFeatures, RingAddrs};
 
+#[cfg(test)]
+mod budget_tests;
 #[cfg(test)]
 mod tests;

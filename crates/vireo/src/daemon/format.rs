@@ -149,6 +149,7 @@ pub fn stats_data(rows: &[(String, PortStats)]) -> Value {
                     "rx_errors": s.rx_errors, "tx_errors": s.tx_errors,
                     "drops": drops,
                     "memory_lost": s.memory_lost,
+                    "budget_cuts": s.budget_cuts,
                 })
             })
             .collect(),
@@ -179,6 +180,7 @@ pub fn stats_text(rows: &[(String, PortStats)]) -> String {
         if st.memory_lost > 0 {
             let _ = writeln!(s, "  memory lost: {} connection(s)", st.memory_lost);
         }
+        let _ = writeln!(s, "  budget-cuts={}", st.budget_cuts);
     }
     s
 }

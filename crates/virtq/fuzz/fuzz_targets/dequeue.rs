@@ -46,6 +46,8 @@ fuzz_target!(|data: &[u8]| {
         let b = q.dequeue(&mut pool, &mut out);
         assert!(b.packets as usize == out.len());
         assert!(out.as_slice().iter().all(|p| p.len() <= packet::MAX_FRAME));
+        // Every burst stays within the descriptor budget.
+        assert!(b.descs <= virtq::BURST_BUDGET);
         pool.put_batch(&mut out);
     }
     // The same memory as a guest rx ring.
@@ -58,7 +60,8 @@ fuzz_target!(|data: &[u8]| {
         .collect();
     let e = q.enqueue(&pkts);
     assert_eq!(
-        (e.packets + e.malformed + e.too_big + e.full + e.broken_drops) as usize,
+        (e.packets + e.malformed + e.too_big + e.full + e.cut + e.broken_drops) as usize,
         pkts.len()
     );
+    assert!(e.descs <= virtq::BURST_BUDGET);
 });
