@@ -11,9 +11,12 @@
 //! (see `pmd.rs`). A queue that moves between PMDs is first removed from its old PMD (wait),
 //! then added to the new one (wait), so no queue is ever polled by two PMDs at once. After a
 //! call returns, no PMD uses the old configuration.
+//! Revalidation is per flow: a control thread snapshots each PMD's flow registry, picks the
+//! stale megaflows (by dependency tag, or by re-translating each one), and posts them to the
+//! PMD, which removes them at its next reload; nothing else is dropped.
 //! Threads: control threads call the public methods (serialized by the control mutex); the
 //! housekeeping thread takes the same mutex. Lock order: control mutex, then a PMD's flow
-//! registry. PMDs never take the control mutex.
+//! registry or revalidation mailbox (never both). PMDs never take the control mutex.
 use crate::action::Upcall;
 use crate::config::{AutoLb, DpConfig, DpError, DpTuning};
 use crate::pmd::{self, DpSync, PmdConfig, PmdOptions, PmdShared, RxqPoll, RxqStats};
@@ -253,8 +256,9 @@ impl Datapath {
         Ok(())
     }
 
-    /// The pipeline changed: returns once every PMD has dropped its cached decisions, so no
-    /// packet follows an old decision afterwards. Errors are logged; see
+    /// Full flush: returns once every PMD has dropped all its cached decisions, so no packet
+    /// follows an old decision afterwards. [`Datapath::revalidate_tags`] and
+    /// [`Datapath::revalidate_all`] remove only what a change affects. Errors are logged; see
     /// [`Datapath::try_revalidate`].
     pub fn revalidate(&self) {
         if let Err(e) = self.try_revalidate() {
@@ -269,6 +273,52 @@ impl Datapath {
         self.inner.sync.reval.fetch_add(1, SeqCst);
         self.inner
             .bump_and_wait_filtered(&ctl.pmds, self.inner.tuning.ack_timeout, true)
+    }
+
+    /// Per-flow revalidation after learned state changed: removes, on every PMD, only the
+    /// megaflows whose dependencies include one of `changed` (tags as the pipeline names them
+    /// in [`crate::UpcallResult::deps`]), plus flows installed during the scan that were
+    /// translated before pipeline version `version`. Returns once every PMD holding decisions
+    /// has done it; the result is how many megaflows the scan found stale.
+    pub fn revalidate_tags(&self, version: u64, changed: &[u64]) -> Result<usize, DpError> {
+        let mut changed = changed.to_vec();
+        changed.sort_unstable();
+        changed.dedup();
+        self.revalidate_where(version, &|f| f.deps.touches(&changed))
+    }
+
+    /// Per-flow revalidation after rules, groups or ports changed: re-translates every
+    /// megaflow on this (control) thread with [`crate::Upcall::still_valid`] and removes only
+    /// those whose translation changed. Same guarantee as [`Datapath::revalidate_tags`].
+    pub fn revalidate_all(&self, version: u64) -> Result<usize, DpError> {
+        let up = self.inner.upcall.clone();
+        self.revalidate_where(version, &|f| !up.still_valid(f))
+    }
+
+    fn revalidate_where(
+        &self,
+        version: u64,
+        stale: &dyn Fn(&crate::flow::Megaflow) -> bool,
+    ) -> Result<usize, DpError> {
+        let ctl = self.inner.control()?;
+        let mut found = 0;
+        for h in &ctl.pmds {
+            let (since_epoch, flows) = {
+                let mut r = h.shared.registry.lock().unwrap_or_else(|e| e.into_inner());
+                r.snapshot()
+            };
+            // Judged outside the registry lock: the PMD may install flows meanwhile.
+            let kills: Vec<_> = flows.into_iter().filter(|(_, f)| stale(f)).collect();
+            found += kills.len();
+            h.shared.post_revalidation(crate::worker::Revalidation {
+                kills,
+                since_epoch,
+                version,
+            });
+        }
+        self.inner
+            .bump_and_wait_filtered(&ctl.pmds, self.inner.tuning.ack_timeout, true)?;
+        Ok(found)
     }
 
     /// Measures rx queue loads now and runs the auto load-balance check once (with the

@@ -465,6 +465,7 @@ impl dp::Upcall for Stuck {
             actions: Arc::from(vec![]),
             mask: wire::FlowKey::ZERO,
             install: false,
+            deps: Default::default(),
         }
     }
 }

@@ -208,6 +208,7 @@ impl Upcall for Rules {
             actions: actions.into(),
             mask,
             install: true,
+            deps: Default::default(),
         }
     }
 }

@@ -32,7 +32,8 @@ pub use format::FlowStats;
 pub use group::{Bucket, GroupCommand, GroupDesc, GroupMod, GroupStats, GroupType};
 pub use ofapi::PacketOutPlan;
 pub use parse::ParseError;
-pub use pipeline::{PacketIn, Pipeline, PipelineConfig, PortSpec, Translation};
+pub use mac::PortMacStats;
+pub use pipeline::{Changes, PacketIn, Pipeline, PipelineConfig, PortSpec, Translation};
 pub use types::{
     flags, ofpp, FlowMod, FlowModCommand, Instruction, Match, OfAction, OfError, OfPort,
     PacketInReason, RemovedFlow, RemovedReason, SetField,
