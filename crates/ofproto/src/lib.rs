@@ -23,6 +23,7 @@ mod ofapi;
 mod ofctl;
 pub mod parse;
 pub mod pipeline;
+pub mod revalidate;
 pub mod tables;
 pub mod types;
 pub mod xlate;
@@ -33,7 +34,8 @@ pub use group::{Bucket, GroupCommand, GroupDesc, GroupMod, GroupStats, GroupType
 pub use ofapi::PacketOutPlan;
 pub use parse::ParseError;
 pub use mac::PortMacStats;
-pub use pipeline::{Changes, PacketIn, Pipeline, PipelineConfig, PortSpec, Translation};
+pub use revalidate::Changes;
+pub use pipeline::{PacketIn, Pipeline, PipelineConfig, PortSpec, Translation};
 pub use types::{
     flags, ofpp, FlowMod, FlowModCommand, Instruction, Match, OfAction, OfError, OfPort,
     PacketInReason, RemovedFlow, RemovedReason, SetField,

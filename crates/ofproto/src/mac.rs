@@ -356,4 +356,82 @@ mod tests {
         assert_eq!(t.flush_port(1), 1);
         assert!(t.is_empty());
     }
+
+    #[test]
+    fn changes_are_logged_for_new_moved_evicted_aged_and_flushed_entries() {
+        let t0 = Instant::now();
+        let mut t = MacTable::new(Duration::from_secs(10), 2);
+        t.learn(1, 0xa, 1, t0);
+        t.learn(1, 0xa, 1, t0);
+        assert_eq!(t.take_changes().keys, vec![(1, 0xa)], "a refresh is no change");
+        t.learn(1, 0xa, 2, t0);
+        assert_eq!(t.take_changes().keys, vec![(1, 0xa)], "a move is");
+        t.learn(1, 0xb, 1, t0);
+        t.learn(1, 0xc, 1, t0);
+        assert_eq!(
+            t.take_changes().keys,
+            vec![(1, 0xb), (1, 0xa), (1, 0xc)],
+            "the evicted entry is a change too"
+        );
+        t.expire(t0 + Duration::from_secs(11));
+        let mut aged = t.take_changes().keys;
+        aged.sort();
+        assert_eq!(aged, vec![(1, 0xb), (1, 0xc)]);
+        t.learn(2, 0xd, 3, t0);
+        t.take_changes();
+        t.flush_port(3);
+        assert_eq!(t.take_changes().keys, vec![(2, 0xd)]);
+    }
+
+    #[test]
+    fn per_port_limit_refuses_counts_and_frees() {
+        let t0 = Instant::now();
+        let mut t = MacTable::with_port_limit(Duration::from_secs(10), 100, 2);
+        assert_eq!(t.learn(0, 1, 7, t0), Learned::New);
+        assert_eq!(t.learn(0, 2, 7, t0), Learned::New);
+        assert!(t.port_full(7));
+        for m in 3..10 {
+            assert_eq!(t.learn(0, m, 7, t0), Learned::Refused);
+            assert_eq!(t.lookup(0, m, t0), None, "not learned");
+        }
+        assert_eq!(t.learn(0, 1, 7, t0), Learned::Refreshed, "known MACs refresh");
+        let s = t.port_stats(7);
+        assert_eq!((s.entries, s.limit, s.refused), (2, 2, 7));
+        assert_eq!(t.learn(0, 20, 8, t0), Learned::New, "other ports unaffected");
+        t.take_changes();
+        // MAC 1 moves to port 8: port 7 has room again and says so.
+        assert_eq!(t.learn(0, 1, 8, t0), Learned::Moved);
+        assert_eq!(t.take_changes().freed, vec![7]);
+        assert_eq!(t.learn(0, 3, 7, t0), Learned::New);
+        // A move onto a full port: refused, and the stale entry goes.
+        t.set_port_limit(8, Some(2));
+        assert_eq!(t.learn(0, 2, 8, t0), Learned::Refused);
+        assert_eq!(t.lookup(0, 2, t0), None);
+        assert_eq!(t.port_stats(7).entries, 1);
+        // Raising or removing a limit frees room; 0 means no limit.
+        t.set_port_limit(8, Some(0));
+        assert_eq!(t.port_limit(8), 0);
+        assert_eq!(t.learn(0, 30, 8, t0), Learned::New);
+        assert_eq!(t.learn(0, 31, 8, t0), Learned::New);
+        // Aging frees room too.
+        let later = t0 + Duration::from_secs(11);
+        t.learn(0, 4, 7, t0);
+        assert!(t.port_full(7));
+        t.take_changes();
+        t.expire(later);
+        assert!(!t.port_full(7));
+        assert!(t.take_changes().freed.contains(&7));
+    }
+
+    #[test]
+    fn refresh_keeps_an_entry_alive_but_learns_nothing() {
+        let t0 = Instant::now();
+        let mut t = MacTable::new(Duration::from_secs(10), 10);
+        t.learn(0, 1, 1, t0);
+        assert!(!t.refresh(0, 2, 1, t0), "unknown: not learned");
+        assert!(!t.refresh(0, 1, 2, t0), "other port: not moved");
+        assert!(t.refresh(0, 1, 1, t0 + Duration::from_secs(8)));
+        assert_eq!(t.lookup(0, 1, t0 + Duration::from_secs(15)), Some(1));
+        assert_eq!(t.len(), 1);
+    }
 }

@@ -25,6 +25,7 @@ use crate::tables::FlowTables;
 use crate::types::{
     ofpp, FlowMod, Instruction, Match, OfAction, OfPort, PacketInReason, RemovedFlow,
 };
+use crate::revalidate::Changes;
 use crate::xlate::{decode_cookie, Xlate};
 use crate::Error;
 use arc_swap::ArcSwap;
@@ -79,25 +80,6 @@ pub struct PortSpec {
     pub trunks: Vec<u16>,
     /// Learned-MAC limit of the port (`None`: the pipeline's default; 0: none).
     pub mac_limit: Option<usize>,
-}
-
-/// Changes recorded since the last [`Pipeline::take_changes`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Changes {
-    /// The generation after the newest change recorded.
-    pub version: u64,
-    /// Tags of MAC table entries (and port limits) that changed; sorted, no duplicates.
-    pub tags: Vec<u64>,
-    /// Something else changed (rules, groups, ports, liveness, fail mode): every megaflow
-    /// must be re-checked.
-    pub full: bool,
-}
-
-impl Changes {
-    /// True if nothing changed.
-    pub fn is_empty(&self) -> bool {
-        self.tags.is_empty() && !self.full
-    }
 }
 
 /// How a walk treats the pipeline's state.
@@ -169,11 +151,11 @@ impl Topology {
 pub struct Pipeline {
     topo: ArcSwap<Topology>,
     ctl: Mutex<()>,
-    generation: AtomicU64,
+    pub(crate) generation: AtomicU64,
     /// Bumped by changes other than MAC learning: a translation that overlaps one is not
     /// installed.
     coarse: AtomicU64,
-    changes: Mutex<Changes>,
+    pub(crate) changes: Mutex<Changes>,
     config: PipelineConfig,
     packet_ins: Mutex<VecDeque<PacketIn>>,
     packet_in_drops: AtomicU64,
@@ -185,7 +167,7 @@ impl Default for Pipeline {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -248,17 +230,6 @@ impl Pipeline {
         let mut c = lock(&self.changes);
         c.tags.extend(tags);
         c.version = c.version.max(v);
-    }
-
-    /// Takes the changes recorded since the last call (the daemon revalidates with them).
-    pub fn take_changes(&self) -> Changes {
-        let mut c = std::mem::take(&mut *lock(&self.changes));
-        c.tags.sort_unstable();
-        c.tags.dedup();
-        if c.version == 0 {
-            c.version = self.generation();
-        }
-        c
     }
 
     pub(crate) fn bump_generation(&self) {
@@ -553,16 +524,6 @@ impl Pipeline {
     /// every rule it matched and learns MACs (NORMAL).
     pub fn translate(&self, key: &FlowKey, len: usize, now: Instant) -> Translation {
         self.walk(key, 1, len as u64, now, Walk::Upcall)
-    }
-
-    /// Re-translates a megaflow (`key & mask`, as installed) without changing any state, and
-    /// says whether the answer is the same: actions, mask and tags. What the datapath's
-    /// `revalidate_all` asks after a rule, group or port change.
-    pub fn still_valid_flow(&self, key: &FlowKey, mask: &FlowKey, actions: &[Action], tags: &[u64]) -> bool {
-        let tr = self.walk(key, 0, 0, Instant::now(), Walk::Check);
-        let mut m = tr.mask;
-        m.set_exact(Field::InPort);
-        tr.actions == actions && m == *mask && *tr.deps.tags == *tags
     }
 
     /// Credits traffic that a datapath megaflow carried (`packets`/`bytes` since the last call)

@@ -63,15 +63,7 @@ impl Shared {
 
     fn revalidate_changes(&self, full: bool) {
         let _g = self.reval.lock().unwrap_or_else(|e| e.into_inner());
-        let ch = self.pipeline.take_changes();
-        let res = if full || ch.full {
-            self.dp.revalidate_all(ch.version)
-        } else if !ch.tags.is_empty() {
-            self.dp.revalidate_tags(ch.version, &ch.tags)
-        } else {
-            return;
-        };
-        match res {
+        match self.pipeline.revalidate_datapath(&self.dp, full) {
             Ok(n) => {
                 self.revalidated.fetch_add(n as u64, Ordering::Relaxed);
             }
