@@ -12,8 +12,8 @@ use crate::action::{Actions, Upcall};
 use crate::dpcls::{Dpcls, NO_FLOW};
 use crate::emc::Emc;
 use crate::execute::{execute, finish, ExecCtx, TxTable, NO_PORT};
-use crate::flow::{steal_index, FlowTable, Megaflow, Registry};
 pub use crate::flow::Deps;
+use crate::flow::{steal_index, FlowTable, Megaflow, Registry};
 use crate::smc::Smc;
 use crate::stats::Tally;
 use packet::{Batch, Pool, BATCH_SIZE};
@@ -422,7 +422,11 @@ impl Worker {
         let epoch = self.flows.epoch();
         keep.retain(|&id| self.flows.get(id).is_some_and(|f| f.epoch >= epoch));
         self.fresh_overflow = keep.len() > FRESH_CAP;
-        self.fresh = if self.fresh_overflow { Vec::new() } else { keep };
+        self.fresh = if self.fresh_overflow {
+            Vec::new()
+        } else {
+            keep
+        };
         if self.flows.is_empty() {
             self.activity.holds_flows.store(false, SeqCst);
         }

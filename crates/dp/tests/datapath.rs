@@ -169,8 +169,16 @@ fn revalidate_tags_removes_only_megaflows_carrying_a_changed_tag() {
             p1.inject(udp_frame(d, 1)).unwrap();
         }
     }
-    assert_eq!(collect(&p2, 20).len(), 20, "kept megaflows keep their decision");
-    assert_eq!(collect(&p3, 10).len(), 10, "the removed one is decided again");
+    assert_eq!(
+        collect(&p2, 20).len(),
+        20,
+        "kept megaflows keep their decision"
+    );
+    assert_eq!(
+        collect(&p3, 10).len(),
+        10,
+        "the removed one is decided again"
+    );
     assert_eq!(pipe.upcalls.load(SeqCst), 4);
     assert_eq!(dp.revalidate_tags(v, &[0x0a00_0009]).unwrap(), 0);
     assert_eq!(dp.megaflows().len(), 3);

@@ -288,7 +288,11 @@ fn revalidate_removes_named_and_unseen_stale_flows_only() {
     w.poll(1, &*pb, 0);
     assert_eq!(pipe.upcalls.load(SeqCst), 2, "10.0.0.2 still cached");
     w.poll(1, &*pa, 0);
-    assert_eq!(pipe.upcalls.load(SeqCst), 3, "10.0.0.1: stale caches not used");
+    assert_eq!(
+        pipe.upcalls.load(SeqCst),
+        3,
+        "10.0.0.1: stale caches not used"
+    );
     // That new flow was installed after the snapshot, translated at version 5: a request for
     // version 6 removes it although its scan did not list it; one for version 5 keeps it.
     assert_eq!(w.revalidate(req(Vec::new(), 5)), 0);

@@ -31,11 +31,11 @@ pub mod xlate;
 pub use bridge::PortConfig;
 pub use format::FlowStats;
 pub use group::{Bucket, GroupCommand, GroupDesc, GroupMod, GroupStats, GroupType};
+pub use mac::PortMacStats;
 pub use ofapi::PacketOutPlan;
 pub use parse::ParseError;
-pub use mac::PortMacStats;
-pub use revalidate::Changes;
 pub use pipeline::{PacketIn, Pipeline, PipelineConfig, PortSpec, Translation};
+pub use revalidate::Changes;
 pub use types::{
     flags, ofpp, FlowMod, FlowModCommand, Instruction, Match, OfAction, OfError, OfPort,
     PacketInReason, RemovedFlow, RemovedReason, SetField,

@@ -165,7 +165,11 @@ impl MacTable {
             *c += 1;
             return;
         }
-        let limit = self.limits.get(&port).copied().unwrap_or(self.default_limit);
+        let limit = self
+            .limits
+            .get(&port)
+            .copied()
+            .unwrap_or(self.default_limit);
         if limit != 0 && *c == limit {
             self.changes.freed.push(port);
         }
@@ -363,7 +367,11 @@ mod tests {
         let mut t = MacTable::new(Duration::from_secs(10), 2);
         t.learn(1, 0xa, 1, t0);
         t.learn(1, 0xa, 1, t0);
-        assert_eq!(t.take_changes().keys, vec![(1, 0xa)], "a refresh is no change");
+        assert_eq!(
+            t.take_changes().keys,
+            vec![(1, 0xa)],
+            "a refresh is no change"
+        );
         t.learn(1, 0xa, 2, t0);
         assert_eq!(t.take_changes().keys, vec![(1, 0xa)], "a move is");
         t.learn(1, 0xb, 1, t0);
@@ -394,10 +402,18 @@ mod tests {
             assert_eq!(t.learn(0, m, 7, t0), Learned::Refused);
             assert_eq!(t.lookup(0, m, t0), None, "not learned");
         }
-        assert_eq!(t.learn(0, 1, 7, t0), Learned::Refreshed, "known MACs refresh");
+        assert_eq!(
+            t.learn(0, 1, 7, t0),
+            Learned::Refreshed,
+            "known MACs refresh"
+        );
         let s = t.port_stats(7);
         assert_eq!((s.entries, s.limit, s.refused), (2, 2, 7));
-        assert_eq!(t.learn(0, 20, 8, t0), Learned::New, "other ports unaffected");
+        assert_eq!(
+            t.learn(0, 20, 8, t0),
+            Learned::New,
+            "other ports unaffected"
+        );
         t.take_changes();
         // MAC 1 moves to port 8: port 7 has room again and says so.
         assert_eq!(t.learn(0, 1, 8, t0), Learned::Moved);

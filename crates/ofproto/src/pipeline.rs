@@ -21,11 +21,11 @@ use crate::mac::{
     MacChanges, MacEntry, MacTable, PortMacStats, DEFAULT_AGING, DEFAULT_MAX_ENTRIES,
     DEFAULT_PORT_LIMIT,
 };
+use crate::revalidate::Changes;
 use crate::tables::FlowTables;
 use crate::types::{
     ofpp, FlowMod, Instruction, Match, OfAction, OfPort, PacketInReason, RemovedFlow,
 };
-use crate::revalidate::Changes;
 use crate::xlate::{decode_cookie, Xlate};
 use crate::Error;
 use arc_swap::ArcSwap;
@@ -531,7 +531,9 @@ impl Pipeline {
     /// traffic that never reaches an upcall. `key` is the megaflow's `key & mask` (or any key it
     /// matched). No MAC learning and no generation bump; returns the rules credited.
     pub fn credit(&self, key: &FlowKey, packets: u64, bytes: u64, now: Instant) -> usize {
-        self.walk(key, packets, bytes, now, Walk::Credit).rules.len()
+        self.walk(key, packets, bytes, now, Walk::Credit)
+            .rules
+            .len()
     }
 
     pub(crate) fn walk(

@@ -60,11 +60,16 @@ impl Pipeline {
     /// Re-translates a megaflow (`key & mask`, as installed) without changing any state, and
     /// says whether the answer is the same: actions, mask and tags. What the datapath's
     /// `revalidate_all` asks after a rule, group or port change.
-    pub fn still_valid_flow(&self, key: &FlowKey, mask: &FlowKey, actions: &[Action], tags: &[u64]) -> bool {
+    pub fn still_valid_flow(
+        &self,
+        key: &FlowKey,
+        mask: &FlowKey,
+        actions: &[Action],
+        tags: &[u64],
+    ) -> bool {
         let tr = self.walk(key, 0, 0, Instant::now(), Walk::Check);
         let mut m = tr.mask;
         m.set_exact(Field::InPort);
         tr.actions == actions && m == *mask && *tr.deps.tags == *tags
     }
-
 }

@@ -49,7 +49,9 @@ fn frame(src: [u8; 6], dst: [u8; 6]) -> Vec<u8> {
     let mut f = dst.to_vec();
     f.extend_from_slice(&src);
     f.extend_from_slice(&[0x08, 0x00]);
-    f.extend_from_slice(&[0x45, 0, 0, 46, 0, 1, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+    f.extend_from_slice(&[
+        0x45, 0, 0, 46, 0, 1, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+    ]);
     f.extend_from_slice(&[0x30, 0x39, 0x00, 0x50, 0, 26, 0, 0]);
     f.resize(60, 0);
     f
@@ -152,7 +154,10 @@ fn mac_churn_on_one_port_keeps_the_other_ports_megaflows() {
     assert!(r.pl.mac_entries("br0").unwrap().len() >= 302);
     r.drain();
     let churn_misses = r.misses() - misses;
-    assert!(churn_misses >= 300, "each new MAC was an upcall: {churn_misses}");
+    assert!(
+        churn_misses >= 300,
+        "each new MAC was an upcall: {churn_misses}"
+    );
     // A<->B kept their megaflows through the churn: same flows, counters running on, and
     // their traffic causes no upcall.
     let before = r.misses();
@@ -160,7 +165,11 @@ fn mac_churn_on_one_port_keeps_the_other_ports_megaflows() {
     r.send(2, MAC_B, MAC_A, 50, Some(1));
     assert_eq!(r.misses(), before, "no upcall for A<->B after the churn");
     let ab2 = r.flow(MAC_A, MAC_B).expect("A->B megaflow still installed");
-    assert_eq!(ab2.packets, ab.packets + 50, "the same megaflow, never flushed");
+    assert_eq!(
+        ab2.packets,
+        ab.packets + 50,
+        "the same megaflow, never flushed"
+    );
     assert_eq!(
         r.flow(MAC_B, MAC_A).expect("B->A").packets,
         10 + 50,
@@ -184,7 +193,11 @@ fn a_mac_move_removes_exactly_the_megaflows_that_looked_at_it() {
     let stale = r.reval();
     assert!(stale >= 2, "A->B and the old B->A went: {stale}");
     assert!(r.flow(MAC_A, MAC_B).is_none(), "A->B looked at B: removed");
-    assert_eq!(r.flow(MAC_C, MAC_D).map(|f| f.packets), Some(cd), "C->D kept");
+    assert_eq!(
+        r.flow(MAC_C, MAC_D).map(|f| f.packets),
+        Some(cd),
+        "C->D kept"
+    );
     let before = r.misses();
     r.send(1, MAC_A, MAC_B, 5, Some(4));
     assert!(
@@ -207,8 +220,7 @@ fn a_rule_change_removes_only_the_megaflows_whose_translation_changed() {
     r.reval();
     r.drain();
     let ab = r.flow(MAC_A, MAC_B).unwrap().packets;
-    r.pl
-        .add_flow("br0", "priority=100,in_port=3,actions=drop")
+    r.pl.add_flow("br0", "priority=100,in_port=3,actions=drop")
         .unwrap();
     let stale = r.pl.revalidate_datapath(&r.dp, true).unwrap();
     assert_eq!(stale, 1, "only C->D (in_port=3) changed");
@@ -246,7 +258,10 @@ fn a_port_at_its_mac_limit_learns_nothing_and_revalidates_nothing() {
         r.send(3, [0x02, 0, 0, 0, 1, i as u8], BCAST, 1, Some(1));
     }
     assert_eq!(r.misses(), before + 50, "each new source is an upcall");
-    assert!(r.pl.take_changes().tags.is_empty(), "but no MAC table change");
+    assert!(
+        r.pl.take_changes().tags.is_empty(),
+        "but no MAC table change"
+    );
     // A refused source is learned once its port has room (its megaflow carries the limit).
     let refused = [0x02, 0, 0, 0, 0, 50];
     r.drain();
