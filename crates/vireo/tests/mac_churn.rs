@@ -2,7 +2,7 @@
 //! testpmd in mac forwarding mode with 1,024 circulating frames, each its own IPv4 flow;
 //! testpmd 22.11's flowgen sends every port's frames from one fixed MAC pair, which NORMAL
 //! sees as a MAC flapping between the ports) switched by NORMAL while a third vhost-user guest
-//! (Vireo's own frontend from `bench`) offers 20,000 frames a second, each from a new source
+//! (Vireo's own frontend from `bench`) offers 12,000 frames a second, each from a new source
 //! MAC. The victims' megaflows must never be flushed and their traffic must cause no upcalls;
 //! the churning port is held at its MAC limit (default 1024) and its refusals are counted.
 //! The victims' rate with and without the churn is measured in alternating phases and printed.
@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 const MAC0: &str = "00:00:00:00:00:01";
 const MAC1: &str = "00:00:00:00:00:02";
 /// Source MACs per second the churning guest sends from.
-const CHURN_PPS: u64 = 20_000;
+const CHURN_PPS: u64 = 12_000;
 const PHASE: Duration = Duration::from_secs(3);
 
 fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
