@@ -75,5 +75,4 @@ impl Datapath {
             .bump_and_wait_filtered(&ctl.pmds, self.inner.tuning.ack_timeout, true)?;
         Ok(found)
     }
-
 }
