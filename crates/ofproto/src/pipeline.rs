@@ -8,13 +8,13 @@
 //!
 //! Threads: `upcall`/`userspace` on PMD threads; everything else on the control thread.
 //! Lock order: `ctl` → bridge `tables` (RwLock) → bridge `macs` or `down` (Mutexes, never
-//! both) → `packet_ins`.
+//! both) → `packet_ins`; `changes` (the record for revalidation) is innermost.
 //! Every change that could alter a translation bumps [`Pipeline::generation`] (after the change
 //! is visible) and is recorded for [`Pipeline::take_changes`]: a MAC table change as the tags
 //! of the entries it touched (the daemon calls `dp.revalidate_tags`, which removes only the
 //! megaflows carrying them), anything else (rules, groups, ports, liveness, fail mode) as
 //! `full` (the daemon calls `dp.revalidate_all`, which re-translates each megaflow with
-//! [`Pipeline::still_valid`] and removes those whose translation changed).
+//! [`Pipeline::still_valid_flow`] and removes those whose translation changed).
 
 use crate::bridge::{BridgeShared, BridgeState, PortConfig, PortMap};
 use crate::mac::{

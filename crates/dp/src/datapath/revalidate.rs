@@ -22,7 +22,7 @@ impl Datapath {
     }
 
     /// [`Datapath::revalidate`] with the error returned. Must not be called from an upcall,
-    /// nor while holding a lock that [`Upcall::upcall`] takes (the PMD would never answer).
+    /// nor while holding a lock that [`crate::Upcall::upcall`] takes (the PMD would never answer).
     pub fn try_revalidate(&self) -> Result<(), DpError> {
         let ctl = self.inner.control()?;
         self.inner.sync.reval.fetch_add(1, SeqCst);
