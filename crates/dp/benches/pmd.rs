@@ -48,6 +48,7 @@ impl Upcall for Fwd {
             actions: Arc::from(vec![Action::Output(2)]),
             mask,
             install: true,
+            deps: Default::default(),
         }
     }
 }

@@ -3,7 +3,10 @@
 //! A packet that misses every cache is handed to [`Upcall::upcall`] on the PMD thread that
 //! received it. The pipeline answers with the actions for the packet and a mask naming every
 //! key bit it consulted; the datapath installs `(key & mask, mask) -> actions` as a megaflow,
-//! so later packets that agree on those bits never reach the pipeline.
+//! so later packets that agree on those bits never reach the pipeline. The answer also names
+//! what it depended on ([`Deps`]), so a later change removes only the megaflows it affects;
+//! [`Upcall::still_valid`] lets a control thread re-check a megaflow after a rule change.
+use crate::flow::{Deps, Megaflow};
 use packet::Packet;
 use std::sync::Arc;
 use wire::FlowKey;
@@ -48,6 +51,8 @@ pub struct UpcallResult {
     pub mask: FlowKey,
     /// `false` if the decision must not be cached (e.g. the pipeline is mid-change).
     pub install: bool,
+    /// What the decision depended on (pipeline version, tags), for per-flow revalidation.
+    pub deps: Deps,
 }
 
 /// The pipeline as the datapath sees it. Implemented by `ofproto`.
@@ -61,5 +66,14 @@ pub trait Upcall: Send + Sync {
     /// is full.
     fn userspace(&self, cookie: u64, key: &FlowKey, pkt: &Packet) {
         let _ = (cookie, key, pkt);
+    }
+
+    /// Re-checks an installed megaflow, off the PMD (a control thread revalidating after a
+    /// change): true if translating it now gives the same actions, mask and tags. Must not
+    /// change the pipeline's state (no learning, no counters). The default answers false, so
+    /// a pipeline that cannot tell loses every megaflow on a revalidation (always correct).
+    fn still_valid(&self, flow: &Megaflow) -> bool {
+        let _ = flow;
+        false
     }
 }

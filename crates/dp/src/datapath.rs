@@ -11,9 +11,12 @@
 //! (see `pmd.rs`). A queue that moves between PMDs is first removed from its old PMD (wait),
 //! then added to the new one (wait), so no queue is ever polled by two PMDs at once. After a
 //! call returns, no PMD uses the old configuration.
+//! Revalidation is per flow: a control thread snapshots each PMD's flow registry, picks the
+//! stale megaflows (by dependency tag, or by re-translating each one), and posts them to the
+//! PMD, which removes them at its next reload; nothing else is dropped.
 //! Threads: control threads call the public methods (serialized by the control mutex); the
 //! housekeeping thread takes the same mutex. Lock order: control mutex, then a PMD's flow
-//! registry. PMDs never take the control mutex.
+//! registry or revalidation mailbox (never both). PMDs never take the control mutex.
 use crate::action::Upcall;
 use crate::config::{AutoLb, DpConfig, DpError, DpTuning};
 use crate::pmd::{self, DpSync, PmdConfig, PmdOptions, PmdShared, RxqPoll, RxqStats};
@@ -26,6 +29,8 @@ use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+mod revalidate;
 
 type RxqKey = (u32, usize);
 
@@ -251,24 +256,6 @@ impl Datapath {
     pub fn set_auto_lb(&self, auto_lb: Option<AutoLb>) -> Result<(), DpError> {
         self.inner.control()?.auto_lb = auto_lb;
         Ok(())
-    }
-
-    /// The pipeline changed: returns once every PMD has dropped its cached decisions, so no
-    /// packet follows an old decision afterwards. Errors are logged; see
-    /// [`Datapath::try_revalidate`].
-    pub fn revalidate(&self) {
-        if let Err(e) = self.try_revalidate() {
-            tracing::error!(%e, "revalidate");
-        }
-    }
-
-    /// [`Datapath::revalidate`] with the error returned. Must not be called from an upcall,
-    /// nor while holding a lock that [`Upcall::upcall`] takes (the PMD would never answer).
-    pub fn try_revalidate(&self) -> Result<(), DpError> {
-        let ctl = self.inner.control()?;
-        self.inner.sync.reval.fetch_add(1, SeqCst);
-        self.inner
-            .bump_and_wait_filtered(&ctl.pmds, self.inner.tuning.ack_timeout, true)
     }
 
     /// Measures rx queue loads now and runs the auto load-balance check once (with the

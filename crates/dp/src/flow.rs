@@ -6,14 +6,49 @@
 //! An id is reused after its flow is removed; every slot carries a generation that the EMC
 //! checks, and the SMC re-checks the flow's match, so a reused id never misleads a cache.
 //!
+//! Each megaflow remembers what its translation depended on ([`Deps`]: the pipeline version it
+//! was translated at and opaque tags such as a learned MAC), so revalidation can remove only
+//! the megaflows a change affects (see `Datapath::revalidate_tags`).
+//!
 //! Threads: a `FlowTable` belongs to one PMD thread. It mirrors its flows into a registry
-//! (`Mutex<Vec<Option<Arc<Megaflow>>>>`) that the control thread reads for `dump-megaflows`;
-//! the PMD takes that lock only when it installs or removes a flow (miss path), never per
-//! packet. Lock order: the datapath control lock, then a registry lock.
+//! ([`RegistryData`] behind a mutex) that the control thread reads for `dump-megaflows` and
+//! revalidation; the PMD takes that lock only when it installs or removes a flow (miss path),
+//! never per packet. The registry's epoch, bumped by the control thread when it snapshots the
+//! flows for revalidation, is stamped on each flow installed (under the same lock), so a PMD
+//! can tell which flows a revalidation scan did not see. Lock order: the datapath control
+//! lock, then a registry lock.
 use crate::action::{Action, Actions};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use wire::FlowKey;
+
+/// What a translation depended on, as the pipeline names it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Deps {
+    /// The pipeline's version when the translation started: a flow translated before a change
+    /// and installed after a revalidation scan is found by this (see `Worker::revalidate`).
+    pub version: u64,
+    /// Opaque tags (e.g. a hash of bridge, VLAN and learned MAC): a change to anything a tag
+    /// names invalidates the megaflows carrying it. Sorted, no duplicates.
+    pub tags: Box<[u64]>,
+}
+
+impl Deps {
+    /// Dependencies with `tags` sorted and deduplicated.
+    pub fn new(version: u64, mut tags: Vec<u64>) -> Deps {
+        tags.sort_unstable();
+        tags.dedup();
+        Deps {
+            version,
+            tags: tags.into_boxed_slice(),
+        }
+    }
+
+    /// True if any tag is in `changed` (sorted).
+    pub fn touches(&self, changed: &[u64]) -> bool {
+        self.tags.iter().any(|t| changed.binary_search(t).is_ok())
+    }
+}
 
 /// Sentinel for "no action moves the packet": every output copies it.
 pub const NO_STEAL: usize = usize::MAX;
@@ -44,6 +79,10 @@ pub struct Megaflow {
     /// Index of the output action that may take the packet itself instead of a copy: the last
     /// `Output` when no `Userspace` follows it. [`NO_STEAL`] if none.
     pub(crate) steal: usize,
+    /// What the translation depended on.
+    pub deps: Deps,
+    /// Registry epoch when installed (set by [`FlowTable::insert`] under the registry lock).
+    pub(crate) epoch: u64,
     packets: AtomicU64,
     bytes: AtomicU64,
     /// Counts already reported by [`Megaflow::take_delta`] (control thread only).
@@ -51,14 +90,21 @@ pub struct Megaflow {
 }
 
 impl Megaflow {
-    /// A megaflow; `key` is masked here.
+    /// A megaflow with no dependencies; `key` is masked here.
     pub fn new(key: &FlowKey, mask: &FlowKey, actions: Actions) -> Megaflow {
+        Megaflow::with_deps(key, mask, actions, Deps::default())
+    }
+
+    /// A megaflow that depends on `deps`; `key` is masked here.
+    pub fn with_deps(key: &FlowKey, mask: &FlowKey, actions: Actions, deps: Deps) -> Megaflow {
         let steal = steal_index(&actions);
         Megaflow {
             key: key.masked(mask),
             mask: *mask,
             actions,
             steal,
+            deps,
+            epoch: 0,
             packets: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             reported: Mutex::new((0, 0)),
@@ -105,8 +151,44 @@ impl Megaflow {
     }
 }
 
-/// The control thread's view of one PMD's flows, indexed by flow id.
-pub type Registry = Arc<Mutex<Vec<Option<Arc<Megaflow>>>>>;
+/// The control thread's view of one PMD's flows, indexed by flow id (derefs to the slots), and
+/// the revalidation epoch.
+#[derive(Debug, Default)]
+pub struct RegistryData {
+    flows: Vec<Option<Arc<Megaflow>>>,
+    epoch: u64,
+}
+
+impl RegistryData {
+    /// Starts a revalidation scan: bumps the epoch and returns it with a snapshot of the flows
+    /// as (id, flow). Flows installed later carry an epoch at least the returned one.
+    pub fn snapshot(&mut self) -> (u64, Vec<(u32, Arc<Megaflow>)>) {
+        self.epoch += 1;
+        let flows = self
+            .flows
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| f.as_ref().map(|f| (i as u32, f.clone())))
+            .collect();
+        (self.epoch, flows)
+    }
+}
+
+impl std::ops::Deref for RegistryData {
+    type Target = Vec<Option<Arc<Megaflow>>>;
+    fn deref(&self) -> &Self::Target {
+        &self.flows
+    }
+}
+
+impl std::ops::DerefMut for RegistryData {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.flows
+    }
+}
+
+/// The control thread's view of one PMD's flows.
+pub type Registry = Arc<Mutex<RegistryData>>;
 
 struct Slot {
     flow: Option<Arc<Megaflow>>,
@@ -140,7 +222,7 @@ impl FlowTable {
         }
     }
 
-    fn registry(&self) -> std::sync::MutexGuard<'_, Vec<Option<Arc<Megaflow>>>> {
+    fn registry(&self) -> std::sync::MutexGuard<'_, RegistryData> {
         self.registry.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -155,8 +237,7 @@ impl FlowTable {
     }
 
     /// Adds a flow; returns its id and generation.
-    pub fn insert(&mut self, flow: Megaflow) -> (u32, u32) {
-        let flow = Arc::new(flow);
+    pub fn insert(&mut self, mut flow: Megaflow) -> (u32, u32) {
         let id = match self.free.pop() {
             Some(id) => id,
             None => {
@@ -169,19 +250,35 @@ impl FlowTable {
                 (self.slots.len() - 1) as u32
             }
         };
-        {
+        let flow = {
             let mut r = self.registry();
+            flow.epoch = r.epoch;
+            let flow = Arc::new(flow);
             if r.len() <= id as usize {
                 r.resize(id as usize + 1, None);
             }
             r[id as usize] = Some(flow.clone());
-        }
+            flow
+        };
         let s = &mut self.slots[id as usize];
         s.flow = Some(flow);
         s.seen_packets = 0;
         s.idle_sweeps = 0;
         self.live += 1;
         (id, s.gen)
+    }
+
+    /// Every live flow with its id.
+    pub fn live(&self) -> impl Iterator<Item = (u32, &Arc<Megaflow>)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.flow.as_ref().map(|f| (i as u32, f)))
+    }
+
+    /// The registry's current epoch (takes the registry lock: not for the fast path).
+    pub fn epoch(&self) -> u64 {
+        self.registry().epoch
     }
 
     /// The flow with this id, if live.

@@ -4,19 +4,20 @@
 //! configuration, the acknowledged generation, counters, the flow registry) and the thread
 //! loop. The control thread publishes a new [`PmdConfig`] with an atomic swap (`ArcSwap`) and
 //! bumps the datapath-wide generation; the PMD picks it up at the top of its next iteration,
-//! flushes its caches if a revalidation was requested, and stores the generation as its
-//! acknowledgment. The control thread waits for acknowledgments (with a timeout); it never
+//! flushes its caches if a full revalidation was requested or removes the megaflows a per-flow
+//! revalidation named, and stores the generation as its acknowledgment. The control thread waits for acknowledgments (with a timeout); it never
 //! takes a lock the PMD needs on its hot path.
 //!
 //! Idle policy: after about 1 ms without packets the PMD sleeps ~50 µs per empty iteration so
 //! many datapaths on a small machine do not starve each other; under load it never sleeps.
 //! Threads: the PMD thread runs `run`; the control thread reads the atomics. Lock order: the
-//! PMD takes only its flow registry lock, only on the miss path.
+//! PMD takes only its flow registry lock (miss path) and its revalidation mailbox (at a
+//! reload), never both at once and never per packet.
 use crate::action::Upcall;
 use crate::cycles;
 use crate::flow::Registry;
 use crate::stats::PmdCounters;
-use crate::worker::{Worker, WorkerConfig};
+use crate::worker::{Revalidation, Worker, WorkerConfig};
 use arc_swap::ArcSwap;
 use ports::Port;
 use std::cell::Cell;
@@ -66,6 +67,8 @@ pub(crate) struct PmdShared {
     pub counters: PmdCounters,
     pub registry: Registry,
     pub activity: Arc<crate::worker::Activity>,
+    /// Per-flow revalidation waiting for this PMD (taken at its next reload).
+    pub reval: std::sync::Mutex<Option<Revalidation>>,
 }
 
 impl PmdShared {
@@ -79,6 +82,7 @@ impl PmdShared {
             counters: PmdCounters::default(),
             registry: Registry::default(),
             activity: Arc::default(),
+            reval: std::sync::Mutex::new(None),
         }
     }
 }
@@ -122,7 +126,23 @@ fn pin(core: usize) {
     }
 }
 
-/// Picks up the published configuration (and a revalidation request), then acknowledges.
+impl PmdShared {
+    /// Queues a per-flow revalidation (merged with one not yet taken).
+    pub fn post_revalidation(&self, req: Revalidation) {
+        let mut r = self.reval.lock().unwrap_or_else(|e| e.into_inner());
+        match r.as_mut() {
+            Some(old) => old.merge(req),
+            None => *r = Some(req),
+        }
+    }
+
+    fn take_revalidation(&self) -> Option<Revalidation> {
+        self.reval.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+/// Picks up the published configuration and a revalidation request (a full flush, or the
+/// per-flow removals queued in [`PmdShared::reval`]), then acknowledges.
 fn reload(
     shared: &PmdShared,
     sync: &DpSync,
@@ -136,6 +156,9 @@ fn reload(
     if r != *seen_reval {
         worker.flush();
         *seen_reval = r;
+        shared.take_revalidation();
+    } else if let Some(req) = shared.take_revalidation() {
+        worker.revalidate(req);
     }
     shared.ack.store(g, Release);
     cfg

@@ -12,6 +12,7 @@ use crate::action::{Actions, Upcall};
 use crate::dpcls::{Dpcls, NO_FLOW};
 use crate::emc::Emc;
 use crate::execute::{execute, finish, ExecCtx, TxTable, NO_PORT};
+pub use crate::flow::Deps;
 use crate::flow::{steal_index, FlowTable, Megaflow, Registry};
 use crate::smc::Smc;
 use crate::stats::Tally;
@@ -23,6 +24,31 @@ use wire::{Field, FlowKey};
 
 /// Decision for a packet whose upcall result was not installed (see `Worker::adhoc`).
 const ADHOC: u32 = u32::MAX - 1;
+
+/// Flows installed since the last revalidation that a worker remembers by id; past this it
+/// checks every flow at the next revalidation instead.
+const FRESH_CAP: usize = 4096;
+
+/// Megaflows the control thread found stale, for one worker to remove (see
+/// [`Worker::revalidate`]).
+#[derive(Debug, Default)]
+pub struct Revalidation {
+    /// (id, flow) pairs from a registry snapshot; removed only if the id still holds that flow.
+    pub kills: Vec<(u32, Arc<Megaflow>)>,
+    /// Epoch of the snapshot: flows installed at or after it were not seen by the scan...
+    pub since_epoch: u64,
+    /// ...and are removed if they were translated before this pipeline version.
+    pub version: u64,
+}
+
+impl Revalidation {
+    /// Folds a later request into this one (a worker that has not yet taken the first).
+    pub fn merge(&mut self, later: Revalidation) {
+        self.kills.extend(later.kills);
+        self.since_epoch = self.since_epoch.min(later.since_epoch);
+        self.version = self.version.max(later.version);
+    }
+}
 
 /// Tunables of a worker.
 #[derive(Clone, Copy, Debug)]
@@ -74,6 +100,10 @@ pub struct Worker {
     tally: Tally,
     expired: Vec<u32>,
     activity: Arc<Activity>,
+    /// Ids installed since the last revalidation (see [`Worker::revalidate`]).
+    fresh: Vec<u32>,
+    /// More than [`FRESH_CAP`] installed: the next revalidation checks every flow.
+    fresh_overflow: bool,
 }
 
 /// What the control thread may read about a worker without waiting for it, so revalidation can
@@ -118,6 +148,8 @@ impl Worker {
             tally: Tally::default(),
             expired: Vec::new(),
             activity: Arc::default(),
+            fresh: Vec::new(),
+            fresh_overflow: false,
         }
     }
 
@@ -266,13 +298,17 @@ impl Worker {
         let mut mask = res.mask;
         mask.set_exact(Field::InPort);
         self.activity.holds_flows.store(true, SeqCst);
-        let flow = Megaflow::new(&key, &mask, res.actions);
+        let flow = Megaflow::with_deps(&key, &mask, res.actions, res.deps);
         // This packet was counted by the pipeline's upcall; only later hits are credited.
         flow.preset_reported(1, pkt.len() as u64);
         let (mut id, _) = self.flows.insert(flow);
         if let Err(existing) = self.cls.insert(&key, &mask, id) {
             self.flows.remove(id);
             id = existing;
+        } else if self.fresh.len() < FRESH_CAP {
+            self.fresh.push(id);
+        } else {
+            self.fresh_overflow = true;
         }
         self.ids[i] = id;
         self.cache(i, id, true);
@@ -337,7 +373,64 @@ impl Worker {
     pub fn flush(&mut self) {
         self.cls.clear();
         self.flows.clear();
+        self.fresh.clear();
+        self.fresh_overflow = false;
         self.activity.holds_flows.store(false, SeqCst);
+    }
+
+    /// Removes a megaflow from the classifier and the flow table. EMC entries pointing to it
+    /// die with the id's generation; SMC entries fail their match check.
+    fn remove_flow(&mut self, id: u32) {
+        if let Some(f) = self.flows.get(id) {
+            let (k, m) = (f.key, f.mask);
+            self.cls.remove(&k, &m);
+        }
+        self.flows.remove(id);
+    }
+
+    /// Per-flow revalidation: removes the megaflows the control thread found stale (if their
+    /// id still holds the flow it judged), and the flows its scan could not see — installed
+    /// after its snapshot — that were translated before the change. Returns how many went.
+    /// Runs between bursts; the fast path is untouched.
+    pub fn revalidate(&mut self, req: Revalidation) -> usize {
+        let mut gone = 0;
+        for (id, f) in &req.kills {
+            if self.flows.get(*id).is_some_and(|g| Arc::ptr_eq(g, f)) {
+                self.remove_flow(*id);
+                gone += 1;
+            }
+        }
+        let unseen = |f: &Megaflow| f.epoch >= req.since_epoch && f.deps.version < req.version;
+        let candidates: Vec<u32> = if self.fresh_overflow {
+            self.flows.live().map(|(id, _)| id).collect()
+        } else {
+            std::mem::take(&mut self.fresh)
+        };
+        let mut keep = Vec::new();
+        for id in candidates {
+            match self.flows.get(id) {
+                Some(f) if unseen(f) => {
+                    self.remove_flow(id);
+                    gone += 1;
+                }
+                Some(_) => keep.push(id),
+                None => {}
+            }
+        }
+        // Flows installed before the newest snapshot were seen by it; keep the others in case
+        // the request of that snapshot is still to come.
+        let epoch = self.flows.epoch();
+        keep.retain(|&id| self.flows.get(id).is_some_and(|f| f.epoch >= epoch));
+        self.fresh_overflow = keep.len() > FRESH_CAP;
+        self.fresh = if self.fresh_overflow {
+            Vec::new()
+        } else {
+            keep
+        };
+        if self.flows.is_empty() {
+            self.activity.holds_flows.store(false, SeqCst);
+        }
+        gone
     }
 
     /// Periodic upkeep (about once a second): re-rank subtables, expire idle megaflows.
@@ -349,12 +442,8 @@ impl Worker {
         self.expired.clear();
         self.flows
             .sweep_idle(self.cfg.idle_sweeps, &mut self.expired);
-        for &id in &self.expired {
-            if let Some(f) = self.flows.get(id) {
-                let (k, m) = (f.key, f.mask);
-                self.cls.remove(&k, &m);
-            }
-            self.flows.remove(id);
+        for i in 0..self.expired.len() {
+            self.remove_flow(self.expired[i]);
         }
     }
 

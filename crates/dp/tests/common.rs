@@ -44,6 +44,9 @@ pub struct TestPipeline {
     pub upcalls: AtomicU64,
     pub userspace: Mutex<Vec<(u64, FlowKey)>>,
     pub install: std::sync::atomic::AtomicBool,
+    /// Version stamped on each answer (its `deps`); each answer is tagged with its IPv4
+    /// destination, so a test can invalidate "every flow towards 10.0.0.N".
+    pub version: AtomicU64,
 }
 
 impl TestPipeline {
@@ -53,6 +56,7 @@ impl TestPipeline {
             upcalls: AtomicU64::new(0),
             userspace: Mutex::new(Vec::new()),
             install: std::sync::atomic::AtomicBool::new(true),
+            version: AtomicU64::new(0),
         })
     }
 
@@ -62,7 +66,7 @@ impl TestPipeline {
 }
 
 impl Upcall for TestPipeline {
-    fn upcall(&self, _key: &FlowKey, _pkt: &Packet) -> UpcallResult {
+    fn upcall(&self, key: &FlowKey, _pkt: &Packet) -> UpcallResult {
         self.upcalls.fetch_add(1, SeqCst);
         let mut mask = FlowKey::ZERO;
         mask.set_exact(Field::EthType);
@@ -71,7 +75,13 @@ impl Upcall for TestPipeline {
             actions: self.actions.lock().unwrap().clone(),
             mask,
             install: self.install.load(SeqCst),
+            deps: dp::flow::Deps::new(self.version.load(SeqCst), vec![key.get(Field::Ipv4Dst)]),
         }
+    }
+
+    /// Valid while the flow's actions are the ones the test set now.
+    fn still_valid(&self, flow: &dp::flow::Megaflow) -> bool {
+        flow.actions == *self.actions.lock().unwrap()
     }
 
     fn userspace(&self, cookie: u64, key: &FlowKey, _pkt: &Packet) {

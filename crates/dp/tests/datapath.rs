@@ -143,6 +143,67 @@ fn revalidate_changes_the_decision_immediately() {
 }
 
 #[test]
+fn revalidate_tags_removes_only_megaflows_carrying_a_changed_tag() {
+    let pipe = TestPipeline::new(vec![Action::Output(2)]);
+    let dp = start(config(&[0]), pipe.clone());
+    let (p1, p2) = two_ports(&dp);
+    let p3 = Arc::new(DummyPort::new());
+    dp.add_port(3, "p3", p3.clone(), &[]).unwrap();
+    let dsts = [0x0a00_0002u32, 0x0a00_0003, 0x0a00_0004];
+    for d in dsts {
+        for _ in 0..10 {
+            p1.inject(udp_frame(d, 1)).unwrap();
+        }
+    }
+    assert_eq!(collect(&p2, 30).len(), 30);
+    assert_eq!(dp.megaflows().len(), 3);
+    // The pipeline's answer changes, but only 10.0.0.3's dependency is reported changed.
+    pipe.set(vec![Action::Output(3)]);
+    let v = pipe.version.fetch_add(1, SeqCst) + 1;
+    assert_eq!(dp.revalidate_tags(v, &[0x0a00_0003]).unwrap(), 1);
+    let left: Vec<String> = dp.megaflows().into_iter().map(|f| f.match_).collect();
+    assert_eq!(left.len(), 2);
+    assert!(left.iter().all(|m| !m.contains("10.0.0.3")), "{left:?}");
+    for d in dsts {
+        for _ in 0..10 {
+            p1.inject(udp_frame(d, 1)).unwrap();
+        }
+    }
+    assert_eq!(
+        collect(&p2, 20).len(),
+        20,
+        "kept megaflows keep their decision"
+    );
+    assert_eq!(
+        collect(&p3, 10).len(),
+        10,
+        "the removed one is decided again"
+    );
+    assert_eq!(pipe.upcalls.load(SeqCst), 4);
+    assert_eq!(dp.revalidate_tags(v, &[0x0a00_0009]).unwrap(), 0);
+    assert_eq!(dp.megaflows().len(), 3);
+}
+
+#[test]
+fn revalidate_all_removes_only_megaflows_whose_translation_changed() {
+    let pipe = TestPipeline::new(vec![Action::Output(2)]);
+    let dp = start(config(&[0, 1]), pipe.clone());
+    let (p1, p2) = two_ports(&dp);
+    for d in [2u32, 3] {
+        for _ in 0..5 {
+            p1.inject(udp_frame(0x0a00_0000 + d, 1)).unwrap();
+        }
+    }
+    assert_eq!(collect(&p2, 10).len(), 10);
+    let v = pipe.version.load(SeqCst);
+    assert_eq!(dp.revalidate_all(v).unwrap(), 0, "nothing changed");
+    assert_eq!(dp.megaflows().len(), 2);
+    pipe.set(vec![Action::Output(1)]);
+    assert_eq!(dp.revalidate_all(v).unwrap(), 2);
+    assert!(dp.megaflows().is_empty());
+}
+
+#[test]
 fn datapath_is_shareable_between_control_threads() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Datapath>();
@@ -465,6 +526,7 @@ impl dp::Upcall for Stuck {
             actions: Arc::from(vec![]),
             mask: wire::FlowKey::ZERO,
             install: false,
+            deps: Default::default(),
         }
     }
 }

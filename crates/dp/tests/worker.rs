@@ -208,6 +208,7 @@ impl Upcall for Rules {
             actions: actions.into(),
             mask,
             install: true,
+            deps: Default::default(),
         }
     }
 }
@@ -248,4 +249,64 @@ proptest::proptest! {
             }
         }
     }
+}
+
+/// Per-flow revalidation on one worker: the flows named are removed (their EMC and SMC entries
+/// are not used afterwards), the others keep serving from the caches; a flow the control
+/// thread's scan could not see (installed after its snapshot) goes only if it was translated
+/// before the change.
+#[test]
+fn revalidate_removes_named_and_unseen_stale_flows_only() {
+    let (a, b) = (udp_frame(0x0a00_0001, 1), udp_frame(0x0a00_0002, 1));
+    let pa = LoopPort::new(vec![a]);
+    let pb = LoopPort::new(vec![b]);
+    let cfg = WorkerConfig {
+        emc_insert_inv_prob: 1,
+        ..WorkerConfig::default()
+    };
+    let pipe = TestPipeline::new(vec![Action::Output(1)]);
+    pipe.version.store(5, SeqCst);
+    let (mut w, reg) = worker(pipe.clone(), cfg, &pa);
+    w.poll(1, &*pa, 0);
+    w.poll(1, &*pb, 0);
+    assert_eq!((w.flow_count(), pipe.upcalls.load(SeqCst)), (2, 2));
+    // The control thread's scan: snapshot (epoch 1), picks the flow towards 10.0.0.1.
+    let (epoch, flows) = reg.lock().unwrap().snapshot();
+    let kills: Vec<_> = flows
+        .into_iter()
+        .filter(|(_, f)| f.deps.touches(&[0x0a00_0001]))
+        .collect();
+    assert_eq!(kills.len(), 1);
+    let req = |kills, version| dp::worker::Revalidation {
+        kills,
+        since_epoch: epoch,
+        version,
+    };
+    assert_eq!(w.revalidate(req(kills.clone(), 6)), 1);
+    assert_eq!(w.flow_count(), 1);
+    assert_eq!(w.revalidate(req(kills, 6)), 0, "already gone: nothing else");
+    w.poll(1, &*pb, 0);
+    assert_eq!(pipe.upcalls.load(SeqCst), 2, "10.0.0.2 still cached");
+    w.poll(1, &*pa, 0);
+    assert_eq!(
+        pipe.upcalls.load(SeqCst),
+        3,
+        "10.0.0.1: stale caches not used"
+    );
+    // That new flow was installed after the snapshot, translated at version 5: a request for
+    // version 6 removes it although its scan did not list it; one for version 5 keeps it.
+    assert_eq!(w.revalidate(req(Vec::new(), 5)), 0);
+    assert_eq!(w.flow_count(), 2);
+    assert_eq!(w.revalidate(req(Vec::new(), 6)), 1);
+    assert_eq!(w.flow_count(), 1);
+    // Flows installed before the newest snapshot are not judged by version.
+    w.poll(1, &*pa, 0);
+    let (epoch2, _) = reg.lock().unwrap().snapshot();
+    let later = dp::worker::Revalidation {
+        kills: Vec::new(),
+        since_epoch: epoch2,
+        version: 9,
+    };
+    assert_eq!(w.revalidate(later), 0);
+    assert_eq!(w.flow_count(), 2);
 }

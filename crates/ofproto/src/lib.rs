@@ -2,7 +2,8 @@
 //!
 //! Owns: bridges and ports ([`bridge`]), flow tables with tuple-space lookup ([`classifier`],
 //! [`tables`]), groups ([`group`]), MAC learning ([`mac`]), translation of a datapath miss into a megaflow
-//! ([`xlate`], [`normal`]), the [`Pipeline`] that implements [`dp::Upcall`], and the
+//! ([`xlate`], [`normal`]), the [`Pipeline`] that implements [`dp::Upcall`], per-flow
+//! revalidation (what changed, and the re-check of one megaflow: [`revalidate`]), and the
 //! `ovs-ofctl` flow syntax ([`parse`], [`format`]), and the structured API an OpenFlow
 //! endpoint uses (group-mods, port liveness, fail-open, flow stats filters, PACKET_OUT). Independent of the OpenFlow wire codec: the
 //! `openflow` crate maps decoded FLOW_MODs onto [`FlowMod`].
@@ -23,6 +24,7 @@ mod ofapi;
 mod ofctl;
 pub mod parse;
 pub mod pipeline;
+pub mod revalidate;
 pub mod tables;
 pub mod types;
 pub mod xlate;
@@ -30,9 +32,11 @@ pub mod xlate;
 pub use bridge::PortConfig;
 pub use format::FlowStats;
 pub use group::{Bucket, GroupCommand, GroupDesc, GroupMod, GroupStats, GroupType};
+pub use mac::PortMacStats;
 pub use ofapi::PacketOutPlan;
 pub use parse::ParseError;
 pub use pipeline::{PacketIn, Pipeline, PipelineConfig, PortSpec, Translation};
+pub use revalidate::Changes;
 pub use types::{
     flags, ofpp, FlowMod, FlowModCommand, Instruction, Match, OfAction, OfError, OfPort,
     PacketInReason, RemovedFlow, RemovedReason, SetField,

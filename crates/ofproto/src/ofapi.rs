@@ -184,16 +184,14 @@ impl Pipeline {
         for (g, bucket) in &x.group_hits {
             g.counters.credit(*bucket, 1, len);
         }
-        let mac_changed = x.mac_changed;
+        let mac_changes = std::mem::take(&mut x.mac_changes);
         let plan = PacketOutPlan {
             in_dp,
             actions: std::mem::take(&mut x.out),
         };
         drop(x);
         drop(tables);
-        if mac_changed {
-            self.bump_generation();
-        }
+        self.note_mac_changes(br.id, &mac_changes);
         Ok(plan)
     }
 }

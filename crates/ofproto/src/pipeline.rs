@@ -8,12 +8,20 @@
 //!
 //! Threads: `upcall`/`userspace` on PMD threads; everything else on the control thread.
 //! Lock order: `ctl` → bridge `tables` (RwLock) → bridge `macs` or `down` (Mutexes, never
-//! both) → `packet_ins`.
+//! both) → `packet_ins`; `changes` (the record for revalidation) is innermost.
 //! Every change that could alter a translation bumps [`Pipeline::generation`] (after the change
-//! is visible), so the daemon knows to call `dp.revalidate()`.
+//! is visible) and is recorded for [`Pipeline::take_changes`]: a MAC table change as the tags
+//! of the entries it touched (the daemon calls `dp.revalidate_tags`, which removes only the
+//! megaflows carrying them), anything else (rules, groups, ports, liveness, fail mode) as
+//! `full` (the daemon calls `dp.revalidate_all`, which re-translates each megaflow with
+//! [`Pipeline::still_valid_flow`] and removes those whose translation changed).
 
 use crate::bridge::{BridgeShared, BridgeState, PortConfig, PortMap};
-use crate::mac::{MacEntry, MacTable, DEFAULT_AGING, DEFAULT_MAX_ENTRIES};
+use crate::mac::{
+    MacChanges, MacEntry, MacTable, PortMacStats, DEFAULT_AGING, DEFAULT_MAX_ENTRIES,
+    DEFAULT_PORT_LIMIT,
+};
+use crate::revalidate::Changes;
 use crate::tables::FlowTables;
 use crate::types::{
     ofpp, FlowMod, Instruction, Match, OfAction, OfPort, PacketInReason, RemovedFlow,
@@ -21,6 +29,7 @@ use crate::types::{
 use crate::xlate::{decode_cookie, Xlate};
 use crate::Error;
 use arc_swap::ArcSwap;
+use dp::flow::{Deps, Megaflow};
 use dp::{Action, Upcall, UpcallResult};
 use packet::Packet;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -39,6 +48,8 @@ pub struct PipelineConfig {
     pub mac_aging: Duration,
     /// MAC table size limit per bridge.
     pub mac_max_entries: usize,
+    /// Learned MACs per port unless the port sets its own `mac-limit` (0 = no limit).
+    pub mac_port_limit: usize,
     /// Packet-ins queued for the control thread before new ones are dropped.
     pub packet_in_queue: usize,
 }
@@ -48,6 +59,7 @@ impl Default for PipelineConfig {
         PipelineConfig {
             mac_aging: DEFAULT_AGING,
             mac_max_entries: DEFAULT_MAX_ENTRIES,
+            mac_port_limit: DEFAULT_PORT_LIMIT,
             packet_in_queue: 1024,
         }
     }
@@ -66,6 +78,19 @@ pub struct PortSpec {
     pub tag: Option<u16>,
     /// Trunk VLANs (empty = all).
     pub trunks: Vec<u16>,
+    /// Learned-MAC limit of the port (`None`: the pipeline's default; 0: none).
+    pub mac_limit: Option<usize>,
+}
+
+/// How a walk treats the pipeline's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Walk {
+    /// An upcall: counts the packet on its rules, learns MACs.
+    Upcall,
+    /// Traffic a megaflow carried: counts it, refreshes the source MAC, learns nothing.
+    Credit,
+    /// A revalidation re-check: changes nothing.
+    Check,
 }
 
 /// A packet sent to the controller, queued for the control thread.
@@ -100,6 +125,8 @@ pub struct Translation {
     pub install: bool,
     /// (table, priority, cookie) of each rule matched, in order.
     pub rules: Vec<(u8, u16, u64)>,
+    /// What the translation depended on (for per-flow revalidation).
+    pub deps: Deps,
 }
 
 /// Immutable snapshot of all bridges and ports.
@@ -124,7 +151,11 @@ impl Topology {
 pub struct Pipeline {
     topo: ArcSwap<Topology>,
     ctl: Mutex<()>,
-    generation: AtomicU64,
+    pub(crate) generation: AtomicU64,
+    /// Bumped by changes other than MAC learning: a translation that overlaps one is not
+    /// installed.
+    coarse: AtomicU64,
+    pub(crate) changes: Mutex<Changes>,
     config: PipelineConfig,
     packet_ins: Mutex<VecDeque<PacketIn>>,
     packet_in_drops: AtomicU64,
@@ -136,7 +167,7 @@ impl Default for Pipeline {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -167,20 +198,38 @@ impl Pipeline {
             topo: ArcSwap::from_pointee(Topology::default()),
             ctl: Mutex::new(()),
             generation: AtomicU64::new(1),
+            coarse: AtomicU64::new(1),
+            changes: Mutex::new(Changes::default()),
             config,
             packet_ins: Mutex::new(VecDeque::new()),
             packet_in_drops: AtomicU64::new(0),
         }
     }
 
-    /// Changes whenever a translation could change; when it differs from the value seen at the
-    /// last revalidation, the daemon calls `dp.revalidate()`.
+    /// Changes whenever a translation could change (the version stamped on translations).
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
 
+    /// A change other than MAC learning: every megaflow must be re-checked.
     fn bump(&self) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.coarse.fetch_add(1, Ordering::AcqRel);
+        let v = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        let mut c = lock(&self.changes);
+        c.full = true;
+        c.version = c.version.max(v);
+    }
+
+    /// MAC table entries of bridge `bridge_id` changed: megaflows tagged with them must go.
+    pub(crate) fn note_mac_changes(&self, bridge_id: u16, ch: &MacChanges) {
+        let tags = crate::normal::change_tags(bridge_id, ch);
+        if tags.is_empty() {
+            return;
+        }
+        let v = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        let mut c = lock(&self.changes);
+        c.tags.extend(tags);
+        c.version = c.version.max(v);
     }
 
     pub(crate) fn bump_generation(&self) {
@@ -227,9 +276,10 @@ impl Pipeline {
         tables.apply(default_normal_rule(), Instant::now(), name)?;
         let shared = Arc::new(BridgeShared {
             tables: RwLock::new(tables),
-            macs: Mutex::new(MacTable::new(
+            macs: Mutex::new(MacTable::with_port_limit(
                 self.config.mac_aging,
                 self.config.mac_max_entries,
+                self.config.mac_port_limit,
             )),
             down: Mutex::new(Default::default()),
             fail_open: Default::default(),
@@ -287,6 +337,7 @@ impl Pipeline {
             None => br.ports.free_ofport(),
         };
         let mut ports = br.ports.clone();
+        lock(&br.shared.macs).set_port_limit(ofport, spec.mac_limit);
         ports.insert(PortConfig {
             name: spec.name,
             ofport,
@@ -309,7 +360,13 @@ impl Pipeline {
         let gone = ports
             .remove(name)
             .ok_or_else(|| Error::NoSuchPort(name.to_string()))?;
-        lock(&br.shared.macs).flush_port(gone.ofport);
+        let ch = {
+            let mut macs = lock(&br.shared.macs);
+            macs.flush_port(gone.ofport);
+            macs.forget_port(gone.ofport);
+            macs.take_changes()
+        };
+        self.note_mac_changes(br.id, &ch);
         t.bridges
             .insert(bridge.to_string(), Arc::new(br.with_ports(ports)));
         self.publish(t);
@@ -334,12 +391,51 @@ impl Pipeline {
             .ok_or_else(|| Error::NoSuchPort(name.to_string()))?;
         p.tag = tag;
         p.trunks = trunks;
-        lock(&br.shared.macs).flush_port(p.ofport);
+        let ch = {
+            let mut macs = lock(&br.shared.macs);
+            macs.flush_port(p.ofport);
+            macs.take_changes()
+        };
+        self.note_mac_changes(br.id, &ch);
         ports.insert(p);
         t.bridges
             .insert(bridge.to_string(), Arc::new(br.with_ports(ports)));
         self.publish(t);
         Ok(())
+    }
+
+    /// Sets a port's learned-MAC limit (`None`: the default; 0: none). Takes effect for the
+    /// next MAC learned; entries above a lowered limit stay until they age or move.
+    pub fn set_port_mac_limit(
+        &self,
+        bridge: &str,
+        name: &str,
+        limit: Option<usize>,
+    ) -> Result<(), Error> {
+        let _g = lock(&self.ctl);
+        let br = self.bridge(bridge)?;
+        let p = br
+            .ports
+            .by_name(name)
+            .ok_or_else(|| Error::NoSuchPort(name.to_string()))?;
+        let ch = {
+            let mut macs = lock(&br.shared.macs);
+            macs.set_port_limit(p.ofport, limit);
+            macs.take_changes()
+        };
+        self.note_mac_changes(br.id, &ch);
+        Ok(())
+    }
+
+    /// Each port's share of the bridge's MAC table: (port name, entries, limit, refused).
+    pub fn mac_port_stats(&self, bridge: &str) -> Result<Vec<(String, PortMacStats)>, Error> {
+        let br = self.bridge(bridge)?;
+        let macs = lock(&br.shared.macs);
+        Ok(br
+            .ports
+            .iter()
+            .map(|p| (p.name.clone(), macs.port_stats(p.ofport)))
+            .collect())
     }
 
     /// Ports of a bridge, in OpenFlow number order.
@@ -395,6 +491,12 @@ impl Pipeline {
         let mut out = Vec::new();
         let mut changed = false;
         for b in t.bridges.values() {
+            let ch = {
+                let mut macs = lock(&b.shared.macs);
+                macs.expire(now);
+                macs.take_changes()
+            };
+            self.note_mac_changes(b.id, &ch);
             // Checked under the read lock first: no writer stalls upcalls when nothing times out.
             let removed = if read(&b.shared.tables).has_timeouts() {
                 write(&b.shared.tables).expire(now, &b.name)
@@ -403,7 +505,6 @@ impl Pipeline {
             };
             changed |= !removed.is_empty();
             out.extend(removed);
-            changed |= lock(&b.shared.macs).expire(now) > 0;
         }
         if changed {
             self.bump();
@@ -422,7 +523,7 @@ impl Pipeline {
     /// Translates a packet (datapath key, frame length) at time `now`. Counts the packet on
     /// every rule it matched and learns MACs (NORMAL).
     pub fn translate(&self, key: &FlowKey, len: usize, now: Instant) -> Translation {
-        self.walk(key, 1, len as u64, now, true)
+        self.walk(key, 1, len as u64, now, Walk::Upcall)
     }
 
     /// Credits traffic that a datapath megaflow carried (`packets`/`bytes` since the last call)
@@ -430,7 +531,9 @@ impl Pipeline {
     /// traffic that never reaches an upcall. `key` is the megaflow's `key & mask` (or any key it
     /// matched). No MAC learning and no generation bump; returns the rules credited.
     pub fn credit(&self, key: &FlowKey, packets: u64, bytes: u64, now: Instant) -> usize {
-        self.walk(key, packets, bytes, now, false).rules.len()
+        self.walk(key, packets, bytes, now, Walk::Credit)
+            .rules
+            .len()
     }
 
     pub(crate) fn walk(
@@ -439,8 +542,9 @@ impl Pipeline {
         packets: u64,
         bytes: u64,
         now: Instant,
-        learn: bool,
+        mode: Walk,
     ) -> Translation {
+        let coarse0 = self.coarse.load(Ordering::Acquire);
         let gen0 = self.generation();
         let topo = self.topo.load();
         let in_dp = key.get(Field::InPort) as u32;
@@ -452,35 +556,40 @@ impl Pipeline {
                 mask,
                 install: true,
                 rules: Vec::new(),
+                deps: Deps::new(gen0, Vec::new()),
             };
         };
         let tables = read(&br.shared.tables);
         let mut x = Xlate::new(br, &tables, key, *in_of, now);
-        x.learn = learn;
+        x.learn = mode == Walk::Upcall;
+        x.refresh = mode == Walk::Credit;
         x.run();
-        for r in &x.hits {
-            r.stats.credit(packets, bytes, now, r.flags);
-        }
-        for (g, bucket) in &x.group_hits {
-            g.counters.credit(*bucket, packets, bytes);
+        if mode != Walk::Check {
+            for r in &x.hits {
+                r.stats.credit(packets, bytes, now, r.flags);
+            }
+            for (g, bucket) in &x.group_hits {
+                g.counters.credit(*bucket, packets, bytes);
+            }
         }
         let rules = x
             .hits
             .iter()
             .map(|r| (r.table_id, r.priority, r.cookie))
             .collect();
-        let install = self.generation() == gen0;
-        let mac_changed = x.mac_changed;
+        // MAC learning does not stop an install: the megaflow's tags and version let a
+        // concurrent revalidation find it.
+        let install = self.coarse.load(Ordering::Acquire) == coarse0;
+        let mac_changes = std::mem::take(&mut x.mac_changes);
         let tr = Translation {
             actions: x.out,
             mask: x.wc,
             install,
             rules,
+            deps: Deps::new(gen0, x.tags),
         };
         drop(tables);
-        if mac_changed {
-            self.bump();
-        }
+        self.note_mac_changes(br.id, &mac_changes);
         tr
     }
 
@@ -545,7 +654,12 @@ impl Upcall for Pipeline {
             actions: tr.actions.into(),
             mask: tr.mask,
             install: tr.install,
+            deps: tr.deps,
         }
+    }
+
+    fn still_valid(&self, flow: &Megaflow) -> bool {
+        self.still_valid_flow(&flow.key, &flow.mask, &flow.actions, &flow.deps.tags)
     }
 
     fn userspace(&self, cookie: u64, key: &FlowKey, pkt: &Packet) {

@@ -83,10 +83,15 @@ pub struct Xlate<'a> {
     pub(crate) out: Vec<Action>,
     /// Rules that matched, in walk order (for counters).
     pub(crate) hits: Vec<&'a Rule>,
-    /// NORMAL learned a new MAC or saw a move (stale megaflows must be revalidated).
-    pub(crate) mac_changed: bool,
-    /// False for accounting walks: NORMAL must not learn.
+    /// MAC table entries that appeared, moved or went during this walk (their megaflows must
+    /// be revalidated).
+    pub(crate) mac_changes: crate::mac::MacChanges,
+    /// Revalidation tags of what the walk looked at (MAC entries, port limits).
+    pub(crate) tags: Vec<u64>,
+    /// False for accounting walks and re-checks: NORMAL must not learn.
     pub(crate) learn: bool,
+    /// Accounting walks: NORMAL refreshes the source's entry (it sent traffic).
+    pub(crate) refresh: bool,
     /// Groups (bucket None) and buckets executed, for counters.
     pub(crate) group_hits: Vec<(&'a Group, Option<usize>)>,
     group_depth: usize,
@@ -119,8 +124,10 @@ impl<'a> Xlate<'a> {
             wc,
             out: Vec::new(),
             hits: Vec::new(),
-            mac_changed: false,
+            mac_changes: Default::default(),
+            tags: Vec::new(),
             learn: true,
+            refresh: false,
             group_hits: Vec::new(),
             group_depth: 0,
             cur_table: 0,

@@ -68,5 +68,6 @@ fn port_spec(i: u64) -> ofproto::PortSpec {
         ofport: None,
         tag: None,
         trunks: vec![],
+        mac_limit: None,
     }
 }

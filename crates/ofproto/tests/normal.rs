@@ -258,3 +258,37 @@ fn acl_in_front_of_normal_keeps_udp_megaflows_few() {
     let ssh = tcp(1, MAC_A, MAC_B, (1, 2), (3, 22));
     assert!(xlate(&pl, &ssh).actions.is_empty());
 }
+
+/// A MAC whose traffic megaflows carry (credited once a second by the daemon) does not age
+/// out; an idle one does, and its aging is a revalidation tag, not a full revalidation.
+#[test]
+fn credited_traffic_keeps_a_mac_alive_and_aging_is_a_tag_change() {
+    let cfg = PipelineConfig {
+        mac_aging: Duration::from_secs(10),
+        ..PipelineConfig::default()
+    };
+    let pl = pipeline_with(cfg, &[None, None, None, None]);
+    let t0 = Instant::now();
+    let ab = eth(1, MAC_A, MAC_B, 0x0800);
+    xlate_at(&pl, &ab, t0);
+    xlate_at(&pl, &eth(2, MAC_B, MAC_A, 0x0800), t0);
+    pl.take_changes();
+    // Only A->B traffic flows after t0, through its megaflow (never an upcall).
+    for s in [4, 8, 12] {
+        pl.credit(&ab, 10, 600, t0 + Duration::from_secs(s));
+    }
+    let t13 = t0 + Duration::from_secs(13);
+    pl.expire(t13);
+    let macs: Vec<_> = pl.mac_entries("br0").unwrap();
+    assert_eq!(macs.iter().map(|e| e.1).collect::<Vec<_>>(), vec![MAC_A]);
+    let ch = pl.take_changes();
+    assert!(!ch.full, "aging is not a rule change");
+    assert_eq!(
+        ch.tags,
+        vec![ofproto::normal::mac_tag(0, 0, 0x0b)],
+        "B's entry went"
+    );
+    let tr = xlate_at(&pl, &ab, t13);
+    assert_eq!(tr.actions, vec![o(2), o(3), o(4)], "B unknown again: flood");
+    assert!(tr.deps.tags.contains(&ofproto::normal::mac_tag(0, 0, 0x0b)));
+}

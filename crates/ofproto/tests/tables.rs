@@ -367,6 +367,7 @@ fn bridges_are_independent() {
             ofport: None,
             tag: None,
             trunks: vec![],
+            mac_limit: None,
         },
     )
     .unwrap();
@@ -379,6 +380,7 @@ fn bridges_are_independent() {
                 ofport: None,
                 tag: None,
                 trunks: vec![],
+                mac_limit: None,
             },
         )
         .unwrap();

@@ -23,6 +23,7 @@ pub fn port(name: &str, n: u32, tag: Option<u16>, trunks: &[u16]) -> PortSpec {
         ofport: Some(n),
         tag,
         trunks: trunks.to_vec(),
+        mac_limit: None,
     }
 }
 

@@ -105,6 +105,7 @@ pub fn start_with(cfg: BridgeOfConfig) -> Harness {
             ofport: Some(n),
             tag: None,
             trunks: vec![],
+            mac_limit: None,
         };
         pl.add_port("br0", spec).unwrap();
     }

@@ -132,11 +132,16 @@ fn reason_name(r: ports::DropReason) -> String {
         .unwrap_or_else(|| "?".into())
 }
 
-/// The data of `port-stats`.
-pub fn stats_data(rows: &[(String, PortStats)]) -> Value {
+/// A port's learned-MAC counters: (entries, limit, refused).
+pub type MacRow = ofproto::PortMacStats;
+
+/// The data of `port-stats`: each port's counters, and its share of the MAC table (`mac`:
+/// entries learned, limit — 0 is none — and MACs refused at the limit).
+pub fn stats_data(rows: &[(String, PortStats)], macs: &BTreeMap<String, MacRow>) -> Value {
     Value::Array(
         rows.iter()
             .map(|(name, s)| {
+                let m = macs.get(name).copied().unwrap_or_default();
                 let drops: serde_json::Map<String, Value> = s
                     .drops
                     .iter()
@@ -150,6 +155,7 @@ pub fn stats_data(rows: &[(String, PortStats)]) -> Value {
                     "drops": drops,
                     "memory_lost": s.memory_lost,
                     "budget_cuts": s.budget_cuts,
+                    "mac": { "entries": m.entries, "limit": m.limit, "refused": m.refused },
                 })
             })
             .collect(),
@@ -157,7 +163,7 @@ pub fn stats_data(rows: &[(String, PortStats)]) -> Value {
 }
 
 /// The text of `port-stats`.
-pub fn stats_text(rows: &[(String, PortStats)]) -> String {
+pub fn stats_text(rows: &[(String, PortStats)], macs: &BTreeMap<String, MacRow>) -> String {
     let mut s = String::new();
     for (name, st) in rows {
         let _ = writeln!(s, "port {name}:");
@@ -181,6 +187,17 @@ pub fn stats_text(rows: &[(String, PortStats)]) -> String {
             let _ = writeln!(s, "  memory lost: {} connection(s)", st.memory_lost);
         }
         let _ = writeln!(s, "  budget-cuts={}", st.budget_cuts);
+        let m = macs.get(name).copied().unwrap_or_default();
+        let limit = if m.limit == 0 {
+            "none".to_string()
+        } else {
+            m.limit.to_string()
+        };
+        let _ = writeln!(
+            s,
+            "  macs learned={} limit={limit} refused={}",
+            m.entries, m.refused
+        );
     }
     s
 }

@@ -14,7 +14,10 @@ pub struct KindSpec {
 }
 
 /// Options every port type accepts.
-pub const COMMON_OPTIONS: &[&str] = &["tag", "trunks", "pmd-rxq-affinity"];
+pub const COMMON_OPTIONS: &[&str] = &["tag", "trunks", "pmd-rxq-affinity", "mac-limit"];
+
+/// Most learned MACs a port may be allowed (`mac-limit`); 0 = no per-port limit.
+pub const MAX_MAC_LIMIT: usize = 1_000_000;
 
 /// Every port type, built or not.
 pub const KINDS: &[KindSpec] = &[
@@ -119,6 +122,7 @@ fn check_value(key: &str, v: &str) -> Result<(), String> {
         "tag" => parse_vlan(v).map(|_| ()),
         "trunks" => parse_vlan_list(v).map(|_| ()),
         "pmd-rxq-affinity" => parse_affinity(v).map(|_| ()),
+        "mac-limit" => parse_mac_limit(v).map(|_| ()),
         "queues" => match v.parse::<usize>() {
             Ok(n) if (1..=16).contains(&n) => Ok(()),
             _ => Err(format!("{v:?} is not a queue count from 1 to 16")),
@@ -208,6 +212,16 @@ pub fn parse_vlan_list(v: &str) -> Result<Vec<u16>, String> {
     v.split(',').map(|s| parse_vlan(s.trim())).collect()
 }
 
+/// A learned-MAC limit: 0 (no per-port limit, only the bridge's) to [`MAX_MAC_LIMIT`].
+pub fn parse_mac_limit(v: &str) -> Result<usize, String> {
+    match v.parse::<usize>() {
+        Ok(n) if n <= MAX_MAC_LIMIT => Ok(n),
+        _ => Err(format!(
+            "{v:?} is not a number of MACs from 0 (no limit) to {MAX_MAC_LIMIT}"
+        )),
+    }
+}
+
 /// `RXQ:CORE[,RXQ:CORE...]`.
 pub fn parse_affinity(v: &str) -> Result<Vec<(usize, usize)>, String> {
     v.split(',')
@@ -225,7 +239,8 @@ pub fn parse_affinity(v: &str) -> Result<Vec<(usize, usize)>, String> {
         .collect()
 }
 
-/// The options that place a port in the switch without re-creating it: VLANs and rxq pins.
+/// The options that place a port in the switch without re-creating it: VLANs, rxq pins and
+/// the learned-MAC limit.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Placement {
     /// Access VLAN (`tag`).
@@ -234,6 +249,8 @@ pub struct Placement {
     pub trunks: Vec<u16>,
     /// `pmd-rxq-affinity` pins.
     pub affinity: Vec<(usize, usize)>,
+    /// `mac-limit` (`None`: the pipeline's default).
+    pub mac_limit: Option<usize>,
 }
 
 impl Placement {
@@ -250,6 +267,7 @@ impl Placement {
                 .map(parse_affinity)
                 .transpose()?
                 .unwrap_or_default(),
+            mac_limit: opt("mac-limit").map(parse_mac_limit).transpose()?,
         })
     }
 }
@@ -354,6 +372,10 @@ mod tests {
         assert!(validate(spec, &o("trunks", "1,2,x")).is_err());
         assert!(validate(spec, &o("pmd-rxq-affinity", "0:1,1:0")).is_ok());
         assert!(validate(spec, &o("pmd-rxq-affinity", "0-1")).is_err());
+        assert!(validate(spec, &o("mac-limit", "0")).is_ok());
+        assert!(validate(spec, &o("mac-limit", "64")).is_ok());
+        assert!(validate(spec, &o("mac-limit", "-1")).is_err());
+        assert!(validate(spec, &o("mac-limit", "1000001")).is_err());
         assert!(validate(spec, &o("path", "/x"))
             .unwrap_err()
             .contains("unknown option \"path\""));

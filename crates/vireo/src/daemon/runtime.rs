@@ -8,7 +8,11 @@
 //! through [`Hooks`]; the housekeeping thread ([`super::housekeeping`]) revalidates after
 //! MAC learning, expires flows and delivers packet-ins. None of them takes the `Switch` mutex.
 //! After any change that can alter a forwarding decision, `revalidate` returns only once every
-//! PMD has dropped the old decisions, so no packet follows them after the command returns.
+//! PMD has dropped the decisions it changed, so no packet follows them after the command
+//! returns. Revalidation is per megaflow: rule, group and port changes re-check each megaflow
+//! by re-translating it (off the PMDs, on the calling thread); MAC learning changes remove only
+//! the megaflows tagged with the entries that changed. One guest's MAC churn therefore costs
+//! no other guest its megaflows.
 use super::hooks::Hooks;
 use crate::store::BridgeConfig;
 use dp::{AssignMode, AutoLb, Datapath, DpConfig, Topology, Upcall};
@@ -34,8 +38,10 @@ pub struct Shared {
     pub dp: Datapath,
     /// Every bridge's pipeline.
     pub pipeline: Arc<Pipeline>,
-    /// Pipeline generation at the last revalidation.
-    seen_generation: AtomicU64,
+    /// Serializes revalidations (the housekeeping thread's and the commands').
+    reval: Mutex<()>,
+    /// Megaflows removed by revalidation (all PMDs, since start).
+    pub revalidated: AtomicU64,
     /// Each bridge's OpenFlow endpoint.
     pub bridges: Mutex<BTreeMap<String, Arc<BridgeOf>>>,
     /// Port name → its datapath entry.
@@ -43,17 +49,25 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// Makes every PMD drop decisions taken before now.
+    /// After a rule, group, port or fail-mode change: re-checks every megaflow and makes every
+    /// PMD drop those whose translation changed.
     pub fn revalidate(&self) {
-        self.seen_generation
-            .store(self.pipeline.generation(), Ordering::SeqCst);
-        self.dp.revalidate();
+        self.revalidate_changes(true);
     }
 
-    /// Revalidates if the pipeline changed by itself (MAC learning, timeouts) since last time.
+    /// Revalidates what the pipeline recorded since last time (MAC learning and aging: only
+    /// the megaflows tagged with a changed entry; anything else: a re-check of every one).
     pub fn revalidate_if_changed(&self) {
-        if self.pipeline.generation() != self.seen_generation.load(Ordering::SeqCst) {
-            self.revalidate();
+        self.revalidate_changes(false);
+    }
+
+    fn revalidate_changes(&self, full: bool) {
+        let _g = self.reval.lock().unwrap_or_else(|e| e.into_inner());
+        match self.pipeline.revalidate_datapath(&self.dp, full) {
+            Ok(n) => {
+                self.revalidated.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(e) => tracing::error!(%e, "revalidate"),
         }
     }
 
@@ -90,6 +104,8 @@ pub struct Attach<'a> {
     pub tag: Option<u16>,
     /// Trunk VLANs (empty = all).
     pub trunks: Vec<u16>,
+    /// `mac-limit` (`None`: the default).
+    pub mac_limit: Option<usize>,
     /// `pmd-rxq-affinity` pins.
     pub affinity: Vec<(usize, usize)>,
 }
@@ -130,7 +146,8 @@ impl Runtime {
         let dp = Datapath::new(cfg, upcall).map_err(|e| format!("datapath: {e}"))?;
         let shared = Arc::new(Shared {
             dp,
-            seen_generation: AtomicU64::new(pipeline.generation()),
+            reval: Mutex::new(()),
+            revalidated: AtomicU64::new(0),
             pipeline: pipeline.clone(),
             bridges: Mutex::new(BTreeMap::new()),
             ports: Mutex::new(BTreeMap::new()),
@@ -226,6 +243,7 @@ impl Runtime {
                     ofport: Some(a.ofport),
                     tag: a.tag,
                     trunks: a.trunks,
+                    mac_limit: a.mac_limit,
                 },
             )
             .map_err(|e| e.to_string())?;
@@ -280,6 +298,20 @@ impl Runtime {
             .set_port_vlans(bridge, name, tag, trunks)
             .map_err(|e| e.to_string())?;
         self.revalidate();
+        Ok(())
+    }
+
+    /// Changes a port's learned-MAC limit (`None`: the default).
+    pub fn set_mac_limit(
+        &mut self,
+        bridge: &str,
+        name: &str,
+        limit: Option<usize>,
+    ) -> Result<(), String> {
+        self.pipeline
+            .set_port_mac_limit(bridge, name, limit)
+            .map_err(|e| e.to_string())?;
+        self.revalidate_if_changed();
         Ok(())
     }
 

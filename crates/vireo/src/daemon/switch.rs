@@ -357,8 +357,14 @@ impl Switch {
             }
             rows.push((name.clone(), lp.port().stats()));
         }
-        let data = format::stats_data(&rows);
-        Ok(Response::ok(format::stats_text(&rows), data))
+        let mut macs = BTreeMap::new();
+        for br in self.config().bridges.keys() {
+            if let Ok(per_port) = self.rt.pipeline.mac_port_stats(br) {
+                macs.extend(per_port);
+            }
+        }
+        let data = format::stats_data(&rows, &macs);
+        Ok(Response::ok(format::stats_text(&rows, &macs), data))
     }
 
     fn dummy(&self, name: &str) -> Result<&Arc<DummyPort>, CmdError> {
@@ -405,6 +411,7 @@ impl Switch {
             port: lp.port(),
             tag: place.tag,
             trunks: place.trunks,
+            mac_limit: place.mac_limit,
             affinity: place.affinity,
         };
         if let Err(e) = self.rt.attach(attach) {
@@ -432,7 +439,7 @@ impl Switch {
         std::mem::take(&mut self.retired)
     }
 
-    /// Applies options that need no restart: VLANs and rxq pinning.
+    /// Applies options that need no restart: VLANs, rxq pinning and the MAC limit.
     fn apply_live_options(
         &mut self,
         br: &str,
@@ -449,6 +456,9 @@ impl Switch {
         }
         if was.affinity != now.affinity {
             self.rt.set_affinity(name, &now.affinity)?;
+        }
+        if was.mac_limit != now.mac_limit {
+            self.rt.set_mac_limit(br, name, now.mac_limit)?;
         }
         Ok(())
     }
