@@ -1,6 +1,7 @@
 //! Live port objects built from the stored port configuration: which constructor each type
 //! uses, the defaults of its options, and how it is stopped. Control thread only.
 use crate::store::PortConfig;
+use ports::af_xdp::AfXdpPort;
 use ports::dummy::DummyPort;
 use ports::vhost_user::VhostUserPort;
 use ports::Port;
@@ -16,6 +17,8 @@ pub enum LivePort {
     Dummy(Arc<DummyPort>),
     /// vhost-user, server or client mode.
     Vhost(Arc<VhostUserPort>),
+    /// AF_XDP sockets on a kernel interface.
+    AfXdp(Arc<AfXdpPort>),
 }
 
 impl LivePort {
@@ -43,6 +46,14 @@ impl LivePort {
                     .map(LivePort::Vhost)
                     .map_err(|e| format!("port {name}: {e}"))
             }
+            "af-xdp" => {
+                let ifname = opt("ifname")
+                    .ok_or_else(|| format!("port {name}: type af-xdp needs ifname=INTERFACE"))?;
+                let mode = opt("xdp-mode").unwrap_or("best-effort");
+                AfXdpPort::open(ifname, queues, mode)
+                    .map(|p| LivePort::AfXdp(Arc::new(p)))
+                    .map_err(|e| format!("port {name}: {e}"))
+            }
             other => Err(format!(
                 "port type {other:?} is not implemented yet in this build of vireod"
             )),
@@ -54,6 +65,7 @@ impl LivePort {
         match self {
             LivePort::Dummy(d) => d.clone(),
             LivePort::Vhost(v) => v.clone(),
+            LivePort::AfXdp(x) => x.clone(),
         }
     }
 
@@ -61,14 +73,16 @@ impl LivePort {
     pub fn dummy(&self) -> Option<&Arc<DummyPort>> {
         match self {
             LivePort::Dummy(d) => Some(d),
-            LivePort::Vhost(_) => None,
+            LivePort::Vhost(_) | LivePort::AfXdp(_) => None,
         }
     }
 
     /// Stops the device (closes sockets, removes socket files the port created).
     pub fn shutdown(&self) {
-        if let LivePort::Vhost(v) = self {
-            v.shutdown();
+        match self {
+            LivePort::Vhost(v) => v.shutdown(),
+            LivePort::AfXdp(x) => x.shutdown(),
+            LivePort::Dummy(_) => {}
         }
     }
 }
