@@ -172,6 +172,63 @@ impl<T: Copy> Ring<T> {
 }
 
 #[cfg(test)]
+impl<T: Copy> Ring<T> {
+    /// A ring in private memory with the kernel's layout (for tests that play the kernel).
+    pub(crate) fn anon(size: u32) -> Ring<T> {
+        let off = libc::xdp_ring_offset {
+            producer: 0,
+            consumer: 64,
+            flags: 128,
+            desc: 256,
+        };
+        let len = 256 + size as usize * std::mem::size_of::<T>();
+        let map = Mmap::anon(len).unwrap();
+        let base = map.ptr();
+        // SAFETY: the offsets lie inside the fresh mapping, aligned.
+        let (prod, cons, flags, descs) = unsafe {
+            (
+                base.add(off.producer as usize).cast::<AtomicU32>(),
+                base.add(off.consumer as usize).cast::<AtomicU32>(),
+                base.add(off.flags as usize).cast::<AtomicU32>(),
+                base.add(off.desc as usize).cast::<T>(),
+            )
+        };
+        Ring {
+            prod,
+            cons,
+            flags,
+            descs,
+            size,
+            local: 0,
+            cached_other: 0,
+            _map: map,
+            _t: PhantomData,
+        }
+    }
+
+    /// Plays the kernel producing `v` on a ring we consume.
+    pub(crate) fn kernel_produce(&mut self, v: T) {
+        let p = Self::load(self.prod, Ordering::Relaxed);
+        let s = slot(self.size, p);
+        // SAFETY: masked slot inside the descriptor array.
+        unsafe { self.descs.add(s).write_volatile(v) };
+        Self::store(self.prod, p.wrapping_add(1));
+    }
+
+    /// Plays the kernel consuming one entry of a ring we produce.
+    pub(crate) fn kernel_consume(&mut self) -> Option<T> {
+        let c = Self::load(self.cons, Ordering::Relaxed);
+        if Self::load(self.prod, Ordering::Acquire) == c {
+            return None;
+        }
+        // SAFETY: masked slot inside the descriptor array.
+        let v = unsafe { self.descs.add(slot(self.size, c)).read_volatile() };
+        Self::store(self.cons, c.wrapping_add(1));
+        Some(v)
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;

@@ -344,3 +344,119 @@ fn is_transient(e: &std::io::Error) -> bool {
         Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS | libc::EINTR)
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An rx half over private memory: the test plays the kernel.
+    fn fake_rx() -> RxSide {
+        let half = FRAMES_PER_QUEUE / 2;
+        let umem = Mmap::anon((FRAMES_PER_QUEUE * FRAME_SIZE) as usize).unwrap();
+        let fd =
+            sys::xdp_socket().unwrap_or_else(|_| std::fs::File::open("/dev/null").unwrap().into());
+        let mut rx = RxSide {
+            shared: Arc::new(Shared { fd, umem }),
+            fill: Ring::anon(RING_SIZE),
+            rx: Ring::anon(RING_SIZE),
+            frames: FramePool::new(FRAME_SIZE, 0, half),
+        };
+        rx.refill();
+        rx
+    }
+
+    #[test]
+    fn hostile_rx_descriptors_are_counted_and_dropped_and_no_frame_is_lost() {
+        let mut rx = fake_rx();
+        assert_eq!(rx.frames(), (2048, 2048));
+        // The "kernel" takes two frames from the fill ring and writes a frame into one.
+        let a = rx.fill.kernel_consume().unwrap();
+        let b = rx.fill.kernel_consume().unwrap();
+        let c = rx.fill.kernel_consume().unwrap();
+        let payload = [0xabu8; 60];
+        rx.shared.write(a + 256, &payload);
+        let good = RawDesc {
+            addr: a + 256,
+            len: 60,
+            options: 0,
+        };
+        let umem_len = u64::from(FRAMES_PER_QUEUE * FRAME_SIZE);
+        for d in [
+            good,
+            // The same frame again.
+            good,
+            // Past the end of the UMEM, and far past it.
+            RawDesc {
+                addr: umem_len,
+                len: 60,
+                options: 0,
+            },
+            RawDesc {
+                addr: u64::MAX - 10,
+                len: 60,
+                options: 0,
+            },
+            // A tx-half frame (never given to the fill ring).
+            RawDesc {
+                addr: umem_len - 4096,
+                len: 60,
+                options: 0,
+            },
+            // Across the end of a frame the kernel holds (reclaimed, not delivered).
+            RawDesc {
+                addr: b + 4000,
+                len: 200,
+                options: 0,
+            },
+            // Shorter than an Ethernet header (reclaimed, not delivered).
+            RawDesc {
+                addr: c + 256,
+                len: 3,
+                options: 0,
+            },
+        ] {
+            rx.rx.kernel_produce(d);
+        }
+        let mut got = Vec::new();
+        let r = rx.recv(32, |f| got.push(f.to_vec()));
+        assert_eq!(got, vec![payload.to_vec()]);
+        assert_eq!((r.packets, r.bytes), (1, 60));
+        assert_eq!(r.bad_descs, 6);
+        // The three frames came back and went to the fill ring again; nothing lost.
+        let (ours, kernel) = rx.frames();
+        assert_eq!(ours + kernel, 4096);
+        let mut filled = 0;
+        while rx.fill.kernel_consume().is_some() {
+            filled += 1;
+        }
+        assert_eq!(filled, 2048, "the fill ring was refilled to the brim");
+    }
+
+    #[test]
+    fn tx_counts_full_and_too_big_and_refuses_bad_completions() {
+        let half = FRAMES_PER_QUEUE / 2;
+        let umem = Mmap::anon((FRAMES_PER_QUEUE * FRAME_SIZE) as usize).unwrap();
+        let fd: OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
+        let mut tx = TxSide {
+            shared: Arc::new(Shared { fd, umem }),
+            tx: Ring::anon(4),
+            comp: Ring::anon(RING_SIZE),
+            frames: FramePool::new(FRAME_SIZE, half, half),
+        };
+        let small = [1u8; 64];
+        let big = vec![0u8; FRAME_SIZE as usize + 1];
+        let frames: Vec<&[u8]> = vec![&small, &big, &small, &small, &small, &small];
+        let b = tx.send(frames.into_iter());
+        // A ring of 4: four queued, one too big, one with no room.
+        assert_eq!((b.packets, b.too_big, b.full), (4, 1, 1));
+        let d = tx.tx.kernel_consume().unwrap();
+        assert_eq!(tx.shared.frame(d.addr, d.len), &small[..]);
+        // The kernel completes one frame, then the same one again, then one it never had.
+        tx.comp.kernel_produce(d.addr);
+        tx.comp.kernel_produce(d.addr);
+        tx.comp.kernel_produce(0);
+        let b = tx.send(std::iter::empty());
+        assert_eq!(b.bad_completions, 2);
+        assert_eq!(tx.frames(), (half as usize - 3, 3));
+    }
+}
