@@ -205,6 +205,47 @@ fn bad_af_xdp_ports_are_one_line_errors() {
     assert!(!a.host_link().contains("xdp"));
 }
 
+#[test]
+fn frames_too_big_for_a_umem_frame_are_counted_by_reason() {
+    if !have_peers() {
+        return;
+    }
+    let _s = serial();
+    let (a, _b) = two_namespaces(6);
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    d.ok(&["add-br", "br0"]);
+    d.ok(&["add-port", "br0", "dum", "type=dummy"]);
+    d.ok(&[
+        "add-port",
+        "br0",
+        "pa",
+        "type=af-xdp",
+        &format!("ifname={}", a.host_if),
+    ]);
+    let frame = |len: usize| {
+        let mut f = vec![0xffu8; 6];
+        f.extend_from_slice(&[2, 0, 0, 0, 0, 0x66, 0x88, 0xb5]);
+        f.resize(len, 0x5a);
+        f.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    };
+    // Flooded from the dummy port: one too big for a UMEM frame, two that fit.
+    d.ok(&["inject", "dum", &frame(5000)]);
+    d.ok(&["inject", "dum", &frame(60)]);
+    d.ok(&["inject", "dum", &frame(3800)]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let stats = loop {
+        let s = d.json(&["port-stats", "pa"]);
+        if s[0]["tx_packets"].as_u64() == Some(2) || std::time::Instant::now() > deadline {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(stats[0]["tx_packets"], 2, "{stats}");
+    assert_eq!(stats[0]["tx_bytes"], 3860, "{stats}");
+    assert_eq!(stats[0]["drops"]["too-big"], 1, "{stats}");
+}
+
 fn fd_count(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
