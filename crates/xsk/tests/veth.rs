@@ -74,8 +74,15 @@ fn ping_through(mode: ModeRequest, n: u32, want: ModeInUse) {
         kernel, RING_SIZE as usize,
         "rx frames not returned to the fill ring"
     );
+    // Every sent frame comes back through the completion ring.
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while tx.frames().1 > 0 && std::time::Instant::now() < deadline {
+        tx.send(std::iter::empty());
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let (t_ours, t_kernel) = tx.frames();
     assert_eq!(t_ours + t_kernel, FRAMES_PER_QUEUE as usize / 2);
+    assert_eq!(t_kernel, 0, "tx frames not completed");
     drop((rx, tx));
     drop(dev);
     let link = net.host_link();
