@@ -186,10 +186,9 @@ impl Port for AfXdpPort {
     }
 
     fn link(&self) -> Link {
-        if lock(&self.device).is_some() {
-            Link::Up
-        } else {
-            Link::Down
+        match lock(&self.device).as_ref() {
+            Some(d) if d.running() => Link::Up,
+            _ => Link::Down,
         }
     }
 

@@ -358,4 +358,14 @@ fn after_kill_9_no_program_is_left_and_a_restart_takes_the_ports_again() {
         );
     }
     ping(&a, "10.78.5.2");
+    // The link follows the interface.
+    testkit::veth::must("ip", &["link", "set", "dev", &a.host_if, "down"]);
+    assert_eq!(port_status(&d, "pa")["link"], "down");
+    testkit::veth::must("ip", &["link", "set", "dev", &a.host_if, "up"]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while port_status(&d, "pa")["link"] != "up" && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(port_status(&d, "pa")["link"], "up");
+    ping(&a, "10.78.5.2");
 }

@@ -207,6 +207,15 @@ impl Device {
         self.ifindex
     }
 
+    /// True while the interface still exists under its name and index and is up and running
+    /// (a control-plane query: two system calls).
+    pub fn running(&self) -> bool {
+        let same = sys::ifindex(&self.ifname).is_ok_and(|i| i == self.ifindex);
+        let flags = sys::if_flags(&self.ifname).unwrap_or(0);
+        let want = (libc::IFF_UP | libc::IFF_RUNNING) as u32;
+        same && flags & want == want
+    }
+
     /// How many programs of an earlier Vireo were detached from the interface at open.
     pub fn replaced(&self) -> usize {
         self.replaced

@@ -266,6 +266,28 @@ pub(crate) fn ifindex(name: &str) -> io::Result<u32> {
 
 /// The MTU of interface `name` (`SIOCGIFMTU`).
 pub(crate) fn mtu(name: &str) -> io::Result<u32> {
+    // SAFETY: SIOCGIFMTU filled the `ifru_mtu` member of the union.
+    ifreq_get(name, libc::SIOCGIFMTU, |r| {
+        unsafe { r.ifr_ifru.ifru_mtu }.max(0) as u32
+    })
+}
+
+/// The flags of interface `name` (`SIOCGIFFLAGS`).
+pub(crate) fn if_flags(name: &str) -> io::Result<u32> {
+    // SAFETY: SIOCGIFFLAGS filled the `ifru_flags` member of the union.
+    ifreq_get(
+        name,
+        libc::SIOCGIFFLAGS,
+        |r| unsafe { r.ifr_ifru.ifru_flags } as u16 as u32,
+    )
+}
+
+/// Runs an `ifreq` "get" ioctl on interface `name` and reads the answer with `read`.
+fn ifreq_get<T>(
+    name: &str,
+    req_no: libc::c_ulong,
+    read: impl FnOnce(&libc::ifreq) -> T,
+) -> io::Result<T> {
     if name.len() >= libc::IFNAMSIZ {
         return Err(io::Error::from(io::ErrorKind::InvalidInput));
     }
@@ -282,11 +304,9 @@ pub(crate) fn mtu(name: &str) -> io::Result<u32> {
         *d = b as libc::c_char;
     }
     // SAFETY: `req` is a live ifreq with a NUL-terminated name (checked length above).
-    let r = unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCGIFMTU, &mut req) };
+    let r = unsafe { libc::ioctl(s.as_raw_fd(), req_no, &mut req) };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: SIOCGIFMTU filled the `ifru_mtu` member of the union.
-    let m = unsafe { req.ifr_ifru.ifru_mtu };
-    Ok(m.max(0) as u32)
+    Ok(read(&req))
 }
