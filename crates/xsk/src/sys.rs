@@ -266,20 +266,20 @@ pub(crate) fn ifindex(name: &str) -> io::Result<u32> {
 
 /// The MTU of interface `name` (`SIOCGIFMTU`).
 pub(crate) fn mtu(name: &str) -> io::Result<u32> {
-    // SAFETY: SIOCGIFMTU filled the `ifru_mtu` member of the union.
     ifreq_get(name, libc::SIOCGIFMTU, |r| {
-        unsafe { r.ifr_ifru.ifru_mtu }.max(0) as u32
+        // SAFETY: SIOCGIFMTU filled the `ifru_mtu` member of the union.
+        let m = unsafe { r.ifr_ifru.ifru_mtu };
+        m.max(0) as u32
     })
 }
 
 /// The flags of interface `name` (`SIOCGIFFLAGS`).
 pub(crate) fn if_flags(name: &str) -> io::Result<u32> {
-    // SAFETY: SIOCGIFFLAGS filled the `ifru_flags` member of the union.
-    ifreq_get(
-        name,
-        libc::SIOCGIFFLAGS,
-        |r| unsafe { r.ifr_ifru.ifru_flags } as u16 as u32,
-    )
+    ifreq_get(name, libc::SIOCGIFFLAGS, |r| {
+        // SAFETY: SIOCGIFFLAGS filled the `ifru_flags` member of the union.
+        let f = unsafe { r.ifr_ifru.ifru_flags };
+        u32::from(f as u16)
+    })
 }
 
 /// Runs an `ifreq` "get" ioctl on interface `name` and reads the answer with `read`.
