@@ -50,8 +50,9 @@ pub(crate) struct Ring<T> {
     _t: PhantomData<T>,
 }
 
-// SAFETY: the raw pointers point into `_map`, owned by this value; the kernel side is
-// synchronised through the atomics, and one `Ring` is used by one thread at a time (`&mut`).
+// The raw pointers point into `_map`, owned by this value; the kernel side is synchronised
+// through the atomics, and one `Ring` is used by one thread at a time (`&mut`).
+// SAFETY: moving a ring to another thread moves its mapping with it.
 unsafe impl<T: Send> Send for Ring<T> {}
 
 impl<T: Copy> Ring<T> {
@@ -132,9 +133,10 @@ impl<T: Copy> Ring<T> {
     /// Writes entry `i` past our producer index (`i` < the room last returned).
     pub(crate) fn prod_write(&mut self, i: u32, v: T) {
         let s = slot(self.size, self.local.wrapping_add(i));
-        // SAFETY: `s` < size (masked), and the descriptor array has `size` entries inside the
-        // mapping (checked in `map`). The entry is ours: it lies within the room past our
-        // producer index, which the kernel does not read until we publish it.
+        // `s` < size (masked), and the descriptor array has `size` entries inside the mapping
+        // (checked in `map`). The entry is ours: it lies within the room past our producer
+        // index, which the kernel does not read until we publish it.
+        // SAFETY: an in-bounds write to an entry no one else reads yet.
         unsafe { self.descs.add(s).write_volatile(v) }
     }
 
@@ -159,8 +161,9 @@ impl<T: Copy> Ring<T> {
     /// Reads entry `i` past our consumer index (`i` < what `cons_peek` returned), once.
     pub(crate) fn cons_read(&self, i: u32) -> T {
         let s = slot(self.size, self.local.wrapping_add(i));
-        // SAFETY: `s` < size (masked) inside the mapped descriptor array; the acquire load of
-        // the producer index in `cons_peek` orders this read after the kernel's write.
+        // The acquire load of the producer index in `cons_peek` orders this read after the
+        // kernel's write.
+        // SAFETY: `s` < size (masked), inside the mapped descriptor array.
         unsafe { self.descs.add(s).read_volatile() }
     }
 

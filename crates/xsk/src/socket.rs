@@ -25,8 +25,9 @@ impl Shared {
     fn frame(&self, addr: u64, len: u32) -> &[u8] {
         let end = addr as usize + len as usize;
         assert!(end <= self.umem.len(), "frame range checked by FramePool");
-        // SAFETY: the range lies inside the mapping (asserted), and the frame is ours (the
-        // kernel gave it back through a ring) so the kernel does not write it meanwhile.
+        // The frame is ours (the kernel gave it back through a ring), so the kernel does not
+        // write it meanwhile.
+        // SAFETY: the range lies inside the mapping (asserted) and nobody writes it.
         unsafe { std::slice::from_raw_parts(self.umem.ptr().add(addr as usize), len as usize) }
     }
 
@@ -34,8 +35,9 @@ impl Shared {
     fn write(&self, addr: u64, data: &[u8]) {
         let end = addr as usize + data.len();
         assert!(end <= self.umem.len(), "frame range checked by the caller");
-        // SAFETY: inside the mapping (asserted); the frame is ours until it is published in
-        // the tx ring, and `data` (a packet buffer) cannot overlap the UMEM.
+        // The frame is ours until it is published in the tx ring, and `data` (a packet
+        // buffer) cannot overlap the UMEM.
+        // SAFETY: the range lies inside the mapping (asserted) and nobody else touches it.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 data.as_ptr(),

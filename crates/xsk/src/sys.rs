@@ -13,9 +13,10 @@ pub(crate) struct Mmap {
     len: usize,
 }
 
-// SAFETY: the mapping is plain memory owned by this value; access to its bytes is governed by
-// the ring and frame ownership rules of the types that hold it (see the crate's SAFETY
-// argument), not by which thread holds the `Mmap`.
+// The mapping is plain memory owned by this value; access to its bytes is governed by the
+// ring and frame ownership rules of the types that hold it (see the crate's SAFETY argument),
+// not by which thread holds the `Mmap`.
+// SAFETY: no thread-local state is tied to a mapping.
 unsafe impl Send for Mmap {}
 // SAFETY: as above; `&Mmap` only hands out the base pointer and length.
 unsafe impl Sync for Mmap {}
@@ -23,8 +24,8 @@ unsafe impl Sync for Mmap {}
 impl Mmap {
     /// Private anonymous memory of `len` bytes (the UMEM), zero-filled.
     pub(crate) fn anon(len: usize) -> io::Result<Mmap> {
-        // SAFETY: a fresh anonymous mapping at an address the kernel picks; no existing
-        // memory is affected.
+        // A fresh anonymous mapping at an address the kernel picks.
+        // SAFETY: no existing memory is affected (no MAP_FIXED).
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -40,8 +41,8 @@ impl Mmap {
 
     /// A shared mapping of `len` bytes of `fd` at `offset` (an AF_XDP ring).
     pub(crate) fn shared(fd: RawFd, len: usize, offset: u64) -> io::Result<Mmap> {
-        // SAFETY: maps kernel ring memory of the socket `fd` at an address the kernel picks;
-        // no existing memory is affected.
+        // Maps kernel ring memory of the socket `fd` at an address the kernel picks.
+        // SAFETY: no existing memory is affected (no MAP_FIXED).
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -74,8 +75,8 @@ impl Mmap {
 
 impl Drop for Mmap {
     fn drop(&mut self) {
-        // SAFETY: `ptr`/`len` are exactly what mmap returned and nothing else unmaps them;
-        // every pointer derived from the mapping lives in the struct that owns this value.
+        // Every pointer derived from the mapping lives in the struct that owns this value.
+        // SAFETY: `ptr`/`len` are exactly what mmap returned and nothing else unmaps them.
         unsafe {
             libc::munmap(self.ptr.as_ptr().cast(), self.len);
         }
@@ -115,8 +116,8 @@ impl Attr {
 
 /// `bpf(cmd, attr)`: the non-negative return value (an fd for commands that make one).
 pub(crate) fn bpf(cmd: u32, attr: &mut Attr) -> io::Result<i32> {
-    // SAFETY: `attr` is a 128-byte buffer that lives across the call; every pointer field in
-    // it was set by the caller to a buffer that also outlives the call.
+    // Every pointer field in `attr` was set by the caller to a buffer that outlives the call.
+    // SAFETY: `attr` is a 128-byte buffer that lives across the call.
     let r = unsafe {
         libc::syscall(
             libc::SYS_bpf,
@@ -173,9 +174,9 @@ pub(crate) fn set_xdp_opt<T>(fd: &OwnedFd, opt: i32, v: &T) -> io::Result<()> {
 pub(crate) fn get_xdp_opt<T: Copy>(fd: RawFd, opt: i32, zero: T) -> io::Result<T> {
     let mut v = zero;
     let mut len = std::mem::size_of::<T>() as libc::socklen_t;
-    // SAFETY: `v` is a live `T` and `len` its size; the kernel writes at most `len` bytes.
-    let r =
-        unsafe { libc::getsockopt(fd, libc::SOL_XDP, opt, (&mut v as *mut T).cast(), &mut len) };
+    let p = (&mut v as *mut T).cast();
+    // SAFETY: `p` is a live `T` and `len` its size; the kernel writes at most `len` bytes.
+    let r = unsafe { libc::getsockopt(fd, libc::SOL_XDP, opt, p, &mut len) };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
