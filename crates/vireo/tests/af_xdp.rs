@@ -20,19 +20,24 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// Namespaces `vxk-aN` (10.78.N.1) and `vxk-bN` (10.78.N.2), host sides `vxkaNh`/`vxkbNh`,
 /// checksum offload off on the namespace sides (XDP carries no checksum metadata).
 fn two_namespaces(n: u32) -> (NsVeth, NsVeth) {
+    two_namespaces_q(n, 1)
+}
+
+/// [`two_namespaces`] with `queues` rx/tx queues on each veth.
+fn two_namespaces_q(n: u32, queues: u32) -> (NsVeth, NsVeth) {
     let a = NsVeth::new(
         &format!("vxk-a{n}"),
         &format!("vxka{n}h"),
         &format!("vxka{n}n"),
         &format!("10.78.{n}.1/24"),
-        1,
+        queues,
     );
     let b = NsVeth::new(
         &format!("vxk-b{n}"),
         &format!("vxkb{n}h"),
         &format!("vxkb{n}n"),
         &format!("10.78.{n}.2/24"),
-        1,
+        queues,
     );
     for ns in [&a, &b] {
         ns.exec_must(&["ethtool", "-K", &ns.ns_if, "tx", "off", "txvlan", "off"]);
@@ -103,9 +108,9 @@ fn iperf(a: &NsVeth, b: &NsVeth, to: &str) -> u64 {
     bytes
 }
 
-fn traffic_in_mode(mode: &str, n: u32) {
+fn traffic_in_mode(mode: &str, n: u32, queues: u32) {
     let _s = serial();
-    let (a, b) = two_namespaces(n);
+    let (a, b) = two_namespaces_q(n, queues);
     let dir = tempfile::tempdir().unwrap();
     let d = start(dir.path());
     d.ok(&["add-br", "br0"]);
@@ -117,13 +122,26 @@ fn traffic_in_mode(mode: &str, n: u32) {
             "type=af-xdp",
             &format!("ifname={}", ns.host_if),
             &format!("xdp-mode={mode}"),
+            &format!("queues={queues}"),
         ]);
         let st = port_status(&d, p);
+        assert_eq!(st["status"]["queues"], queues, "{st}");
         assert_eq!(st["status"]["xdp_mode"], mode, "{st}");
         assert_eq!(st["link"], "up");
         assert!(ns.host_link().contains("prog/xdp"), "{}", ns.host_link());
     }
     assert!(d.ok(&["show"]).contains(&format!("xdp_mode: \"{mode}\"")));
+    // Every queue of both ports is polled.
+    let rxqs = d.ok(&["pmd-rxq-show"]);
+    for q in 0..queues {
+        for p in ["pa", "pb"] {
+            let polled = rxqs.lines().any(|l| {
+                let t: Vec<&str> = l.split_whitespace().collect();
+                t.len() >= 4 && t[1] == p && t[2] == "queue-id:" && t[3] == q.to_string()
+            });
+            assert!(polled, "{p} rx queue {q} not polled: {rxqs}");
+        }
+    }
     ping(&a, &format!("10.78.{n}.2"));
     ping(&b, &format!("10.78.{n}.1"));
     let bytes = iperf(&a, &b, &format!("10.78.{n}.2"));
@@ -147,11 +165,11 @@ fn traffic_in_mode(mode: &str, n: u32) {
 }
 
 #[test]
-fn ping_and_tcp_between_namespaces_in_native_mode() {
+fn ping_and_tcp_between_namespaces_in_native_mode_with_two_queues() {
     if !have_peers() {
         return;
     }
-    traffic_in_mode("native", 1);
+    traffic_in_mode("native", 1, 2);
 }
 
 #[test]
@@ -159,7 +177,7 @@ fn ping_and_tcp_between_namespaces_in_generic_mode() {
     if !have_peers() {
         return;
     }
-    traffic_in_mode("generic", 2);
+    traffic_in_mode("generic", 2, 1);
 }
 
 #[test]
