@@ -145,6 +145,7 @@ fn traffic_in_mode(mode: &str, n: u32, queues: u32) {
     ping(&a, &format!("10.78.{n}.2"));
     ping(&b, &format!("10.78.{n}.1"));
     let bytes = iperf(&a, &b, &format!("10.78.{n}.2"));
+    eprintln!("(that was {mode} mode, {queues} queue(s) per port)");
     assert!(bytes > 1_000_000, "TCP moved only {bytes} bytes");
     let stats = d.json(&["port-stats", "pa"]);
     assert!(stats[0]["rx_packets"].as_u64().unwrap() > 100, "{stats}");
