@@ -7,6 +7,7 @@
 //! longer than a counter read.
 #![deny(unsafe_code)]
 
+pub mod af_xdp;
 pub mod dummy;
 mod stats;
 pub mod vhost_user;

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests of several crates: `ovs-ofctl` run against a
 //! switch's OpenFlow socket, and controller processes (Faucet, os-ken) from the project's
 //! Python environment. Test code only; runs on the calling test's thread.
+pub mod veth;
+
 use std::io::Write;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -74,7 +74,7 @@ fn every_error_is_one_line_exit_1_and_changes_nothing() {
         ),
         (
             &["add-port", "br0", "x", "type=af-xdp"],
-            "not implemented yet",
+            "needs ifname=INTERFACE",
         ),
         (
             &["add-port", "br0", "x", "type=dummy", "colour=red"],

@@ -1,6 +1,7 @@
 //! Live port objects built from the stored port configuration: which constructor each type
 //! uses, the defaults of its options, and how it is stopped. Control thread only.
 use crate::store::PortConfig;
+use ports::af_xdp::AfXdpPort;
 use ports::dummy::DummyPort;
 use ports::vhost_user::VhostUserPort;
 use ports::Port;
@@ -16,6 +17,8 @@ pub enum LivePort {
     Dummy(Arc<DummyPort>),
     /// vhost-user, server or client mode.
     Vhost(Arc<VhostUserPort>),
+    /// AF_XDP sockets on a kernel interface.
+    AfXdp(Arc<AfXdpPort>),
 }
 
 impl LivePort {
@@ -45,6 +48,14 @@ impl LivePort {
                     .map(LivePort::Vhost)
                     .map_err(|e| format!("port {name}: {e}"))
             }
+            "af-xdp" => {
+                let ifname = opt("ifname")
+                    .ok_or_else(|| format!("port {name}: type af-xdp needs ifname=INTERFACE"))?;
+                let mode = opt("xdp-mode").unwrap_or("best-effort");
+                AfXdpPort::open(ifname, queues, mode)
+                    .map(|p| LivePort::AfXdp(Arc::new(p)))
+                    .map_err(|e| format!("port {name}: {e}"))
+            }
             other => Err(format!(
                 "port type {other:?} is not implemented yet in this build of vireod"
             )),
@@ -56,6 +67,7 @@ impl LivePort {
         match self {
             LivePort::Dummy(d) => d.clone(),
             LivePort::Vhost(v) => v.clone(),
+            LivePort::AfXdp(x) => x.clone(),
         }
     }
 
@@ -63,7 +75,7 @@ impl LivePort {
     pub fn dummy(&self) -> Option<&Arc<DummyPort>> {
         match self {
             LivePort::Dummy(d) => Some(d),
-            LivePort::Vhost(_) => None,
+            LivePort::Vhost(_) | LivePort::AfXdp(_) => None,
         }
     }
 
@@ -77,13 +89,15 @@ impl LivePort {
     /// Asks the device to stop and removes its socket file; never waits (safe under the
     /// `Switch` lock).
     pub fn stop(&self) {
-        if let LivePort::Vhost(v) = self {
-            v.stop();
+        match self {
+            LivePort::Vhost(v) => v.stop(),
+            LivePort::AfXdp(x) => x.shutdown(),
+            LivePort::Dummy(_) => {}
         }
     }
 
     /// Waits for the device's thread to end (bounded: see `vhost::endpoint`). Called only
-    /// with no lock held.
+    /// with no lock held. (`af-xdp` and dummy ports have no thread.)
     pub fn join(&self) {
         if let LivePort::Vhost(v) = self {
             v.join();

@@ -38,8 +38,8 @@ pub const KINDS: &[KindSpec] = &[
     },
     KindSpec {
         name: "af-xdp",
-        options: &["ifname", "queues", "mode"],
-        built: false,
+        options: &["ifname", "queues", "xdp-mode"],
+        built: true,
     },
     KindSpec {
         name: "af-packet",
@@ -133,9 +133,9 @@ fn check_value(key: &str, v: &str) -> Result<(), String> {
                 "{v:?} is not a number of milliseconds (1..3600000)"
             )),
         },
-        "mode" => match v {
-            "native" | "skb" | "auto" => Ok(()),
-            _ => Err(format!("{v:?} is not one of native, skb, auto")),
+        "xdp-mode" => match v {
+            "best-effort" | "native" | "generic" => Ok(()),
+            _ => Err(format!("{v:?} is not one of best-effort, native, generic")),
         },
         "path" => {
             if v.len() > 107 {
@@ -403,7 +403,12 @@ mod tests {
     #[test]
     fn unbuilt_and_unknown_types_say_so() {
         assert!(kind("nope").unwrap_err().contains("unknown port type"));
-        assert!(kind("af-xdp").unwrap_err().contains("not implemented yet"));
+        let xdp = kind("af-xdp").unwrap();
+        let o = |k: &str, v: &str| BTreeMap::from([(k.to_string(), v.to_string())]);
+        assert!(validate(xdp, &o("xdp-mode", "generic")).is_ok());
+        assert!(validate(xdp, &o("xdp-mode", "skb"))
+            .unwrap_err()
+            .contains("best-effort, native, generic"));
     }
 
     #[test]

@@ -1,0 +1,225 @@
+//! The XDP side, made with raw `bpf()` calls: the XSKMAP (rx queue → socket), the program
+//! that redirects each frame to its queue's socket (`XDP_PASS` when the queue has none), and
+//! its attachment to the interface through a bpf link.
+//!
+//! The program is Vireo's own six instructions, assembled here; it is named [`PROG_NAME`], and
+//! that name is how Vireo recognises its own program on an interface. Attaching through a
+//! bpf link ties the attachment to our fd: when vireod exits, even by `kill -9`, the kernel
+//! detaches the program. A link of ours that is still attached when a port is added (another
+//! vireod still alive or stopped on the same interface) is detached first; any other program
+//! on the interface is left alone and the port is refused.
+//!
+//! Threads: control thread only.
+use crate::sys::{bpf, bpf_fd, Attr};
+use crate::{Error, PROG_NAME};
+use std::os::fd::{AsRawFd, OwnedFd};
+
+const BPF_MAP_CREATE: u32 = 0;
+const BPF_MAP_UPDATE_ELEM: u32 = 2;
+const BPF_PROG_LOAD: u32 = 5;
+const BPF_PROG_GET_FD_BY_ID: u32 = 13;
+const BPF_OBJ_GET_INFO_BY_FD: u32 = 15;
+const BPF_LINK_CREATE: u32 = 28;
+const BPF_LINK_GET_FD_BY_ID: u32 = 30;
+const BPF_LINK_GET_NEXT_ID: u32 = 31;
+const BPF_LINK_DETACH: u32 = 34;
+
+const BPF_MAP_TYPE_XSKMAP: u32 = 17;
+const BPF_PROG_TYPE_XDP: u32 = 6;
+const BPF_XDP: u32 = 37;
+const BPF_LINK_TYPE_XDP: u32 = 6;
+const BPF_FUNC_REDIRECT_MAP: i32 = 51;
+const BPF_PSEUDO_MAP_FD: u8 = 1;
+const XDP_PASS: i32 = 2;
+/// `XDP_FLAGS_SKB_MODE`: generic XDP.
+pub(crate) const XDP_FLAGS_SKB_MODE: u32 = 2;
+/// `XDP_FLAGS_DRV_MODE`: native (driver) XDP.
+pub(crate) const XDP_FLAGS_DRV_MODE: u32 = 4;
+
+/// One eBPF instruction (`struct bpf_insn`) as its 8 bytes.
+fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
+    u64::from(code)
+        | u64::from(dst & 0xf | (src & 0xf) << 4) << 8
+        | u64::from(off as u16) << 16
+        | u64::from(imm as u32) << 32
+}
+
+/// The program: `return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);`
+pub(crate) fn program(map_fd: i32) -> [u64; 6] {
+    [
+        insn(0x61, 2, 1, 16, 0), // r2 = *(u32 *)(r1 + 16): rx_queue_index
+        insn(0x18, 1, BPF_PSEUDO_MAP_FD, 0, map_fd), // r1 = map (64-bit immediate, 2 slots)
+        insn(0x00, 0, 0, 0, 0),
+        insn(0xb7, 3, 0, 0, XDP_PASS), // r3 = XDP_PASS (action on a miss)
+        insn(0x85, 0, 0, 0, BPF_FUNC_REDIRECT_MAP), // call bpf_redirect_map
+        insn(0x95, 0, 0, 0, 0),        // exit (r0 from the call)
+    ]
+}
+
+/// An XSKMAP with `entries` slots.
+pub(crate) fn create_map(entries: u32) -> Result<OwnedFd, Error> {
+    let mut name = [0u8; 16];
+    name[..9].copy_from_slice(b"vireo_xsk");
+    let mut a = Attr::new()
+        .u32(0, BPF_MAP_TYPE_XSKMAP)
+        .u32(4, 4)
+        .u32(8, 4)
+        .u32(12, entries)
+        .bytes(28, &name);
+    bpf_fd(BPF_MAP_CREATE, &mut a).map_err(|e| Error::os("create XSKMAP", e))
+}
+
+/// Points slot `queue` of the map at socket `sock`.
+pub(crate) fn map_set(map: &OwnedFd, queue: u32, sock: i32) -> Result<(), Error> {
+    let key = queue;
+    let value = sock as u32;
+    let mut a = Attr::new()
+        .u32(0, map.as_raw_fd() as u32)
+        .u64(8, &key as *const u32 as u64)
+        .u64(16, &value as *const u32 as u64)
+        .u64(24, 0);
+    bpf(BPF_MAP_UPDATE_ELEM, &mut a)
+        .map(|_| ())
+        .map_err(|e| Error::os(format!("put queue {queue}'s socket in the XSKMAP"), e))
+}
+
+/// Loads the program for `map`. On a verifier refusal the message carries its log.
+pub(crate) fn load_program(map: &OwnedFd) -> Result<OwnedFd, Error> {
+    let insns = program(map.as_raw_fd());
+    let license = b"Dual BSD/GPL\0";
+    let mut log = vec![0u8; 4096];
+    let mut name = [0u8; 16];
+    name[..PROG_NAME.len()].copy_from_slice(PROG_NAME.as_bytes());
+    let mut a = Attr::new()
+        .u32(0, BPF_PROG_TYPE_XDP)
+        .u32(4, insns.len() as u32)
+        .u64(8, insns.as_ptr() as u64)
+        .u64(16, license.as_ptr() as u64)
+        .u32(24, 1)
+        .u32(28, log.len() as u32)
+        .u64(32, log.as_mut_ptr() as u64)
+        .bytes(48, &name)
+        .u32(68, BPF_XDP);
+    bpf_fd(BPF_PROG_LOAD, &mut a).map_err(|e| {
+        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+        let log = String::from_utf8_lossy(&log[..end]).replace('\n', "; ");
+        Error(format!("load the XDP program: {e} (verifier: {log})"))
+    })
+}
+
+/// Attaches `prog` to `ifindex` in `flags` mode through a new bpf link.
+pub(crate) fn attach(prog: &OwnedFd, ifindex: u32, flags: u32) -> std::io::Result<OwnedFd> {
+    let mut a = Attr::new()
+        .u32(0, prog.as_raw_fd() as u32)
+        .u32(4, ifindex)
+        .u32(8, BPF_XDP)
+        .u32(12, flags);
+    bpf_fd(BPF_LINK_CREATE, &mut a)
+}
+
+/// `(type, id, prog_id, ifindex-for-XDP)` of a link (the union of `bpf_link_info` starts at
+/// byte 16: it holds 64-bit members).
+fn link_info(link: &OwnedFd) -> std::io::Result<[u32; 4]> {
+    let mut info = [0u8; 64];
+    let mut a = Attr::new()
+        .u32(0, link.as_raw_fd() as u32)
+        .u32(4, info.len() as u32)
+        .u64(8, info.as_mut_ptr() as u64);
+    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut a)?;
+    let w = |o: usize| u32::from_ne_bytes([info[o], info[o + 1], info[o + 2], info[o + 3]]);
+    Ok([w(0), w(4), w(8), w(16)])
+}
+
+/// The name of program `id`.
+fn prog_name(id: u32) -> std::io::Result<String> {
+    let mut a = Attr::new().u32(0, id);
+    let fd = bpf_fd(BPF_PROG_GET_FD_BY_ID, &mut a)?;
+    let mut info = [0u8; 232];
+    let mut a = Attr::new()
+        .u32(0, fd.as_raw_fd() as u32)
+        .u32(4, info.len() as u32)
+        .u64(8, info.as_mut_ptr() as u64);
+    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut a)?;
+    let name = &info[64..80];
+    let end = name.iter().position(|&b| b == 0).unwrap_or(16);
+    Ok(String::from_utf8_lossy(&name[..end]).into_owned())
+}
+
+/// XDP links attached to `ifindex`: `(link fd, program id, program name)`.
+pub(crate) fn xdp_links_on(ifindex: u32) -> Vec<(OwnedFd, u32, String)> {
+    let mut out = Vec::new();
+    let mut id = 0u32;
+    loop {
+        let mut a = Attr::new().u32(0, id);
+        if bpf(BPF_LINK_GET_NEXT_ID, &mut a).is_err() {
+            break;
+        }
+        id = a.get_u32(4);
+        let mut g = Attr::new().u32(0, id);
+        let Ok(fd) = bpf_fd(BPF_LINK_GET_FD_BY_ID, &mut g) else {
+            continue;
+        };
+        let Ok([kind, _, prog, ifi]) = link_info(&fd) else {
+            continue;
+        };
+        if kind == BPF_LINK_TYPE_XDP && ifi == ifindex {
+            let name = prog_name(prog).unwrap_or_default();
+            out.push((fd, prog, name));
+        }
+    }
+    out
+}
+
+/// Detaches a link (whoever holds it).
+pub(crate) fn detach_link(link: &OwnedFd) -> std::io::Result<()> {
+    let mut a = Attr::new().u32(0, link.as_raw_fd() as u32);
+    bpf(BPF_LINK_DETACH, &mut a).map(|_| ())
+}
+
+/// Removes Vireo's own program from `ifindex` if a link of ours is still attached there.
+/// Returns how many were removed; an XDP link of another program is an error naming it.
+pub(crate) fn clear_ours(ifindex: u32, ifname: &str) -> Result<usize, Error> {
+    let mut n = 0;
+    for (fd, prog, name) in xdp_links_on(ifindex) {
+        if name != PROG_NAME {
+            return Err(Error(format!(
+                "{ifname} already has an XDP program that is not Vireo's (id {prog}, name {name:?})"
+            )));
+        }
+        detach_link(&fd)
+            .map_err(|e| Error::os(format!("detach Vireo's old XDP program from {ifname}"), e))?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instructions_encode_as_the_kernel_lays_them_out() {
+        // r2 = *(u32 *)(r1 + 16): code 0x61, dst 2 (low nibble), src 1 (high nibble), off 16.
+        assert_eq!(
+            insn(0x61, 2, 1, 16, 0).to_le_bytes(),
+            [0x61, 0x12, 16, 0, 0, 0, 0, 0]
+        );
+        assert_eq!(
+            insn(0x85, 0, 0, 0, 51).to_le_bytes(),
+            [0x85, 0, 0, 0, 51, 0, 0, 0]
+        );
+        assert_eq!(
+            insn(0xb7, 3, 0, -1, -2).to_le_bytes(),
+            [0xb7, 3, 0xff, 0xff, 0xfe, 0xff, 0xff, 0xff]
+        );
+        let p = program(7);
+        assert_eq!(p[1] >> 32, 7);
+        assert_eq!(p.len(), 6);
+    }
+
+    #[test]
+    fn sys_attr_offsets() {
+        let a = Attr::new().u32(4, 9);
+        assert_eq!(a.get_u32(4), 9);
+    }
+}
