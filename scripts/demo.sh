@@ -29,7 +29,7 @@ for _ in $(seq 100); do ctl version >/dev/null 2>&1 && break; sleep 0.05; done
 
 echo "==> a bridge (NORMAL: MAC learning) with two vhost-user ports"
 set -x
-ctl add-br br0
+ctl add-br br0 internal=false
 ctl add-port br0 vm1 type=vhost-user
 ctl add-port br0 vm2 type=vhost-user
 set +x

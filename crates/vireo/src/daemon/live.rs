@@ -1,7 +1,9 @@
 //! Live port objects built from the stored port configuration: which constructor each type
 //! uses, the defaults of its options, and how it is stopped. Control thread only.
 use crate::store::PortConfig;
+use ports::af_packet::AfPacketPort;
 use ports::dummy::DummyPort;
+use ports::tap::TapPort;
 use ports::vhost_user::VhostUserPort;
 use ports::Port;
 use std::path::Path;
@@ -16,6 +18,10 @@ pub enum LivePort {
     Dummy(Arc<DummyPort>),
     /// vhost-user, server or client mode.
     Vhost(Arc<VhostUserPort>),
+    /// A kernel interface through a packet socket.
+    AfPacket(Arc<AfPacketPort>),
+    /// A tap Vireo created (`tap`, or a bridge's `internal` port).
+    Tap(Arc<TapPort>),
 }
 
 impl LivePort {
@@ -43,6 +49,26 @@ impl LivePort {
                     .map(LivePort::Vhost)
                     .map_err(|e| format!("port {name}: {e}"))
             }
+            "af-packet" => {
+                let ifname = opt("ifname")
+                    .ok_or_else(|| format!("port {name}: type af-packet needs ifname=IF"))?;
+                AfPacketPort::open(ifname)
+                    .map(LivePort::AfPacket)
+                    .map_err(|e| format!("port {name}: {e}"))
+            }
+            "tap" | "internal" => {
+                let kind = if pc.kind == "tap" { "tap" } else { "internal" };
+                if name.len() > 15 {
+                    return Err(format!(
+                        "port {name}: a {kind} port names a network interface: 15 characters at most"
+                    ));
+                }
+                let mtu = opt("mtu").map(str::parse::<u32>).transpose();
+                let mtu = mtu.map_err(|_| format!("port {name}: bad mtu"))?;
+                TapPort::create(name, kind, mtu)
+                    .map(LivePort::Tap)
+                    .map_err(|e| format!("port {name}: {e}"))
+            }
             other => Err(format!(
                 "port type {other:?} is not implemented yet in this build of vireod"
             )),
@@ -54,6 +80,8 @@ impl LivePort {
         match self {
             LivePort::Dummy(d) => d.clone(),
             LivePort::Vhost(v) => v.clone(),
+            LivePort::AfPacket(a) => a.clone(),
+            LivePort::Tap(t) => t.clone(),
         }
     }
 
@@ -61,14 +89,17 @@ impl LivePort {
     pub fn dummy(&self) -> Option<&Arc<DummyPort>> {
         match self {
             LivePort::Dummy(d) => Some(d),
-            LivePort::Vhost(_) => None,
+            _ => None,
         }
     }
 
     /// Stops the device (closes sockets, removes socket files the port created).
     pub fn shutdown(&self) {
-        if let LivePort::Vhost(v) = self {
-            v.shutdown();
+        match self {
+            LivePort::Vhost(v) => v.shutdown(),
+            LivePort::AfPacket(a) => a.shutdown(),
+            LivePort::Tap(t) => t.shutdown(),
+            LivePort::Dummy(_) => {}
         }
     }
 }
