@@ -300,10 +300,13 @@ impl Port for AfPacketPort {
                 };
                 let got = match got {
                     Ok(n) => n,
-                    Err(_) => {
-                        // ENETDOWN and friends: the interface is going away; housekeeping
-                        // notices and re-opens.
-                        self.counters.rx_error(1);
+                    Err(e) => {
+                        // ENETDOWN is reported once after a bind to an interface that was
+                        // down, or while it goes away (housekeeping notices and re-opens);
+                        // anything else is counted.
+                        if e.raw_os_error() != Some(libc::ENETDOWN) {
+                            self.counters.rx_error(1);
+                        }
                         0
                     }
                 };
