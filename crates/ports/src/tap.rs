@@ -137,7 +137,7 @@ impl Port for TapPort {
                 Ok(h)
             });
             let ok = match hdr {
-                _ if len < 14 || len >= MAX_FRAME => false,
+                _ if !(14..MAX_FRAME).contains(&len) => false,
                 Ok(h) if h.is_gso() => false,
                 Ok(h) if h.needs_csum() => {
                     p.truncate(len);
