@@ -685,3 +685,55 @@ fn openflow_packet_out_to_and_packet_in_from_a_kernel_port() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[test]
+fn namespace_reaches_a_virtio_endpoint() {
+    if !kernel_ok() || common::peers::missing("dpdk-testpmd").is_some() {
+        return;
+    }
+    let dir = tmp("x");
+    let a = Ns::new('x', 'a', "10.211.0.1/24");
+    let d = Daemon::start(dir.path());
+    d.ok(&["add-br", "br0", "internal=false"]);
+    d.ok(&[
+        "add-port",
+        "br0",
+        "a",
+        "type=af-packet",
+        &format!("ifname={}", a.host_if),
+    ]);
+    d.ok(&["add-port", "br0", "vm", "type=vhost-user"]);
+    // testpmd (the VM stand-in, on core 1) answers ARP and ICMP echo for any address.
+    let vu = common::peers::VirtioUser {
+        path: dir.path().join("vm.sock"),
+        mac: "02:00:00:00:d3:01".into(),
+        extra: String::new(),
+    };
+    let prefix = format!("vkp-x-{}", std::process::id());
+    let mut tp = common::peers::Testpmd::start(&prefix, &[vu], &["--forward-mode=icmpecho"]);
+    tp.cmd("start");
+    assert!(
+        tp.out.wait_for("icmpecho", Duration::from_secs(60)),
+        "testpmd did not start:\n{}",
+        tp.out.text()
+    );
+    let end = Instant::now() + Duration::from_secs(30);
+    while status_of(&d, "vm")["link"] != "up" {
+        assert!(Instant::now() < end, "vhost-user link never came up");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        ping_until(&a, "10.211.0.99", &[], 15),
+        "namespace got no answer from the virtio endpoint\n{}",
+        tp.out.text()
+    );
+    assert!(a.ping("10.211.0.99", &[]));
+    let out = tp.quit();
+    eprintln!(
+        "testpmd: {}",
+        out.lines()
+            .filter(|l| l.contains("RX-packets"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+}
