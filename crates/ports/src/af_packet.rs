@@ -75,6 +75,8 @@ pub struct AfPacketPort {
     sock: RwLock<Option<Arc<Sock>>>,
     rx: Mutex<RxState>,
     up: AtomicBool,
+    /// Set by `shutdown`: `maintain` must not re-open a deleted port.
+    closed: AtomicBool,
     numa: Option<usize>,
     counters: PortCounters,
     kc: KernelCounters,
@@ -153,6 +155,7 @@ impl AfPacketPort {
                 pending: VecDeque::with_capacity(64),
             }),
             up: AtomicBool::new(true),
+            closed: AtomicBool::new(false),
             numa: numa_of(ifname),
             counters: PortCounters::default(),
             kc: KernelCounters::default(),
@@ -170,6 +173,7 @@ impl AfPacketPort {
 
     /// Closes the socket (the port stays, link down).
     pub fn shutdown(&self) {
+        self.closed.store(true, Relaxed);
         *self.sock.write().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
@@ -405,6 +409,9 @@ impl Port for AfPacketPort {
     }
 
     fn maintain(&self) {
+        if self.closed.load(Relaxed) {
+            return;
+        }
         let now = sys::if_index(&self.ifname).ok();
         let cur = self.sock().map(|s| s.ifindex);
         if cur.is_some() && cur != now {

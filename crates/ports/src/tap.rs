@@ -19,7 +19,7 @@ use nix::errno::Errno;
 use packet::{Batch, Pool, MAX_FRAME};
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
 
 /// A `tap` or `internal` port.
@@ -28,6 +28,8 @@ pub struct TapPort {
     kind: &'static str,
     mtu: Option<u32>,
     fd: RwLock<Option<Arc<OwnedFd>>>,
+    /// Set by `shutdown`: `maintain` must not re-create a deleted port's tap.
+    closed: AtomicBool,
     counters: PortCounters,
     kc: KernelCounters,
 }
@@ -84,6 +86,7 @@ impl TapPort {
             kind,
             mtu,
             fd: RwLock::new(Some(Arc::new(fd))),
+            closed: AtomicBool::new(false),
             counters: PortCounters::default(),
             kc: KernelCounters::default(),
         }))
@@ -95,6 +98,7 @@ impl TapPort {
 
     /// Closes the tap fd, which removes the interface.
     pub fn shutdown(&self) {
+        self.closed.store(true, Relaxed);
         *self.fd.write().unwrap_or_else(|e| e.into_inner()) = None;
     }
 }
@@ -226,6 +230,9 @@ impl Port for TapPort {
     }
 
     fn maintain(&self) {
+        if self.closed.load(Relaxed) {
+            return;
+        }
         let attached = self.fd().is_some_and(|fd| sys::tap_attached(fd.as_fd()));
         if attached {
             return;
