@@ -318,6 +318,7 @@ fn host_reaches_a_namespace_through_the_internal_port() {
     assert_eq!(st["ofport"], 0xffff_fffeu32);
     assert!(must(&["ip", "link", "show", &br]).contains(",UP"));
     assert_eq!(d.ok(&["list-ports", &br]).trim(), "");
+    assert!(d.ok(&["show"]).contains("ofport: LOCAL"));
     d.ok(&[
         "add-port",
         &br,
