@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Vireo's main job in one command: build, start vireod with a bridge and two vhost-user ports,
 # attach two virtio endpoints (DPDK testpmd's virtio-user, as a VM or container would), and show
-# traffic flowing between them through the switch. Run as root on Debian 12; installs what is
-# missing first. Switch PMD on core 0, testpmd on core 1.
+# traffic flowing between them through the switch; then a network namespace on an af-packet
+# port pinging a virtio endpoint (testpmd in icmpecho mode). Run as root on Debian 12; installs
+# what is missing first. Switch PMD on core 0, testpmd on core 1.
 #   DEMO_SECS=N   how long traffic runs (default 10)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,8 +20,12 @@ ctl() { "$bin/vireoctl" --run-dir "$run" "$@"; }
 "$bin/vireod" --run-dir "$run" --pmd-cores 0 2>"$run/vireod.log" &
 vireod_pid=$!
 testpmd_pid=
+ns="vireo-demo-ns-$$"
+veth="vdemo$$"
 cleanup() {
     if [ -n "$testpmd_pid" ]; then kill "$testpmd_pid" 2>/dev/null || true; fi
+    ip netns del "$ns" 2>/dev/null || true
+    ip link del "$veth" 2>/dev/null || true
     kill "$vireod_pid" 2>/dev/null || true
     wait 2>/dev/null || true
 }
@@ -29,7 +34,7 @@ for _ in $(seq 100); do ctl version >/dev/null 2>&1 && break; sleep 0.05; done
 
 echo "==> a bridge (NORMAL: MAC learning) with two vhost-user ports"
 set -x
-ctl add-br br0
+ctl add-br br0 internal=false
 ctl add-port br0 vm1 type=vhost-user
 ctl add-port br0 vm2 type=vhost-user
 set +x
@@ -62,4 +67,28 @@ print(f"==> switched: vm1->vm2 {va/1e6:.2f} Mpps, vm2->vm1 {vb/1e6:.2f} Mpps, to
 if va <= 0 or vb <= 0:
     print("==> FAILED: no traffic in one direction"); sys.exit(1)
 PY
+
+echo "==> a network namespace reaching a virtio endpoint: veth $veth on an af-packet port,"
+echo "    testpmd (icmpecho: answers ARP and ping) on a vhost-user port"
+kill "$testpmd_pid" 2>/dev/null || true; wait "$testpmd_pid" 2>/dev/null || true
+ip netns add "$ns"
+ip link add "$veth" type veth peer name eth0 netns "$ns"
+ip -n "$ns" addr add 10.99.0.1/24 dev eth0
+ip -n "$ns" link set eth0 up
+set -x
+ctl add-port br0 ns1 type=af-packet ifname="$veth"
+ctl add-port br0 vm3 type=vhost-user
+set +x
+dpdk-testpmd --lcores '0@1,1@1' -n 1 --no-pci --no-huge -m 1024 --file-prefix="vireo-demo2-$$" \
+    --vdev "net_virtio_user0,mac=00:00:00:00:00:03,path=$run/vm3.sock" \
+    -- --nb-cores=1 --forward-mode=icmpecho --stats-period=0 \
+       --total-num-mbufs=16384 >"$run/testpmd2.log" 2>&1 < <(sleep 100000) &
+testpmd_pid=$!
+sleep 3
+if ip netns exec "$ns" ping -c 3 -i 0.3 -W 2 10.99.0.99; then
+    echo "==> namespace -> virtio endpoint: ping answered"
+else
+    echo "==> FAILED: the namespace got no answer from the virtio endpoint"; exit 1
+fi
+ctl port-stats ns1
 echo "==> done (logs in $run)"

@@ -15,11 +15,12 @@ as_root() {
 }
 
 # Debian packages: testpmd (dpdk-dev), ovs-ofctl (openvswitch-common), QEMU and a guest kernel,
-# busybox for the guest's initramfs, iproute2 for namespaces, clang runtime for fuzzing;
-# ping, iperf3 and ethtool are the kernel endpoints of the af-xdp tests.
+# busybox for the guest's initramfs, iproute2 for namespaces, clang runtime for fuzzing,
+# iperf3/ethtool/tcpdump/iputils-ping as kernel endpoints for the kernel-port (af-packet,
+# tap, internal, af-xdp) tests.
 apt_pkgs=(build-essential pkg-config curl ca-certificates git python3 iproute2
           dpdk dpdk-dev openvswitch-common qemu-system-x86 busybox-static
-          linux-image-amd64 cpio iputils-ping iperf3 ethtool)
+          linux-image-amd64 cpio iperf3 ethtool tcpdump iputils-ping)
 [ "$want_bench" = 1 ] && apt_pkgs+=(openvswitch-switch-dpdk gnuplot-nox)
 
 missing=()

@@ -29,7 +29,7 @@ vireo_trial() {
     "$bin/vireod" --run-dir "$run" --pmd-cores 0 2>"$run/log" & local pid=$!
     for _ in $(seq 100); do "$bin/vireoctl" --run-dir "$run" version >/dev/null 2>&1 && break; sleep 0.05; done
     local c="$bin/vireoctl --run-dir $run"
-    $c add-br br0; $c add-port br0 p1 type=dummy; $c add-port br0 p2 type=dummy
+    $c add-br br0 internal=false; $c add-port br0 p1 type=dummy; $c add-port br0 p2 type=dummy
     local t0=$(date +%s.%N)
     ovs-ofctl -O OpenFlow13 add-flows "unix:$run/br0.mgmt" "$flows"
     local t1=$(date +%s.%N)

@@ -354,7 +354,7 @@ impl Contender for Vireo {
                 .unwrap_or_default();
             return Err(format!("vireod did not start: {tail}"));
         }
-        self.ctl(dir, &["add-br", "br0"])?;
+        self.ctl(dir, &["add-br", "br0", "internal=false"])?;
         let s = socks(dir);
         let ty = if self.server_ports {
             "type=vhost-user"

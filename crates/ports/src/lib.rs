@@ -7,9 +7,13 @@
 //! longer than a counter read.
 #![deny(unsafe_code)]
 
+pub mod af_packet;
 pub mod af_xdp;
 pub mod dummy;
+pub mod kmeta;
 mod stats;
+mod sys;
+pub mod tap;
 pub mod vhost_user;
 
 pub use stats::{DropReason, PortCounters, PortStats};
@@ -54,6 +58,10 @@ pub trait Port: Send + Sync {
 
     /// Counters.
     fn stats(&self) -> PortStats;
+
+    /// Slow-path upkeep, called about twice a second by the daemon's housekeeping thread,
+    /// never by a PMD: kernel ports notice their interface vanishing or coming back here.
+    fn maintain(&self) {}
 
     /// Kind-specific state for `vireoctl show` (negotiated features, peer, ...).
     fn status(&self) -> serde_json::Value {

@@ -10,7 +10,7 @@ use std::time::Duration;
 const USAGE: &str = "usage: vireoctl [--run-dir DIR] [--json] [--timeout SECS] COMMAND [ARG...]
 
 bridges and ports:
-  add-br BR | del-br BR | list-br
+  add-br BR [internal=false] | del-br BR | list-br
   add-port BR PORT [type=T] [key=value ...] | del-port BR PORT | list-ports BR
   set-port PORT key=value ...
   show | port-stats [PORT]

@@ -114,6 +114,13 @@ impl Config {
             }
             let mut ofports = BTreeMap::new();
             for (p, pc) in &b.ports {
+                // A bridge's internal port carries the bridge's name.
+                if p == br && pc.kind == "internal" {
+                    if ofports.insert(pc.ofport, p.clone()).is_some() {
+                        return Err(format!("bridge {br:?}: OpenFlow number used twice"));
+                    }
+                    continue;
+                }
                 if let Some(other) = seen.insert(p.clone(), br.clone()) {
                     return Err(format!(
                         "port {p:?} appears in bridges {other:?} and {br:?}"

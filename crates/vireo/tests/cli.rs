@@ -6,7 +6,7 @@ use common::Daemon;
 fn setup() -> (tempfile::TempDir, Daemon) {
     let dir = tempfile::tempdir().unwrap();
     let d = Daemon::start(&dir.path().join("run"));
-    d.ok(&["add-br", "br0"]);
+    d.ok(&["add-br", "br0", "internal=false"]);
     d.ok(&["add-port", "br0", "p1", "type=dummy"]);
     d.ok(&["add-port", "br0", "p2", "type=dummy", "tag=100"]);
     (dir, d)
@@ -15,7 +15,7 @@ fn setup() -> (tempfile::TempDir, Daemon) {
 #[test]
 fn bridges_and_ports_round_trip() {
     let (_dir, d) = setup();
-    d.ok(&["add-br", "br1"]);
+    d.ok(&["add-br", "br1", "internal=false"]);
     assert_eq!(d.ok(&["list-br"]), "br0\nbr1\n");
     assert_eq!(d.json(&["list-br"]), serde_json::json!(["br0", "br1"]));
     assert_eq!(d.ok(&["list-ports", "br0"]), "p1\np2\n");

@@ -59,7 +59,7 @@ fn flows(d: &Daemon) -> String {
 }
 
 fn bridge(d: &Daemon, ports: &[&str]) {
-    d.ok(&["add-br", "br0"]);
+    d.ok(&["add-br", "br0", "internal=false"]);
     for p in ports {
         d.ok(&["add-port", "br0", p, "type=dummy"]);
     }

@@ -65,7 +65,7 @@ impl Sw {
     fn new(ports: &[(&str, &[&str])]) -> Sw {
         let dir = tempfile::tempdir().unwrap();
         let d = Daemon::start_with(&dir.path().join("run"), &["--pmd-cores", "0"]);
-        d.ok(&["add-br", BR]);
+        d.ok(&["add-br", BR, "internal=false"]);
         for (p, opts) in ports {
             let mut a = vec!["add-port", BR, p, "type=dummy"];
             a.extend_from_slice(opts);

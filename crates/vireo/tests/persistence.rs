@@ -11,8 +11,8 @@ fn restart_restores_bridges_ports_and_options() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
     let d = Daemon::start_with(&run, &["--pmd-cores", "0"]);
-    d.ok(&["add-br", "br0"]);
-    d.ok(&["add-br", "br1"]);
+    d.ok(&["add-br", "br0", "internal=false"]);
+    d.ok(&["add-br", "br1", "internal=false"]);
     d.ok(&["add-port", "br0", "a", "type=dummy", "tag=7"]);
     d.ok(&["add-port", "br1", "b", "type=dummy", "trunks=1,2"]);
     d.ok(&["del-port", "br0", "a"]);
@@ -102,7 +102,7 @@ fn kill_9_during_changes_never_breaks_the_store() {
         let burst = std::thread::spawn(move || {
             for i in 0..200 {
                 let br = format!("br{round}x{i}");
-                if common::ctl(&run2, &["add-br", &br]).code != 0 {
+                if common::ctl(&run2, &["add-br", &br, "internal=false"]).code != 0 {
                     return true; // the daemon is gone: killed mid-burst
                 }
                 let p = format!("p{round}x{i}");

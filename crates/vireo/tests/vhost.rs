@@ -266,7 +266,7 @@ impl Setup {
 fn setup(opts: &[&str]) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let d = vireod(&dir.path().join("run"));
-    d.ok(&["add-br", "br0"]);
+    d.ok(&["add-br", "br0", "internal=false"]);
     for p in ["vm1", "vm2"] {
         let mut a = vec!["add-port", "br0", p, "type=vhost-user"];
         a.extend_from_slice(opts);
@@ -426,7 +426,7 @@ fn client_mode_survives_vireod_kill_and_testpmd_restart() {
     let run = dir.path().join("run");
     let (s1, s2) = (dir.path().join("c1.sock"), dir.path().join("c2.sock"));
     let mut d = vireod(&run);
-    d.ok(&["add-br", "br0"]);
+    d.ok(&["add-br", "br0", "internal=false"]);
     for (p, s) in [("vm1", &s1), ("vm2", &s2)] {
         d.ok(&[
             "add-port",

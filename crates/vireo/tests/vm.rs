@@ -56,7 +56,7 @@ fn qemu_guest_pings_testpmd_through_normal() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
     let d = Daemon::start_with(&run, &["--pmd-cores", "0"]);
-    d.ok(&["add-br", "br0"]);
+    d.ok(&["add-br", "br0", "internal=false"]);
     d.ok(&["add-port", "br0", "vm", "type=vhost-user"]);
     d.ok(&["add-port", "br0", "tp", "type=vhost-user"]);
     let initrd = build_initramfs(dir.path());

@@ -19,6 +19,7 @@ mod format;
 pub mod icmp;
 pub mod ipv4;
 pub mod ipv6;
+pub mod offload;
 pub mod repr;
 pub mod rewrite;
 pub mod tcp;

@@ -102,7 +102,11 @@ pub fn show_text(d: &Value) -> String {
         for p in b["ports"].as_array().into_iter().flatten() {
             let _ = writeln!(s, "        Port {}", p["name"].as_str().unwrap_or("?"));
             let _ = writeln!(s, "            type: {}", p["type"].as_str().unwrap_or("?"));
-            let _ = writeln!(s, "            ofport: {}", p["ofport"]);
+            if p["ofport"].as_u64() == Some(u64::from(ofproto::ofpp::LOCAL)) {
+                let _ = writeln!(s, "            ofport: LOCAL");
+            } else {
+                let _ = writeln!(s, "            ofport: {}", p["ofport"]);
+            }
             if let Some(o) = p["options"].as_object().filter(|o| !o.is_empty()) {
                 let kv: Vec<String> = o
                     .iter()

@@ -2,7 +2,8 @@
 //! itself (MAC learning, aging) and hands queued packet-ins to their bridges' controllers;
 //! every second it credits the traffic the datapath's megaflows carried to the OpenFlow rules
 //! they came from (counters, idle timeouts), then expires flows (idle/hard timeouts) and
-//! reports them as FLOW_REMOVED.
+//! reports them as FLOW_REMOVED; every 500 ms it lets each port do its upkeep
+//! (`Port::maintain`: kernel ports notice a deleted interface and re-open it when it is back).
 //!
 //! Threads: its own; shares [`Shared`] with the control thread, never takes the `Switch` mutex.
 use super::runtime::Shared;
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 
 const TICK: Duration = Duration::from_millis(50);
 const EXPIRE_EVERY: Duration = Duration::from_secs(1);
+const MAINTAIN_EVERY: Duration = Duration::from_millis(500);
 
 /// Stops the thread when asked.
 pub struct Handle {
@@ -42,10 +44,15 @@ pub fn start(shared: Arc<Shared>) -> Result<Handle, String> {
 
 fn run(shared: &Shared, stop: &AtomicBool) {
     let mut last_expire = Instant::now();
+    let mut last_maintain = Instant::now();
     while !stop.load(Ordering::SeqCst) {
         std::thread::park_timeout(TICK);
         shared.revalidate_if_changed();
         deliver_packet_ins(shared);
+        if last_maintain.elapsed() >= MAINTAIN_EVERY {
+            last_maintain = Instant::now();
+            maintain_ports(shared);
+        }
         if last_expire.elapsed() >= EXPIRE_EVERY {
             last_expire = Instant::now();
             for (key, _mask, packets, bytes) in shared.dp.take_flow_stats() {
@@ -57,6 +64,20 @@ fn run(shared: &Shared, stop: &AtomicBool) {
                 shared.flows_removed(&removed);
             }
         }
+    }
+}
+
+/// Port upkeep (kernel ports re-open vanished interfaces), outside the ports lock.
+fn maintain_ports(shared: &Shared) {
+    let ports: Vec<_> = shared
+        .ports
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .values()
+        .map(|p| p.port.clone())
+        .collect();
+    for p in ports {
+        p.maintain();
     }
 }
 

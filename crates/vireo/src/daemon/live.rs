@@ -2,7 +2,9 @@
 //! uses, the defaults of its options, and how it is stopped. Control thread only.
 use crate::store::PortConfig;
 use ports::af_xdp::AfXdpPort;
+use ports::af_packet::AfPacketPort;
 use ports::dummy::DummyPort;
+use ports::tap::TapPort;
 use ports::vhost_user::VhostUserPort;
 use ports::Port;
 use std::path::Path;
@@ -19,6 +21,10 @@ pub enum LivePort {
     Vhost(Arc<VhostUserPort>),
     /// AF_XDP sockets on a kernel interface.
     AfXdp(Arc<AfXdpPort>),
+    /// A kernel interface through a packet socket.
+    AfPacket(Arc<AfPacketPort>),
+    /// A tap Vireo created (`tap`, or a bridge's `internal` port).
+    Tap(Arc<TapPort>),
 }
 
 impl LivePort {
@@ -56,6 +62,26 @@ impl LivePort {
                     .map(|p| LivePort::AfXdp(Arc::new(p)))
                     .map_err(|e| format!("port {name}: {e}"))
             }
+            "af-packet" => {
+                let ifname = opt("ifname")
+                    .ok_or_else(|| format!("port {name}: type af-packet needs ifname=IF"))?;
+                AfPacketPort::open(ifname)
+                    .map(LivePort::AfPacket)
+                    .map_err(|e| format!("port {name}: {e}"))
+            }
+            "tap" | "internal" => {
+                let kind = if pc.kind == "tap" { "tap" } else { "internal" };
+                if name.len() > 15 {
+                    return Err(format!(
+                        "port {name}: a {kind} port names a network interface: 15 characters at most"
+                    ));
+                }
+                let mtu = opt("mtu").map(str::parse::<u32>).transpose();
+                let mtu = mtu.map_err(|_| format!("port {name}: bad mtu"))?;
+                TapPort::create(name, kind, mtu)
+                    .map(LivePort::Tap)
+                    .map_err(|e| format!("port {name}: {e}"))
+            }
             other => Err(format!(
                 "port type {other:?} is not implemented yet in this build of vireod"
             )),
@@ -68,6 +94,8 @@ impl LivePort {
             LivePort::Dummy(d) => d.clone(),
             LivePort::Vhost(v) => v.clone(),
             LivePort::AfXdp(x) => x.clone(),
+            LivePort::AfPacket(a) => a.clone(),
+            LivePort::Tap(t) => t.clone(),
         }
     }
 
@@ -75,7 +103,7 @@ impl LivePort {
     pub fn dummy(&self) -> Option<&Arc<DummyPort>> {
         match self {
             LivePort::Dummy(d) => Some(d),
-            LivePort::Vhost(_) | LivePort::AfXdp(_) => None,
+            _ => None,
         }
     }
 
@@ -92,6 +120,8 @@ impl LivePort {
         match self {
             LivePort::Vhost(v) => v.stop(),
             LivePort::AfXdp(x) => x.shutdown(),
+            LivePort::AfPacket(a) => a.shutdown(),
+            LivePort::Tap(t) => t.shutdown(),
             LivePort::Dummy(_) => {}
         }
     }

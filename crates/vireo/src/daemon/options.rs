@@ -44,17 +44,17 @@ pub const KINDS: &[KindSpec] = &[
     KindSpec {
         name: "af-packet",
         options: &["ifname"],
-        built: false,
+        built: true,
     },
     KindSpec {
         name: "tap",
-        options: &[],
-        built: false,
+        options: &["mtu"],
+        built: true,
     },
     KindSpec {
         name: "internal",
-        options: &[],
-        built: false,
+        options: &["mtu"],
+        built: true,
     },
 ];
 
@@ -148,6 +148,10 @@ fn check_value(key: &str, v: &str) -> Result<(), String> {
         }
         "socket-mode" => parse_mode(v).map(|_| ()),
         "socket-group" => parse_group(v).map(|_| ()),
+        "mtu" => match v.parse::<u32>() {
+            Ok(m) => ports::tap::check_mtu(m).map_err(|e| e.0),
+            Err(_) => Err(format!("{v:?} is not a number")),
+        },
         "ifname" => {
             if v.len() > 15 || v.contains('/') || v.contains(char::is_whitespace) {
                 Err(format!("{v:?} is not an interface name"))
@@ -409,6 +413,13 @@ mod tests {
         assert!(validate(xdp, &o("xdp-mode", "skb"))
             .unwrap_err()
             .contains("best-effort, native, generic"));
+        assert!(kind("af-packet").is_ok());
+        let spec = kind("tap").unwrap();
+        let o = |v: &str| BTreeMap::from([("mtu".to_string(), v.to_string())]);
+        assert!(validate(spec, &o("9000")).is_ok());
+        assert!(validate(spec, &o("9500"))
+            .unwrap_err()
+            .contains("outside 68.."));
     }
 
     #[test]

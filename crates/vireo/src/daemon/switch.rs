@@ -114,7 +114,9 @@ impl Switch {
             }
         };
         match command {
-            "add-br" => arity(1, 1, "BR").and_then(|_| self.add_br(&args[0])),
+            "add-br" => {
+                arity(1, 2, "BR [internal=false]").and_then(|_| self.add_br(&args[0], &args[1..]))
+            }
             "del-br" => arity(1, 1, "BR").and_then(|_| self.del_br(&args[0])),
             "list-br" => arity(0, 0, "").map(|_| self.list_br()),
             "add-port" => arity(2, usize::MAX, "BR PORT [type=T] [key=value...]")
@@ -158,23 +160,68 @@ impl Switch {
         self.config().bridges.contains_key(name) || self.config().bridge_of_port(name).is_some()
     }
 
-    fn add_br(&mut self, br: &str) -> CmdResult {
+    /// The port (of any bridge) whose `ifname` option is `ifname`.
+    fn port_using_ifname(&self, ifname: &str) -> Option<String> {
+        self.config().bridges.values().find_map(|b| {
+            b.ports
+                .iter()
+                .find(|(_, pc)| pc.options.get("ifname").map(String::as_str) == Some(ifname))
+                .map(|(n, _)| n.clone())
+        })
+    }
+
+    fn add_br(&mut self, br: &str, args: &[String]) -> CmdResult {
         options::check_name("bridge", br)?;
         if self.name_in_use(br) {
             return Err(CmdError(format!(
                 "a bridge or port named {br} already exists"
             )));
         }
-        self.rt.add_bridge(br, &BridgeConfig::default())?;
+        let opts = options::parse_kv(args)?;
+        let internal = match opts.get("internal").map(String::as_str) {
+            None | Some("true") => true,
+            Some("false") => false,
+            Some(v) => {
+                return Err(CmdError(format!(
+                    "bad value for internal: {v:?} is not true or false"
+                )))
+            }
+        };
+        if let Some(k) = opts.keys().find(|k| *k != "internal") {
+            return Err(CmdError(format!(
+                "unknown option {k:?} for add-br (options: internal)"
+            )));
+        }
+        let mut cfg = BridgeConfig::default();
+        self.rt.add_bridge(br, &cfg)?;
+        if internal {
+            // The bridge's own host interface: a tap named BR, OpenFlow port LOCAL.
+            let pc = PortConfig {
+                kind: "internal".into(),
+                ofport: ofproto::ofpp::LOCAL,
+                options: BTreeMap::new(),
+            };
+            if let Err(e) = self.start_port(br, br, &pc) {
+                self.rt.del_bridge(br);
+                return Err(CmdError(format!(
+                    "{} (add-br {br} internal=false makes a bridge without one)",
+                    e.0
+                )));
+            }
+            cfg.ports.insert(br.to_string(), pc);
+        }
         let r = self.store.update(|c| {
-            c.bridges.insert(br.to_string(), BridgeConfig::default());
+            c.bridges.insert(br.to_string(), cfg.clone());
             Ok::<_, CmdError>(())
         });
         if let Err(e) = r {
+            if internal {
+                self.stop_port(br, br);
+            }
             self.rt.del_bridge(br);
             return Err(e);
         }
-        tracing::info!(bridge = %br, "bridge added");
+        tracing::info!(bridge = %br, internal, "bridge added");
         Ok(Response::ok("", json!(null)))
     }
 
@@ -198,7 +245,8 @@ impl Switch {
     }
 
     fn list_ports(&self, br: &str) -> CmdResult {
-        let names: Vec<&String> = self.bridge(br)?.ports.keys().collect();
+        // As in OVS, the bridge's internal port is not listed.
+        let names: Vec<&String> = self.bridge(br)?.ports.keys().filter(|p| *p != br).collect();
         Ok(Response::ok(format::lines(&names), json!(names)))
     }
 
@@ -217,6 +265,13 @@ impl Switch {
         let spec = options::kind(&kind)?;
         options::validate(spec, &opts)?;
         opts.retain(|_, v| !v.is_empty());
+        if let Some(ifname) = opts.get("ifname") {
+            if let Some(other) = self.port_using_ifname(ifname) {
+                return Err(CmdError(format!(
+                    "interface {ifname} is already used by port {other}"
+                )));
+            }
+        }
         let ofport = next_ofport(self.bridge(br)?);
         let pc = PortConfig {
             kind,
@@ -241,6 +296,11 @@ impl Switch {
     fn del_port(&mut self, br: &str, name: &str) -> CmdResult {
         if !self.bridge(br)?.ports.contains_key(name) {
             return Err(CmdError(format!("bridge {br} has no port named {name}")));
+        }
+        if name == br {
+            return Err(CmdError(format!(
+                "port {name} is the bridge's internal port: del-br removes it"
+            )));
         }
         self.store.update(|c| {
             c.bridges.get_mut(br).expect("checked").ports.remove(name);

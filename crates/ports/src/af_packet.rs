@@ -1,0 +1,445 @@
+//! The `af-packet` port kind: a kernel interface (a veth end, a NIC) through one `AF_PACKET`
+//! raw socket, moved in batches of up to 32 with `recvmmsg`/`sendmmsg`.
+//!
+//! The socket: `PACKET_VNET_HDR` (each frame comes with its checksum and GSO state),
+//! `PACKET_AUXDATA` (the VLAN tag the kernel stripped comes back beside the frame and is put
+//! back in), `PACKET_IGNORE_OUTGOING` (what we send is not received back), promiscuous
+//! membership (undone by the kernel when the socket closes), `PACKET_QDISC_BYPASS` on send.
+//! Partial checksums are completed in software and TCP GSO frames (a veth peer with TSO on
+//! hands over up to 64 KB) are segmented in software (`wire::offload`), because no port kind
+//! takes offloaded frames today.
+//!
+//! Threads: `rx_burst` on the one PMD polling the port's single rx queue (its state sits
+//! behind an uncontended mutex, taken once per burst); `tx_burst` from any PMD (`sendmmsg` on
+//! a shared socket needs no lock); `maintain` on the housekeeping thread: it notices the
+//! interface going away (`ip link del`) or coming back and closes or re-opens the socket, so
+//! PMDs never make that check. Lock order: `rx` before `sock` (rx_burst reads `sock` while
+//! holding `rx`; maintain takes only `sock`).
+use crate::kmeta::{self, VnetHdr};
+use crate::sys::{self, PacketOpt, RxBufs, MAX_BATCH, VNET_HDR_LEN};
+use crate::{DropReason, Link, Port, PortCounters, PortError, PortStats};
+use packet::{Batch, Packet, Pool, MAX_FRAME};
+use std::collections::VecDeque;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// Largest MTU a kernel port may have: a frame of MTU + Ethernet header + one VLAN tag must
+/// fit a packet buffer.
+pub const MAX_MTU: u32 = (MAX_FRAME - 18) as u32;
+/// Largest frame (GSO included) the rx path takes; larger ones are dropped as too big.
+const MAX_GSO_FRAME: usize = 65_536 + 256;
+
+/// An open socket on one interface.
+struct Sock {
+    fd: OwnedFd,
+    ifindex: u32,
+}
+
+/// Counters specific to kernel ports, shown in `show`.
+#[derive(Default)]
+pub(crate) struct KernelCounters {
+    pub(crate) link_lost: AtomicU64,
+    pub(crate) reopened: AtomicU64,
+    pub(crate) csum_completed: AtomicU64,
+    pub(crate) gso_frames: AtomicU64,
+    pub(crate) gso_segments: AtomicU64,
+    pub(crate) bad_vnet: AtomicU64,
+}
+
+impl KernelCounters {
+    pub(crate) fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "link_lost": self.link_lost.load(Relaxed),
+            "reopened": self.reopened.load(Relaxed),
+            "csum_completed": self.csum_completed.load(Relaxed),
+            "gso_frames": self.gso_frames.load(Relaxed),
+            "gso_segments": self.gso_segments.load(Relaxed),
+            "bad_vnet_headers": self.bad_vnet.load(Relaxed),
+        })
+    }
+}
+
+/// Rx state: buffers reused every burst and segments waiting for room in a batch.
+struct RxState {
+    bufs: RxBufs,
+    fill: Batch,
+    big: Vec<u8>,
+    seg: Vec<u8>,
+    pending: VecDeque<Packet>,
+}
+
+/// An `af-packet` port.
+pub struct AfPacketPort {
+    ifname: String,
+    sock: RwLock<Option<Arc<Sock>>>,
+    rx: Mutex<RxState>,
+    up: AtomicBool,
+    /// Set by `shutdown`: `maintain` must not re-open a deleted port.
+    closed: AtomicBool,
+    numa: Option<usize>,
+    counters: PortCounters,
+    kc: KernelCounters,
+}
+
+impl std::fmt::Debug for AfPacketPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AfPacketPort")
+            .field("ifname", &self.ifname)
+            .finish()
+    }
+}
+
+fn open(ifname: &str) -> Result<Sock, PortError> {
+    let e = |what: &str, err: std::io::Error| PortError(format!("{ifname}: {what}: {err}"));
+    let ifindex = sys::if_index(ifname)
+        .map_err(|_| PortError(format!("no network interface named {ifname}")))?;
+    let mtu = sys::if_mtu(ifname).map_err(|x| e("cannot read MTU", x))?;
+    if mtu > MAX_MTU {
+        return Err(PortError(format!(
+            "{ifname} has MTU {mtu}, above the {MAX_MTU} Vireo's packet buffers hold; lower it"
+        )));
+    }
+    let fd = sys::packet_socket().map_err(|x| e("cannot open a packet socket", x))?;
+    for opt in [
+        PacketOpt::VnetHdr,
+        PacketOpt::AuxData,
+        PacketOpt::IgnoreOutgoing,
+    ] {
+        sys::set_packet_opt(fd.as_fd(), opt, true).map_err(|x| e(&format!("{opt:?}"), x))?;
+    }
+    // Only a speed-up; older kernels lack it.
+    let _ = sys::set_packet_opt(fd.as_fd(), PacketOpt::QdiscBypass, true);
+    let _ = sys::set_buf(fd.as_fd(), true, 4 << 20);
+    let _ = sys::set_buf(fd.as_fd(), false, 4 << 20);
+    sys::bind_packet(fd.as_fd(), ifindex).map_err(|x| e("bind", x))?;
+    sys::add_promisc(fd.as_fd(), ifindex).map_err(|x| e("promiscuous mode", x))?;
+    sys::if_up(ifname).map_err(|x| e("cannot bring it up", x))?;
+    Ok(Sock { fd, ifindex })
+}
+
+fn numa_of(ifname: &str) -> Option<usize> {
+    let s = std::fs::read_to_string(format!("/sys/class/net/{ifname}/device/numa_node")).ok()?;
+    s.trim().parse::<usize>().ok()
+}
+
+/// Puts back the VLAN tag the kernel stripped (from auxdata).
+fn restore_vlan(p: &mut Packet, vlan: Option<(u16, u16)>) -> bool {
+    let Some((tpid, tci)) = vlan else { return true };
+    if p.len() < 12 {
+        return false;
+    }
+    match p.insert_at(12, 4) {
+        Some(gap) => {
+            gap[..2].copy_from_slice(&tpid.to_be_bytes());
+            gap[2..].copy_from_slice(&tci.to_be_bytes());
+            true
+        }
+        None => false,
+    }
+}
+
+impl AfPacketPort {
+    /// Opens interface `ifname`: fails with a one-line reason if it does not exist, its MTU is
+    /// too large, or the kernel refuses the socket, an option or the bind.
+    pub fn open(ifname: &str) -> Result<Arc<AfPacketPort>, PortError> {
+        let sock = open(ifname)?;
+        Ok(Arc::new(AfPacketPort {
+            ifname: ifname.to_string(),
+            sock: RwLock::new(Some(Arc::new(sock))),
+            rx: Mutex::new(RxState {
+                bufs: RxBufs::new(MAX_GSO_FRAME - MAX_FRAME),
+                fill: Batch::new(),
+                big: Vec::with_capacity(MAX_GSO_FRAME),
+                seg: Vec::with_capacity(MAX_FRAME),
+                pending: VecDeque::with_capacity(64),
+            }),
+            up: AtomicBool::new(true),
+            closed: AtomicBool::new(false),
+            numa: numa_of(ifname),
+            counters: PortCounters::default(),
+            kc: KernelCounters::default(),
+        }))
+    }
+
+    /// The interface name.
+    pub fn ifname(&self) -> &str {
+        &self.ifname
+    }
+
+    fn sock(&self) -> Option<Arc<Sock>> {
+        self.sock.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Closes the socket (the port stays, link down).
+    pub fn shutdown(&self) {
+        self.closed.store(true, Relaxed);
+        *self.sock.write().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Turns one received message into packets (`p` holds its first bytes; GSO frames are
+    /// segmented) and queues them on `st.pending`. Returns false if the frame was dropped.
+    fn take_frame(&self, st: &mut RxState, i: usize, mut p: Packet, pool: &mut Pool) {
+        let info = st.bufs.info[i];
+        let aux = kmeta::parse_auxdata(&st.bufs.cmsg[i][..info.cmsg_len]);
+        let vlan = aux.and_then(|a| a.vlan);
+        if info.truncated || info.len > MAX_GSO_FRAME || info.len < 14 {
+            let why = if info.len < 14 {
+                DropReason::Malformed
+            } else {
+                DropReason::TooBig
+            };
+            self.counters.drop(why, 1);
+            self.counters.rx_error(1);
+            pool.put(p);
+            return;
+        }
+        let vnet = match VnetHdr::parse(&st.bufs.vnet[i]).and_then(|h| {
+            h.check(info.len)?;
+            Ok(h)
+        }) {
+            Ok(h) => h,
+            Err(_) => {
+                self.kc.bad_vnet.fetch_add(1, Relaxed);
+                self.counters.drop(DropReason::Malformed, 1);
+                self.counters.rx_error(1);
+                pool.put(p);
+                return;
+            }
+        };
+        if vnet.is_gso() || info.len > MAX_FRAME {
+            // Large or GSO frame: gather it, then cut it into MSS-sized frames.
+            st.big.clear();
+            st.big
+                .extend_from_slice(&p.reset_for_fill(MAX_FRAME)[..info.len.min(MAX_FRAME)]);
+            pool.put(p);
+            if info.len > MAX_FRAME {
+                let off = i * st.bufs.spill_each;
+                let rest = info.len - MAX_FRAME;
+                st.big.extend_from_slice(&st.bufs.spill[off..off + rest]);
+            }
+            if !vnet.is_gso() {
+                self.counters.drop(DropReason::TooBig, 1);
+                return;
+            }
+            self.kc.gso_frames.fetch_add(1, Relaxed);
+            let (big, seg, pending) = (&st.big, &mut st.seg, &mut st.pending);
+            let mut segs = 0u64;
+            let mut bad = 0u64;
+            let r = wire::offload::segment_tcp(
+                big,
+                usize::from(vnet.gso_size),
+                MAX_FRAME - 4,
+                seg,
+                |s| {
+                    let mut q = pool.get();
+                    q.set_frame(s);
+                    if restore_vlan(&mut q, vlan) {
+                        pending.push_back(q);
+                        segs += 1;
+                    } else {
+                        pool.put(q);
+                        bad += 1;
+                    }
+                },
+            );
+            self.kc.gso_segments.fetch_add(segs, Relaxed);
+            if r.is_err() || bad > 0 {
+                self.counters.drop(DropReason::Malformed, 1);
+                self.counters.rx_error(1);
+            }
+            return;
+        }
+        p.truncate(info.len);
+        if vnet.needs_csum() {
+            let (s, o) = (usize::from(vnet.csum_start), usize::from(vnet.csum_offset));
+            if wire::offload::complete_partial(p.data_mut(), s, o).is_err() {
+                self.counters.drop(DropReason::Malformed, 1);
+                self.counters.rx_error(1);
+                pool.put(p);
+                return;
+            }
+            self.kc.csum_completed.fetch_add(1, Relaxed);
+        }
+        if !restore_vlan(&mut p, vlan) {
+            self.counters.drop(DropReason::Malformed, 1);
+            pool.put(p);
+            return;
+        }
+        st.pending.push_back(p);
+    }
+}
+
+impl Port for AfPacketPort {
+    fn kind(&self) -> &'static str {
+        "af-packet"
+    }
+
+    fn n_rxq(&self) -> usize {
+        1
+    }
+
+    fn numa_node(&self) -> Option<usize> {
+        self.numa
+    }
+
+    fn rx_burst(&self, _q: usize, pool: &mut Pool, out: &mut Batch) -> usize {
+        let mut st = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+        let st = &mut *st;
+        if st.pending.is_empty() {
+            if let Some(sock) = self.sock() {
+                let want = out.room().min(MAX_BATCH);
+                for _ in 0..want {
+                    let mut p = pool.get();
+                    p.reset_for_fill(MAX_FRAME);
+                    let _ = st.fill.push(p);
+                }
+                let n = st.fill.len();
+                let got = {
+                    let mut frames: [&mut [u8]; MAX_BATCH] = Default::default();
+                    for (f, p) in frames.iter_mut().zip(st.fill.as_mut_slice()) {
+                        *f = p.data_mut();
+                    }
+                    sys::recv_batch(sock.fd.as_fd(), &mut frames[..n], &mut st.bufs)
+                };
+                let got = match got {
+                    Ok(n) => n,
+                    Err(e) => {
+                        // ENETDOWN is reported once after a bind to an interface that was
+                        // down, or while it goes away (housekeeping notices and re-opens);
+                        // anything else is counted.
+                        if e.raw_os_error() != Some(libc::ENETDOWN) {
+                            self.counters.rx_error(1);
+                        }
+                        0
+                    }
+                };
+                let mut taken: [Option<Packet>; MAX_BATCH] = Default::default();
+                for (i, p) in st.fill.drain().enumerate() {
+                    if i < got {
+                        taken[i] = Some(p);
+                    } else {
+                        pool.put(p);
+                    }
+                }
+                for (i, p) in taken.iter_mut().enumerate().take(got) {
+                    if let Some(p) = p.take() {
+                        self.take_frame(st, i, p, pool);
+                    }
+                }
+            }
+        }
+        let mut n = 0;
+        let mut bytes = 0;
+        while !out.is_full() {
+            let Some(p) = st.pending.pop_front() else {
+                break;
+            };
+            bytes += p.len() as u64;
+            let _ = out.push(p);
+            n += 1;
+        }
+        if n > 0 {
+            self.counters.rx(n as u64, bytes);
+        }
+        n
+    }
+
+    fn tx_burst(&self, _q: usize, pkts: &mut Batch) -> usize {
+        if pkts.is_empty() {
+            return 0;
+        }
+        let Some(sock) = self.sock() else {
+            self.counters.drop(DropReason::LinkDown, pkts.len() as u64);
+            return 0;
+        };
+        let mut frames: [&[u8]; MAX_BATCH] = [&[]; MAX_BATCH];
+        let n = pkts.len().min(MAX_BATCH);
+        for (f, p) in frames.iter_mut().zip(pkts.as_slice()) {
+            *f = p.data();
+        }
+        let vnet = [0u8; VNET_HDR_LEN];
+        let (mut at, mut sent, mut bytes) = (0, 0, 0u64);
+        while at < n {
+            match sys::send_batch(sock.fd.as_fd(), &vnet, &frames[at..n]) {
+                Ok(k) if k > 0 => {
+                    bytes += frames[at..at + k]
+                        .iter()
+                        .map(|f| f.len() as u64)
+                        .sum::<u64>();
+                    sent += k;
+                    at += k;
+                }
+                Ok(_) => break,
+                Err(e) => {
+                    // The frame at `at` was refused: skip it with its reason.
+                    let why = match e.raw_os_error() {
+                        Some(libc::EMSGSIZE) => DropReason::TooBig,
+                        Some(libc::ENETDOWN | libc::ENXIO | libc::ENODEV) => DropReason::LinkDown,
+                        Some(libc::EAGAIN | libc::ENOBUFS) => {
+                            self.counters.drop(DropReason::QueueFull, (n - at) as u64);
+                            break;
+                        }
+                        _ => {
+                            self.counters.tx_error(1);
+                            DropReason::Malformed
+                        }
+                    };
+                    self.counters.drop(why, 1);
+                    at += 1;
+                }
+            }
+        }
+        if sent > 0 {
+            self.counters.tx(sent as u64, bytes);
+        }
+        sent
+    }
+
+    fn link(&self) -> Link {
+        if self.up.load(Relaxed) && self.sock().is_some() {
+            Link::Up
+        } else {
+            Link::Down
+        }
+    }
+
+    fn stats(&self) -> PortStats {
+        self.counters.snapshot()
+    }
+
+    fn maintain(&self) {
+        if self.closed.load(Relaxed) {
+            return;
+        }
+        let now = sys::if_index(&self.ifname).ok();
+        let cur = self.sock().map(|s| s.ifindex);
+        if cur.is_some() && cur != now {
+            *self.sock.write().unwrap_or_else(|e| e.into_inner()) = None;
+            self.kc.link_lost.fetch_add(1, Relaxed);
+            tracing::warn!(ifname = %self.ifname, "interface gone: port link down");
+        }
+        if self.sock().is_none() && now.is_some() {
+            match open(&self.ifname) {
+                Ok(s) => {
+                    *self.sock.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(s));
+                    self.kc.reopened.fetch_add(1, Relaxed);
+                    tracing::info!(ifname = %self.ifname, "interface back: port re-opened");
+                }
+                Err(e) => tracing::warn!(ifname = %self.ifname, error = %e, "cannot re-open"),
+            }
+        }
+        let running = sys::if_flags(&self.ifname)
+            .map(|f| f & (libc::IFF_UP as u32) != 0)
+            .unwrap_or(false);
+        self.up.store(running, Relaxed);
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let mut v = self.kc.json();
+        v["ifname"] = self.ifname.clone().into();
+        v["ifindex"] = self.sock().map(|s| s.ifindex).into();
+        v["numa_node"] = self.numa.into();
+        v
+    }
+}
