@@ -52,7 +52,7 @@ trial() {
     "${rt1[@]}" "$vireod" --run-dir "$run" --pmd-cores 0 2>"$run/vireod.log" & local vpid=$!
     pids+=("$vpid")
     for _ in $(seq 200); do $ctl version >/dev/null 2>&1 && break; sleep 0.05; done
-    $ctl add-br br0
+    $ctl add-br br0 internal=false
     for p in p1 p2 p3; do $ctl add-port br0 $p type=vhost-user; done
     $ctl add-flow br0 in_port=p1,actions=output:p2
     $ctl add-flow br0 in_port=p2,actions=output:p1

@@ -113,7 +113,7 @@ fn traffic_in_mode(mode: &str, n: u32, queues: u32) {
     let (a, b) = two_namespaces_q(n, queues);
     let dir = tempfile::tempdir().unwrap();
     let d = start(dir.path());
-    d.ok(&["add-br", "br0"]);
+    d.ok(&["add-br", "br0", "internal=false"]);
     for (p, ns) in [("pa", &a), ("pb", &b)] {
         d.ok(&[
             "add-port",
@@ -190,7 +190,7 @@ fn bad_af_xdp_ports_are_one_line_errors() {
     let (a, _b) = two_namespaces(3);
     let dir = tempfile::tempdir().unwrap();
     let d = start(dir.path());
-    d.ok(&["add-br", "br0"]);
+    d.ok(&["add-br", "br0", "internal=false"]);
     let cases: &[(&[&str], &str)] = &[
         (&["type=af-xdp"], "needs ifname=INTERFACE"),
         (
@@ -233,7 +233,7 @@ fn frames_too_big_for_a_umem_frame_are_counted_by_reason() {
     let (a, _b) = two_namespaces(6);
     let dir = tempfile::tempdir().unwrap();
     let d = start(dir.path());
-    d.ok(&["add-br", "br0"]);
+    d.ok(&["add-br", "br0", "internal=false"]);
     d.ok(&["add-port", "br0", "dum", "type=dummy"]);
     d.ok(&[
         "add-port",
@@ -300,7 +300,7 @@ fn two_hundred_add_del_cycles_leak_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let d = start(dir.path());
     let pid = d.child.id();
-    d.ok(&["add-br", "br0"]);
+    d.ok(&["add-br", "br0", "internal=false"]);
     let ifname = format!("ifname={}", a.host_if);
     // Warm up once (first-use allocations).
     d.ok(&["add-port", "br0", "pa", "type=af-xdp", &ifname]);
@@ -344,7 +344,7 @@ fn after_kill_9_no_program_is_left_and_a_restart_takes_the_ports_again() {
     let (a, b) = two_namespaces(5);
     let dir = tempfile::tempdir().unwrap();
     let mut d = start(dir.path());
-    d.ok(&["add-br", "br0"]);
+    d.ok(&["add-br", "br0", "internal=false"]);
     for (p, ns) in [("pa", &a), ("pb", &b)] {
         d.ok(&[
             "add-port",

@@ -92,7 +92,7 @@ fn stalled_peers_never_block_the_control_plane() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
     let d = Daemon::start_with(&run, &["--pmd-cores", "0"]);
-    d.ok(&["add-br", "br0"]);
+    d.ok(&["add-br", "br0", "internal=false"]);
     for p in ["vm1", "vm2", "h1"] {
         d.ok(&["add-port", "br0", p, "type=vhost-user"]);
     }
@@ -191,7 +191,7 @@ fn stalled_peers_never_block_the_control_plane() {
         == e0 + 2));
 
     // 4. del-br of a bridge whose port has a stalled frontend answers at once.
-    d.ok(&["add-br", "br1"]);
+    d.ok(&["add-br", "br1", "internal=false"]);
     d.ok(&["add-port", "br1", "h3", "type=vhost-user"]);
     let mut stalled3 = stalled_frontend(&run.join("h3.sock"));
     std::thread::sleep(Duration::from_millis(200));

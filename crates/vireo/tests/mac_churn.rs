@@ -214,7 +214,7 @@ fn a_guest_churning_source_macs_does_not_flush_other_guests_megaflows() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path();
     let d = Daemon::start_with(run, &["--pmd-cores", "0"]);
-    d.ok(&["add-br", "br0"]);
+    d.ok(&["add-br", "br0", "internal=false"]);
     for p in ["v0", "v1", "atk"] {
         d.ok(&["add-port", "br0", p, "type=vhost-user"]);
     }

@@ -32,7 +32,7 @@ fn a_port_learns_at_most_its_mac_limit_and_counts_the_rest() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
     let d = Daemon::start_with(&run, &["--pmd-cores", "0"]);
-    d.ok(&["add-br", "br0"]);
+    d.ok(&["add-br", "br0", "internal=false"]);
     for p in ["p1", "p2", "p3"] {
         d.ok(&["add-port", "br0", p, "type=dummy"]);
     }

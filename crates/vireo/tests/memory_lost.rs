@@ -285,7 +285,7 @@ fn truncated_guest_memory_costs_only_that_port_under_live_traffic() {
     let run = dir.path().join("run");
     let log = Log(dir.path().join("vireod.log"));
     let d = vireod(&run, &log.0);
-    d.ok(&["add-br", "br0"]);
+    d.ok(&["add-br", "br0", "internal=false"]);
     for p in ["vm1", "vm2", "h1"] {
         d.ok(&["add-port", "br0", p, "type=vhost-user"]);
     }

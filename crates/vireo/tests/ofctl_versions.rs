@@ -54,7 +54,7 @@ fn plain_ovs_ofctl_and_1_4_1_5_steer_real_traffic() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
     let d = Daemon::start(&run);
-    d.ok(&["add-br", "br0"]);
+    d.ok(&["add-br", "br0", "internal=false"]);
     for p in ["p1", "p2", "p3"] {
         d.ok(&["add-port", "br0", p, "type=dummy"]);
     }

@@ -57,7 +57,7 @@ fn modes_groups_and_who_can_connect() {
     let d = Daemon::start_with(&run, &["--socket-group", GROUP]);
     assert_eq!(mode_gid(&run), (0o750, gid));
     assert_eq!(mode_gid(&run.join("vireod.ctl")), (0o660, gid));
-    d.ok(&["add-br", "br0"]);
+    d.ok(&["add-br", "br0", "internal=false"]);
     assert_eq!(mode_gid(&run.join("br0.mgmt")), (0o660, gid));
     // Default vhost-user socket: 0660, the daemon's own group.
     d.ok(&["add-port", "br0", "v0", "type=vhost-user"]);
@@ -125,7 +125,7 @@ fn symlinks_and_files_at_socket_paths_are_refused_and_untouched() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
     let d = Daemon::start(&run);
-    d.ok(&["add-br", "br0"]);
+    d.ok(&["add-br", "br0", "internal=false"]);
     let target = dir.path().join("precious");
     std::fs::write(&target, b"keep me").unwrap();
     std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644)).unwrap();
@@ -158,7 +158,7 @@ fn symlinks_and_files_at_socket_paths_are_refused_and_untouched() {
     untouched("regular file at path=");
     // A symlink where a bridge's BR.mgmt goes.
     std::os::unix::fs::symlink(&target, run.join("br1.mgmt")).unwrap();
-    let o = d.ctl(&["add-br", "br1"]);
+    let o = d.ctl(&["add-br", "br1", "internal=false"]);
     assert_eq!(o.code, 1, "{}", o.stdout);
     untouched("symlink at BR.mgmt");
     assert!(!d.ok(&["list-br"]).contains("br1"));
