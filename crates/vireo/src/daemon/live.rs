@@ -1,8 +1,8 @@
 //! Live port objects built from the stored port configuration: which constructor each type
 //! uses, the defaults of its options, and how it is stopped. Control thread only.
 use crate::store::PortConfig;
-use ports::af_xdp::AfXdpPort;
 use ports::af_packet::AfPacketPort;
+use ports::af_xdp::AfXdpPort;
 use ports::dummy::DummyPort;
 use ports::tap::TapPort;
 use ports::vhost_user::VhostUserPort;
