@@ -212,8 +212,9 @@ fn replace_if_ours(addr: usize) -> bool {
         }
         // The mapping is alive (see the module doc: the faulting thread holds its table, and
         // its drop waits while we hold REMAP); MAP_FIXED replaces exactly its pages.
-        // SAFETY: `[base, base + len)` is one whole live mapping of ours; nothing else lives
-        // there, and every user accesses it through raw copies, which now read zeros.
+        // Nothing else lives in `[base, base + len)`, and every user reaches it through raw
+        // copies, which now read zeros.
+        // SAFETY: `[base, base + len)` is one whole live mapping of ours (see above).
         let p = unsafe {
             libc::mmap(
                 base as *mut libc::c_void,
@@ -241,10 +242,11 @@ fn pass_on(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void)
     match prev {
         Some((h, flags)) if h != libc::SIG_DFL && h != libc::SIG_IGN => {
             if flags & libc::SA_SIGINFO != 0 {
-                // SAFETY: the previous action was installed with SA_SIGINFO, so `h` is a
-                // handler with the three-argument signature; we pass it what we were given.
-                let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-                    unsafe { std::mem::transmute(h) };
+                type Handler3 = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
+                // The previous action was installed with SA_SIGINFO; we pass it what we were
+                // given.
+                // SAFETY: with SA_SIGINFO, `h` is a handler of the three-argument signature.
+                let f: Handler3 = unsafe { std::mem::transmute(h) };
                 f(sig, info, ctx);
             } else {
                 // SAFETY: without SA_SIGINFO, `h` is a one-argument handler.

@@ -161,8 +161,8 @@ fn ioctl_ifreq(fd: libc::c_int, req: libc::c_ulong, r: &mut libc::ifreq) -> io::
 
 fn ctl_socket() -> io::Result<OwnedFd> {
     // SAFETY: plain syscall; a non-negative return is a new fd we own.
-    let fd =
-        check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    let fd = check(raw)?;
     // SAFETY: `fd` was just returned by socket() and is owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
@@ -328,8 +328,9 @@ pub fn recv_batch(
         h.msg_control = b.cmsg[i].as_mut_ptr().cast();
         h.msg_controllen = CMSG_SPACE;
     }
-    // SAFETY: every pointer in `hdrs` points into `frames`, `b` or `iov`, which outlive the
-    // call and are exclusively borrowed; the lengths passed are those buffers' lengths.
+    // Every pointer in `hdrs` points into `frames`, `b` or `iov`, which outlive the call and
+    // are exclusively borrowed; the lengths passed are those buffers' lengths.
+    // SAFETY: the kernel writes only within those buffers (see above).
     let rc = unsafe {
         libc::recvmmsg(
             fd.as_raw_fd(),
@@ -386,8 +387,8 @@ pub fn send_batch(
         hdrs[i].msg_hdr.msg_iov = iov[i].as_mut_ptr();
         hdrs[i].msg_hdr.msg_iovlen = 2;
     }
-    // SAFETY: every pointer in `hdrs` points into `vnet`, `frames` or `iov`, which outlive the
-    // call; the kernel only reads through the iovecs of a send.
+    // Every pointer in `hdrs` points into `vnet`, `frames` or `iov`, which outlive the call.
+    // SAFETY: the kernel only reads through the iovecs of a send, all in live buffers.
     let rc = unsafe {
         libc::sendmmsg(
             fd.as_raw_fd(),
