@@ -206,13 +206,8 @@ impl Table {
                 m.insert(kr, c);
                 return Ok(killed);
             }
-            Some(m2) => {
-                if so < sr {
-                    (&mut *g1, m2)
-                } else {
-                    (m2, &mut *g1)
-                }
-            }
+            // `lock2` returns the guard of its first argument first, whatever the lock order.
+            Some(m2) => (&mut *g1, m2),
         };
         if let Some(old) = mo.get(&ko).filter(|o| o.alive(now)) {
             return Err(InsertErr::Exists(old.clone()));
