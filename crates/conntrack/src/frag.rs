@@ -126,7 +126,9 @@ impl Frags {
     pub fn add(&mut self, zone: u16, frame: &[u8], p: &Parsed, f: &Frag, now: u64) -> FragOutcome {
         let len = p.end.saturating_sub(f.data) as u32;
         let (start, end) = (f.offset, f.offset + len);
-        if (f.more && (len == 0 || len % 8 != 0)) || (f.offset == 0 && f.more && len < min_l4(f.proto)) {
+        if (f.more && (len == 0 || !len.is_multiple_of(8)))
+            || (f.offset == 0 && f.more && len < min_l4(f.proto))
+        {
             return FragOutcome::Refused(FragErr::Tiny, Vec::new());
         }
         let key = FKey {

@@ -338,14 +338,27 @@ impl Conntrack {
 
     /// [`Conntrack::execute`] over a burst of frames with one action; `out[i]` gets frame
     /// `i`'s outcome.
-    pub fn execute_burst(&self, frames: &mut [&mut [u8]], a: &CtAction, now: u64, out: &mut Vec<Outcome>) {
+    pub fn execute_burst(
+        &self,
+        frames: &mut [&mut [u8]],
+        a: &CtAction,
+        now: u64,
+        out: &mut Vec<Outcome>,
+    ) {
         out.clear();
         for f in frames.iter_mut() {
             out.push(self.execute(f, a, now));
         }
     }
 
-    fn fragment(&self, frame: &mut [u8], p: &Parsed, f: &parse::Frag, a: &CtAction, now: u64) -> Outcome {
+    fn fragment(
+        &self,
+        frame: &mut [u8],
+        p: &Parsed,
+        f: &parse::Frag,
+        a: &CtAction,
+        now: u64,
+    ) -> Outcome {
         if matches!(a.nat, Nat::Set(_) | Nat::Existing) {
             // Translating fragments (addresses in every fragment, ports and checksum in the
             // first) is not implemented: refuse rather than forward untranslated.
@@ -374,7 +387,10 @@ impl Conntrack {
                     Outcome::Released { result: r, held }
                 }
             }
-            FragOutcome::Complete { mut whole, mut originals } => {
+            FragOutcome::Complete {
+                mut whole,
+                mut originals,
+            } => {
                 let r = match parse::parse(&whole) {
                     Ok(wp) if wp.frag.is_none() => self.track(&mut whole, &wp, a, now),
                     _ => self.invalid(Invalid::Truncated, a.zone),
@@ -383,7 +399,10 @@ impl Conntrack {
                 if let Some(i) = originals.iter().rposition(|o| o.as_slice() == &*frame) {
                     originals.remove(i);
                 }
-                Outcome::Released { result: r, held: originals }
+                Outcome::Released {
+                    result: r,
+                    held: originals,
+                }
             }
         }
     }
@@ -397,7 +416,8 @@ impl Conntrack {
             .unwrap_or_else(|e| e.into_inner())
             .expire(now);
         if !v.is_empty() {
-            self.ctr.invalid[Invalid::FragTimeout as usize].fetch_add(v.len() as u64, Ordering::Relaxed);
+            self.ctr.invalid[Invalid::FragTimeout as usize]
+                .fetch_add(v.len() as u64, Ordering::Relaxed);
         }
         v
     }
@@ -428,18 +448,21 @@ impl Conntrack {
     }
 
     fn track(&self, frame: &mut [u8], p: &Parsed, a: &CtAction, now: u64) -> CtResult {
-        let q = match p.kind {
+        match p.kind {
             L4::Error(q) => return self.related(frame, p, &q, a, now),
             L4::IcmpOther => return self.invalid(Invalid::IcmpOther, a.zone),
             _ => (),
-        };
-        let _ = q;
+        }
         let key = Key {
             zone: a.zone,
             t: p.tuple,
         };
         if let Some(c) = self.find(&key, now) {
-            let dir = if key == c.orig_key() { Dir::Orig } else { Dir::Reply };
+            let dir = if key == c.orig_key() {
+                Dir::Orig
+            } else {
+                Dir::Reply
+            };
             match self.existing(frame, p, a, &c, dir, now) {
                 Some(r) => return r,
                 None => {
@@ -452,7 +475,15 @@ impl Conntrack {
     }
 
     /// A packet of an existing connection; `None` if the connection must be replaced.
-    fn existing(&self, frame: &mut [u8], p: &Parsed, a: &CtAction, c: &Arc<Conn>, dir: Dir, now: u64) -> Option<CtResult> {
+    fn existing(
+        &self,
+        frame: &mut [u8],
+        p: &Parsed,
+        a: &CtAction,
+        c: &Arc<Conn>,
+        dir: Dir,
+        now: u64,
+    ) -> Option<CtResult> {
         let reply = matches!(dir, Dir::Reply);
         if a.force && reply {
             return None;
@@ -525,7 +556,15 @@ impl Conntrack {
         Some(self.nat_packet(frame, p, a, c, reply, res))
     }
 
-    fn nat_packet(&self, frame: &mut [u8], p: &Parsed, a: &CtAction, c: &Conn, reply: bool, mut res: CtResult) -> CtResult {
+    fn nat_packet(
+        &self,
+        frame: &mut [u8],
+        p: &Parsed,
+        a: &CtAction,
+        c: &Conn,
+        reply: bool,
+        mut res: CtResult,
+    ) -> CtResult {
         if a.nat == Nat::Off || c.nat == NatDone::default() {
             return res;
         }
@@ -602,7 +641,15 @@ impl Conntrack {
         for _attempt in 0..4 {
             let (trans, nat) = match a.nat {
                 Nat::Set(spec) => {
-                    match nat::allocate(&self.table, &self.nat_hasher, a.zone, &p.tuple, &spec, now, &self.nat_seed) {
+                    match nat::allocate(
+                        &self.table,
+                        &self.nat_hasher,
+                        a.zone,
+                        &p.tuple,
+                        &spec,
+                        now,
+                        &self.nat_seed,
+                    ) {
                         Some(t) => (
                             t,
                             NatDone {
@@ -638,7 +685,11 @@ impl Conntrack {
                     // Another PMD committed the same connection first: use it.
                     self.zone_count[z].fetch_sub(1, Ordering::Relaxed);
                     self.total.fetch_sub(1, Ordering::Relaxed);
-                    let dir = if other.orig_key() == (Key { zone: a.zone, t: p.tuple }) {
+                    let dir = if other.orig_key()
+                        == (Key {
+                            zone: a.zone,
+                            t: p.tuple,
+                        }) {
                         Dir::Orig
                     } else {
                         Dir::Reply
@@ -670,7 +721,14 @@ impl Conntrack {
         }
     }
 
-    fn related(&self, frame: &mut [u8], p: &Parsed, q: &parse::Quote, a: &CtAction, now: u64) -> CtResult {
+    fn related(
+        &self,
+        frame: &mut [u8],
+        p: &Parsed,
+        q: &parse::Quote,
+        a: &CtAction,
+        now: u64,
+    ) -> CtResult {
         let key = Key {
             zone: a.zone,
             t: q.tuple.reverse(),

@@ -95,7 +95,10 @@ impl NatSpec {
         } else {
             (rest, None)
         };
-        let (lo, hi) = match addrs.split_once("]-[").map(|(a, b)| (format!("{a}]"), format!("[{b}"))) {
+        let (lo, hi) = match addrs
+            .split_once("]-[")
+            .map(|(a, b)| (format!("{a}]"), format!("[{b}")))
+        {
             Some((a, b)) => (a, b),
             None => match addrs.split_once('-') {
                 Some((a, b)) => (a.to_string(), b.to_string()),
@@ -248,7 +251,7 @@ pub fn allocate(
     }
     let mut j = 0u32;
     while tries < MAX_TRIES {
-        let ai = u128::from(j / n_port.min(64).max(1)) % n_addr;
+        let ai = u128::from(j / n_port.clamp(1, 64)) % n_addr;
         let port = plo + ((pstart + j) % n_port) as u16;
         let t = make(ai, port);
         tries += 1;

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::table::{Conn, SHARDS};
-use crate::{Conntrack, Timeouts, Tuple, INVALID_NAMES, INVALID_REASONS};
+use crate::{Conntrack, Timeouts, Tuple, INVALID_NAMES};
 
 /// One connection as dumped.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -116,7 +116,7 @@ impl Conntrack {
                 dnat: c.nat.dnat,
             });
         });
-        v.sort_by(|a, b| (a.zone, a.orig).cmp(&(b.zone, b.orig)));
+        v.sort_by_key(|a| (a.zone, a.orig));
         v
     }
 
@@ -166,9 +166,8 @@ impl Conntrack {
             frag_held: self.frags.lock().unwrap_or_else(|e| e.into_inner()).usage(),
             ..Stats::default()
         };
-        for i in 0..INVALID_REASONS {
-            s.invalid
-                .insert(INVALID_NAMES[i], self.ctr.invalid[i].load(Ordering::Relaxed));
+        for (name, c) in INVALID_NAMES.iter().zip(self.ctr.invalid.iter()) {
+            s.invalid.insert(*name, c.load(Ordering::Relaxed));
         }
         for (z, c) in self.zone_count.iter().enumerate() {
             let n = c.load(Ordering::Relaxed);

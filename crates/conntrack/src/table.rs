@@ -274,12 +274,15 @@ impl Table {
     /// Unlinks from shard `i` every key whose connection is dead (keys left behind by
     /// [`Table::insert`] replacing a dead entry). Returns ns the write lock was held.
     pub fn purge_dead(&self, i: usize) -> u64 {
-        if !self.read(i).values().any(|c| c.dead.load(Ordering::Relaxed)) {
+        if !self
+            .read(i)
+            .values()
+            .any(|c| c.dead.load(Ordering::Relaxed))
+        {
             return 0;
         }
         let t = std::time::Instant::now();
-        self.write(i)
-            .retain(|_, c| !c.dead.load(Ordering::Relaxed));
+        self.write(i).retain(|_, c| !c.dead.load(Ordering::Relaxed));
         t.elapsed().as_nanos() as u64
     }
 }

@@ -4,7 +4,7 @@
 mod common;
 use common::*;
 use conntrack::state::*;
-use conntrack::{CtAction, Conntrack, Outcome};
+use conntrack::{Conntrack, CtAction, Outcome};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,29 +20,47 @@ fn parallel_commits_lookups_and_sweeps_stay_consistent() {
         let ct = ct.clone();
         let tx = tx.clone();
         hs.push(std::thread::spawn(move || {
-            let a = CtAction { zone: u16::from(t % 2), commit: true, ..CtAction::default() };
+            let a = CtAction {
+                zone: u16::from(t % 2),
+                commit: true,
+                ..CtAction::default()
+            };
             let s = v4(10, 0, 0, 2);
             let mut news = 0u32;
             for round in 0..3 {
                 for i in 0..OWN {
                     let c = v4(20 + t, 0, (i >> 8) as u8, i as u8);
                     let mut f = udp(c, s, 1000, 53, 0);
-                    let Outcome::Done(r) = ct.execute(&mut f, &a, 0) else { panic!() };
+                    let Outcome::Done(r) = ct.execute(&mut f, &a, 0) else {
+                        panic!()
+                    };
                     assert_eq!(r.state & TRK, TRK);
                     if round == 0 {
                         assert_eq!(r.state, TRK | NEW);
                     }
                     // Reply lookups.
                     let mut rp = udp(s, c, 53, 1000, 0);
-                    let Outcome::Done(r) = ct.execute(&mut rp, &a, 0) else { panic!() };
+                    let Outcome::Done(r) = ct.execute(&mut rp, &a, 0) else {
+                        panic!()
+                    };
                     assert_eq!(r.state, TRK | EST | RPL);
                 }
                 // Every thread races to commit the same tuples in zone 7.
-                let a7 = CtAction { zone: 7, commit: true, ..CtAction::default() };
+                let a7 = CtAction {
+                    zone: 7,
+                    commit: true,
+                    ..CtAction::default()
+                };
                 for i in 0..SHARED {
                     let mut f = udp(v4(30, 0, (i >> 8) as u8, i as u8), s, 1, 2, 0);
-                    let Outcome::Done(r) = ct.execute(&mut f, &a7, 0) else { panic!() };
-                    assert!(r.state == TRK | NEW || r.state == TRK | EST, "{:x}", r.state);
+                    let Outcome::Done(r) = ct.execute(&mut f, &a7, 0) else {
+                        panic!()
+                    };
+                    assert!(
+                        r.state == TRK | NEW || r.state == TRK | EST,
+                        "{:x}",
+                        r.state
+                    );
                     news += u32::from(r.state == TRK | NEW);
                 }
             }
@@ -67,7 +85,8 @@ fn parallel_commits_lookups_and_sweeps_stay_consistent() {
     drop(tx);
     let mut got = 0;
     for _ in 0..=THREADS {
-        rx.recv_timeout(Duration::from_secs(120)).expect("a thread hung (deadlock?)");
+        rx.recv_timeout(Duration::from_secs(120))
+            .expect("a thread hung (deadlock?)");
         got += 1;
     }
     assert_eq!(got, THREADS + 1);

@@ -4,7 +4,9 @@
 mod common;
 use common::*;
 use conntrack::state::*;
-use conntrack::{CtAction, CtResult, Conntrack, FragLimits, Nat, NatSpec, Outcome, Timeouts, Tuple};
+use conntrack::{
+    Conntrack, CtAction, CtResult, FragLimits, Nat, NatSpec, Outcome, Timeouts, Tuple,
+};
 
 fn done(o: Outcome) -> CtResult {
     match o {
@@ -58,7 +60,10 @@ fn tcp_handshake_data_fin_walk() {
     let mut fin = tcp(c, s, 1000, 80, 1101, 5501, FIN | ACK, 0);
     assert_eq!(run(&ct, &mut fin, &a, 5), TRK | EST);
     let d = ct.dump(None, 5);
-    assert_eq!((d[0].state, d[0].expires_in_ms), ("FIN_WAIT", 15 * 60 * 1000));
+    assert_eq!(
+        (d[0].state, d[0].expires_in_ms),
+        ("FIN_WAIT", 15 * 60 * 1000)
+    );
     let mut fin2 = tcp(s, c, 80, 1000, 5501, 1102, FIN | ACK, 0);
     assert_eq!(run(&ct, &mut fin2, &a, 6), TRK | EST | RPL);
     let mut last = tcp(c, s, 1000, 80, 1102, 5502, ACK, 0);
@@ -83,7 +88,10 @@ fn established(ct: &Conntrack, zone: u16) {
     let (c, s) = (v4(C, 0, 0, 1), v4(C, 0, 0, 2));
     run(ct, &mut tcp(c, s, 1000, 80, 100, 0, SYN, 0), &a, 0);
     run(ct, &mut tcp(s, c, 80, 1000, 5000, 101, SYN | ACK, 0), &a, 0);
-    assert_eq!(run(ct, &mut tcp(c, s, 1000, 80, 101, 5001, ACK, 0), &a, 0), TRK | EST);
+    assert_eq!(
+        run(ct, &mut tcp(c, s, 1000, 80, 101, 5001, ACK, 0), &a, 0),
+        TRK | EST
+    );
 }
 
 #[test]
@@ -104,12 +112,23 @@ fn tcp_segments_outside_window_are_invalid_and_counted() {
     assert_eq!(inv(&ct, "tcp_window"), 3);
     assert_eq!(ct.dump(None, 1)[0].state, "ESTABLISHED");
     // In-window data still passes.
-    assert_eq!(run(&ct, &mut tcp(c, s, 1000, 80, 101, 5001, ACK, 100), &a, 1), TRK | EST);
+    assert_eq!(
+        run(&ct, &mut tcp(c, s, 1000, 80, 101, 5001, ACK, 100), &a, 1),
+        TRK | EST
+    );
     // With window checks off for zone 3, the same far segment is accepted there.
     ct.set_zone_window_check(3, false);
     established(&ct, 3);
     let a3 = commit(3);
-    assert_eq!(run(&ct, &mut tcp(c, s, 1000, 80, 101 + 1_000_000, 5001, ACK, 10), &a3, 1), TRK | EST);
+    assert_eq!(
+        run(
+            &ct,
+            &mut tcp(c, s, 1000, 80, 101 + 1_000_000, 5001, ACK, 10),
+            &a3,
+            1
+        ),
+        TRK | EST
+    );
     assert_eq!(inv(&ct, "tcp_window"), 3);
 }
 
@@ -118,8 +137,14 @@ fn tcp_bad_flags_and_midstream_are_invalid() {
     let ct = Conntrack::new();
     let (c, s) = (v4(C, 0, 0, 1), v4(C, 0, 0, 2));
     let a = commit(0);
-    assert_eq!(run(&ct, &mut tcp(c, s, 1, 2, 0, 0, ACK, 0), &a, 0), TRK | INV);
-    assert_eq!(run(&ct, &mut tcp(c, s, 1, 2, 0, 0, SYN | RST, 0), &a, 0), TRK | INV);
+    assert_eq!(
+        run(&ct, &mut tcp(c, s, 1, 2, 0, 0, ACK, 0), &a, 0),
+        TRK | INV
+    );
+    assert_eq!(
+        run(&ct, &mut tcp(c, s, 1, 2, 0, 0, SYN | RST, 0), &a, 0),
+        TRK | INV
+    );
     assert_eq!(run(&ct, &mut tcp(c, s, 1, 2, 0, 0, 0, 0), &a, 0), TRK | INV);
     assert_eq!(ct.len(), 0);
     assert_eq!(inv(&ct, "tcp_flags"), 3);
@@ -133,11 +158,22 @@ fn udp_and_icmp_pseudo_connections_and_timeouts() {
     assert_eq!(run(&ct, &mut udp(c, s, 5000, 53, 10), &a, 0), TRK | NEW);
     assert_eq!(ct.dump(None, 0)[0].expires_in_ms, 60_000);
     assert_eq!(run(&ct, &mut udp(c, s, 5000, 53, 10), &a, 1000), TRK | NEW);
-    assert_eq!(run(&ct, &mut udp(s, c, 53, 5000, 10), &a, 2000), TRK | EST | RPL);
+    assert_eq!(
+        run(&ct, &mut udp(s, c, 53, 5000, 10), &a, 2000),
+        TRK | EST | RPL
+    );
     let d = ct.dump(None, 2000);
     assert_eq!((d[0].state, d[0].expires_in_ms), ("REPLIED", 30_000));
     // Expired at 32 s: the next packet is new again.
-    assert_eq!(run(&ct, &mut udp(s, c, 53, 5000, 10), &CtAction::default(), 32_001), TRK | NEW);
+    assert_eq!(
+        run(
+            &ct,
+            &mut udp(s, c, 53, 5000, 10),
+            &CtAction::default(),
+            32_001
+        ),
+        TRK | NEW
+    );
     // ICMP echo.
     assert_eq!(run(&ct, &mut echo(c, s, 77, true), &a, 0), TRK | NEW);
     assert_eq!(run(&ct, &mut echo(s, c, 77, false), &a, 1), TRK | EST | RPL);
@@ -146,7 +182,10 @@ fn udp_and_icmp_pseudo_connections_and_timeouts() {
     // IPv6 echo and UDP.
     let (c6, s6) = (v6(1), v6(2));
     assert_eq!(run(&ct, &mut echo(c6, s6, 5, true), &a, 0), TRK | NEW);
-    assert_eq!(run(&ct, &mut echo(s6, c6, 5, false), &a, 0), TRK | EST | RPL);
+    assert_eq!(
+        run(&ct, &mut echo(s6, c6, 5, false), &a, 0),
+        TRK | EST | RPL
+    );
     assert_eq!(run(&ct, &mut udp(c6, s6, 1, 2, 3), &a, 0), TRK | NEW);
     assert_eq!(run(&ct, &mut udp(s6, c6, 2, 1, 3), &a, 0), TRK | EST | RPL);
 }
@@ -156,21 +195,41 @@ fn ipv6_tcp_handshake() {
     let ct = Conntrack::new();
     let a = commit(9);
     let (c, s) = (v6(1), v6(2));
-    assert_eq!(run(&ct, &mut tcp(c, s, 4000, 443, 1, 0, SYN, 0), &a, 0), TRK | NEW);
-    assert_eq!(run(&ct, &mut tcp(s, c, 443, 4000, 9, 2, SYN | ACK, 0), &a, 0), TRK | EST | RPL);
-    assert_eq!(run(&ct, &mut tcp(c, s, 4000, 443, 2, 10, ACK, 0), &a, 0), TRK | EST);
+    assert_eq!(
+        run(&ct, &mut tcp(c, s, 4000, 443, 1, 0, SYN, 0), &a, 0),
+        TRK | NEW
+    );
+    assert_eq!(
+        run(&ct, &mut tcp(s, c, 443, 4000, 9, 2, SYN | ACK, 0), &a, 0),
+        TRK | EST | RPL
+    );
+    assert_eq!(
+        run(&ct, &mut tcp(c, s, 4000, 443, 2, 10, ACK, 0), &a, 0),
+        TRK | EST
+    );
     assert_eq!(ct.dump(Some(9), 0)[0].state, "ESTABLISHED");
 }
 
 #[test]
 fn zone_policy_changes_timeouts() {
     let ct = Conntrack::new();
-    ct.set_zone_policy(4, Some(Timeouts { udp_first: 5, ..Timeouts::default() }));
+    ct.set_zone_policy(
+        4,
+        Some(Timeouts {
+            udp_first: 5,
+            ..Timeouts::default()
+        }),
+    );
     let (c, s) = (v4(C, 0, 0, 1), v4(C, 0, 0, 2));
     run(&ct, &mut udp(c, s, 1, 2, 0), &commit(4), 0);
     run(&ct, &mut udp(c, s, 1, 2, 0), &commit(0), 0);
     let d = ct.dump(None, 0);
-    assert_eq!(d.iter().map(|x| (x.zone, x.expires_in_ms)).collect::<Vec<_>>(), vec![(0, 60_000), (4, 5_000)]);
+    assert_eq!(
+        d.iter()
+            .map(|x| (x.zone, x.expires_in_ms))
+            .collect::<Vec<_>>(),
+        vec![(0, 60_000), (4, 5_000)]
+    );
     // The sweep removes the zone-4 one after 5 s and keeps the other.
     let r = ct.sweep(5_001, conntrack::table::SHARDS);
     assert_eq!(r.removed, 1);
@@ -186,13 +245,33 @@ fn zones_isolate_the_same_tuple_and_marks_labels() {
     a1.mark = Some((0xaa, 0xff));
     a1.label = Some((1 << 100, 1 << 100));
     let r = done(ct.execute(&mut udp(c, s, 1, 2, 0), &a1, 0));
-    assert_eq!((r.state, r.mark, r.label, r.zone), (TRK | NEW, 0xaa, 1 << 100, 1));
+    assert_eq!(
+        (r.state, r.mark, r.label, r.zone),
+        (TRK | NEW, 0xaa, 1 << 100, 1)
+    );
     // Zone 2 does not see zone 1's connection.
-    let r2 = done(ct.execute(&mut udp(s, c, 2, 1, 0), &CtAction { zone: 2, ..CtAction::default() }, 0));
+    let r2 = done(ct.execute(
+        &mut udp(s, c, 2, 1, 0),
+        &CtAction {
+            zone: 2,
+            ..CtAction::default()
+        },
+        0,
+    ));
     assert_eq!((r2.state, r2.mark), (TRK | NEW, 0));
     // Zone 1 does.
-    let r1 = done(ct.execute(&mut udp(s, c, 2, 1, 0), &CtAction { zone: 1, ..CtAction::default() }, 0));
-    assert_eq!((r1.state, r1.mark, r1.label), (TRK | EST | RPL, 0xaa, 1 << 100));
+    let r1 = done(ct.execute(
+        &mut udp(s, c, 2, 1, 0),
+        &CtAction {
+            zone: 1,
+            ..CtAction::default()
+        },
+        0,
+    ));
+    assert_eq!(
+        (r1.state, r1.mark, r1.label),
+        (TRK | EST | RPL, 0xaa, 1 << 100)
+    );
     // Set the mark later (commit again), masked.
     let mut a = commit(1);
     a.mark = Some((0x0100, 0xff00));
@@ -233,8 +312,14 @@ fn icmp_errors_related_or_invalid() {
     let (c6, s6) = (v6(1), v6(2));
     let mut q6 = udp(c6, s6, 7, 8, 4);
     run(&ct, &mut q6, &a, 0);
-    assert_eq!(run(&ct, &mut icmp_error(s6, c6, &q6), &a, 1), TRK | REL | RPL);
-    assert_eq!(run(&ct, &mut icmp_error(s6, c6, &udp(c6, s6, 7, 9, 4)), &a, 1), TRK | INV);
+    assert_eq!(
+        run(&ct, &mut icmp_error(s6, c6, &q6), &a, 1),
+        TRK | REL | RPL
+    );
+    assert_eq!(
+        run(&ct, &mut icmp_error(s6, c6, &udp(c6, s6, 7, 9, 4)), &a, 1),
+        TRK | INV
+    );
 }
 
 fn nat(spec: &str) -> CtAction {
@@ -259,7 +344,10 @@ fn snat_round_trip_keeps_checksums_valid() {
     let a = nat("src=192.168.0.100:30000-30010");
     let (c, s) = (v4(C, 0, 0, 1), v4(C, 0, 0, 2));
     for (i, mk) in [
-        (0u16, &(|c, s, sp, dp| udp(c, s, sp, dp, 33)) as &dyn Fn(Addr, Addr, u16, u16) -> Vec<u8>),
+        (
+            0u16,
+            &(|c, s, sp, dp| udp(c, s, sp, dp, 33)) as &dyn Fn(Addr, Addr, u16, u16) -> Vec<u8>,
+        ),
         (1, &|c, s, sp, dp| tcp(c, s, sp, dp, 7, 0, SYN, 0)),
     ] {
         let mut f = mk(c, s, 5000 + i, 80);
@@ -285,7 +373,10 @@ fn snat_round_trip_keeps_checksums_valid() {
     let mut f = udp(v6(1), v6(2), 9, 10, 5);
     assert_eq!(run(&ct, &mut f, &a6, 0), TRK | NEW | SNAT);
     assert!(checksums_ok(&f));
-    assert_eq!(f[22..38], [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x99]);
+    assert_eq!(
+        f[22..38],
+        [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x99]
+    );
     let mut dn = nat("src=[fd00::99]");
     dn.commit = false;
     dn.nat = Nat::Existing;
@@ -317,7 +408,10 @@ fn snat_one_address_many_clients_never_collides() {
         let mut f = udp(c, s, 40000, 53, 0);
         assert_eq!(run(&ct, &mut f, &a, 0), TRK | NEW | SNAT);
         assert!(checksums_ok(&f));
-        assert!(seen.insert(ports(&f).0), "client {i} got a port already in use");
+        assert!(
+            seen.insert(ports(&f).0),
+            "client {i} got a port already in use"
+        );
     }
     assert_eq!(ct.len(), 5000);
     let d = ct.dump(None, 0);
@@ -328,7 +422,11 @@ fn snat_one_address_many_clients_never_collides() {
     let a2 = nat("src=192.168.0.1:2000-2003");
     for i in 0..6u8 {
         let st = run(&ct2, &mut udp(v4(10, 0, 0, i), s, 1, 53, 0), &a2, 0);
-        assert_eq!(st, if i < 4 { TRK | NEW | SNAT } else { TRK | INV }, "client {i}");
+        assert_eq!(
+            st,
+            if i < 4 { TRK | NEW | SNAT } else { TRK | INV },
+            "client {i}"
+        );
     }
     assert_eq!(ct2.stats().nat_exhausted, 2);
 }
@@ -404,15 +502,28 @@ fn syn_flood_past_the_limit_is_refused_and_counted() {
     assert_eq!(st.per_tcp_state["SYN_SENT"], 999);
     // The established connection is unaffected.
     let (c, s) = (v4(C, 0, 0, 1), v4(C, 0, 0, 2));
-    assert_eq!(run(&ct, &mut tcp(c, s, 1000, 80, 101, 5001, ACK, 10), &a, 2), TRK | EST);
+    assert_eq!(
+        run(&ct, &mut tcp(c, s, 1000, 80, 101, 5001, ACK, 10), &a, 2),
+        TRK | EST
+    );
     // Once the SYNs time out (30 s) and are swept, new connections are accepted again.
     ct.sweep(31_000, conntrack::table::SHARDS);
     assert_eq!(ct.len(), 1);
-    assert_eq!(run(&ct, &mut tcp(v4(12, 0, 0, 1), s, 1, 80, 0, 0, SYN, 0), &a, 31_000), TRK | NEW);
+    assert_eq!(
+        run(
+            &ct,
+            &mut tcp(v4(12, 0, 0, 1), s, 1, 80, 0, 0, SYN, 0),
+            &a,
+            31_000
+        ),
+        TRK | NEW
+    );
     // Zone limit.
     ct.set_zone_limit(5, 2);
     let a5 = commit(5);
-    let st: Vec<u32> = (0..4u8).map(|i| run(&ct, &mut udp(v4(1, 1, 1, i), s, 1, 2, 0), &a5, 0)).collect();
+    let st: Vec<u32> = (0..4u8)
+        .map(|i| run(&ct, &mut udp(v4(1, 1, 1, i), s, 1, 2, 0), &a5, 0))
+        .collect();
     assert_eq!(st, vec![TRK | NEW, TRK | NEW, TRK | INV, TRK | INV]);
     assert_eq!(ct.stats().limit_zone_hits, 2);
     assert_eq!(ct.zone_count(5), 2);
@@ -443,7 +554,10 @@ fn fragments_reassembled_for_tracking_originals_released() {
     assert_eq!(fr[1], keep, "originals are forwarded unchanged");
     assert_eq!(ct.len(), 1);
     // The reply (whole) is established against the reassembled connection.
-    assert_eq!(run(&ct, &mut udp(s, c, 53, 5000, 1), &a, 0), TRK | EST | RPL);
+    assert_eq!(
+        run(&ct, &mut udp(s, c, 53, 5000, 1), &a, 0),
+        TRK | EST | RPL
+    );
     assert_eq!(ct.stats().frag_held, (0, 0));
 }
 
@@ -459,7 +573,11 @@ fn overlapping_and_tiny_fragments_are_invalid() {
     assert!(matches!(ct.execute(&mut f0, &a, 0), Outcome::Held));
     let (r, held) = released(ct.execute(&mut f1, &a, 0));
     assert_eq!(r.state, TRK | INV);
-    assert_eq!(held.len(), 1, "the held fragment comes back, marked invalid");
+    assert_eq!(
+        held.len(),
+        1,
+        "the held fragment comes back, marked invalid"
+    );
     assert_eq!(inv(&ct, "frag_overlap"), 1);
     assert_eq!(ct.len(), 0);
     // Tiny first fragment: 8 bytes of a TCP header.
@@ -504,7 +622,14 @@ fn fragment_floods_are_bounded_and_time_out() {
     assert!(st.frag_held.1 <= 1 << 20);
     assert_eq!(st.invalid["frag_full"], 9950);
     // Byte bound: big fragments stop at max_bytes.
-    let ct2 = Conntrack::with_limits(1000, FragLimits { max_datagrams: 1000, max_bytes: 64 * 1024, timeout_ms: 1000 });
+    let ct2 = Conntrack::with_limits(
+        1000,
+        FragLimits {
+            max_datagrams: 1000,
+            max_bytes: 64 * 1024,
+            timeout_ms: 1000,
+        },
+    );
     let mut n = 0;
     for i in 0..1000u32 {
         let whole = udp(v4(12, 1, (i >> 8) as u8, i as u8), s, 1, 2, 1500);
@@ -582,12 +707,22 @@ fn flush_dump_and_stats() {
 #[test]
 fn nat_spec_parsing() {
     let s = NatSpec::parse("src=10.0.0.1-10.0.0.9:1024-2048,persistent,random").unwrap();
-    assert_eq!((s.addr_lo, s.addr_hi, s.port_lo, s.port_hi, s.persistent), (0x0a00_0001, 0x0a00_0009, 1024, 2048, true));
+    assert_eq!(
+        (s.addr_lo, s.addr_hi, s.port_lo, s.port_hi, s.persistent),
+        (0x0a00_0001, 0x0a00_0009, 1024, 2048, true)
+    );
     assert_eq!(s.sel, conntrack::PortSel::Random);
     let d = NatSpec::parse("dst=[fd00::1]-[fd00::2]:80").unwrap();
     assert!(d.v6 && d.port_lo == 80 && d.addr_hi - d.addr_lo == 1);
     assert!(NatSpec::parse("dst=fd00::1").unwrap().v6);
-    for bad in ["src=", "x=1.2.3.4", "src=1.2.3.4:0", "src=1.2.3.9-1.2.3.1", "src=1.2.3.4,bogus", "src=1.2.3.4-fd00::1"] {
+    for bad in [
+        "src=",
+        "x=1.2.3.4",
+        "src=1.2.3.4:0",
+        "src=1.2.3.9-1.2.3.1",
+        "src=1.2.3.4,bogus",
+        "src=1.2.3.4-fd00::1",
+    ] {
         assert!(NatSpec::parse(bad).is_err(), "{bad}");
     }
 }

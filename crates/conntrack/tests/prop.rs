@@ -3,7 +3,7 @@
 mod common;
 use common::*;
 use conntrack::state::*;
-use conntrack::{CtAction, Conntrack, Nat, NatSpec, Outcome};
+use conntrack::{Conntrack, CtAction, Nat, NatSpec, Outcome};
 use proptest::prelude::*;
 
 proptest! {

@@ -1,5 +1,5 @@
 //! Frame builders and checksum checks shared by the conntrack tests.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::too_many_arguments)]
 
 use wire::checksum::{fold, pseudo_v4, pseudo_v6, sum};
 
@@ -113,7 +113,16 @@ pub fn checksums_ok(f: &[u8]) -> bool {
     fold(sum(&f[o..e], init)) == 0xffff
 }
 
-pub fn tcp(src: Addr, dst: Addr, sp: u16, dp: u16, seq: u32, ack: u32, flags: u8, data: usize) -> Vec<u8> {
+pub fn tcp(
+    src: Addr,
+    dst: Addr,
+    sp: u16,
+    dp: u16,
+    seq: u32,
+    ack: u32,
+    flags: u8,
+    data: usize,
+) -> Vec<u8> {
     let mut t = vec![0u8; 20];
     t[0..2].copy_from_slice(&sp.to_be_bytes());
     t[2..4].copy_from_slice(&dp.to_be_bytes());
@@ -155,7 +164,11 @@ pub fn icmp_error(src: Addr, dst: Addr, quoted: &[u8]) -> Vec<u8> {
     let is6 = matches!(src, Addr::V6(_));
     let mut i = vec![if is6 { 1 } else { 3 }, 3, 0, 0, 0, 0, 0, 0];
     let ip = &quoted[14..];
-    let cut = if is6 { ip.len().min(40 + 8) } else { ip.len().min(28) };
+    let cut = if is6 {
+        ip.len().min(40 + 8)
+    } else {
+        ip.len().min(28)
+    };
     i.extend_from_slice(&ip[..cut]);
     ip_frame(src, dst, if is6 { 58 } else { 1 }, &i)
 }
@@ -184,7 +197,11 @@ pub fn fragment_v4(f: &[u8], sizes: &[usize]) -> Vec<Vec<u8>> {
     let mut off = 0;
     let mut i = 0;
     while off < payload.len() {
-        let n = sizes.get(i).copied().unwrap_or(payload.len() - off).min(payload.len() - off);
+        let n = sizes
+            .get(i)
+            .copied()
+            .unwrap_or(payload.len() - off)
+            .min(payload.len() - off);
         let more = off + n < payload.len();
         out.push(frag_v4_raw(f, off, &payload[off..off + n], more));
         off += n;
