@@ -488,7 +488,7 @@ impl Conntrack {
         if a.force && reply {
             return None;
         }
-        let pol = self.policy(c.zone);
+        let pol = &c.policy;
         let mut g = c.lock();
         let timeout = match (&p.kind, g.tcp.as_mut()) {
             (L4::Tcp(t), Some(tc)) => {
@@ -669,6 +669,7 @@ impl Conntrack {
                 nat,
                 expires: AtomicU64::new(now + ms(timeout)),
                 dead: AtomicBool::new(false),
+                policy: pol.clone(),
                 inner: Mutex::new(inner),
             });
             match self.table.insert(c.clone(), now) {

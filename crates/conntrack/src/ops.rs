@@ -210,7 +210,8 @@ impl Conntrack {
     }
 
     /// Sets a zone's timeout policy (`None`: back to the defaults). Applies to connections
-    /// created afterwards... and to existing ones at their next packet.
+    /// created afterwards (a connection keeps the policy it was created
+    /// under, so the hot path reads no shared policy table).
     pub fn set_zone_policy(&self, zone: u16, t: Option<Timeouts>) {
         let mut p = self.policies.write().unwrap_or_else(|e| e.into_inner());
         match t {

@@ -74,6 +74,8 @@ pub struct Conn {
     pub expires: AtomicU64,
     /// Removed from the table (a lookup that raced with removal ignores it).
     pub dead: AtomicBool,
+    /// Timeout policy of its zone when it was created.
+    pub policy: Arc<crate::Timeouts>,
     /// Mutable state.
     pub inner: Mutex<ConnInner>,
 }
@@ -103,7 +105,43 @@ impl Conn {
     }
 }
 
-type Map = HashMap<Key, Arc<Conn>>;
+/// A key with its hash computed once (SipHash with a per-table random key, so a sender
+/// cannot aim tuples at one shard or bucket); the map hashes by that value alone.
+#[derive(Clone, Copy, Debug)]
+struct HKey {
+    h: u64,
+    k: Key,
+}
+impl PartialEq for HKey {
+    fn eq(&self, o: &Self) -> bool {
+        self.h == o.h && self.k == o.k
+    }
+}
+impl Eq for HKey {}
+impl std::hash::Hash for HKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.h);
+    }
+}
+
+/// Passes a precomputed hash through.
+#[derive(Default)]
+struct PassThrough(u64);
+impl std::hash::Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, b: &[u8]) {
+        for &x in b {
+            self.0 = self.0.rotate_left(8) ^ u64::from(x);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+type Map = HashMap<HKey, Arc<Conn>, std::hash::BuildHasherDefault<PassThrough>>;
 
 /// Connections an insert found expired in its way and unlinked (the caller accounts them).
 pub type Killed = [Option<Arc<Conn>>; 2];
@@ -138,8 +176,14 @@ impl Table {
         }
     }
 
-    fn shard(&self, k: &Key) -> usize {
-        (self.hasher.hash_one(k) as usize) & (SHARDS - 1)
+    fn hk(&self, k: &Key) -> HKey {
+        HKey {
+            h: self.hasher.hash_one(k),
+            k: *k,
+        }
+    }
+    fn shard(&self, k: &HKey) -> usize {
+        ((k.h >> 40) as usize) & (SHARDS - 1)
     }
 
     fn read(&self, i: usize) -> std::sync::RwLockReadGuard<'_, Map> {
@@ -151,13 +195,15 @@ impl Table {
 
     /// Finds the connection a packet with key `k` belongs to (live or not).
     pub fn get(&self, k: &Key) -> Option<Arc<Conn>> {
-        self.read(self.shard(k)).get(k).cloned()
+        let k = self.hk(k);
+        self.read(self.shard(&k)).get(&k).cloned()
     }
 
     /// True if `k` is taken by a connection alive at `now`.
     pub fn taken(&self, k: &Key, now: u64) -> bool {
-        self.read(self.shard(k))
-            .get(k)
+        let k = self.hk(k);
+        self.read(self.shard(&k))
+            .get(&k)
             .is_some_and(|c| c.alive(now))
     }
 
@@ -183,7 +229,7 @@ impl Table {
     /// connection is already dead).
     pub fn insert(&self, c: Arc<Conn>, now: u64) -> Result<Killed, InsertErr> {
         let mut killed: Killed = [None, None];
-        let (ko, kr) = (c.orig_key(), c.reply_key());
+        let (ko, kr) = (self.hk(&c.orig_key()), self.hk(&c.reply_key()));
         let (so, sr) = (self.shard(&ko), self.shard(&kr));
         let (mut g1, mut g2) = self.lock2(so, sr);
         let (mo, mr): (&mut Map, &mut Map) = match g2.as_deref_mut() {
@@ -233,7 +279,7 @@ impl Table {
     /// Removes `c` (both keys, where they still point at it). Returns true if this call
     /// removed it (so exactly one caller accounts for it).
     pub fn remove(&self, c: &Arc<Conn>) -> bool {
-        let (ko, kr) = (c.orig_key(), c.reply_key());
+        let (ko, kr) = (self.hk(&c.orig_key()), self.hk(&c.reply_key()));
         let (so, sr) = (self.shard(&ko), self.shard(&kr));
         let (mut g1, mut g2) = self.lock2(so, sr);
         if c.dead.swap(true, Ordering::AcqRel) {
@@ -263,7 +309,7 @@ impl Table {
         let t = std::time::Instant::now();
         let g = self.read(i);
         for (k, c) in g.iter() {
-            if *k == c.orig_key() || c.dead.load(Ordering::Relaxed) {
+            if k.k == c.orig_key() || c.dead.load(Ordering::Relaxed) {
                 f(c);
             }
         }
