@@ -279,28 +279,42 @@ impl Table {
     /// Removes `c` (both keys, where they still point at it). Returns true if this call
     /// removed it (so exactly one caller accounts for it).
     pub fn remove(&self, c: &Arc<Conn>) -> bool {
+        self.remove_timed(c).0
+    }
+
+    /// [`Table::remove`], also returning how long the write locks were held, ns.
+    pub fn remove_timed(&self, c: &Arc<Conn>) -> (bool, u64) {
         let (ko, kr) = (self.hk(&c.orig_key()), self.hk(&c.reply_key()));
         let (so, sr) = (self.shard(&ko), self.shard(&kr));
         let (mut g1, mut g2) = self.lock2(so, sr);
-        if c.dead.swap(true, Ordering::AcqRel) {
-            // Already dead: still unlink any key that points at it.
-            for g in [Some(&mut g1), g2.as_mut()].into_iter().flatten() {
-                for k in [ko, kr] {
-                    if g.get(&k).is_some_and(|o| Arc::ptr_eq(o, c)) {
-                        g.remove(&k);
-                    }
-                }
-            }
-            return false;
-        }
-        for g in [Some(&mut g1), g2.as_mut()].into_iter().flatten() {
+        let t = std::time::Instant::now();
+        let r = Self::unlink_locked(c, ko, kr, &mut g1, g2.as_deref_mut());
+        drop(g2);
+        drop(g1);
+        (r, t.elapsed().as_nanos() as u64)
+    }
+
+    fn unlink_locked(
+        c: &Arc<Conn>,
+        ko: HKey,
+        kr: HKey,
+        g1: &mut Map,
+        g2: Option<&mut Map>,
+    ) -> bool {
+        // Already dead: still unlink any key that points at it, but do not account it again.
+        let was_dead = c.dead.swap(true, Ordering::AcqRel);
+        let unlink = |g: &mut Map| {
             for k in [ko, kr] {
                 if g.get(&k).is_some_and(|o| Arc::ptr_eq(o, c)) {
                     g.remove(&k);
                 }
             }
+        };
+        unlink(g1);
+        if let Some(g2) = g2 {
+            unlink(g2);
         }
-        true
+        !was_dead
     }
 
     /// Calls `f` with every connection of shard `i` whose original key sits there, under the

@@ -172,8 +172,10 @@ impl TcpConn {
         let end = t.seq.wrapping_add(t.len).wrapping_add(syn_fin);
         let win = u32::from(t.win) << if f & F::SYN != 0 { 0 } else { s.wscale };
         if check_window && d.seen {
-            let in_win =
-                seq_ge(s.maxend, end) && seq_ge(t.seq, s.end.wrapping_sub(d.maxwin.max(1)));
+            // A side's first segment without SYN (a RST refusing the SYN) has no window yet:
+            // only its acknowledgement is checked.
+            let in_win = !s.seen
+                || (seq_ge(s.maxend, end) && seq_ge(t.seq, s.end.wrapping_sub(d.maxwin.max(1))));
             let ack_ok = f & F::ACK == 0
                 || (seq_ge(d.end, t.ack) && seq_ge(t.ack, d.end.wrapping_sub(ACK_SLACK)));
             // A RST must land in the window too (RFC 5961 spirit), which the check above covers.

@@ -80,21 +80,28 @@ fn bench_conntrack() {
             // first with nothing expired (a normal pass), then with everything expired.
             for (label, now) in [("nothing expired", 2u64), ("all expired", u64::MAX / 2)] {
                 let mut holds = Vec::with_capacity(conntrack::table::SHARDS);
+                let mut wholds = Vec::with_capacity(conntrack::table::SHARDS);
                 let mut removed = 0;
                 let t = Instant::now();
                 for _ in 0..conntrack::table::SHARDS {
                     let r = ct.sweep(now, 1);
                     holds.push(r.max_hold_ns);
+                    wholds.push(r.max_write_hold_ns);
                     removed += r.removed;
                 }
                 let pass = t.elapsed();
                 holds.sort_unstable();
+                wholds.sort_unstable();
                 let pct = |p: f64| holds[((holds.len() - 1) as f64 * p) as usize] / 1000;
+                let wpct = |p: f64| wholds[((wholds.len() - 1) as f64 * p) as usize];
                 println!(
-                    "sweep at 1M, {label}: full pass {pass:?}, removed {removed}; longest lock hold per shard: median {} us, p99 {} us, max {} us",
+                    "sweep at 1M, {label}: full pass {pass:?}, removed {removed}; longest lock hold per shard (read or write): median {} us, p99 {} us, max {} us; longest write-lock hold per shard: median {} ns, p99 {} ns, max {} ns",
                     pct(0.5),
                     pct(0.99),
-                    pct(1.0)
+                    pct(1.0),
+                    wpct(0.5),
+                    wpct(0.99),
+                    wpct(1.0)
                 );
             }
             assert_eq!(ct.len(), 0);

@@ -726,3 +726,78 @@ fn nat_spec_parsing() {
         assert!(NatSpec::parse(bad).is_err(), "{bad}");
     }
 }
+
+#[test]
+fn rst_refusing_a_syn_closes_and_a_blind_one_does_not() {
+    let ct = Conntrack::new();
+    let a = commit(0);
+    let (c, s) = (v4(C, 0, 0, 1), v4(C, 0, 0, 2));
+    run(&ct, &mut tcp(c, s, 1000, 80, 100, 0, SYN, 0), &a, 0);
+    // A RST acknowledging something else is invalid.
+    assert_eq!(
+        run(&ct, &mut tcp(s, c, 80, 1000, 0, 9999, RST | ACK, 0), &a, 0),
+        TRK | INV
+    );
+    assert_eq!(ct.dump(None, 0)[0].state, "SYN_SENT");
+    assert_eq!(
+        run(&ct, &mut tcp(s, c, 80, 1000, 0, 101, RST | ACK, 0), &a, 0),
+        TRK | EST | RPL
+    );
+    assert_eq!(ct.dump(None, 0)[0].state, "CLOSED");
+}
+
+#[test]
+fn ipv6_fragments_reassembled_for_tracking() {
+    let ct = Conntrack::new();
+    let a = commit(0);
+    let (c, s) = (v6(1), v6(2));
+    let whole = udp(c, s, 5000, 53, 100);
+    // Split the UDP datagram (108 bytes) at 56 with a fragment header.
+    let l4 = &whole[54..];
+    let frag = |off: usize, data: &[u8], more: bool| {
+        let mut f = whole[..54].to_vec();
+        f[20] = 44; // next header: fragment
+        let plen = (8 + data.len()) as u16;
+        f[18..20].copy_from_slice(&plen.to_be_bytes());
+        let of = (off as u16) | u16::from(more);
+        f.extend_from_slice(&[17, 0]);
+        f.extend_from_slice(&of.to_be_bytes());
+        f.extend_from_slice(&0xdead_beefu32.to_be_bytes());
+        f.extend_from_slice(data);
+        f
+    };
+    let mut f0 = frag(0, &l4[..56], true);
+    let mut f1 = frag(56, &l4[56..], false);
+    assert!(matches!(ct.execute(&mut f1, &a, 0), Outcome::Held));
+    let (r, held) = released(ct.execute(&mut f0, &a, 0));
+    assert_eq!(r.state, TRK | NEW);
+    assert_eq!(held.len(), 1);
+    assert_eq!(
+        run(&ct, &mut udp(s, c, 53, 5000, 1), &a, 0),
+        TRK | EST | RPL
+    );
+    // Overlap in IPv6 too.
+    let mut g0 = frag(0, &l4[..56], true);
+    let mut g1 = frag(48, &l4[48..], false);
+    g0[58..62].copy_from_slice(&7u32.to_be_bytes());
+    g1[58..62].copy_from_slice(&7u32.to_be_bytes());
+    assert!(matches!(ct.execute(&mut g0, &a, 0), Outcome::Held));
+    let (r, _) = released(ct.execute(&mut g1, &a, 0));
+    assert_eq!(r.state, TRK | INV);
+}
+
+#[test]
+fn persistent_snat_keeps_a_clients_address() {
+    let ct = Conntrack::new();
+    let a = nat("src=192.168.1.1-192.168.1.200,persistent");
+    let s = v4(8, 8, 8, 8);
+    for client in 1..20u8 {
+        let mut addrs = std::collections::HashSet::new();
+        for sp in 0..10u16 {
+            let mut f = udp(v4(10, 0, 0, client), s, 2000 + sp, 53, 0);
+            assert_eq!(run(&ct, &mut f, &a, 0), TRK | NEW | SNAT);
+            addrs.insert(addrs4(&f).0);
+        }
+        assert_eq!(addrs.len(), 1, "client {client} moved between addresses");
+    }
+}
