@@ -202,7 +202,7 @@ pub enum Invalid {
     FragTooBig,
     /// Datagram timed out before all fragments arrived.
     FragTimeout,
-    /// Fragmented datagram that needs NAT (not supported).
+    /// A fragmented ICMP error that needs NAT (not supported).
     FragNat,
 }
 
@@ -359,12 +359,6 @@ impl Conntrack {
         a: &CtAction,
         now: u64,
     ) -> Outcome {
-        if matches!(a.nat, Nat::Set(_) | Nat::Existing) {
-            // Translating fragments (addresses in every fragment, ports and checksum in the
-            // first) is not implemented: refuse rather than forward untranslated.
-            let r = self.invalid(Invalid::FragNat, a.zone);
-            return Outcome::Done(r);
-        }
         let out = {
             let mut fr = self.frags.lock().unwrap_or_else(|e| e.into_inner());
             fr.add(a.zone, frame, p, f, now)
@@ -391,14 +385,32 @@ impl Conntrack {
                 mut whole,
                 mut originals,
             } => {
+                // The current frame (the last one added) is the caller's; hand back the others.
+                originals.pop();
                 let r = match parse::parse(&whole) {
-                    Ok(wp) if wp.frag.is_none() => self.track(&mut whole, &wp, a, now),
+                    Ok(wp) if wp.frag.is_none() => {
+                        let before = wp.tuple;
+                        let r = self.track(&mut whole, &wp, a, now);
+                        // NAT changed the reassembled copy: carry the change to the originals
+                        // (addresses in every fragment; ports and the transport checksum,
+                        // which sit in the first).
+                        match parse::parse(&whole) {
+                            Ok(after) if after.tuple != before => {
+                                if matches!(wp.kind, L4::Error(_)) {
+                                    self.invalid(Invalid::FragNat, a.zone)
+                                } else {
+                                    nat_fragment(frame, &before, &after.tuple);
+                                    for o in originals.iter_mut() {
+                                        nat_fragment(o, &before, &after.tuple);
+                                    }
+                                    r
+                                }
+                            }
+                            _ => r,
+                        }
+                    }
                     _ => self.invalid(Invalid::Truncated, a.zone),
                 };
-                // The current frame is the caller's; hand back the others.
-                if let Some(i) = originals.iter().rposition(|o| o.as_slice() == &*frame) {
-                    originals.remove(i);
-                }
                 Outcome::Released {
                     result: r,
                     held: originals,
@@ -788,6 +800,26 @@ impl Conntrack {
             res.state |= state::DNAT;
         }
         res
+    }
+}
+
+/// Rewrites one original fragment from tuple `old` to `new`: addresses in every fragment,
+/// ports and the transport checksum in the first one only.
+fn nat_fragment(frame: &mut [u8], old: &Tuple, new: &Tuple) {
+    let Ok(p) = parse::parse(frame) else { return };
+    let Some(f) = p.frag else { return };
+    let mut d = Delta::default();
+    if f.offset == 0 {
+        parse::rewrite(frame, p.l3, f.data, p.end, old, new, &mut d);
+    } else {
+        // No transport header here: rewrite addresses only (protocol 0 has no checksum).
+        let strip = |t: &Tuple| Tuple {
+            sport: 0,
+            dport: 0,
+            proto: 0,
+            ..*t
+        };
+        parse::rewrite(frame, p.l3, f.data, p.end, &strip(old), &strip(new), &mut d);
     }
 }
 

@@ -801,3 +801,50 @@ fn persistent_snat_keeps_a_clients_address() {
         assert_eq!(addrs.len(), 1, "client {client} moved between addresses");
     }
 }
+
+#[test]
+fn snat_of_a_fragmented_datagram_rewrites_every_fragment() {
+    let ct = Conntrack::new();
+    let a = nat("src=192.168.0.100:40000-40100");
+    let (c, s) = (v4(C, 0, 0, 1), v4(C, 0, 0, 2));
+    let whole = udp(c, s, 5000, 53, 100);
+    let mut fr = fragment_v4(&whole, &[48, 32]);
+    assert!(matches!(ct.execute(&mut fr[1], &a, 0), Outcome::Held));
+    assert!(matches!(ct.execute(&mut fr[0], &a, 0), Outcome::Held));
+    let (r, held) = released(ct.execute(&mut fr[2], &a, 0));
+    assert_eq!(r.state, TRK | NEW | SNAT);
+    // Reassemble what would be forwarded (held in arrival order, then the current frame).
+    let out = [held[1].clone(), held[0].clone(), fr[2].clone()];
+    let mut payload = Vec::new();
+    for f in &out {
+        assert_eq!(
+            addrs4(f).0,
+            [192, 168, 0, 100],
+            "every fragment's source translated"
+        );
+        assert_eq!(
+            wire::checksum::fold(wire::checksum::sum(&f[14..34], 0)),
+            0xffff,
+            "IP header checksum"
+        );
+        payload.extend_from_slice(&f[34..]);
+    }
+    let mut rebuilt = out[0][..34].to_vec();
+    rebuilt[16..18].copy_from_slice(&((20 + payload.len()) as u16).to_be_bytes());
+    rebuilt[20..22].copy_from_slice(&[0, 0]);
+    rebuilt[24..26].copy_from_slice(&[0, 0]);
+    let hc = !wire::checksum::fold(wire::checksum::sum(&rebuilt[14..34], 0));
+    rebuilt[24..26].copy_from_slice(&hc.to_be_bytes());
+    rebuilt.extend_from_slice(&payload);
+    assert!(
+        checksums_ok(&rebuilt),
+        "UDP checksum over the translated datagram"
+    );
+    let sp = ports(&rebuilt).0;
+    assert!((40000..=40100).contains(&sp));
+    // The (unfragmented) reply is un-NATed.
+    let mut rp = udp(s, v4(192, 168, 0, 100), 53, sp, 4);
+    assert_eq!(run(&ct, &mut rp, &NAT_APPLY, 0), TRK | EST | RPL | SNAT);
+    assert_eq!((addrs4(&rp).1, ports(&rp).1), ([C, 0, 0, 1], 5000));
+    assert!(checksums_ok(&rp));
+}
