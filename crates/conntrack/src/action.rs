@@ -83,7 +83,7 @@ pub struct CtAction {
 /// What conntrack says about one packet.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CtResult {
-    /// `ct_state` bits ([`state`]).
+    /// `ct_state` bits ([`crate::state`]).
     pub state: u32,
     /// Zone.
     pub zone: u16,
@@ -95,7 +95,7 @@ pub struct CtResult {
     pub orig: Option<Tuple>,
 }
 
-/// What to do with the packet given to [`Conntrack::execute`].
+/// What to do with the packet given to [`crate::Conntrack::execute`].
 #[derive(Debug)]
 pub enum Outcome {
     /// Continue with this verdict (the frame may have been rewritten by NAT).
@@ -112,7 +112,7 @@ pub enum Outcome {
     },
 }
 
-/// Why a packet was marked invalid (index into [`Stats::invalid`]).
+/// Why a packet was marked invalid (index into [`crate::Stats::invalid`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
 pub enum Invalid {
