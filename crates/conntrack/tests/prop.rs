@@ -73,3 +73,39 @@ proptest! {
         prop_assert_eq!(ports(&rp), (dp, sp));
     }
 }
+
+proptest! {
+    /// Any in-order exchange (with retransmissions of the previous segment) after a handshake
+    /// stays established and valid; a segment a quarter of the sequence space away is invalid
+    /// and leaves the connection alone.
+    #[test]
+    fn tcp_in_window_exchanges_are_valid(
+        isn_c in any::<u32>(), isn_s in any::<u32>(),
+        segs in proptest::collection::vec((any::<bool>(), 0usize..1400, any::<bool>()), 1..60),
+    ) {
+        let ct = Conntrack::new();
+        let a = CtAction { commit: true, ..CtAction::default() };
+        let (c, s) = (v4(10, 0, 0, 1), v4(10, 0, 0, 2));
+        let run = |f: &mut Vec<u8>| match ct.execute(f, &a, 0) {
+            Outcome::Done(r) => r.state,
+            _ => panic!(),
+        };
+        prop_assert_eq!(run(&mut tcp(c, s, 1, 2, isn_c, 0, SYN, 0)), TRK | NEW);
+        let (mut sc, mut ss) = (isn_c.wrapping_add(1), isn_s.wrapping_add(1));
+        prop_assert_eq!(run(&mut tcp(s, c, 2, 1, isn_s, sc, SYN | ACK, 0)), TRK | EST | RPL);
+        prop_assert_eq!(run(&mut tcp(c, s, 1, 2, sc, ss, ACK, 0)), TRK | EST);
+        for (from_client, len, retransmit) in segs {
+            let (seq, ack) = if from_client { (sc, ss) } else { (ss, sc) };
+            let mut f = if from_client { tcp(c, s, 1, 2, seq, ack, ACK, len) } else { tcp(s, c, 2, 1, seq, ack, ACK, len) };
+            let want = TRK | EST | if from_client { 0 } else { RPL };
+            prop_assert_eq!(run(&mut f), want);
+            if retransmit {
+                prop_assert_eq!(run(&mut f), want);
+            }
+            if from_client { sc = sc.wrapping_add(len as u32) } else { ss = ss.wrapping_add(len as u32) }
+        }
+        let mut far = tcp(c, s, 1, 2, sc.wrapping_add(1 << 30), ss, ACK, 10);
+        prop_assert_eq!(run(&mut far), TRK | INV);
+        prop_assert_eq!(ct.dump(None, 0)[0].state, "ESTABLISHED");
+    }
+}
