@@ -1,24 +1,17 @@
 //! hostile-guest: a vhost-user guest that keeps posting the costliest descriptor chains a
 //! guest can make, for the bounded-work benchmark (`scripts/bench/hostile-guest.sh`). It
-//! connects to a `type=vhost-user` port with the test frontend ([`vhost::frontend`]) and the
-//! mock driver (`virtq::mock`), then, every `--period-us`, re-posts up to `--per-post` chains
-//! on its tx ring (never more than the switch has returned, so the ring never overflows):
-//!
-//! - `zero`: heads into one ring-long loop of zero-length descriptors (all of the tx ring but
-//!   the last 64 entries);
-//! - `indirect`: indirect descriptors naming one table at the cap (1024 chained zero-length
-//!   entries, the last holding a frame);
-//! - `mrg`: valid 60-byte frames; with the rule `in_port=P,actions=in_port` they come back
-//!   to this guest, whose rx ring holds only mergeable heads of 4 zero-length descriptors
-//!   (maximal gathers, never consumed).
+//! connects to a `type=vhost-user` port with the test frontend ([`vhost::frontend`]), arms the
+//! chains of [`vhost::attack`] (modes `zero`, `indirect`, `mrg`), then, every `--period-us`,
+//! re-posts up to `--per-post` chains on its tx ring (never more than the switch has returned,
+//! so the ring never overflows).
 //!
 //! Threads: one; it sleeps between re-posts (pin it with `taskset`).
 //!
 //! `hostile-guest SOCKET [--ring N] [--period-us N] [--per-post N] [--secs N]
 //!  [--modes zero,indirect,mrg]`; prints one JSON line of what it posted when done.
 use std::time::{Duration, Instant};
+use vhost::attack::CostlyChains;
 use vhost::frontend::MockGuest;
-use virtq::ring::{Desc, DESC_SIZE, VIRTQ_DESC_F_INDIRECT, VIRTQ_DESC_F_NEXT};
 
 struct Args {
     sock: std::path::PathBuf,
@@ -59,15 +52,6 @@ fn args() -> Result<Args, String> {
     Ok(a)
 }
 
-fn d(addr: u64, len: u32, flags: u16, next: u16) -> Desc {
-    Desc {
-        addr,
-        len,
-        flags,
-        next,
-    }
-}
-
 fn main() {
     let a = args().unwrap_or_else(|e| {
         eprintln!("hostile-guest: {e}");
@@ -77,99 +61,37 @@ fn main() {
         eprintln!("hostile-guest: {}: {e}", a.sock.display());
         std::process::exit(1);
     });
-    let s = a.ring;
-    let loop_len = s - 64;
-    // Guest rx: mergeable heads of 4 zero-length writable descriptors, filling the ring.
-    for _ in 0..s / 4 {
-        g.rings[0].post_rx_chain(&[0; 4]);
-    }
-    let tx = &mut g.rings[1];
-    let mem = tx.mem();
-    for i in 0..loop_len {
-        tx.write_desc(
-            i,
-            d(tx.buf_addr(0), 0, VIRTQ_DESC_F_NEXT, (i + 1) % loop_len),
-        );
-    }
-    // One indirect table at the cap (16 KiB = 1024 entries) in entry `loop_len`'s buffer.
-    let table = tx.buf_addr(loop_len);
-    let frame_at = tx.buf_addr(loop_len + 1);
-    let n = virtq::ring::MAX_INDIRECT;
-    for i in 0..n - 1 {
-        let e = d(frame_at, 0, VIRTQ_DESC_F_NEXT, (i + 1) as u16);
-        mem.write(table + u64::from(i) * DESC_SIZE, &e.to_bytes())
-            .unwrap();
-    }
-    let last = d(frame_at, 12 + 60, 0, 0);
-    mem.write(table + u64::from(n - 1) * DESC_SIZE, &last.to_bytes())
-        .unwrap();
-    for i in 0..16 {
-        let p = d(table, n * DESC_SIZE as u32, VIRTQ_DESC_F_INDIRECT, 0);
-        tx.write_desc(loop_len + i, p);
-    }
-    // Valid frames (zeroed virtio-net header + 60 bytes) in the last 32 entries.
-    let mut frame = vec![0u8; 12 + 60];
-    frame[12..18].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x33]);
-    frame[18..24].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x34]);
-    frame[24..26].copy_from_slice(&[0x88, 0xb5]);
-    for to in s - 32..s {
-        mem.write(tx.buf_addr(to), &frame).unwrap();
-        tx.write_desc(to, d(tx.buf_addr(to), frame.len() as u32, 0, 0));
-    }
-    let mut heads: Vec<u16> = Vec::new();
-    for m in &a.modes {
-        match m.as_str() {
-            "zero" => heads.extend((0..8).map(|i| i * (loop_len / 8))),
-            "indirect" => heads.extend((0..8).map(|i| loop_len + i)),
-            "mrg" => heads.extend((0..8).map(|i| s - 32 + i)),
-            other => {
-                eprintln!("hostile-guest: unknown mode {other}");
-                std::process::exit(2);
-            }
-        }
-    }
-    if heads.is_empty() {
-        eprintln!("hostile-guest: no modes");
+    let modes: Vec<&str> = a.modes.iter().map(String::as_str).collect();
+    let mut chains_of = CostlyChains::arm(&mut g, &modes).unwrap_or_else(|e| {
+        eprintln!("hostile-guest: {e}");
         std::process::exit(2);
-    }
-    let mut avail = tx.used_idx();
+    });
     let (mut posts, mut chains, mut skipped) = (0u64, 0u64, 0u64);
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(a.secs);
     let mut report = start + Duration::from_secs(1);
-    let mut k = 0usize;
+    let line = |posts, chains, skipped| {
+        format!(
+            "{{\"posts\":{posts},\"chains\":{chains},\"skipped\":{skipped},\"secs\":{:.3},\"per_post\":{},\"modes\":\"{}\"}}",
+            start.elapsed().as_secs_f64(),
+            a.per_post,
+            a.modes.join(",")
+        )
+    };
     while Instant::now() < end {
         if Instant::now() >= report {
             // Cumulative, once a second: whoever stops us early still has the rate.
-            println!(
-                "{{\"posts\":{posts},\"chains\":{chains},\"skipped\":{skipped},\"secs\":{:.3},\"per_post\":{},\"modes\":\"{}\"}}",
-                start.elapsed().as_secs_f64(),
-                a.per_post,
-                a.modes.join(",")
-            );
+            println!("{}", line(posts, chains, skipped));
             report += Duration::from_secs(1);
         }
-        let pending = avail.wrapping_sub(tx.used_idx());
-        let room = s.saturating_sub(pending);
-        let n = a.per_post.min(room);
+        let n = chains_of.post(&mut g, a.per_post);
         if n == 0 {
             skipped += 1;
-        }
-        for _ in 0..n {
-            tx.push_avail(heads[k % heads.len()]);
-            k += 1;
-        }
-        avail = avail.wrapping_add(n);
-        if n > 0 {
+        } else {
             posts += 1;
             chains += u64::from(n);
         }
         std::thread::sleep(Duration::from_micros(a.period_us));
     }
-    println!(
-        "{{\"posts\":{posts},\"chains\":{chains},\"skipped\":{skipped},\"secs\":{:.3},\"per_post\":{},\"modes\":\"{}\"}}",
-        start.elapsed().as_secs_f64(),
-        a.per_post,
-        a.modes.join(",")
-    );
+    println!("{}", line(posts, chains, skipped));
 }

@@ -11,6 +11,8 @@
 //! [`Device::tx_burst`]. See each module for what it owns.
 #![deny(unsafe_code)]
 
+#[cfg(any(test, feature = "mock"))]
+pub mod attack;
 pub mod backend;
 pub mod endpoint;
 #[cfg(any(test, feature = "mock"))]

@@ -9,12 +9,12 @@
 mod common;
 
 use common::peers::{missing, Testpmd, VirtioUser};
-use common::{Daemon, VIREOD};
+use common::Daemon;
 use serde_json::Value;
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+
 use std::time::{Duration, Instant};
 use vhost::frontend::{ack, MockGuest};
 use vhost::msg::{mem_bytes, req};
@@ -33,25 +33,6 @@ fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
     false
-}
-
-/// vireod with its log in `log` (the harness's piped stderr is never read).
-fn vireod(run: &Path, log: &Path) -> Daemon {
-    let child = Command::new(VIREOD)
-        .arg("--run-dir")
-        .arg(run)
-        .args(["--pmd-cores", "0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .expect("spawn vireod");
-    let d = Daemon {
-        child,
-        run_dir: run.to_path_buf(),
-    };
-    d.wait_ready();
-    d
 }
 
 fn port_json(d: &Daemon, name: &str) -> Value {
@@ -284,7 +265,7 @@ fn truncated_guest_memory_costs_only_that_port_under_live_traffic() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
     let log = Log(dir.path().join("vireod.log"));
-    let d = vireod(&run, &log.0);
+    let d = Daemon::start_logged(&run, &log.0);
     d.ok(&["add-br", "br0", "internal=false"]);
     for p in ["vm1", "vm2", "h1"] {
         d.ok(&["add-port", "br0", p, "type=vhost-user"]);

@@ -50,6 +50,26 @@ impl Daemon {
         d
     }
 
+    /// Starts vireod (PMD on core 0) with its log in the file `log` instead of a pipe nobody
+    /// reads (a chatty daemon would fill the pipe and block).
+    pub fn start_logged(run_dir: &Path, log: &Path) -> Daemon {
+        let child = Command::new(VIREOD)
+            .arg("--run-dir")
+            .arg(run_dir)
+            .args(["--pmd-cores", "0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).expect("create the daemon's log"))
+            .spawn()
+            .expect("spawn vireod");
+        let d = Daemon {
+            child,
+            run_dir: run_dir.to_path_buf(),
+        };
+        d.wait_ready();
+        d
+    }
+
     pub fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
