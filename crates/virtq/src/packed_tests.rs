@@ -447,3 +447,65 @@ fn sizes_and_bases() {
     assert_eq!(split_base(5), (5, false));
     let _ = MOCK_BUF;
 }
+
+/// Device-side cost per packet of 32 × 64-byte bursts on packed rings, driver refills
+/// excluded (the packed twin of `tests::burst_cost`). Run with
+/// `cargo test --release -p virtq -- --ignored --nocapture burst_cost`.
+#[test]
+#[ignore]
+fn burst_cost_packed() {
+    let size = 256u16;
+    let mut tx = PackedDriver::new(size, 0, true, 12);
+    let mut rx = PackedDriver::new(size, 0, true, 12);
+    for i in 0..size {
+        tx.send(&frame(64, i as u8), TxLayout::Single);
+    }
+    rx.post_rx(usize::from(size), 2048);
+    tx.set_event(EVENT_F_DISABLE, 0);
+    rx.set_event(EVENT_F_DISABLE, 0);
+    let mut qtx = device(&tx, feat(true, true, false));
+    let mut qrx = device(&rx, feat(true, true, false));
+    let mut pool = Pool::new(0, 64);
+    let mut out = Batch::new();
+    let iters = 200_000u32;
+    let (mut t_deq, mut t_enq) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
+    let mut n = 0u64;
+    for i in 0..iters {
+        let t0 = std::time::Instant::now();
+        let d = qtx.dequeue(&mut pool, &mut out);
+        let t1 = std::time::Instant::now();
+        let e = qrx.enqueue(out.as_slice());
+        let t2 = std::time::Instant::now();
+        assert_eq!((d.packets, e.packets), (32, 32), "iteration {i}");
+        n += 32;
+        pool.put_batch(&mut out);
+        t_deq += t1 - t0;
+        t_enq += t2 - t1;
+        // The driver takes the used descriptors and posts 32 buffers again (not timed).
+        let u = tx.take_used();
+        tx.forget(&u);
+        for k in 0..32u8 {
+            tx.send(&frame(64, k), TxLayout::Single);
+        }
+        let _ = rx.take_used();
+        rx.post_rx(32, 2048);
+    }
+    let mhz = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("cpu MHz"))
+                .and_then(|l| l.split(':').nth(1))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        })
+        .unwrap_or(1000.0);
+    let per = |t: std::time::Duration| t.as_nanos() as f64 / n as f64;
+    eprintln!(
+        "BURST COST PACKED: dequeue {:.1} ns/pkt ({:.0} cycles), enqueue {:.1} ns/pkt ({:.0} cycles) at {mhz:.0} MHz",
+        per(t_deq),
+        per(t_deq) * mhz / 1000.0,
+        per(t_enq),
+        per(t_enq) * mhz / 1000.0
+    );
+    assert!(n > 0);
+}
