@@ -431,7 +431,7 @@ proptest! {
         let step = step % (u32::from(size) + 1);
         let s = u32::from(size);
         // Lap l has wrap counter (l + 1) % 2 == 1 for even l (the first lap is wrap 1).
-        let pos = |x: u32| ((x % s) as u16, (x / s) % 2 == 0);
+        let pos = |x: u32| ((x % s) as u16, (x / s).is_multiple_of(2));
         let new = old + step;
         let evx = old + ev % (2 * s);
         let want = evx < new;
