@@ -466,6 +466,41 @@ impl PackedQueue {
                 b.budget_cut = true;
                 break;
             }
+            let hdr = self.feat.hdr_len as u32;
+            if head.3 & (DESC_F_NEXT | DESC_F_INDIRECT | DESC_F_WRITE) == 0 && head.1 >= hdr {
+                // Fast path: header and frame in one descriptor (one descriptor read).
+                self.spent += 1;
+                let mut p = pool.get();
+                let len = (head.1 - hdr) as usize;
+                let r = match p.reset_for_fill(MAX_FRAME).get_mut(..len) {
+                    None => Err(Bad::TooBig),
+                    Some(dst) => match head.0.checked_add(u64::from(hdr)) {
+                        Some(a) if self.mem.read(a, dst).is_ok() => Ok(()),
+                        _ => Err(Bad::Malformed),
+                    },
+                };
+                match r {
+                    Ok(()) => {
+                        p.truncate(len);
+                        b.packets += 1;
+                        b.bytes += len as u64;
+                        if let Err(p) = out.push(p) {
+                            pool.put(p);
+                        }
+                    }
+                    Err(e) => {
+                        pool.put(p);
+                        match e {
+                            Bad::TooBig => b.too_big += 1,
+                            _ => b.malformed += 1,
+                        }
+                    }
+                }
+                self.push_used(head.2, 0, 1);
+                (self.last_avail, self.avail_wrap) =
+                    self.advance(self.last_avail, self.avail_wrap, 1);
+                continue;
+            }
             self.segs.clear();
             let c = match self.walk(self.last_avail, head, false, left) {
                 Ok(c) => c,

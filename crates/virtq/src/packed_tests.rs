@@ -457,14 +457,14 @@ fn burst_cost_packed() {
     let size = 256u16;
     let mut tx = PackedDriver::new(size, 0, true, 12);
     let mut rx = PackedDriver::new(size, 0, true, 12);
+    let mut qtx = device(&tx, feat(true, true, false));
+    let mut qrx = device(&rx, feat(true, true, false));
     for i in 0..size {
         tx.send(&frame(64, i as u8), TxLayout::Single);
     }
     rx.post_rx(usize::from(size), 2048);
     tx.set_event(EVENT_F_DISABLE, 0);
     rx.set_event(EVENT_F_DISABLE, 0);
-    let mut qtx = device(&tx, feat(true, true, false));
-    let mut qrx = device(&rx, feat(true, true, false));
     let mut pool = Pool::new(0, 64);
     let mut out = Batch::new();
     let iters = 200_000u32;
