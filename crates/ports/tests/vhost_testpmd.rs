@@ -300,7 +300,8 @@ fn testpmd_client_mode_survives_testpmd_restart() {
 
 /// Throughput of the port-to-port loop with testpmd in io mode: the forwarding thread on core 0,
 /// testpmd's forwarding lcore on core 1. Run with
-/// `cargo test --release -p ports --test vhost_testpmd -- --ignored --nocapture throughput`.
+/// `cargo test --release -p ports --test vhost_testpmd -- --ignored --nocapture throughput`;
+/// `VIREO_PERF_VDEV=,packed_vq=1` adds options to both vdevs (packed rings).
 #[test]
 #[ignore]
 fn throughput_io_loop() {
@@ -310,7 +311,8 @@ fn throughput_io_loop() {
     let (pa, pb) = (dir.path().join("a.sock"), dir.path().join("b.sock"));
     let a = VhostUserPort::server(&pa, 1).unwrap();
     let b = VhostUserPort::server(&pb, 1).unwrap();
-    let vdevs = [vdev(0, &pa, 1, ""), vdev(1, &pb, 1, "")];
+    let extra = std::env::var("VIREO_PERF_VDEV").unwrap_or_default();
+    let vdevs = [vdev(0, &pa, 1, &extra), vdev(1, &pb, 1, &extra)];
     let mut tp = Testpmd::start(&bin, &prefix("perf"), &vdevs, &["-i", "--forward-mode=io"]);
     assert!(wait_until(Duration::from_secs(30), || links_up(&a, &b)));
     tp.sync();
@@ -366,6 +368,15 @@ fn throughput_io_loop() {
         (c1 - c0) as f64 / its.max(1) as f64,
         a.stats(),
         b.stats()
+    );
+    let feats: Vec<String> = serde_json::from_value(a.status()["features"].clone()).unwrap();
+    eprintln!(
+        "RING: {}",
+        if has(&feats, "ring_packed") {
+            "packed"
+        } else {
+            "split"
+        }
     );
     assert!(pps > 0.0);
     tp.quit();
