@@ -509,3 +509,78 @@ fn burst_cost_packed() {
     );
     assert!(n > 0);
 }
+
+/// Time one packed-ring burst takes when a hostile guest makes it spend the whole budget
+/// (the packed twin of `budget_tests::budget_cost`): chains of `MAX_CHAIN` zero-length
+/// descriptors, indirect tables of 1024 entries (cut at `MAX_CHAIN`), zero-length mergeable
+/// heads (enqueue). Driver refills are not timed. Run with
+/// `cargo test --release -p virtq -- --ignored --nocapture budget_cost`.
+#[test]
+#[ignore]
+fn budget_cost_packed() {
+    let iters = 5_000u32;
+    let report = |what: &str, t: std::time::Duration, descs: u64| {
+        let ns = t.as_nanos() as f64 / f64::from(iters);
+        eprintln!(
+            "BUDGET COST PACKED {what}: {ns:.0} ns/burst, {:.1} descriptors/burst, {:.2} ns/descriptor",
+            descs as f64 / f64::from(iters),
+            t.as_nanos() as f64 / descs as f64
+        );
+    };
+    let mut pool = Pool::new(0, 64);
+    let mut out = Batch::new();
+    let mut drv = PackedDriver::new(4096, 0, true, 12);
+    let mut q = device(&drv, feat(false, true, false));
+    drv.set_event(EVENT_F_DISABLE, 0);
+    let a = drv.buf_addr(0);
+    let chain = vec![(a, 0u32, 0u16); MAX_CHAIN as usize];
+    let (mut t, mut descs) = (std::time::Duration::ZERO, 0u64);
+    for _ in 0..iters {
+        while drv.free() >= MAX_CHAIN as u16 {
+            drv.post_chain(&chain);
+        }
+        let t0 = std::time::Instant::now();
+        let b = q.dequeue(&mut pool, &mut out);
+        t += t0.elapsed();
+        assert_eq!(b.descs, BURST_BUDGET);
+        descs += u64::from(b.descs);
+        let u = drv.take_used();
+        drv.forget(&u);
+    }
+    report("zero-length chains of MAX_CHAIN (dequeue)", t, descs);
+    let mut drv = PackedDriver::new(256, 0, true, 12);
+    let mut q = device(&drv, feat(false, true, false));
+    drv.set_event(EVENT_F_DISABLE, 0);
+    let table = drv.table_addr(0);
+    drv.write_table(table, &vec![(a, 0, 0); crate::ring::MAX_INDIRECT as usize]);
+    let ind = [(table, crate::ring::MAX_INDIRECT * 16, DESC_F_INDIRECT)];
+    let (mut t, mut descs) = (std::time::Duration::ZERO, 0u64);
+    for _ in 0..iters {
+        while drv.free() > 0 {
+            drv.post_chain(&ind);
+        }
+        let t0 = std::time::Instant::now();
+        let b = q.dequeue(&mut pool, &mut out);
+        t += t0.elapsed();
+        assert_eq!(b.descs, BURST_BUDGET);
+        descs += u64::from(b.descs);
+        let u = drv.take_used();
+        drv.forget(&u);
+    }
+    report("indirect tables of 1024 (dequeue)", t, descs);
+    let mut drv = PackedDriver::new(4096, 0, true, 12);
+    let mut q = device(&drv, feat(true, false, false));
+    for _ in 0..800 {
+        drv.post_rx_chain(&[0; 5]);
+    }
+    let pkts: Vec<Packet> = (0..32).map(|i| Packet::from_slice(&frame(64, i))).collect();
+    let (mut t, mut descs) = (std::time::Duration::ZERO, 0u64);
+    for _ in 0..iters {
+        let t0 = std::time::Instant::now();
+        let b = q.enqueue(&pkts);
+        t += t0.elapsed();
+        assert_eq!(b.descs, BURST_BUDGET);
+        descs += u64::from(b.descs);
+    }
+    report("mergeable gather of zero-length heads (enqueue)", t, descs);
+}
