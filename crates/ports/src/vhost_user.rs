@@ -222,14 +222,29 @@ impl Port for VhostUserPort {
             "protocol_errors": s.protocol_errors.load(Relaxed),
             "connections": s.connections.load(Relaxed),
             "memory_lost": s.memory_lost.load(Relaxed),
-            "rings": rings.iter().map(|r| serde_json::json!({
-                "vring": r.vring,
-                "size": r.size,
-                "driver_avail_idx": r.driver_avail,
-                "last_avail_idx": r.last_avail,
-                "used_idx": r.used,
-                "broken": r.broken,
-            })).collect::<Vec<_>>(),
+            "rings": rings.iter().map(|r| if r.packed {
+                // Packed: positions in the ring, each with its wrap counter (bit 15 of the base).
+                serde_json::json!({
+                    "vring": r.vring,
+                    "size": r.size,
+                    "layout": "packed",
+                    "last_avail_idx": r.last_avail & 0x7fff,
+                    "avail_wrap": r.last_avail >> 15,
+                    "used_idx": r.used & 0x7fff,
+                    "used_wrap": r.used >> 15,
+                    "broken": r.broken,
+                })
+            } else {
+                serde_json::json!({
+                    "vring": r.vring,
+                    "size": r.size,
+                    "layout": "split",
+                    "driver_avail_idx": r.driver_avail,
+                    "last_avail_idx": r.last_avail,
+                    "used_idx": r.used,
+                    "broken": r.broken,
+                })
+            }).collect::<Vec<_>>(),
         })
     }
 }

@@ -132,9 +132,18 @@ fn loop_test(name: &str, extra: &str, queues: usize, restarts: usize) -> Option<
     for r in rings {
         assert_eq!(r["broken"], false, "{r}");
         assert!(r["size"].as_u64().unwrap() >= 64, "{r}");
-        assert!(r["driver_avail_idx"].is_u64(), "{r}");
+        if has(&feats, "ring_packed") {
+            // Packed rings have no avail index; positions carry their wrap counters.
+            assert_eq!(r["layout"], "packed", "{r}");
+            assert!(r["avail_wrap"].is_u64() && r["used_wrap"].is_u64(), "{r}");
+            assert!(r["last_avail_idx"].as_u64().unwrap() < r["size"].as_u64().unwrap());
+        } else {
+            assert_eq!(r["layout"], "split", "{r}");
+            assert!(r["driver_avail_idx"].is_u64(), "{r}");
+        }
         if r["vring"].as_u64().unwrap() % 2 == 1 {
             assert_eq!(r["last_avail_idx"], r["used_idx"], "{r}");
+            assert_eq!(r["avail_wrap"], r["used_wrap"], "{r}");
         }
     }
     tp.quit();
@@ -186,6 +195,76 @@ fn testpmd_two_queue_pairs() {
 }
 
 #[test]
+fn testpmd_packed_ring_mrg_rxbuf() {
+    let Some(f) = loop_test("pk-mrg", ",packed_vq=1,in_order=0", 1, 1) else {
+        return;
+    };
+    assert!(has(&f, "ring_packed") && has(&f, "mrg_rxbuf"), "{f:?}");
+}
+
+#[test]
+fn testpmd_packed_ring_no_mrg_rxbuf() {
+    let Some(f) = loop_test("pk-nomrg", ",packed_vq=1,mrg_rxbuf=0,in_order=0", 1, 0) else {
+        return;
+    };
+    assert!(has(&f, "ring_packed") && !has(&f, "mrg_rxbuf"), "{f:?}");
+}
+
+#[test]
+fn testpmd_packed_ring_in_order() {
+    let Some(f) = loop_test("pk-inorder", ",packed_vq=1,in_order=1", 1, 0) else {
+        return;
+    };
+    assert!(has(&f, "ring_packed") && has(&f, "in_order"), "{f:?}");
+}
+
+#[test]
+fn testpmd_packed_ring_two_queue_pairs() {
+    let Some(f) = loop_test("pk-mq", ",packed_vq=1", 2, 0) else {
+        return;
+    };
+    assert!(has(&f, "ring_packed"), "{f:?}");
+}
+
+/// Client mode on packed rings: testpmd (the server) stays up while the switch's ports go away
+/// and come back (a switch restart); the new ports resume the rings and traffic flows again.
+#[test]
+fn testpmd_packed_client_mode_survives_switch_restart() {
+    let _g = serial();
+    let Some(bin) = testpmd_bin() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (pa, pb) = (dir.path().join("a.sock"), dir.path().join("b.sock"));
+    let vdevs = [
+        vdev(0, &pa, 1, ",server=1,packed_vq=1"),
+        vdev(1, &pb, 1, ",server=1,packed_vq=1"),
+    ];
+    let mut tp = Testpmd::start(
+        &bin,
+        &prefix("pk-client"),
+        &vdevs,
+        &["-i", "--forward-mode=mac"],
+    );
+    for round in 0..3 {
+        let a = VhostUserPort::client(&pa, 1, 100).unwrap();
+        let b = VhostUserPort::client(&pb, 1, 100).unwrap();
+        // The accounting in `traffic_round` is per round on both sides.
+        tp.cmd("clear port stats all");
+        tp.wait_for("port 1 cleared", Duration::from_secs(10))
+            .expect("stats cleared");
+        traffic_round(&mut tp, &a, &b, 1);
+        let feats: Vec<String> = serde_json::from_value(a.status()["features"].clone()).unwrap();
+        assert!(has(&feats, "ring_packed"), "round {round}: {feats:?}");
+        assert_eq!(a.status()["broken_queues"], 0);
+        // The switch goes away (its ports shut down); testpmd keeps its rings.
+        a.shutdown();
+        b.shutdown();
+        drop((a, b));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    tp.quit();
+}
+
+#[test]
 fn testpmd_client_mode_survives_testpmd_restart() {
     let _g = serial();
     let Some(bin) = testpmd_bin() else { return };
@@ -221,7 +300,8 @@ fn testpmd_client_mode_survives_testpmd_restart() {
 
 /// Throughput of the port-to-port loop with testpmd in io mode: the forwarding thread on core 0,
 /// testpmd's forwarding lcore on core 1. Run with
-/// `cargo test --release -p ports --test vhost_testpmd -- --ignored --nocapture throughput`.
+/// `cargo test --release -p ports --test vhost_testpmd -- --ignored --nocapture throughput`;
+/// `VIREO_PERF_VDEV=,packed_vq=1` adds options to both vdevs (packed rings).
 #[test]
 #[ignore]
 fn throughput_io_loop() {
@@ -231,7 +311,8 @@ fn throughput_io_loop() {
     let (pa, pb) = (dir.path().join("a.sock"), dir.path().join("b.sock"));
     let a = VhostUserPort::server(&pa, 1).unwrap();
     let b = VhostUserPort::server(&pb, 1).unwrap();
-    let vdevs = [vdev(0, &pa, 1, ""), vdev(1, &pb, 1, "")];
+    let extra = std::env::var("VIREO_PERF_VDEV").unwrap_or_default();
+    let vdevs = [vdev(0, &pa, 1, &extra), vdev(1, &pb, 1, &extra)];
     let mut tp = Testpmd::start(&bin, &prefix("perf"), &vdevs, &["-i", "--forward-mode=io"]);
     assert!(wait_until(Duration::from_secs(30), || links_up(&a, &b)));
     tp.sync();
@@ -287,6 +368,15 @@ fn throughput_io_loop() {
         (c1 - c0) as f64 / its.max(1) as f64,
         a.stats(),
         b.stats()
+    );
+    let feats: Vec<String> = serde_json::from_value(a.status()["features"].clone()).unwrap();
+    eprintln!(
+        "RING: {}",
+        if has(&feats, "ring_packed") {
+            "packed"
+        } else {
+            "split"
+        }
     );
     assert!(pps > 0.0);
     tp.quit();

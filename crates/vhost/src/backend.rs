@@ -10,14 +10,21 @@
 //! it, a new table's first access can fault). [`Backend::memory_lost`] checks the current table
 //! and the device's flag (raised by PMDs); the endpoint asks after every message and every poll
 //! tick and closes the connection when it says so.
+//!
+//! Packed rings (`VIRTIO_F_RING_PACKED`): the three ring addresses are the descriptor table
+//! and the driver and device event suppression areas; any size up to 32768; the ring base of
+//! `SET/GET_VRING_BASE` carries the avail index in bits 0..15 with its wrap counter in bit 15,
+//! and (as QEMU reads it) the used index and wrap counter in bits 16..31. This device returns
+//! every buffer in the burst that took it, so at rest both halves are equal.
 use crate::msg::{feat::*, req::*, *};
 use crate::shared::{Device, Running};
 use guestmem::GuestMemory;
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
+use virtq::packed::{self, PackedQueue};
 use virtq::ring::{avail_ring_size, desc_table_size, used_ring_size, valid_size};
-use virtq::{NetFeatures, Queue, RingAddrs};
+use virtq::{NetFeatures, Queue, RingAddrs, VirtQueue};
 
 /// Payload shape a request must carry (checked before the handler runs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,6 +139,8 @@ pub const PROTOCOL_FEATURES: u64 = (1 << PROTOCOL_F_MQ) | (1 << PROTOCOL_F_REPLY
 struct Vring {
     num: u16,
     addr: Option<VringAddr>,
+    /// Ring base as `SET_VRING_BASE` gave it or the stopped queue left it (split: the avail
+    /// index; packed: index and wrap counter in bits 0..16).
     base: u16,
     started: bool,
     enabled: bool,
@@ -163,6 +172,7 @@ impl Backend {
             | (1 << VIRTIO_RING_F_INDIRECT_DESC)
             | (1 << VIRTIO_RING_F_EVENT_IDX)
             | (1 << VIRTIO_F_IN_ORDER)
+            | (1 << VIRTIO_F_RING_PACKED)
             | (1 << VHOST_USER_F_PROTOCOL_FEATURES);
         if dev.pairs() > 1 {
             offered |= 1 << VIRTIO_NET_F_MQ;
@@ -329,6 +339,10 @@ impl Backend {
         }
     }
 
+    fn packed(&self) -> bool {
+        self.acked & (1u64 << VIRTIO_F_RING_PACKED) != 0
+    }
+
     fn wants_running(&self, v: &Vring) -> bool {
         let enabled = v.enabled || self.acked & (1 << VHOST_USER_F_PROTOCOL_FEATURES) == 0;
         self.features_set
@@ -367,6 +381,23 @@ impl Backend {
             return Err(MsgError::BadState("ring incomplete"));
         };
         let bad = MsgError::Invalid("ring address");
+        if self.packed() {
+            let addrs = RingAddrs {
+                size: v.num,
+                desc: mem
+                    .uva_to_gpa(a.desc, 16 * u64::from(v.num))
+                    .ok_or(bad.clone())?,
+                avail: mem.uva_to_gpa(a.avail, 4).ok_or(bad.clone())?,
+                used: mem.uva_to_gpa(a.used, 4).ok_or(bad.clone())?,
+            };
+            let queue =
+                PackedQueue::new(Arc::clone(mem), addrs, self.net_features(), v.base, v.base)
+                    .map_err(|_| bad)?;
+            return Ok(Running {
+                queue: VirtQueue::Packed(queue),
+                call: v.call.clone(),
+            });
+        }
         let addrs = RingAddrs {
             size: v.num,
             desc: mem
@@ -386,7 +417,7 @@ impl Backend {
         // the ring's used index over the base it sent.
         queue.resync_to_used_ring();
         Ok(Running {
-            queue,
+            queue: VirtQueue::Split(queue),
             call: v.call.clone(),
         })
     }
@@ -432,7 +463,12 @@ impl Backend {
 
     fn set_vring_num(&mut self, m: &mut Msg, i: usize) -> Result<Reply, MsgError> {
         let n = m.as_state().num;
-        if !valid_size(n) {
+        let ok = if self.packed() {
+            packed::valid_size(n)
+        } else {
+            valid_size(n)
+        };
+        if !ok {
             return Err(MsgError::Invalid("ring size"));
         }
         self.vrings[i].num = n as u16;
@@ -446,17 +482,29 @@ impl Backend {
 
     fn set_vring_base(&mut self, m: &mut Msg, i: usize) -> Result<Reply, MsgError> {
         let n = m.as_state().num;
-        self.vrings[i].base = u16::try_from(n).map_err(|_| MsgError::Invalid("ring base"))?;
+        self.vrings[i].base = if self.packed() {
+            // Bits 16..31 (the used half) equal the avail half at rest; ours is always at rest.
+            n as u16
+        } else {
+            u16::try_from(n).map_err(|_| MsgError::Invalid("ring base"))?
+        };
         Ok(Reply::None)
     }
 
     fn get_vring_base(&mut self, _: &mut Msg, i: usize) -> Result<Reply, MsgError> {
+        let packed = self.packed();
         let v = &mut self.vrings[i];
         v.started = false;
         v.kick = None;
+        let num = if packed {
+            // Avail and used halves: equal, every buffer taken was returned.
+            u32::from(v.base) | u32::from(v.base) << 16
+        } else {
+            u32::from(v.base)
+        };
         Ok(Reply::State(VringState {
             index: i as u32,
-            num: u32::from(v.base),
+            num,
         }))
     }
 

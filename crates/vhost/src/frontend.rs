@@ -97,8 +97,8 @@ pub struct MockGuest {
 pub const MOCK_UVA: u64 = 0x7f00_0000_0000;
 
 impl MockGuest {
-    /// Connects to `path` and sets up `pairs` queue pairs of `size` entries, acking
-    /// `features & offered`.
+    /// Connects to `path` and sets up `pairs` split queue pairs of `size` entries, acking
+    /// `features & offered` (never `VIRTIO_F_RING_PACKED`).
     pub fn connect(path: &Path, pairs: usize, size: u16, features: u64) -> io::Result<MockGuest> {
         Self::with_frontend(Frontend::connect(path)?, pairs, size, features)
     }
@@ -128,7 +128,8 @@ impl MockGuest {
         let mem = std::sync::Arc::new(mem);
         fe.send(req::SET_OWNER, &[], &[])?;
         let offered = fe.get_u64(req::GET_FEATURES, &[])?;
-        let features = offered & features;
+        // Its rings are split rings (the mock driver): never ack the packed layout.
+        let features = offered & features & !(1u64 << feat::VIRTIO_F_RING_PACKED);
         let pf = 1u64 << feat::VHOST_USER_F_PROTOCOL_FEATURES;
         if offered & pf != 0 {
             let p = fe.get_u64(req::GET_PROTOCOL_FEATURES, &[])?;

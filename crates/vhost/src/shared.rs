@@ -26,13 +26,13 @@ use std::sync::atomic::{
     Ordering::{Acquire, Relaxed, Release},
 };
 use std::sync::{Arc, Mutex, TryLockError};
-use virtq::{Burst, Queue};
+use virtq::{Burst, VirtQueue};
 
 /// A running virtqueue and its interrupt eventfd.
 #[derive(Debug)]
 pub struct Running {
-    /// The device-side ring.
-    pub queue: Queue,
+    /// The device-side ring (split or packed).
+    pub queue: VirtQueue,
     /// Call eventfd (written at most once per burst when the driver wants it).
     pub call: Option<Arc<File>>,
 }
@@ -56,11 +56,14 @@ pub struct RingState {
     pub vring: usize,
     /// Entries.
     pub size: u16,
-    /// The avail index the driver published (None: unreadable).
+    /// Packed ring (indices carry their wrap counter in bit 15).
+    pub packed: bool,
+    /// The avail index the driver published (None: unreadable, or a packed ring, which has
+    /// no such index).
     pub driver_avail: Option<u16>,
-    /// The next avail entry this device takes.
+    /// The next avail entry this device takes (packed: position, wrap counter in bit 15).
     pub last_avail: u16,
-    /// The used index this device published.
+    /// The used index this device published (packed: position, wrap counter in bit 15).
     pub used: u16,
     /// Broken by a driver error.
     pub broken: bool,
@@ -408,6 +411,7 @@ impl Device {
                         RingState {
                             vring: i,
                             size: r.queue.size(),
+                            packed: r.queue.is_packed(),
                             driver_avail,
                             last_avail: r.queue.last_avail(),
                             used: r.queue.used_idx(),

@@ -522,3 +522,126 @@ fn memory_lost_around_a_memory_table_update_costs_only_the_connection() {
     assert!(dev.memory_lost());
     lost_then_fresh_guest_works(&ep, g, 1);
 }
+
+/// A packed-ring frontend: negotiates `VIRTIO_F_RING_PACKED`, starts a 100-entry ring (not a
+/// power of two) at a base with its wrap counter clear, moves packets both ways across the
+/// wrap, and reads the base back (index and wrap counter in bit 15, used half in bits 16..31).
+#[test]
+fn packed_ring_negotiation_base_and_packets() {
+    use crate::msg::{addr_bytes, mem_bytes, state_bytes, VringAddr, VRING_NOFD_MASK};
+    use std::os::fd::AsFd;
+    use virtq::mock_packed::PackedDriver;
+    use virtq::packed::{join_base, split_base};
+    let (_d, ep) = server(1);
+    let dev = ep.device().clone();
+    let fe = Frontend::connect(ep.path()).unwrap();
+    let size = 100u16;
+    let per = PackedDriver::memory_size(size);
+    let memfd = rustix::fs::memfd_create("vireo-packed", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    rustix::fs::ftruncate(&memfd, 2 * per).unwrap();
+    let region = guestmem::RegionSpec {
+        guest_phys_addr: virtq::mock::MOCK_BASE,
+        memory_size: 2 * per,
+        userspace_addr: 0x7f00_0000_0000,
+        mmap_offset: 0,
+    };
+    let mem = Arc::new(guestmem::GuestMemory::from_fds(&[region], &[memfd.as_fd()]).unwrap());
+    let uva = |gpa: u64| gpa - region.guest_phys_addr + region.userspace_addr;
+    fe.send(req::SET_OWNER, &[], &[]).unwrap();
+    let offered = fe.get_u64(req::GET_FEATURES, &[]).unwrap();
+    assert!(
+        offered & (1 << feat::VIRTIO_F_RING_PACKED) != 0,
+        "{offered:#x}"
+    );
+    let p = fe.get_u64(req::GET_PROTOCOL_FEATURES, &[]).unwrap();
+    fe.send(req::SET_PROTOCOL_FEATURES, &p.to_le_bytes(), &[])
+        .unwrap();
+    let want = (1u64 << feat::VIRTIO_F_RING_PACKED)
+        | (1 << feat::VHOST_USER_F_PROTOCOL_FEATURES)
+        | (1 << feat::VIRTIO_F_VERSION_1)
+        | (1 << feat::VIRTIO_NET_F_MRG_RXBUF)
+        | (1 << feat::VIRTIO_RING_F_INDIRECT_DESC);
+    ack(&fe, req::SET_FEATURES, &want.to_le_bytes(), &[]).unwrap();
+    ack(
+        &fe,
+        req::SET_MEM_TABLE,
+        &mem_bytes(&[region]),
+        &[memfd.as_fd()],
+    )
+    .unwrap();
+    // Both rings resume at position 97 in the driver's second lap (wrap counter 0).
+    let start = 97u16;
+    let mut rings: Vec<PackedDriver> = (0..2u64)
+        .map(|i| {
+            PackedDriver::with_memory(
+                Arc::clone(&mem),
+                virtq::mock::MOCK_BASE + per * i,
+                size,
+                start,
+                false,
+                12,
+            )
+        })
+        .collect();
+    for (i, r) in rings.iter().enumerate() {
+        let idx = i as u32;
+        let a = r.addrs();
+        ack(
+            &fe,
+            req::SET_VRING_NUM,
+            &state_bytes(idx, u32::from(size)),
+            &[],
+        )
+        .unwrap();
+        let base = u32::from(join_base(start, false));
+        ack(
+            &fe,
+            req::SET_VRING_BASE,
+            &state_bytes(idx, base | base << 16),
+            &[],
+        )
+        .unwrap();
+        let va = VringAddr {
+            index: idx,
+            flags: 0,
+            desc: uva(a.desc),
+            used: uva(a.used),
+            avail: uva(a.avail),
+            log: 0,
+        };
+        ack(&fe, req::SET_VRING_ADDR, &addr_bytes(&va), &[]).unwrap();
+        let nofd = (u64::from(idx) | VRING_NOFD_MASK).to_le_bytes();
+        ack(&fe, req::SET_VRING_CALL, &nofd, &[]).unwrap();
+        ack(&fe, req::SET_VRING_KICK, &nofd, &[]).unwrap();
+        ack(&fe, req::SET_VRING_ENABLE, &state_bytes(idx, 1), &[]).unwrap();
+    }
+    assert!(wait_until(|| dev.running_pairs() == 1));
+    assert!(dev.features() & (1 << feat::VIRTIO_F_RING_PACKED) != 0);
+    // Guest tx (ring 1): 5 chains of 2 descriptors from 97 cross the end of the ring.
+    for i in 0..5u8 {
+        rings[1].send(&[i; 100], TxLayout::Chained(1));
+    }
+    let mut pool = Pool::new(0, 64);
+    let mut out = Batch::new();
+    assert_eq!(dev.rx_burst(0, &mut pool, &mut out).packets, 5);
+    assert_eq!(out.as_slice()[3].data(), &[3u8; 100][..]);
+    // Guest rx (ring 0).
+    rings[0].post_rx(8, 2048);
+    assert_eq!(dev.tx_burst(0, &out).unwrap().packets, 5);
+    let got = rings[0].recv(true);
+    assert_eq!(got.len(), 5);
+    assert_eq!(got[4].1, vec![4u8; 100]);
+    let rs = dev.ring_states();
+    let tx = rs.iter().find(|r| r.vring == 1).unwrap();
+    assert!(tx.packed && tx.driver_avail.is_none());
+    // 97 + 10 = 107 = 100 + 7: position 7, wrap counter toggled to 1.
+    assert_eq!(split_base(tx.last_avail), (7, true));
+    assert_eq!(tx.used, tx.last_avail);
+    // GET_VRING_BASE stops the ring and reports avail and used halves.
+    fe.send(req::GET_VRING_BASE, &state_bytes(1, 0), &[])
+        .unwrap();
+    let (_, body) = fe.recv_reply().unwrap();
+    let num = u32::from_le_bytes(body[4..8].try_into().unwrap());
+    assert_eq!(num, u32::from(join_base(7, true)) * 0x1_0001);
+    drop(fe);
+}

@@ -80,6 +80,9 @@ pub enum Broken {
     AvailJump,
     /// An avail ring entry named a descriptor beyond the table.
     BadHead,
+    /// Packed ring: a chain ran past [`MAX_CHAIN`] or the ring size without ending, so it
+    /// cannot be returned.
+    LongChain,
 }
 
 /// What one burst did, for the port's counters.
