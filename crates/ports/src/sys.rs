@@ -402,3 +402,14 @@ pub fn send_batch(
         Ok(rc as usize)
     }
 }
+
+/// Forbids fragmentation on a UDP socket (`IP_MTU_DISCOVER` = `IP_PMTUDISC_DO`): a datagram
+/// larger than the route's MTU fails with `EMSGSIZE` instead of leaving in fragments.
+pub fn set_pmtudisc_do(fd: BorrowedFd<'_>) -> io::Result<()> {
+    set_opt(
+        fd,
+        libc::IPPROTO_IP,
+        libc::IP_MTU_DISCOVER,
+        &libc::IP_PMTUDISC_DO,
+    )
+}
