@@ -6,25 +6,31 @@
 //! Geneve options, critical options, VNI) and its inner frame enters the bridge with
 //! `in_port` = this port; everything else is dropped and counted by reason.
 //!
+//! Several ports of one kind may share `local_ip:dst_port` (one socket, `Endpoint`): each
+//! datagram goes to the port with its source address and VNI; the port whose poll read it puts
+//! it in the owner's bounded inbox when it is another port's.
+//!
 //! Not native tunneling: no route table or neighbour cache of our own, no `tun_id` metadata
 //! (one port per VNI and remote, `key=flow`/`remote_ip=flow` refused), IPv4 only. The socket
 //! never fragments (`IP_PMTUDISC_DO`): a frame that does not fit the underlay route's MTU after
 //! encapsulation is dropped as `too-big` and counted in `mtu_drops`. Outer fragments are
 //! reassembled by the kernel before the socket sees them.
 //!
-//! Threads: `rx_burst` on the one PMD polling the port (one `recvfrom` per datagram until the
-//! socket is empty or the batch full); `tx_burst` from any PMD (one `sendto` per frame; the
-//! socket is shared, no lock).
+//! Threads: `rx_burst` on the one PMD polling the port: drains its inbox, then, if no other
+//! port's poll holds the socket (`try_lock`), one `recvfrom` per datagram (at most 64) until
+//! the socket is empty or the batch full; `tx_burst` from any PMD (one `sendto` per frame on
+//! the shared socket, no lock); `open` and drop on the control thread (or the last holder).
 use crate::sys;
 use crate::{DropReason, Link, Port, PortCounters, PortError, PortStats};
-use packet::{Batch, Pool, MAX_FRAME};
+use packet::{Batch, Packet, Pool, MAX_FRAME};
+use std::collections::VecDeque;
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 pub use wire::tunnel::TunnelKind;
-use wire::tunnel::{decap, encap_header, DecapError, GENEVE_PORT, VXLAN_PORT};
+use wire::tunnel::{decap_any, encap_header, DecapError, GENEVE_PORT, VXLAN_PORT};
 
 /// Options a tunnel port accepts.
 pub const OPTIONS: &[&str] = &["remote_ip", "local_ip", "key", "dst_port", "tos", "ttl"];
@@ -122,30 +128,54 @@ impl TunnelConfig {
     }
 }
 
-/// A `vxlan` or `geneve` port.
-pub struct TunnelPort {
-    cfg: TunnelConfig,
-    sock: UdpSocket,
-    remote: SocketAddr,
-    header: [u8; 8],
+/// Most decapsulated frames waiting for a port whose datagrams another port's poll read.
+const INBOX: usize = 1024;
+
+/// Counters and the inbox of one tunnel port, shared with the endpoint's member list.
+#[derive(Default)]
+struct Shared {
     counters: PortCounters,
     decap_drops: [AtomicU64; DecapError::ALL.len()],
     remote_mismatch: AtomicU64,
     mtu_drops: AtomicU64,
+    inbox: Mutex<VecDeque<Packet>>,
 }
 
-impl std::fmt::Debug for TunnelPort {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TunnelPort")
-            .field("cfg", &self.cfg)
-            .finish()
+impl Shared {
+    fn refuse(&self, why: DropReason) {
+        self.counters.drop(why, 1);
+        self.counters.rx_error(1);
     }
 }
 
-impl TunnelPort {
-    /// Binds the underlay socket (`local_ip:dst_port`). Fails if another socket holds it
-    /// (two tunnel ports need distinct local addresses or ports in this first cut).
-    pub fn open(cfg: TunnelConfig) -> Result<Arc<TunnelPort>, PortError> {
+struct Member {
+    remote: Ipv4Addr,
+    vni: u32,
+    sh: Arc<Shared>,
+}
+
+/// One UDP socket shared by every tunnel port of one kind on the same `local_ip:dst_port`;
+/// a received datagram goes to the port whose `remote_ip` and VNI it carries.
+struct Endpoint {
+    kind: TunnelKind,
+    bind: SocketAddrV4,
+    tos: Option<u8>,
+    ttl: Option<u8>,
+    sock: UdpSocket,
+    /// Held (`try_lock`) by the port reading the socket; the others only drain their inbox.
+    reader: Mutex<()>,
+    members: RwLock<Vec<Member>>,
+}
+
+/// Every live endpoint (control thread: `open`; a port's drop).
+static ENDPOINTS: Mutex<Vec<Weak<Endpoint>>> = Mutex::new(Vec::new());
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Endpoint {
+    fn open(cfg: &TunnelConfig) -> Result<Arc<Endpoint>, PortError> {
         let bind = SocketAddrV4::new(cfg.local, cfg.dst_port);
         let sock = UdpSocket::bind(bind)
             .map_err(|e| PortError(format!("cannot bind UDP {bind} for the tunnel: {e}")))?;
@@ -162,15 +192,107 @@ impl TunnelPort {
         }
         let _ = sys::set_buf(sock.as_fd(), true, 4 << 20);
         let _ = sys::set_buf(sock.as_fd(), false, 4 << 20);
+        Ok(Arc::new(Endpoint {
+            kind: cfg.kind,
+            bind,
+            tos: cfg.tos,
+            ttl: cfg.ttl,
+            sock,
+            reader: Mutex::new(()),
+            members: RwLock::new(Vec::new()),
+        }))
+    }
+
+    /// The endpoint for `cfg` (an existing one on the same address, or a new socket), with
+    /// `sh` joined as the member for `cfg`'s remote and VNI.
+    fn join(cfg: &TunnelConfig, sh: &Arc<Shared>) -> Result<Arc<Endpoint>, PortError> {
+        let mut all = lock(&ENDPOINTS);
+        all.retain(|w| w.strong_count() > 0);
+        let bind = SocketAddrV4::new(cfg.local, cfg.dst_port);
+        let found = all
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|e| e.bind == bind);
+        let ep = match found {
+            Some(e) if e.kind != cfg.kind => {
+                return Err(PortError(format!(
+                    "UDP {bind} is used by a {} tunnel port",
+                    kind_name(e.kind)
+                )))
+            }
+            Some(e) if (e.tos, e.ttl) != (cfg.tos, cfg.ttl) => {
+                return Err(PortError(format!(
+                    "tos and ttl must match the other tunnel ports on UDP {bind}"
+                )))
+            }
+            Some(e) => e,
+            None => {
+                let e = Endpoint::open(cfg)?;
+                all.push(Arc::downgrade(&e));
+                e
+            }
+        };
+        let mut m = ep.members.write().unwrap_or_else(|e| e.into_inner());
+        if m.iter().any(|m| m.remote == cfg.remote && m.vni == cfg.vni) {
+            return Err(PortError(format!(
+                "another tunnel port on UDP {bind} already has remote_ip={} key={}",
+                cfg.remote, cfg.vni
+            )));
+        }
+        m.push(Member {
+            remote: cfg.remote,
+            vni: cfg.vni,
+            sh: sh.clone(),
+        });
+        drop(m);
+        Ok(ep)
+    }
+}
+
+fn kind_name(k: TunnelKind) -> &'static str {
+    match k {
+        TunnelKind::Vxlan => "vxlan",
+        TunnelKind::Geneve => "geneve",
+    }
+}
+
+/// A `vxlan` or `geneve` port.
+pub struct TunnelPort {
+    cfg: TunnelConfig,
+    ep: Arc<Endpoint>,
+    remote: SocketAddr,
+    header: [u8; 8],
+    sh: Arc<Shared>,
+}
+
+impl std::fmt::Debug for TunnelPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TunnelPort")
+            .field("cfg", &self.cfg)
+            .finish()
+    }
+}
+
+impl Drop for TunnelPort {
+    fn drop(&mut self) {
+        let mut m = self.ep.members.write().unwrap_or_else(|e| e.into_inner());
+        m.retain(|m| !Arc::ptr_eq(&m.sh, &self.sh));
+    }
+}
+
+impl TunnelPort {
+    /// Opens the port: binds the underlay socket `local_ip:dst_port`, or joins the socket
+    /// another tunnel port of the same kind already bound there (its remote and VNI must then
+    /// differ from every other port's on that socket, and its `tos`/`ttl` be the same).
+    pub fn open(cfg: TunnelConfig) -> Result<Arc<TunnelPort>, PortError> {
+        let sh = Arc::new(Shared::default());
+        let ep = Endpoint::join(&cfg, &sh)?;
         Ok(Arc::new(TunnelPort {
             remote: SocketAddr::V4(SocketAddrV4::new(cfg.remote, cfg.dst_port)),
             header: encap_header(cfg.kind, cfg.vni),
             cfg,
-            sock,
-            counters: PortCounters::default(),
-            decap_drops: Default::default(),
-            remote_mismatch: AtomicU64::new(0),
-            mtu_drops: AtomicU64::new(0),
+            ep,
+            sh,
         }))
     }
 
@@ -178,14 +300,91 @@ impl TunnelPort {
     pub fn config(&self) -> &TunnelConfig {
         &self.cfg
     }
+
+    /// Reads datagrams (up to twice a batch) and hands each to its port: into `out` if it is
+    /// this port's, else into that port's inbox. Holds the endpoint's reader lock.
+    fn read_socket(&self, pool: &mut Pool, out: &mut Batch) -> usize {
+        let Ok(_reader) = self.ep.reader.try_lock() else {
+            return 0;
+        };
+        let members = self.ep.members.read().unwrap_or_else(|e| e.into_inner());
+        let (mut n, mut bytes) = (0, 0u64);
+        for _ in 0..2 * packet::BATCH_SIZE {
+            if out.is_full() {
+                break;
+            }
+            let mut p = pool.get();
+            let r = self.ep.sock.recv_from(p.reset_for_fill(MAX_FRAME));
+            let (len, from) = match r {
+                Ok(x) => x,
+                Err(e) => {
+                    if !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) {
+                        self.sh.counters.rx_error(1);
+                    }
+                    pool.put(p);
+                    break;
+                }
+            };
+            p.truncate(len);
+            let ip = match from.ip() {
+                std::net::IpAddr::V4(ip) => ip,
+                std::net::IpAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
+            };
+            // Errors before the VNI is known go to the first port with that remote.
+            let Some(first) = members.iter().find(|m| m.remote == ip) else {
+                self.sh.remote_mismatch.fetch_add(1, Relaxed);
+                self.sh.refuse(DropReason::Malformed);
+                pool.put(p);
+                continue;
+            };
+            if len >= MAX_FRAME {
+                // The datagram filled the buffer: it may have been cut.
+                first.sh.refuse(DropReason::TooBig);
+                pool.put(p);
+                continue;
+            }
+            let (hlen, vni) = match decap_any(self.ep.kind, p.data()) {
+                Ok(x) => x,
+                Err(e) => {
+                    first.sh.decap_drops[e as usize].fetch_add(1, Relaxed);
+                    first.sh.refuse(DropReason::Malformed);
+                    pool.put(p);
+                    continue;
+                }
+            };
+            let Some(m) = members.iter().find(|m| m.remote == ip && m.vni == vni) else {
+                first.sh.decap_drops[DecapError::VniMismatch as usize].fetch_add(1, Relaxed);
+                first.sh.refuse(DropReason::Malformed);
+                pool.put(p);
+                continue;
+            };
+            p.pull_front(hlen);
+            if Arc::ptr_eq(&m.sh, &self.sh) {
+                bytes += p.len() as u64;
+                let _ = out.push(p);
+                n += 1;
+                continue;
+            }
+            let mut q = lock(&m.sh.inbox);
+            if q.len() >= INBOX {
+                drop(q);
+                m.sh.counters.drop(DropReason::QueueFull, 1);
+                pool.put(p);
+            } else {
+                m.sh.counters.rx(1, p.len() as u64);
+                q.push_back(p);
+            }
+        }
+        if n > 0 {
+            self.sh.counters.rx(n as u64, bytes);
+        }
+        n
+    }
 }
 
 impl Port for TunnelPort {
     fn kind(&self) -> &'static str {
-        match self.cfg.kind {
-            TunnelKind::Vxlan => "vxlan",
-            TunnelKind::Geneve => "geneve",
-        }
+        kind_name(self.cfg.kind)
     }
 
     fn n_rxq(&self) -> usize {
@@ -193,62 +392,27 @@ impl Port for TunnelPort {
     }
 
     fn rx_burst(&self, _q: usize, pool: &mut Pool, out: &mut Batch) -> usize {
-        let (mut n, mut bytes) = (0, 0u64);
-        while !out.is_full() {
-            let mut p = pool.get();
-            let r = self.sock.recv_from(p.reset_for_fill(MAX_FRAME));
-            let (len, from) = match r {
-                Ok(x) => x,
-                Err(e) => {
-                    if !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) {
-                        self.counters.rx_error(1);
-                    }
-                    pool.put(p);
-                    break;
-                }
-            };
-            p.truncate(len);
-            let verdict = if from.ip() != self.remote.ip() {
-                self.remote_mismatch.fetch_add(1, Relaxed);
-                Err(DropReason::Malformed)
-            } else if len >= MAX_FRAME {
-                // The datagram filled the buffer: it may have been cut.
-                Err(DropReason::TooBig)
-            } else {
-                decap(self.cfg.kind, p.data(), self.cfg.vni).map_err(|e| {
-                    self.decap_drops[e as usize].fetch_add(1, Relaxed);
-                    DropReason::Malformed
-                })
-            };
-            match verdict {
-                Ok(hlen) => {
-                    p.pull_front(hlen);
-                    bytes += p.len() as u64;
-                    let _ = out.push(p);
-                    n += 1;
-                }
-                Err(why) => {
-                    self.counters.drop(why, 1);
-                    self.counters.rx_error(1);
-                    pool.put(p);
-                }
+        let mut n = 0;
+        if let Ok(mut q) = self.sh.inbox.try_lock() {
+            while !out.is_full() {
+                let Some(p) = q.pop_front() else { break };
+                let _ = out.push(p);
+                n += 1;
             }
         }
-        if n > 0 {
-            self.counters.rx(n as u64, bytes);
-        }
-        n
+        n + self.read_socket(pool, out)
     }
 
     fn tx_burst(&self, _q: usize, pkts: &mut Batch) -> usize {
+        let c = &self.sh.counters;
         let (mut sent, mut bytes) = (0, 0u64);
         for p in pkts.as_mut_slice() {
             let Some(h) = p.push_front(self.header.len()) else {
-                self.counters.drop(DropReason::TooBig, 1);
+                c.drop(DropReason::TooBig, 1);
                 continue;
             };
             h.copy_from_slice(&self.header);
-            let r = self.sock.send_to(p.data(), self.remote);
+            let r = self.ep.sock.send_to(p.data(), self.remote);
             p.pull_front(self.header.len());
             match r {
                 Ok(_) => {
@@ -256,37 +420,24 @@ impl Port for TunnelPort {
                     bytes += p.len() as u64;
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
-                    self.mtu_drops.fetch_add(1, Relaxed);
-                    self.counters.drop(DropReason::TooBig, 1);
+                    self.sh.mtu_drops.fetch_add(1, Relaxed);
+                    c.drop(DropReason::TooBig, 1);
                 }
                 Err(e)
                     if e.kind() == ErrorKind::WouldBlock
                         || e.raw_os_error() == Some(libc::ENOBUFS) =>
                 {
-                    self.counters.drop(DropReason::QueueFull, 1);
-                }
-                Err(e)
-                    if e.raw_os_error().is_some_and(|c| {
-                        [
-                            libc::ENETUNREACH,
-                            libc::EHOSTUNREACH,
-                            libc::ENETDOWN,
-                            libc::EHOSTDOWN,
-                        ]
-                        .contains(&c)
-                    }) =>
-                {
-                    self.counters.drop(DropReason::LinkDown, 1);
+                    c.drop(DropReason::QueueFull, 1);
                 }
                 Err(_) => {
-                    // ECONNREFUSED etc. report an ICMP error from an earlier datagram.
-                    self.counters.tx_error(1);
-                    self.counters.drop(DropReason::LinkDown, 1);
+                    // Unreachable network or host, or an ICMP error an earlier datagram drew.
+                    c.tx_error(1);
+                    c.drop(DropReason::LinkDown, 1);
                 }
             }
         }
         if sent > 0 {
-            self.counters.tx(sent as u64, bytes);
+            c.tx(sent as u64, bytes);
         }
         sent
     }
@@ -296,29 +447,32 @@ impl Port for TunnelPort {
     }
 
     fn stats(&self) -> PortStats {
-        self.counters.snapshot()
+        self.sh.counters.snapshot()
     }
 
     fn status(&self) -> serde_json::Value {
         let mut drops = serde_json::Map::new();
         for e in DecapError::ALL {
-            drops.insert(
-                e.name().into(),
-                self.decap_drops[e as usize].load(Relaxed).into(),
-            );
+            let n = self.sh.decap_drops[e as usize].load(Relaxed);
+            drops.insert(e.name().into(), n.into());
         }
-        drops.insert(
-            "remote-mismatch".into(),
-            self.remote_mismatch.load(Relaxed).into(),
-        );
+        let rm = self.sh.remote_mismatch.load(Relaxed);
+        drops.insert("remote-mismatch".into(), rm.into());
+        let ports_on_socket = self
+            .ep
+            .members
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .len();
         serde_json::json!({
             "remote_ip": self.cfg.remote.to_string(),
             "local_ip": self.cfg.local.to_string(),
             "key": self.cfg.vni,
             "dst_port": self.cfg.dst_port,
             "underlay": "kernel UDP socket",
+            "ports_on_socket": ports_on_socket,
             "decap_drops": drops,
-            "mtu_drops": self.mtu_drops.load(Relaxed),
+            "mtu_drops": self.sh.mtu_drops.load(Relaxed),
         })
     }
 }
@@ -428,5 +582,56 @@ mod tests {
         assert_eq!(d["remote-mismatch"], 1, "{st}");
         assert_eq!(out.len(), 1, "only the good frame came through");
         assert_eq!(b.stats().rx_errors, 4);
+    }
+
+    /// Two ports on one socket (same local address and port, different VNIs): the port that
+    /// reads hands the other's datagram to its inbox; duplicates and conflicts are refused;
+    /// the socket closes with its last port.
+    #[test]
+    fn ports_share_a_socket_by_remote_and_vni() {
+        let port = 40000 + (std::process::id() % 20000) as u16;
+        let cfg = |kind, l: [u8; 4], r: [u8; 4], vni| TunnelConfig {
+            kind,
+            remote: r.into(),
+            local: l.into(),
+            vni,
+            dst_port: port,
+            tos: None,
+            ttl: None,
+        };
+        let vx = TunnelKind::Vxlan;
+        let a7 = TunnelPort::open(cfg(vx, [127, 0, 0, 5], [127, 0, 0, 6], 7)).unwrap();
+        let a8 = TunnelPort::open(cfg(vx, [127, 0, 0, 5], [127, 0, 0, 6], 8)).unwrap();
+        let b7 = TunnelPort::open(cfg(vx, [127, 0, 0, 6], [127, 0, 0, 5], 7)).unwrap();
+        let b8 = TunnelPort::open(cfg(vx, [127, 0, 0, 6], [127, 0, 0, 5], 8)).unwrap();
+        assert_eq!(a7.status()["ports_on_socket"], 2);
+        let dup = TunnelPort::open(cfg(vx, [127, 0, 0, 5], [127, 0, 0, 6], 8)).unwrap_err();
+        assert!(dup.0.contains("already has"), "{dup}");
+        let other = TunnelPort::open(cfg(TunnelKind::Geneve, [127, 0, 0, 5], [127, 0, 0, 9], 1));
+        assert!(other.unwrap_err().0.contains("vxlan"));
+        let mut c = cfg(vx, [127, 0, 0, 5], [127, 0, 0, 9], 1);
+        c.ttl = Some(9);
+        assert!(TunnelPort::open(c).unwrap_err().0.contains("ttl"));
+
+        for (tx, byte) in [(&b7, 7u8), (&b8, 8u8)] {
+            let mut batch = Batch::new();
+            batch.push(Packet::from_slice(&[byte; 64])).unwrap();
+            assert_eq!(tx.tx_burst(0, &mut batch), 1);
+        }
+        let mut pool = Pool::new(0, 4);
+        let (mut o7, mut o8) = (Batch::new(), Batch::new());
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        // Only a7 reads the socket until both datagrams are in.
+        while o7.is_empty() || a8.sh.inbox.lock().unwrap().is_empty() {
+            assert!(std::time::Instant::now() < end, "datagrams did not arrive");
+            a7.rx_burst(0, &mut pool, &mut o7);
+        }
+        assert_eq!(a8.rx_burst(0, &mut pool, &mut o8), 1);
+        assert_eq!(o7.as_slice()[0].data(), &[7u8; 64][..]);
+        assert_eq!(o8.as_slice()[0].data(), &[8u8; 64][..]);
+        assert_eq!((a7.stats().rx_packets, a8.stats().rx_packets), (1, 1));
+        drop((a7, a8, o7, o8));
+        // The socket closed with its last port: the address can be bound again.
+        UdpSocket::bind(("127.0.0.5", port)).unwrap();
     }
 }

@@ -203,6 +203,18 @@ pub fn decap(
     udp_payload: &[u8],
     vni: u32,
 ) -> core::result::Result<usize, DecapError> {
+    match decap_any(kind, udp_payload)? {
+        (h, v) if v == vni => Ok(h),
+        _ => Err(DecapError::VniMismatch),
+    }
+}
+
+/// Like [`decap`] for any VNI: returns the tunnel header's length and the VNI it carries
+/// (the caller picks the port by it).
+pub fn decap_any(
+    kind: TunnelKind,
+    udp_payload: &[u8],
+) -> core::result::Result<(usize, u32), DecapError> {
     let b = udp_payload;
     if b.len() < 8 {
         return Err(DecapError::Truncated);
@@ -252,13 +264,10 @@ pub fn decap(
             (hlen, g.vni())
         }
     };
-    if got != vni {
-        return Err(DecapError::VniMismatch);
-    }
     if b.len() - hlen < 14 {
         return Err(DecapError::InnerTruncated);
     }
-    Ok(hlen)
+    Ok((hlen, got))
 }
 
 /// The 8-byte tunnel header Vireo puts in front of an Ethernet frame (no Geneve options).
