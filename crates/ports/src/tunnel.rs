@@ -1,7 +1,7 @@
 //! The `vxlan` and `geneve` port kinds (first cut): a tunnel endpoint whose underlay is a
 //! kernel UDP socket bound to `local_ip:dst_port`. Output to the port wraps the frame in a
 //! VXLAN/Geneve header carrying the port's VNI (`key`) and sends it to `remote_ip:dst_port`;
-//! the kernel adds the outer IPv4/UDP headers, routes it and resolves the next hop. A
+//! the kernel adds the outer IPv4 or IPv6 and UDP headers, routes it and resolves the next hop. A
 //! datagram received from `remote_ip` is checked by `wire::tunnel::decap` (flags, version,
 //! Geneve options, critical options, VNI) and its inner frame enters the bridge with
 //! `in_port` = this port; everything else is dropped and counted by reason.
@@ -11,7 +11,7 @@
 //! it in the owner's bounded inbox when it is another port's.
 //!
 //! Not native tunneling: no route table or neighbour cache of our own, no `tun_id` metadata
-//! (one port per VNI and remote, `key=flow`/`remote_ip=flow` refused), IPv4 only. The socket
+//! (one port per VNI and remote, `key=flow`/`remote_ip=flow` refused), IPv4 or IPv6 underlay. The socket
 //! never fragments (`IP_PMTUDISC_DO`): a frame that does not fit the underlay route's MTU after
 //! encapsulation is dropped as `too-big` and counted in `mtu_drops`. Outer fragments are
 //! reassembled by the kernel before the socket sees them.
@@ -25,7 +25,7 @@ use crate::{DropReason, Link, Port, PortCounters, PortError, PortStats};
 use packet::{Batch, Packet, Pool, MAX_FRAME};
 use std::collections::VecDeque;
 use std::io::ErrorKind;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
@@ -41,9 +41,9 @@ pub struct TunnelConfig {
     /// VXLAN or Geneve.
     pub kind: TunnelKind,
     /// The far end's underlay address.
-    pub remote: Ipv4Addr,
+    pub remote: IpAddr,
     /// Our underlay address (the socket's bind address; 0.0.0.0 = any).
-    pub local: Ipv4Addr,
+    pub local: IpAddr,
     /// The VNI sent and required on receive.
     pub vni: u32,
     /// UDP destination port (and our bound port).
@@ -60,12 +60,12 @@ pub fn check_option(key: &str, v: &str) -> Result<(), String> {
         "remote_ip" | "local_ip" => {
             if v == "flow" {
                 return Err(
-                    "flow-based addresses are not supported yet (give an IPv4 address)".into(),
+                    "flow-based addresses are not supported yet (give an IP address)".into(),
                 );
             }
-            v.parse::<Ipv4Addr>().map(|_| ()).map_err(|_| {
-                format!("{v:?} is not an IPv4 address (IPv6 underlay is not supported yet)")
-            })
+            v.parse::<IpAddr>()
+                .map(|_| ())
+                .map_err(|_| format!("{v:?} is not an IPv4 or IPv6 address"))
         }
         "key" => {
             if v == "flow" {
@@ -104,16 +104,25 @@ impl TunnelConfig {
             }
         }
         let remote = opt("remote_ip")
-            .ok_or_else(|| PortError("a tunnel port needs remote_ip=IPv4".into()))?
-            .parse()
+            .ok_or_else(|| PortError("a tunnel port needs remote_ip=IP".into()))?
+            .parse::<IpAddr>()
             .map_err(|_| PortError("bad remote_ip".into()))?;
+        let any = match remote {
+            IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        };
+        let local = opt("local_ip").and_then(|v| v.parse::<IpAddr>().ok());
+        let local = local.unwrap_or(any);
+        if local.is_ipv4() != remote.is_ipv4() {
+            return Err(PortError(
+                "local_ip and remote_ip must both be IPv4 or both IPv6".into(),
+            ));
+        }
         let num = |k: &str| opt(k).and_then(|v| v.parse::<u32>().ok());
         Ok(TunnelConfig {
             kind,
             remote,
-            local: opt("local_ip")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(Ipv4Addr::UNSPECIFIED),
+            local,
             vni: num("key").unwrap_or(0),
             dst_port: num("dst_port").map_or(
                 match kind {
@@ -149,7 +158,7 @@ impl Shared {
 }
 
 struct Member {
-    remote: Ipv4Addr,
+    remote: IpAddr,
     vni: u32,
     sh: Arc<Shared>,
 }
@@ -158,7 +167,7 @@ struct Member {
 /// a received datagram goes to the port whose `remote_ip` and VNI it carries.
 struct Endpoint {
     kind: TunnelKind,
-    bind: SocketAddrV4,
+    bind: SocketAddr,
     tos: Option<u8>,
     ttl: Option<u8>,
     sock: UdpSocket,
@@ -176,19 +185,30 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Endpoint {
     fn open(cfg: &TunnelConfig) -> Result<Arc<Endpoint>, PortError> {
-        let bind = SocketAddrV4::new(cfg.local, cfg.dst_port);
+        let bind = SocketAddr::new(cfg.local, cfg.dst_port);
         let sock = UdpSocket::bind(bind)
             .map_err(|e| PortError(format!("cannot bind UDP {bind} for the tunnel: {e}")))?;
         let err = |what: &str, e: std::io::Error| PortError(format!("tunnel socket {what}: {e}"));
         sock.set_nonblocking(true)
             .map_err(|e| err("non-blocking", e))?;
-        sys::set_pmtudisc_do(sock.as_fd()).map_err(|e| err("IP_MTU_DISCOVER", e))?;
+        use nix::sys::socket::{setsockopt, sockopt};
+        let v6 = bind.is_ipv6();
+        sys::set_pmtudisc_do(sock.as_fd(), v6).map_err(|e| err("MTU_DISCOVER", e))?;
         if let Some(t) = cfg.ttl {
-            sock.set_ttl(u32::from(t)).map_err(|e| err("TTL", e))?;
+            let r = if v6 {
+                setsockopt(&sock, sockopt::Ipv6Ttl, &i32::from(t))
+            } else {
+                setsockopt(&sock, sockopt::Ipv4Ttl, &i32::from(t))
+            };
+            r.map_err(|e| err("TTL", e.into()))?;
         }
         if let Some(t) = cfg.tos {
-            nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::IpTos, &i32::from(t))
-                .map_err(|e| err("TOS", e.into()))?;
+            let r = if v6 {
+                setsockopt(&sock, sockopt::Ipv6TClass, &i32::from(t))
+            } else {
+                setsockopt(&sock, sockopt::IpTos, &i32::from(t))
+            };
+            r.map_err(|e| err("TOS", e.into()))?;
         }
         let _ = sys::set_buf(sock.as_fd(), true, 4 << 20);
         let _ = sys::set_buf(sock.as_fd(), false, 4 << 20);
@@ -208,7 +228,7 @@ impl Endpoint {
     fn join(cfg: &TunnelConfig, sh: &Arc<Shared>) -> Result<Arc<Endpoint>, PortError> {
         let mut all = lock(&ENDPOINTS);
         all.retain(|w| w.strong_count() > 0);
-        let bind = SocketAddrV4::new(cfg.local, cfg.dst_port);
+        let bind = SocketAddr::new(cfg.local, cfg.dst_port);
         let found = all
             .iter()
             .filter_map(Weak::upgrade)
@@ -288,7 +308,7 @@ impl TunnelPort {
         let sh = Arc::new(Shared::default());
         let ep = Endpoint::join(&cfg, &sh)?;
         Ok(Arc::new(TunnelPort {
-            remote: SocketAddr::V4(SocketAddrV4::new(cfg.remote, cfg.dst_port)),
+            remote: SocketAddr::new(cfg.remote, cfg.dst_port),
             header: encap_header(cfg.kind, cfg.vni),
             cfg,
             ep,
@@ -326,10 +346,7 @@ impl TunnelPort {
                 }
             };
             p.truncate(len);
-            let ip = match from.ip() {
-                std::net::IpAddr::V4(ip) => ip,
-                std::net::IpAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
-            };
+            let ip = from.ip();
             // Errors before the VNI is known go to the first port with that remote.
             let Some(first) = members.iter().find(|m| m.remote == ip) else {
                 self.sh.remote_mismatch.fetch_add(1, Relaxed);
@@ -494,14 +511,14 @@ mod tests {
         .unwrap();
         assert_eq!(
             (c.dst_port, c.vni, c.local),
-            (GENEVE_PORT, 7, Ipv4Addr::UNSPECIFIED)
+            (GENEVE_PORT, 7, IpAddr::V4(Ipv4Addr::UNSPECIFIED))
         );
         let c = TunnelConfig::parse(TunnelKind::Vxlan, opts(&[("remote_ip", "10.0.0.1")])).unwrap();
         assert_eq!(c.dst_port, VXLAN_PORT);
         for bad in [
             vec![],
             vec![("remote_ip", "flow")],
-            vec![("remote_ip", "::1")],
+            vec![("remote_ip", "::1"), ("local_ip", "127.0.0.1")],
             vec![("remote_ip", "10.0.0.1"), ("key", "16777216")],
             vec![("remote_ip", "10.0.0.1"), ("key", "flow")],
             vec![("remote_ip", "10.0.0.1"), ("dst_port", "0")],

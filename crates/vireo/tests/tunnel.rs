@@ -1,11 +1,13 @@
 //! `vxlan` and `geneve` ports against real peers: the Linux kernel's VXLAN device in a network
 //! namespace ("host B") reached from a namespace ("VM A") behind vireod, with ping, a TCP
 //! transfer (iperf3) and a frame too big for the underlay after encapsulation; Geneve between
-//! two vireods on loopback addresses with VM↔VM ping and hostile datagrams counted by reason.
+//! two vireods on loopback addresses with VM↔VM ping and hostile datagrams counted by reason,
+//! and over an IPv6 underlay.
 //!
 //! Names: namespaces `vtn-T-X-PID`, interfaces `vtnTXPID` (T = the test's letter, X = side),
 //! removed by Drop guards, also when a test fails. Addresses: 10.231.0.0/24 (underlay veth),
-//! 192.168.231.0/24 and 192.168.232.0/24 (overlays), 127.0.0.2/3 (Geneve underlay).
+//! 192.168.231-233.0/24 (overlays), 127.0.0.2/3 and fd00:231::2/3 on a root-namespace
+//! veth `vtn6uPID` (Geneve underlays).
 mod common;
 
 use common::Daemon;
@@ -287,23 +289,20 @@ fn vxlan_interop_with_the_kernel_ping_tcp_and_mtu() {
     assert_eq!(ping_count(&vm, "192.168.231.2", 2, &[]), 2);
 }
 
-/// Geneve between two vireods (the kernel here has no Geneve device): underlay 127.0.0.2 and
-/// 127.0.0.3, VNI 7, default port 6081; a VM namespace behind each. Then hostile datagrams
-/// from the remote's address are dropped by reason and the tunnel keeps working.
-#[test]
-fn geneve_between_two_vireods_and_hostile_datagrams() {
-    if !kernel_ok() {
-        return;
-    }
-    let (da, db) = (tmp("ga"), tmp("gb"));
-    let va = Ns::new('g', 'a', Some("192.168.232.1/24"));
-    let vb = Ns::new('g', 'b', Some("192.168.232.2/24"));
+/// Two vireods, each with a VM namespace (`net`.1 and `net`.2) on an af-packet port and a
+/// Geneve port (VNI 7, port 6081) to the other's underlay address.
+fn geneve_pair(
+    t: char,
+    la: &str,
+    lb: &str,
+    net: &str,
+) -> (Daemon, Daemon, tempfile::TempDir, tempfile::TempDir, Ns, Ns) {
+    let (da, db) = (tmp(&format!("{t}a")), tmp(&format!("{t}b")));
+    let va = Ns::new(t, 'a', Some(&format!("{net}.1/24")));
+    let vb = Ns::new(t, 'b', Some(&format!("{net}.2/24")));
     let a = Daemon::start(da.path());
     let b = Daemon::start(db.path());
-    for (d, vm, local, remote) in [
-        (&a, &va, "127.0.0.2", "127.0.0.3"),
-        (&b, &vb, "127.0.0.3", "127.0.0.2"),
-    ] {
+    for (d, vm, local, remote) in [(&a, &va, la, lb), (&b, &vb, lb, la)] {
         d.ok(&["add-br", "br0", "internal=false"]);
         d.ok(&[
             "add-port",
@@ -322,12 +321,25 @@ fn geneve_between_two_vireods_and_hostile_datagrams() {
             "key=7",
         ]);
     }
+    let ip_b = format!("{net}.2");
     assert!(
-        ping_until(&va, "192.168.232.2", 10),
+        ping_until(&va, &ip_b, 10),
         "no ping through Geneve: {} {}",
         port_status(&a, "gn"),
         port_status(&b, "gn")
     );
+    (a, b, da, db, va, vb)
+}
+
+/// Geneve between two vireods (the kernel here has no Geneve device): underlay 127.0.0.2 and
+/// 127.0.0.3, VNI 7, default port 6081; a VM namespace behind each. Then hostile datagrams
+/// from the remote's address are dropped by reason and the tunnel keeps working.
+#[test]
+fn geneve_between_two_vireods_and_hostile_datagrams() {
+    if !kernel_ok() {
+        return;
+    }
+    let (a, _b, _da, _db, va, vb) = geneve_pair('g', "127.0.0.2", "127.0.0.3", "192.168.232");
     assert_eq!(ping_count(&va, "192.168.232.2", 5, &[]), 5);
     assert_eq!(ping_count(&vb, "192.168.232.1", 5, &[]), 5);
 
@@ -368,6 +380,46 @@ fn geneve_between_two_vireods_and_hostile_datagrams() {
     assert_eq!(ping_count(&va, "192.168.232.2", 3, &[]), 3);
 }
 
+/// A veth pair in the root namespace whose first end holds IPv6 addresses; removed on drop.
+struct RootVeth(String);
+
+impl Drop for RootVeth {
+    fn drop(&mut self) {
+        let _ = sh(&["ip", "link", "del", &self.0]);
+    }
+}
+
+/// Geneve over an IPv6 underlay: two vireods on two ULA addresses of a root-namespace veth
+/// (this kernel has no `dummy` link type).
+#[test]
+fn geneve_over_ipv6_between_two_vireods() {
+    if !kernel_ok() {
+        return;
+    }
+    let d = RootVeth(format!("vtn6u{}", std::process::id()));
+    let peer = format!("vtn6w{}", std::process::id());
+    let _ = sh(&["ip", "link", "del", &d.0]);
+    must(&[
+        "ip", "link", "add", &d.0, "type", "veth", "peer", "name", &peer,
+    ]);
+    must(&["ip", "link", "set", &d.0, "up"]);
+    must(&["ip", "link", "set", &peer, "up"]);
+    for a in ["fd00:231::2/128", "fd00:231::3/128"] {
+        must(&["ip", "addr", "add", a, "dev", &d.0, "nodad"]);
+    }
+    let (a, b, _da, _db, va, vb) = geneve_pair('6', "fd00:231::2", "fd00:231::3", "192.168.233");
+    assert_eq!(ping_count(&va, "192.168.233.2", 5, &[]), 5);
+    assert_eq!(ping_count(&vb, "192.168.233.1", 5, &[]), 5);
+    let st = port_status(&a, "gn");
+    assert_eq!(st["status"]["remote_ip"], "fd00:231::3", "{st}");
+    let (sa, sb) = (stats(&a, "gn"), stats(&b, "gn"));
+    assert!(sa["rx_packets"].as_u64().unwrap() >= 10, "{sa}");
+    assert_eq!(
+        sa["rx_errors"].as_u64().unwrap() + sb["rx_errors"].as_u64().unwrap(),
+        0
+    );
+}
+
 /// Options are checked at add-port, with clear errors.
 #[test]
 fn bad_tunnel_options_are_clear_errors() {
@@ -377,7 +429,14 @@ fn bad_tunnel_options_are_clear_errors() {
     for (args, needle) in [
         (vec!["type=vxlan"], "remote_ip"),
         (vec!["type=vxlan", "remote_ip=flow"], "flow"),
-        (vec!["type=geneve", "remote_ip=fe80::1"], "IPv4"),
+        (
+            vec!["type=geneve", "remote_ip=fd00::1", "local_ip=10.0.0.1"],
+            "both",
+        ),
+        (
+            vec!["type=geneve", "remote_ip=10.0.0.256"],
+            "not an IPv4 or IPv6",
+        ),
         (
             vec!["type=vxlan", "remote_ip=10.0.0.1", "key=16777216"],
             "VNI",
