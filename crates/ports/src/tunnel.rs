@@ -168,8 +168,8 @@ struct Member {
 struct Endpoint {
     kind: TunnelKind,
     bind: SocketAddr,
-    tos: Option<u8>,
-    ttl: Option<u8>,
+    /// The socket's outer TOS and TTL (shared by its ports; changed only while it has none).
+    tos_ttl: Mutex<(Option<u8>, Option<u8>)>,
     sock: UdpSocket,
     /// Held (`try_lock`) by the port reading the socket; the others only drain their inbox.
     reader: Mutex<()>,
@@ -191,32 +191,14 @@ impl Endpoint {
         let err = |what: &str, e: std::io::Error| PortError(format!("tunnel socket {what}: {e}"));
         sock.set_nonblocking(true)
             .map_err(|e| err("non-blocking", e))?;
-        use nix::sys::socket::{setsockopt, sockopt};
-        let v6 = bind.is_ipv6();
-        sys::set_pmtudisc_do(sock.as_fd(), v6).map_err(|e| err("MTU_DISCOVER", e))?;
-        if let Some(t) = cfg.ttl {
-            let r = if v6 {
-                setsockopt(&sock, sockopt::Ipv6Ttl, &i32::from(t))
-            } else {
-                setsockopt(&sock, sockopt::Ipv4Ttl, &i32::from(t))
-            };
-            r.map_err(|e| err("TTL", e.into()))?;
-        }
-        if let Some(t) = cfg.tos {
-            let r = if v6 {
-                setsockopt(&sock, sockopt::Ipv6TClass, &i32::from(t))
-            } else {
-                setsockopt(&sock, sockopt::IpTos, &i32::from(t))
-            };
-            r.map_err(|e| err("TOS", e.into()))?;
-        }
+        sys::set_pmtudisc_do(sock.as_fd(), bind.is_ipv6()).map_err(|e| err("MTU_DISCOVER", e))?;
+        set_tos_ttl(&sock, bind.is_ipv6(), cfg.tos, cfg.ttl)?;
         let _ = sys::set_buf(sock.as_fd(), true, 4 << 20);
         let _ = sys::set_buf(sock.as_fd(), false, 4 << 20);
         Ok(Arc::new(Endpoint {
             kind: cfg.kind,
             bind,
-            tos: cfg.tos,
-            ttl: cfg.ttl,
+            tos_ttl: Mutex::new((cfg.tos, cfg.ttl)),
             sock,
             reader: Mutex::new(()),
             members: RwLock::new(Vec::new()),
@@ -240,12 +222,27 @@ impl Endpoint {
                     kind_name(e.kind)
                 )))
             }
-            Some(e) if (e.tos, e.ttl) != (cfg.tos, cfg.ttl) => {
-                return Err(PortError(format!(
-                    "tos and ttl must match the other tunnel ports on UDP {bind}"
-                )))
+            Some(e) => {
+                let mut tt = lock(&e.tos_ttl);
+                if *tt != (cfg.tos, cfg.ttl) {
+                    // A port being re-created (`set-port`) may find its old socket without
+                    // ports: it takes the new values; with other ports on it, it must agree.
+                    if !e
+                        .members
+                        .read()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .is_empty()
+                    {
+                        return Err(PortError(format!(
+                            "tos and ttl must match the other tunnel ports on UDP {bind}"
+                        )));
+                    }
+                    set_tos_ttl(&e.sock, bind.is_ipv6(), cfg.tos, cfg.ttl)?;
+                    *tt = (cfg.tos, cfg.ttl);
+                }
+                drop(tt);
+                e
             }
-            Some(e) => e,
             None => {
                 let e = Endpoint::open(cfg)?;
                 all.push(Arc::downgrade(&e));
@@ -267,6 +264,24 @@ impl Endpoint {
         drop(m);
         Ok(ep)
     }
+}
+
+/// Sets the outer TOS (IPv6: traffic class) and TTL (hop limit); `None` restores the default.
+fn set_tos_ttl(
+    sock: &UdpSocket,
+    v6: bool,
+    tos: Option<u8>,
+    ttl: Option<u8>,
+) -> Result<(), PortError> {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let ttl = ttl.map_or(-1, i32::from);
+    let tos = tos.map_or(0, i32::from);
+    let r = if v6 {
+        setsockopt(sock, sockopt::Ipv6Ttl, &ttl).and(setsockopt(sock, sockopt::Ipv6TClass, &tos))
+    } else {
+        setsockopt(sock, sockopt::Ipv4Ttl, &ttl).and(setsockopt(sock, sockopt::IpTos, &tos))
+    };
+    r.map_err(|e| PortError(format!("tunnel socket TOS/TTL: {e}")))
 }
 
 fn kind_name(k: TunnelKind) -> &'static str {
@@ -295,8 +310,7 @@ impl std::fmt::Debug for TunnelPort {
 
 impl Drop for TunnelPort {
     fn drop(&mut self) {
-        let mut m = self.ep.members.write().unwrap_or_else(|e| e.into_inner());
-        m.retain(|m| !Arc::ptr_eq(&m.sh, &self.sh));
+        self.shutdown();
     }
 }
 
@@ -319,6 +333,14 @@ impl TunnelPort {
     /// The configuration the port runs with.
     pub fn config(&self) -> &TunnelConfig {
         &self.cfg
+    }
+
+    /// Leaves the socket: datagrams for this port's remote and VNI are refused from now on,
+    /// and a port re-created with the same ones may join (the datapath may hold this one a
+    /// little longer).
+    pub fn shutdown(&self) {
+        let mut m = self.ep.members.write().unwrap_or_else(|e| e.into_inner());
+        m.retain(|m| !Arc::ptr_eq(&m.sh, &self.sh));
     }
 
     /// Reads datagrams (up to twice a batch) and hands each to its port: into `out` if it is
@@ -486,6 +508,8 @@ impl Port for TunnelPort {
             "local_ip": self.cfg.local.to_string(),
             "key": self.cfg.vni,
             "dst_port": self.cfg.dst_port,
+            "tos": self.cfg.tos,
+            "ttl": self.cfg.ttl,
             "underlay": "kernel UDP socket",
             "ports_on_socket": ports_on_socket,
             "decap_drops": drops,

@@ -376,6 +376,14 @@ fn geneve_between_two_vireods_and_hostile_datagrams() {
     }
     assert!(want(&st), "hostile datagrams not counted by reason: {st}");
     assert_eq!(stats(&a, "gn")["rx_errors"], evil.len() as u64);
+    // Options changed live re-create the port on the same socket (same remote and VNI).
+    a.ok(&["set-port", "gn", "ttl=9", "tos=32"]);
+    let st = port_status(&a, "gn")["status"].clone();
+    assert_eq!(
+        (st["ttl"].as_u64(), st["tos"].as_u64()),
+        (Some(9), Some(32)),
+        "{st}"
+    );
     // Still working.
     assert_eq!(ping_count(&va, "192.168.232.2", 3, &[]), 3);
 }

@@ -137,7 +137,8 @@ impl LivePort {
             LivePort::AfXdp(x) => x.shutdown(),
             LivePort::AfPacket(a) => a.shutdown(),
             LivePort::Tap(t) => t.shutdown(),
-            LivePort::Dummy(_) | LivePort::Tunnel(_) => {}
+            LivePort::Tunnel(t) => t.shutdown(),
+            LivePort::Dummy(_) => {}
         }
     }
 
