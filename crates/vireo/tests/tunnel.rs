@@ -384,6 +384,25 @@ fn geneve_between_two_vireods_and_hostile_datagrams() {
         (Some(9), Some(32)),
         "{st}"
     );
+    // ... and the outer header carries them: one datagram from a to b, seen on loopback.
+    if testkit::require_peer("tcpdump", "tcpdump") {
+        let cap = Command::new("timeout")
+            .args(["8", "tcpdump", "-c", "1", "-nn", "-v", "-i", "lo"])
+            .args(["udp and src host 127.0.0.2 and dst host 127.0.0.3 and dst port 6081"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(1000));
+        let _ = ping_count(&va, "192.168.232.2", 2, &[]);
+        let out = cap.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("tos 0x20") && text.contains("ttl 9"),
+            "outer header without tos 0x20, ttl 9: {text}"
+        );
+    }
     // Still working.
     assert_eq!(ping_count(&va, "192.168.232.2", 3, &[]), 3);
 }
