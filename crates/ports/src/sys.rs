@@ -420,3 +420,13 @@ pub fn set_pmtudisc_do(fd: BorrowedFd<'_>, v6: bool) -> io::Result<()> {
         )
     }
 }
+
+/// Turns UDP checksums off (`on`) or on for datagrams an IPv4 UDP socket sends (`SO_NO_CHECK`).
+pub fn set_no_check(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
+    set_opt(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_NO_CHECK,
+        &libc::c_int::from(on),
+    )
+}

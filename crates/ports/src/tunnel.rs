@@ -33,7 +33,15 @@ pub use wire::tunnel::TunnelKind;
 use wire::tunnel::{decap_any, encap_header, DecapError, GENEVE_PORT, VXLAN_PORT};
 
 /// Options a tunnel port accepts.
-pub const OPTIONS: &[&str] = &["remote_ip", "local_ip", "key", "dst_port", "tos", "ttl"];
+pub const OPTIONS: &[&str] = &[
+    "remote_ip",
+    "local_ip",
+    "key",
+    "dst_port",
+    "tos",
+    "ttl",
+    "csum",
+];
 
 /// A tunnel port's configuration, parsed from its options.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,6 +56,9 @@ pub struct TunnelConfig {
     pub vni: u32,
     /// UDP destination port (and our bound port).
     pub dst_port: u16,
+    /// Whether outer UDP checksums are sent (`csum`; IPv4 default false as in OVS, IPv6
+    /// always).
+    pub csum: bool,
     /// Outer TOS byte, if set.
     pub tos: Option<u8>,
     /// Outer TTL, if set.
@@ -79,6 +90,10 @@ pub fn check_option(key: &str, v: &str) -> Result<(), String> {
         "dst_port" => match v.parse::<u16>() {
             Ok(n) if n > 0 => Ok(()),
             _ => Err(format!("{v:?} is not a UDP port from 1 to 65535")),
+        },
+        "csum" => match v {
+            "true" | "false" => Ok(()),
+            _ => Err(format!("{v:?} is not true or false")),
         },
         "tos" => v
             .parse::<u8>()
@@ -131,6 +146,17 @@ impl TunnelConfig {
                 },
                 |p| p as u16,
             ),
+            csum: match opt("csum") {
+                Some("true") => true,
+                Some(_) if remote.is_ipv6() => {
+                    return Err(PortError(
+                        "csum=false needs an IPv4 underlay (IPv6 requires UDP checksums)".into(),
+                    ))
+                }
+                Some(_) => false,
+                // As OVS: no UDP checksum over IPv4 unless asked; IPv6 always has one.
+                None => remote.is_ipv6(),
+            },
             tos: num("tos").map(|v| v as u8),
             ttl: num("ttl").map(|v| v as u8),
         })
@@ -169,7 +195,7 @@ struct Endpoint {
     kind: TunnelKind,
     bind: SocketAddr,
     /// The socket's outer TOS and TTL (shared by its ports; changed only while it has none).
-    tos_ttl: Mutex<(Option<u8>, Option<u8>)>,
+    tos_ttl: Mutex<SockOpts>,
     sock: UdpSocket,
     /// Held (`try_lock`) by the port reading the socket; the others only drain their inbox.
     reader: Mutex<()>,
@@ -192,13 +218,13 @@ impl Endpoint {
         sock.set_nonblocking(true)
             .map_err(|e| err("non-blocking", e))?;
         sys::set_pmtudisc_do(sock.as_fd(), bind.is_ipv6()).map_err(|e| err("MTU_DISCOVER", e))?;
-        set_tos_ttl(&sock, bind.is_ipv6(), cfg.tos, cfg.ttl)?;
+        set_tos_ttl(&sock, bind.is_ipv6(), SockOpts::of(cfg))?;
         let _ = sys::set_buf(sock.as_fd(), true, 4 << 20);
         let _ = sys::set_buf(sock.as_fd(), false, 4 << 20);
         Ok(Arc::new(Endpoint {
             kind: cfg.kind,
             bind,
-            tos_ttl: Mutex::new((cfg.tos, cfg.ttl)),
+            tos_ttl: Mutex::new(SockOpts::of(cfg)),
             sock,
             reader: Mutex::new(()),
             members: RwLock::new(Vec::new()),
@@ -224,7 +250,7 @@ impl Endpoint {
             }
             Some(e) => {
                 let mut tt = lock(&e.tos_ttl);
-                if *tt != (cfg.tos, cfg.ttl) {
+                if *tt != SockOpts::of(cfg) {
                     // A port being re-created (`set-port`) may find its old socket without
                     // ports: it takes the new values; with other ports on it, it must agree.
                     if !e
@@ -234,11 +260,11 @@ impl Endpoint {
                         .is_empty()
                     {
                         return Err(PortError(format!(
-                            "tos and ttl must match the other tunnel ports on UDP {bind}"
+                            "tos, ttl and csum must match the other tunnel ports on UDP {bind}"
                         )));
                     }
-                    set_tos_ttl(&e.sock, bind.is_ipv6(), cfg.tos, cfg.ttl)?;
-                    *tt = (cfg.tos, cfg.ttl);
+                    set_tos_ttl(&e.sock, bind.is_ipv6(), SockOpts::of(cfg))?;
+                    *tt = SockOpts::of(cfg);
                 }
                 drop(tt);
                 e
@@ -266,22 +292,41 @@ impl Endpoint {
     }
 }
 
-/// Sets the outer TOS (IPv6: traffic class) and TTL (hop limit); `None` restores the default.
-fn set_tos_ttl(
-    sock: &UdpSocket,
-    v6: bool,
+/// The options that belong to the socket, so every port on it must agree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SockOpts {
     tos: Option<u8>,
     ttl: Option<u8>,
-) -> Result<(), PortError> {
+    csum: bool,
+}
+
+impl SockOpts {
+    fn of(cfg: &TunnelConfig) -> SockOpts {
+        SockOpts {
+            tos: cfg.tos,
+            ttl: cfg.ttl,
+            csum: cfg.csum,
+        }
+    }
+}
+
+/// Sets the outer TOS (IPv6: traffic class) and TTL (hop limit), `None` restoring the default,
+/// and for IPv4 whether UDP checksums are sent (`SO_NO_CHECK`).
+fn set_tos_ttl(sock: &UdpSocket, v6: bool, o: SockOpts) -> Result<(), PortError> {
     use nix::sys::socket::{setsockopt, sockopt};
-    let ttl = ttl.map_or(-1, i32::from);
-    let tos = tos.map_or(0, i32::from);
+    let ttl = o.ttl.map_or(-1, i32::from);
+    let tos = o.tos.map_or(0, i32::from);
     let r = if v6 {
         setsockopt(sock, sockopt::Ipv6Ttl, &ttl).and(setsockopt(sock, sockopt::Ipv6TClass, &tos))
     } else {
         setsockopt(sock, sockopt::Ipv4Ttl, &ttl).and(setsockopt(sock, sockopt::IpTos, &tos))
     };
-    r.map_err(|e| PortError(format!("tunnel socket TOS/TTL: {e}")))
+    r.map_err(|e| PortError(format!("tunnel socket TOS/TTL: {e}")))?;
+    if !v6 {
+        sys::set_no_check(sock.as_fd(), !o.csum)
+            .map_err(|e| PortError(format!("tunnel socket SO_NO_CHECK: {e}")))?;
+    }
+    Ok(())
 }
 
 fn kind_name(k: TunnelKind) -> &'static str {
@@ -509,6 +554,7 @@ impl Port for TunnelPort {
             "key": self.cfg.vni,
             "dst_port": self.cfg.dst_port,
             "tos": self.cfg.tos,
+            "csum": self.cfg.csum,
             "ttl": self.cfg.ttl,
             "underlay": "kernel UDP socket",
             "ports_on_socket": ports_on_socket,
@@ -568,6 +614,7 @@ mod tests {
                 local: l.into(),
                 vni: 7,
                 dst_port: port,
+                csum: false,
                 tos: None,
                 ttl: None,
             })
@@ -637,6 +684,7 @@ mod tests {
             local: l.into(),
             vni,
             dst_port: port,
+            csum: false,
             tos: None,
             ttl: None,
         };

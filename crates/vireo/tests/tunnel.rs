@@ -155,6 +155,32 @@ fn ping_count(ns: &Ns, ip: &str, n: u32, extra: &[&str]) -> u32 {
         .unwrap_or(0)
 }
 
+/// Captures one packet matching `filter` on `iface` (inside `ns` if given) with `tcpdump -vv`
+/// while `trigger` runs; returns what tcpdump printed.
+fn capture_one(ns: Option<&Ns>, iface: &str, filter: &str, trigger: impl FnOnce()) -> String {
+    let mut args: Vec<String> = [
+        "timeout", "8", "tcpdump", "-c", "1", "-nn", "-vv", "-i", iface, filter,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    if let Some(ns) = ns {
+        let r: Vec<&str> = args.iter().map(String::as_str).collect();
+        args = ns.cmd(&r);
+    }
+    let cap = Command::new(&args[0])
+        .args(&args[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    trigger();
+    let out = cap.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn port_status(d: &Daemon, port: &str) -> serde_json::Value {
     let show = d.json(&["show"]);
     for b in show["bridges"].as_array().unwrap() {
@@ -285,6 +311,22 @@ fn vxlan_interop_with_the_kernel_ping_tcp_and_mtu() {
     eprintln!("vx stats {s} status {}", st["status"]);
     assert!(s["rx_packets"].as_u64().unwrap() > 1000, "{s}");
     assert_eq!(s["rx_errors"], 0, "{s}");
+    // UDP checksums: none by default over IPv4 (as OVS), present with csum=true; seen by
+    // tcpdump on host B's end of the underlay.
+    if testkit::require_peer("tcpdump", "tcpdump") {
+        let f = "udp and src host 10.231.0.1 and dst port 4789";
+        let ping = || {
+            let _ = ping_count(&vm, "192.168.231.2", 2, &[]);
+        };
+        let text = capture_one(Some(&hb), &hb.ns_if, f, ping);
+        assert!(text.contains("[no cksum]"), "default csum: {text}");
+        d.ok(&["set-port", "vx", "csum=true"]);
+        let text = capture_one(Some(&hb), &hb.ns_if, f, ping);
+        assert!(
+            text.contains("4789") && !text.contains("[no cksum]"),
+            "csum=true: {text}"
+        );
+    }
     // Smaller frames still pass after the drops.
     assert_eq!(ping_count(&vm, "192.168.231.2", 2, &[]), 2);
 }
@@ -386,18 +428,10 @@ fn geneve_between_two_vireods_and_hostile_datagrams() {
     );
     // ... and the outer header carries them: one datagram from a to b, seen on loopback.
     if testkit::require_peer("tcpdump", "tcpdump") {
-        let cap = Command::new("timeout")
-            .args(["8", "tcpdump", "-c", "1", "-nn", "-v", "-i", "lo"])
-            .args(["udp and src host 127.0.0.2 and dst host 127.0.0.3 and dst port 6081"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(1000));
-        let _ = ping_count(&va, "192.168.232.2", 2, &[]);
-        let out = cap.wait_with_output().unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
+        let f = "udp and src host 127.0.0.2 and dst host 127.0.0.3 and dst port 6081";
+        let text = capture_one(None, "lo", f, || {
+            let _ = ping_count(&va, "192.168.232.2", 2, &[]);
+        });
         assert!(
             text.contains("tos 0x20") && text.contains("ttl 9"),
             "outer header without tos 0x20, ttl 9: {text}"
@@ -477,7 +511,15 @@ fn bad_tunnel_options_are_clear_errors() {
             "UDP port",
         ),
         (
-            vec!["type=vxlan", "remote_ip=10.0.0.1", "csum=true"],
+            vec!["type=vxlan", "remote_ip=10.0.0.1", "csum=maybe"],
+            "true or false",
+        ),
+        (
+            vec!["type=geneve", "remote_ip=fd00::1", "csum=false"],
+            "IPv4 underlay",
+        ),
+        (
+            vec!["type=vxlan", "remote_ip=10.0.0.1", "mtu=1400"],
             "unknown option",
         ),
     ] {

@@ -169,7 +169,7 @@ fn check_value(key: &str, v: &str) -> Result<(), String> {
                 Ok(())
             }
         }
-        "remote_ip" | "local_ip" | "key" | "dst_port" | "tos" | "ttl" => {
+        "remote_ip" | "local_ip" | "key" | "dst_port" | "tos" | "ttl" | "csum" => {
             ports::tunnel::check_option(key, v)
         }
         _ => Ok(()),
