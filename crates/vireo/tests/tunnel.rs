@@ -530,3 +530,36 @@ fn bad_tunnel_options_are_clear_errors() {
         assert!(o.stderr.contains(needle), "{args:?}: {}", o.stderr);
     }
 }
+
+/// A tunnel port is stored like any other: a restarted vireod brings it back with its
+/// options, and two ports sharing a socket both come back.
+#[test]
+fn tunnel_ports_survive_a_restart() {
+    let dir = tmp("r");
+    let port = (30000 + std::process::id() % 20000).to_string();
+    let d = Daemon::start(dir.path());
+    d.ok(&["add-br", "br0", "internal=false"]);
+    for (name, key) in [("t1", "key=5"), ("t2", "key=6")] {
+        d.ok(&[
+            "add-port",
+            "br0",
+            name,
+            "type=vxlan",
+            "remote_ip=127.0.0.9",
+            "local_ip=127.0.0.8",
+            &format!("dst_port={port}"),
+            key,
+            "ttl=7",
+        ]);
+    }
+    assert_eq!(d.stop(), Some(0));
+    let d = Daemon::start(dir.path());
+    for (name, key) in [("t1", 5), ("t2", 6)] {
+        let p = port_status(&d, name);
+        assert_eq!(p["type"], "vxlan", "{p}");
+        let st = &p["status"];
+        assert_eq!(st["key"], key, "{p}");
+        assert_eq!(st["ttl"], 7, "{p}");
+        assert_eq!(st["ports_on_socket"], 2, "{p}");
+    }
+}
