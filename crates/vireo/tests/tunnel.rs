@@ -562,4 +562,30 @@ fn tunnel_ports_survive_a_restart() {
         assert_eq!(st["ttl"], 7, "{p}");
         assert_eq!(st["ports_on_socket"], 2, "{p}");
     }
+    // Deleted and added again at once: the port takes its place on the socket again; with
+    // every port gone the socket is closed, and another type may bind the address.
+    let args = |t: &'static str, name: &'static str| {
+        let v: Vec<String> = ["add-port", "br0", name, t, "remote_ip=127.0.0.9"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([
+                "local_ip=127.0.0.8".to_string(),
+                format!("dst_port={port}"),
+                "key=5".to_string(),
+                "ttl=7".to_string(),
+            ])
+            .collect();
+        v
+    };
+    let run = |v: Vec<String>| {
+        let r: Vec<&str> = v.iter().map(String::as_str).collect();
+        d.ok(&r);
+    };
+    d.ok(&["del-port", "br0", "t1"]);
+    run(args("type=vxlan", "t1"));
+    assert_eq!(port_status(&d, "t1")["status"]["ports_on_socket"], 2);
+    d.ok(&["del-port", "br0", "t1"]);
+    d.ok(&["del-port", "br0", "t2"]);
+    run(args("type=geneve", "g1"));
+    assert_eq!(port_status(&d, "g1")["type"], "geneve");
 }
