@@ -2,11 +2,12 @@
 //! namespace ("host B") reached from a namespace ("VM A") behind vireod, with ping, a TCP
 //! transfer (iperf3) and a frame too big for the underlay after encapsulation; Geneve between
 //! two vireods on loopback addresses with VM↔VM ping and hostile datagrams counted by reason,
-//! and over an IPv6 underlay.
+//! and over an IPv6 underlay; Open vSwitch 3.1's userspace datapath (native tunneling) in a
+//! namespace as the far end of a VXLAN tunnel.
 //!
 //! Names: namespaces `vtn-T-X-PID`, interfaces `vtnTXPID` (T = the test's letter, X = side),
 //! removed by Drop guards, also when a test fails. Addresses: 10.231.0.0/24 (underlay veth),
-//! 192.168.231-233.0/24 (overlays), 127.0.0.2/3 and fd00:231::2/3 on a root-namespace
+//! 10.232.0.0/24 (OVS underlay), 192.168.231-234.0/24 (overlays), 127.0.0.2/3 and fd00:231::2/3 on a root-namespace
 //! veth `vtn6uPID` (Geneve underlays).
 mod common;
 
@@ -329,6 +330,206 @@ fn vxlan_interop_with_the_kernel_ping_tcp_and_mtu() {
     }
     // Smaller frames still pass after the drops.
     assert_eq!(ping_count(&vm, "192.168.231.2", 2, &[]), 2);
+}
+
+/// Open vSwitch 3.1 with its userspace (netdev) datapath, run inside `ns`: `ovsdb-server` and
+/// `ovs-vswitchd` with a private database and sockets in `dir`, killed on drop.
+struct Ovs {
+    _db: Bg,
+    _vswitchd: Bg,
+    ns: String,
+    dir: std::path::PathBuf,
+}
+
+impl Ovs {
+    fn start(ns: &Ns, dir: &std::path::Path) -> Ovs {
+        let d = dir.display().to_string();
+        must(&[
+            "ovsdb-tool",
+            "create",
+            &format!("{d}/conf.db"),
+            "/usr/share/openvswitch/vswitch.ovsschema",
+        ]);
+        let spawn = |args: Vec<String>| {
+            let v = ns.cmd(&args.iter().map(String::as_str).collect::<Vec<_>>());
+            Bg(Command::new(&v[0])
+                .args(&v[1..])
+                .env("OVS_RUNDIR", &d)
+                .env("OVS_LOGDIR", &d)
+                .env("OVS_DBDIR", &d)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap())
+        };
+        let db = spawn(
+            [
+                "ovsdb-server".to_string(),
+                format!("{d}/conf.db"),
+                format!("--remote=punix:{d}/db.sock"),
+                format!("--unixctl={d}/ovsdb.ctl"),
+                format!("--pidfile={d}/ovsdb.pid"),
+            ]
+            .to_vec(),
+        );
+        let end = Instant::now() + Duration::from_secs(10);
+        while !dir.join("db.sock").exists() {
+            assert!(Instant::now() < end, "ovsdb-server did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let vswitchd = spawn(
+            [
+                "ovs-vswitchd".to_string(),
+                format!("unix:{d}/db.sock"),
+                format!("--unixctl={d}/vs.ctl"),
+                format!("--pidfile={d}/vs.pid"),
+                format!("--log-file={d}/vs.log"),
+            ]
+            .to_vec(),
+        );
+        Ovs {
+            _db: db,
+            _vswitchd: vswitchd,
+            ns: ns.name.clone(),
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    fn vsctl(&self, args: &[&str]) {
+        let db = format!("--db=unix:{}/db.sock", self.dir.display());
+        let mut a = vec![
+            "ip",
+            "netns",
+            "exec",
+            &self.ns,
+            "ovs-vsctl",
+            &db,
+            "--timeout=10",
+        ];
+        a.extend_from_slice(args);
+        must(&a);
+    }
+}
+
+/// Host C runs Open vSwitch's userspace datapath with native tunneling, as clouds deploy it:
+/// `brphy` holds the underlay veth and, on its internal port, the tunnel address 10.232.0.2;
+/// `brint` has a VXLAN port (VNI 42) to vireod's 10.232.0.1 and its internal port holds
+/// 192.168.234.2. VM A (192.168.234.1, MTU 1450) behind vireod pings it and runs TCP both ways.
+#[test]
+fn vxlan_interop_with_the_ovs_userspace_datapath() {
+    if !kernel_ok()
+        || !testkit::require_peer("iperf3", "iperf3")
+        || !testkit::require_peer("ovs-vswitchd", "openvswitch-switch")
+        || !testkit::require_peer("ovsdb-server", "openvswitch-switch")
+    {
+        return;
+    }
+    let dir = tmp("o");
+    let ovs_dir = tmp("ovs");
+    let hc = Ns::new('o', 'c', None);
+    must(&["ip", "addr", "add", "10.232.0.1/24", "dev", &hc.host_if]);
+    let vm = Ns::new('o', 'v', Some("192.168.234.1/24"));
+    vm.exec(&["ip", "link", "set", &vm.ns_if, "mtu", "1450"]);
+    let ovs = Ovs::start(&hc, ovs_dir.path());
+    ovs.vsctl(&[
+        "add-br",
+        "brphy",
+        "--",
+        "set",
+        "bridge",
+        "brphy",
+        "datapath_type=netdev",
+    ]);
+    ovs.vsctl(&["add-port", "brphy", &hc.ns_if]);
+    hc.exec(&["ip", "addr", "add", "10.232.0.2/24", "dev", "brphy"]);
+    hc.exec(&["ip", "link", "set", "brphy", "up"]);
+    ovs.vsctl(&[
+        "add-br",
+        "brint",
+        "--",
+        "set",
+        "bridge",
+        "brint",
+        "datapath_type=netdev",
+    ]);
+    ovs.vsctl(&[
+        "add-port",
+        "brint",
+        "vx",
+        "--",
+        "set",
+        "interface",
+        "vx",
+        "type=vxlan",
+        "options:remote_ip=10.232.0.1",
+        "options:key=42",
+    ]);
+    hc.exec(&["ip", "addr", "add", "192.168.234.2/24", "dev", "brint"]);
+    hc.exec(&["ip", "link", "set", "brint", "up"]);
+
+    let d = Daemon::start(dir.path());
+    d.ok(&["add-br", "br0", "internal=false"]);
+    d.ok(&[
+        "add-port",
+        "br0",
+        "vm",
+        "type=af-packet",
+        &format!("ifname={}", vm.host_if),
+    ]);
+    d.ok(&[
+        "add-port",
+        "br0",
+        "vx",
+        "type=vxlan",
+        "remote_ip=10.232.0.2",
+        "local_ip=10.232.0.1",
+        "key=42",
+    ]);
+    assert!(
+        ping_until(&vm, "192.168.234.2", 15),
+        "no ping to OVS through VXLAN: {}",
+        port_status(&d, "vx")
+    );
+    let got = ping_count(&vm, "192.168.234.2", 5, &[]);
+    assert!(got >= 4, "ping lost {} of 5", 5 - got);
+    for reverse in [false, true] {
+        let v = hc.cmd(&["iperf3", "-s", "-1"]);
+        let srv = Bg(Command::new(&v[0])
+            .args(&v[1..])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap());
+        std::thread::sleep(Duration::from_millis(500));
+        let mut a = vec![
+            "timeout",
+            "30",
+            "iperf3",
+            "-c",
+            "192.168.234.2",
+            "-t",
+            "2",
+            "-J",
+        ];
+        if reverse {
+            a.push("-R");
+        }
+        let out = vm.try_exec(&a);
+        drop(srv);
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let bytes = j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+        let dir = if reverse {
+            "OVS -> VM A"
+        } else {
+            "VM A -> OVS"
+        };
+        eprintln!("vxlan iperf3 TCP {dir}: {bytes} bytes in 2 s");
+        assert!(bytes > 2_000_000, "TCP {dir} moved only {bytes} bytes");
+    }
+    let s = stats(&d, "vx");
+    eprintln!("vx stats {s}");
+    assert_eq!(s["rx_errors"], 0, "{s}");
 }
 
 /// Two vireods, each with a VM namespace (`net`.1 and `net`.2) on an af-packet port and a
