@@ -7,8 +7,8 @@
 //!
 //! Names: namespaces `vtn-T-X-PID`, interfaces `vtnTXPID` (T = the test's letter, X = side),
 //! removed by Drop guards, also when a test fails. Addresses: 10.231.0.0/24 (underlay veth),
-//! 10.232.0.0/24 (OVS underlay), 192.168.231-234.0/24 (overlays), 127.0.0.2/3 and fd00:231::2/3 on a root-namespace
-//! veth `vtn6uPID` (Geneve underlays).
+//! 10.232.0.0/24 (OVS underlay), 192.168.231-234.0/24 (overlays), 127.0.0.2/3 and
+//! fd00:231::2/3 on a root-namespace veth `vtn6uPID` (Geneve underlays).
 mod common;
 
 use common::Daemon;
