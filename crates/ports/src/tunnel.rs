@@ -218,7 +218,7 @@ impl Endpoint {
         sock.set_nonblocking(true)
             .map_err(|e| err("non-blocking", e))?;
         sys::set_pmtudisc_do(sock.as_fd(), bind.is_ipv6()).map_err(|e| err("MTU_DISCOVER", e))?;
-        set_tos_ttl(&sock, bind.is_ipv6(), SockOpts::of(cfg))?;
+        set_sock_opts(&sock, bind.is_ipv6(), SockOpts::of(cfg))?;
         let _ = sys::set_buf(sock.as_fd(), true, 4 << 20);
         let _ = sys::set_buf(sock.as_fd(), false, 4 << 20);
         Ok(Arc::new(Endpoint {
@@ -263,7 +263,7 @@ impl Endpoint {
                             "tos, ttl and csum must match the other tunnel ports on UDP {bind}"
                         )));
                     }
-                    set_tos_ttl(&e.sock, bind.is_ipv6(), SockOpts::of(cfg))?;
+                    set_sock_opts(&e.sock, bind.is_ipv6(), SockOpts::of(cfg))?;
                     *tt = SockOpts::of(cfg);
                 }
                 drop(tt);
@@ -312,7 +312,7 @@ impl SockOpts {
 
 /// Sets the outer TOS (IPv6: traffic class) and TTL (hop limit), `None` restoring the default,
 /// and for IPv4 whether UDP checksums are sent (`SO_NO_CHECK`).
-fn set_tos_ttl(sock: &UdpSocket, v6: bool, o: SockOpts) -> Result<(), PortError> {
+fn set_sock_opts(sock: &UdpSocket, v6: bool, o: SockOpts) -> Result<(), PortError> {
     use nix::sys::socket::{setsockopt, sockopt};
     let ttl = o.ttl.map_or(-1, i32::from);
     let tos = o.tos.map_or(0, i32::from);
@@ -362,7 +362,7 @@ impl Drop for TunnelPort {
 impl TunnelPort {
     /// Opens the port: binds the underlay socket `local_ip:dst_port`, or joins the socket
     /// another tunnel port of the same kind already bound there (its remote and VNI must then
-    /// differ from every other port's on that socket, and its `tos`/`ttl` be the same).
+    /// differ from every other port's on that socket, and its `tos`/`ttl`/`csum` be the same).
     pub fn open(cfg: TunnelConfig) -> Result<Arc<TunnelPort>, PortError> {
         let sh = Arc::new(Shared::default());
         let ep = Endpoint::join(&cfg, &sh)?;
