@@ -17,9 +17,10 @@ as_root() {
 # Debian packages: testpmd (dpdk-dev), ovs-ofctl (openvswitch-common), QEMU and a guest kernel,
 # busybox for the guest's initramfs, iproute2 for namespaces, clang runtime for fuzzing,
 # iperf3/ethtool/tcpdump/iputils-ping as kernel endpoints for the kernel-port (af-packet,
-# tap, internal, af-xdp) tests.
+# tap, internal, af-xdp) tests; openvswitch-switch (ovs-vswitchd, userspace datapath) as the
+# far end of the VXLAN tunnel test.
 apt_pkgs=(build-essential pkg-config curl ca-certificates git python3 iproute2
-          dpdk dpdk-dev openvswitch-common qemu-system-x86 busybox-static
+          dpdk dpdk-dev openvswitch-common openvswitch-switch qemu-system-x86 busybox-static
           linux-image-amd64 cpio iperf3 ethtool tcpdump iputils-ping)
 [ "$want_bench" = 1 ] && apt_pkgs+=(openvswitch-switch-dpdk gnuplot-nox)
 

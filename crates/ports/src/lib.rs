@@ -14,6 +14,7 @@ pub mod kmeta;
 mod stats;
 mod sys;
 pub mod tap;
+pub mod tunnel;
 pub mod vhost_user;
 
 pub use stats::{DropReason, PortCounters, PortStats};

@@ -403,3 +403,31 @@ pub fn send_batch(
         Ok(rc as usize)
     }
 }
+
+/// Forbids fragmentation on a UDP socket (`IP_MTU_DISCOVER` = `IP_PMTUDISC_DO`, or the IPv6
+/// options for an IPv6 socket): a datagram larger than the route's MTU fails with `EMSGSIZE`
+/// instead of leaving in fragments.
+pub fn set_pmtudisc_do(fd: BorrowedFd<'_>, v6: bool) -> io::Result<()> {
+    if v6 {
+        let (l, d) = (libc::IPPROTO_IPV6, libc::IPV6_PMTUDISC_DO);
+        set_opt(fd, l, libc::IPV6_MTU_DISCOVER, &d)?;
+        set_opt(fd, l, libc::IPV6_DONTFRAG, &1)
+    } else {
+        set_opt(
+            fd,
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            &libc::IP_PMTUDISC_DO,
+        )
+    }
+}
+
+/// Turns UDP checksums off (`on`) or on for datagrams an IPv4 UDP socket sends (`SO_NO_CHECK`).
+pub fn set_no_check(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
+    set_opt(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_NO_CHECK,
+        &libc::c_int::from(on),
+    )
+}

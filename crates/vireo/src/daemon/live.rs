@@ -5,6 +5,7 @@ use ports::af_packet::AfPacketPort;
 use ports::af_xdp::AfXdpPort;
 use ports::dummy::DummyPort;
 use ports::tap::TapPort;
+use ports::tunnel::{TunnelConfig, TunnelPort};
 use ports::vhost_user::VhostUserPort;
 use ports::Port;
 use std::path::Path;
@@ -25,6 +26,8 @@ pub enum LivePort {
     AfPacket(Arc<AfPacketPort>),
     /// A tap Vireo created (`tap`, or a bridge's `internal` port).
     Tap(Arc<TapPort>),
+    /// A `vxlan` or `geneve` tunnel endpoint (kernel UDP socket underlay).
+    Tunnel(Arc<TunnelPort>),
 }
 
 impl LivePort {
@@ -82,6 +85,17 @@ impl LivePort {
                     .map(LivePort::Tap)
                     .map_err(|e| format!("port {name}: {e}"))
             }
+            "vxlan" | "geneve" => {
+                let kind = if pc.kind == "vxlan" {
+                    ports::tunnel::TunnelKind::Vxlan
+                } else {
+                    ports::tunnel::TunnelKind::Geneve
+                };
+                TunnelConfig::parse(kind, opt)
+                    .and_then(TunnelPort::open)
+                    .map(LivePort::Tunnel)
+                    .map_err(|e| format!("port {name}: {e}"))
+            }
             other => Err(format!(
                 "port type {other:?} is not implemented yet in this build of vireod"
             )),
@@ -96,6 +110,7 @@ impl LivePort {
             LivePort::AfXdp(x) => x.clone(),
             LivePort::AfPacket(a) => a.clone(),
             LivePort::Tap(t) => t.clone(),
+            LivePort::Tunnel(t) => t.clone(),
         }
     }
 
@@ -122,6 +137,7 @@ impl LivePort {
             LivePort::AfXdp(x) => x.shutdown(),
             LivePort::AfPacket(a) => a.shutdown(),
             LivePort::Tap(t) => t.shutdown(),
+            LivePort::Tunnel(t) => t.shutdown(),
             LivePort::Dummy(_) => {}
         }
     }

@@ -56,6 +56,16 @@ pub const KINDS: &[KindSpec] = &[
         options: &["mtu"],
         built: true,
     },
+    KindSpec {
+        name: "vxlan",
+        options: ports::tunnel::OPTIONS,
+        built: true,
+    },
+    KindSpec {
+        name: "geneve",
+        options: ports::tunnel::OPTIONS,
+        built: true,
+    },
 ];
 
 /// The default type of `add-port` without `type=`.
@@ -158,6 +168,9 @@ fn check_value(key: &str, v: &str) -> Result<(), String> {
             } else {
                 Ok(())
             }
+        }
+        "remote_ip" | "local_ip" | "key" | "dst_port" | "tos" | "ttl" | "csum" => {
+            ports::tunnel::check_option(key, v)
         }
         _ => Ok(()),
     }
