@@ -307,9 +307,26 @@ fn two_hundred_add_del_cycles_leak_nothing() {
     d.ok(&["del-port", "br0", "pa"]);
     let (fds, (shared, private)) = (fd_count(pid), mappings(pid));
     const UMEM: u64 = 32 << 20;
+    let mut busy = 0;
     for i in 0..200 {
         let mode = ["xdp-mode=native", "xdp-mode=generic"][i % 2];
-        d.ok(&["add-port", "br0", "pa", "type=af-xdp", &ifname, mode]);
+        // The kernel frees a queue's last socket asynchronously; vireod retries a busy bind
+        // for 2 s and then says so in one line. On a loaded machine that can happen: the
+        // operator (here, the test) tries again, at most 5 times, and it is counted.
+        let mut tries = 0;
+        loop {
+            let o = d.ctl(&["add-port", "br0", "pa", "type=af-xdp", &ifname, mode]);
+            if o.code == 0 {
+                break;
+            }
+            tries += 1;
+            assert!(
+                o.stderr.contains("busy") && tries < 5,
+                "add-port failed: {}",
+                o.stderr
+            );
+            busy += 1;
+        }
         if i == 0 {
             // What one port holds, so the checks below can fail.
             let (s1, p1) = mappings(pid);
@@ -321,7 +338,7 @@ fn two_hundred_add_del_cycles_leak_nothing() {
     }
     let (fds2, (shared2, private2)) = (fd_count(pid), mappings(pid));
     eprintln!(
-        "vireod after 200 af-xdp add/del cycles: fds {fds} -> {fds2}, shared mappings {shared} -> {shared2}, private writable KiB {} -> {}",
+        "vireod after 200 af-xdp add/del cycles: fds {fds} -> {fds2}, shared mappings {shared} -> {shared2}, private writable KiB {} -> {}, busy binds retried {busy}",
         private >> 10,
         private2 >> 10
     );

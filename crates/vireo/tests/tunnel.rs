@@ -158,7 +158,7 @@ fn ping_count(ns: &Ns, ip: &str, n: u32, extra: &[&str]) -> u32 {
 
 /// Captures one packet matching `filter` on `iface` (inside `ns` if given) with `tcpdump -vv`
 /// while `trigger` runs; returns what tcpdump printed.
-fn capture_one(ns: Option<&Ns>, iface: &str, filter: &str, trigger: impl FnOnce()) -> String {
+fn capture_one(ns: Option<&Ns>, iface: &str, filter: &str, mut trigger: impl FnMut()) -> String {
     let mut args: Vec<String> = [
         "timeout", "8", "tcpdump", "-c", "1", "-nn", "-vv", "-i", iface, filter,
     ]
@@ -176,8 +176,14 @@ fn capture_one(ns: Option<&Ns>, iface: &str, filter: &str, trigger: impl FnOnce(
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1000));
-    trigger();
+    // Keep sending until tcpdump has its packet (or its own 8 s timeout ends it): on a busy
+    // machine it may attach later than any fixed delay.
+    let mut cap = cap;
+    std::thread::sleep(Duration::from_millis(300));
+    while matches!(cap.try_wait(), Ok(None)) {
+        trigger();
+        std::thread::sleep(Duration::from_millis(300));
+    }
     let out = cap.wait_with_output().unwrap();
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
