@@ -7,6 +7,7 @@
 //! the pool is warm.
 //! Threads: PMD thread only; no locks (ports serialize tx internally if they must).
 use crate::action::{Action, Upcall};
+use crate::meter::{remark_dscp, Verdict};
 use crate::stats::Tally;
 use packet::{Batch, Packet, Pool};
 use ports::Port;
@@ -134,6 +135,8 @@ pub struct ExecCtx<'a> {
     pub upcall: &'a dyn Upcall,
     /// Counts (lost).
     pub tally: &'a mut Tally,
+    /// The time meters see for this burst ([`crate::meter::now_ns`]).
+    pub now_ns: u64,
 }
 
 /// Port number meaning "the packet itself goes nowhere" (consumed or dropped).
@@ -163,10 +166,29 @@ pub fn execute(
                 cx.tx.send(*p, c, cx.pool, cx.tally);
             }
             Action::Userspace(cookie) => cx.upcall.userspace(*cookie, key, pkt),
+            Action::Meter(m) => match m.0.apply(pkt.len(), cx.now_ns) {
+                Verdict::Drop => return NO_PORT,
+                Verdict::Pass { remark: 0 } => {}
+                Verdict::Pass { remark: r } => remark(pkt, key, r),
+            },
             other => modify(pkt, other),
         }
     }
     NO_PORT
+}
+
+/// A meter's DSCP remark band: raises the AF drop precedence of an IP packet's DSCP.
+#[cold]
+fn remark(pkt: &mut Packet, key: &FlowKey, levels: u8) {
+    let et = key.get(wire::Field::EthType) as u16;
+    if et != ethertype::IPV4 && et != ethertype::IPV6 {
+        return;
+    }
+    let dscp = (key.get(wire::Field::IpTos) as u8) >> 2;
+    let new = remark_dscp(dscp, levels);
+    if new != dscp {
+        rewrite::set_ip_dscp(pkt.data_mut(), new);
+    }
 }
 
 /// Applies one packet-modifying action (not `Output` or `Userspace`, which need a context).
@@ -196,7 +218,7 @@ pub fn modify(pkt: &mut Packet, a: &Action) {
         Action::SetTpDst(v) => {
             rewrite::set_tp_dst(pkt.data_mut(), *v);
         }
-        Action::Output(_) | Action::Userspace(_) => {}
+        Action::Output(_) | Action::Userspace(_) | Action::Meter(_) => {}
     }
 }
 
@@ -275,6 +297,7 @@ mod tests {
             pool: &mut pool,
             upcall: &NoUpcall,
             tally: &mut tally,
+            now_ns: 0,
         };
         let acts = [
             Action::Output(1),
@@ -298,6 +321,7 @@ mod tests {
             pool: &mut pool,
             upcall: &NoUpcall,
             tally: &mut tally,
+            now_ns: 0,
         };
         let mut pkt = Packet::from_slice(&[1; 20]);
         let to = execute(&mut pkt, &[Action::Output(9)], 0, &FlowKey::ZERO, &mut cx);
@@ -318,6 +342,7 @@ mod tests {
                 pool: &mut pool,
                 upcall: &NoUpcall,
                 tally: &mut tally,
+                now_ns: 0,
             };
             let acts = [Action::Output(1), Action::Output(1)];
             let mut pkt = Packet::from_slice(&[i; 14]);
