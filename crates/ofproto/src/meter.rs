@@ -148,7 +148,7 @@ impl MeterTable {
     }
 
     /// Checks an add or modify without applying it.
-    fn check(mm: &MeterMod) -> Result<(), OfError> {
+    pub(crate) fn check(mm: &MeterMod) -> Result<(), OfError> {
         if !id_valid(mm.meter_id) {
             return Err(OfError::InvalidMeter(mm.meter_id));
         }
@@ -245,6 +245,147 @@ impl MeterTable {
     }
 }
 
+/// Parses a meter in `ovs-ofctl` syntax for `command`:
+/// `meter=N,kbps|pktps[,burst][,stats],bands=type=drop|dscp_remark,rate=R[,burst_size=B]
+/// [,prec_level=P][,type=...]`; for a delete, `meter=N` or nothing (every meter). Errors are
+/// one line naming what is wrong.
+pub fn parse_meter(command: MeterCommand, spec: &str) -> Result<MeterMod, String> {
+    let mut mm = MeterMod {
+        command,
+        meter_id: METER_ALL,
+        flags: 0,
+        bands: Vec::new(),
+    };
+    let (head, bands) = match spec.split_once("bands=") {
+        Some((h, b)) => (h, Some(b)),
+        None => (spec, None),
+    };
+    let num = |k: &str, v: &str| -> Result<u32, String> {
+        v.trim()
+            .parse::<u32>()
+            .map_err(|_| format!("{k}={v}: not a number"))
+    };
+    let mut have_id = false;
+    for tok in head.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        match tok.split_once('=') {
+            Some(("meter", "all")) => have_id = true,
+            Some(("meter", v)) => {
+                mm.meter_id = match v {
+                    "controller" => METER_CONTROLLER,
+                    "slowpath" => METER_SLOWPATH,
+                    _ => num("meter", v)?,
+                };
+                have_id = true;
+            }
+            None if tok == "kbps" => mm.flags |= meter_flags::KBPS,
+            None if tok == "pktps" => mm.flags |= meter_flags::PKTPS,
+            None if tok == "burst" => mm.flags |= meter_flags::BURST,
+            None if tok == "stats" => mm.flags |= meter_flags::STATS,
+            _ => return Err(format!("unknown meter field {tok:?}")),
+        }
+    }
+    if command == MeterCommand::Delete {
+        return match bands {
+            Some(_) => Err("a meter delete takes only meter=N".into()),
+            None => Ok(mm),
+        };
+    }
+    if !have_id || mm.meter_id == METER_ALL {
+        return Err("meter=N is required (1..=4294901760, controller or slowpath)".into());
+    }
+    if mm.flags & (meter_flags::KBPS | meter_flags::PKTPS) == 0 {
+        mm.flags |= meter_flags::KBPS;
+    }
+    let Some(bands) = bands else {
+        return Err("bands=type=drop,rate=N is required".into());
+    };
+    for tok in bands.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        let Some((k, v)) = tok.split_once('=') else {
+            return Err(format!("band field {tok:?} needs a value"));
+        };
+        if k == "type" {
+            mm.bands.push(MeterBand {
+                kind: match v {
+                    "drop" => BandKind::Drop,
+                    "dscp_remark" => BandKind::DscpRemark(0),
+                    _ => return Err(format!("unknown band type {v:?} (drop, dscp_remark)")),
+                },
+                rate: 0,
+                burst: 0,
+            });
+            continue;
+        }
+        let Some(b) = mm.bands.last_mut() else {
+            return Err(format!("{tok}: a band starts with type="));
+        };
+        match k {
+            "rate" => b.rate = num(k, v)?,
+            "burst_size" => b.burst = num(k, v)?,
+            "prec_level" => match &mut b.kind {
+                BandKind::DscpRemark(p) => {
+                    *p = u8::try_from(num(k, v)?).map_err(|_| format!("{tok}: out of range"))?
+                }
+                BandKind::Drop => return Err("prec_level belongs to a dscp_remark band".into()),
+            },
+            _ => return Err(format!("unknown band field {k:?}")),
+        }
+    }
+    MeterTable::check(&mm).map_err(|e| e.to_string())?;
+    Ok(mm)
+}
+
+fn id_text(id: u32) -> String {
+    match id {
+        METER_CONTROLLER => "controller".into(),
+        METER_SLOWPATH => "slowpath".into(),
+        _ => id.to_string(),
+    }
+}
+
+/// One meter as `dump-meters` prints it, in `ovs-ofctl` syntax (what `add-meter` takes back),
+/// with its counters.
+pub fn format_meter(id: u32, e: &MeterEntry, flow_count: usize) -> String {
+    let mut s = format!("meter={}", id_text(id));
+    for (bit, name) in [
+        (meter_flags::KBPS, "kbps"),
+        (meter_flags::PKTPS, "pktps"),
+        (meter_flags::BURST, "burst"),
+        (meter_flags::STATS, "stats"),
+    ] {
+        if e.flags & bit != 0 {
+            s.push(',');
+            s.push_str(name);
+        }
+    }
+    s.push_str(",bands=");
+    let bands: Vec<String> = e
+        .bands
+        .iter()
+        .map(|b| {
+            let mut t = match b.kind {
+                BandKind::Drop => format!("type=drop,rate={}", b.rate),
+                BandKind::DscpRemark(p) => {
+                    format!("type=dscp_remark,rate={},prec_level={p}", b.rate)
+                }
+            };
+            if e.flags & meter_flags::BURST != 0 {
+                t.push_str(&format!(",burst_size={}", b.burst));
+            }
+            t
+        })
+        .collect();
+    s.push_str(&bands.join(","));
+    let st = e.meter.stats();
+    s.push_str(&format!(
+        " flow_count:{flow_count} packet_in_count:{} byte_in_count:{}",
+        st.packets, st.bytes
+    ));
+    for (i, (p, b)) in st.bands.iter().enumerate() {
+        s.push_str(&format!(" band{i}:packet_count:{p},byte_count:{b}"));
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,5 +443,37 @@ mod tests {
         assert_eq!(t.remove(7), Ok(vec![]));
         assert_eq!(t.remove(METER_ALL), Ok(vec![1, METER_CONTROLLER]));
         assert!(t.is_empty());
+    }
+
+    #[test]
+    fn ovs_ofctl_syntax_round_trips() {
+        let spec = "meter=3,pktps,burst,stats,bands=type=drop,rate=1000,burst_size=100,\
+                    type=dscp_remark,rate=500,prec_level=1,burst_size=10";
+        let mm = parse_meter(MeterCommand::Add, spec).unwrap();
+        assert_eq!(mm.meter_id, 3);
+        assert_eq!(mm.bands.len(), 2);
+        assert_eq!(mm.bands[1].kind, BandKind::DscpRemark(1));
+        let mut t = MeterTable::default();
+        t.apply(mm.clone(), Instant::now()).unwrap();
+        let line = format_meter(3, t.get(3).unwrap(), 0);
+        let again = parse_meter(MeterCommand::Add, line.split(' ').next().unwrap()).unwrap();
+        assert_eq!(again, mm, "{line}");
+        let kbps = parse_meter(MeterCommand::Add, "meter=1,bands=type=drop,rate=10").unwrap();
+        assert_eq!(kbps.flags, meter_flags::KBPS, "kbps is the default");
+        let del = parse_meter(MeterCommand::Delete, "").unwrap();
+        assert_eq!(del.meter_id, METER_ALL);
+        for bad in [
+            "meter=1,pktps",
+            "meter=1,pktps,bands=type=drop,rate=0",
+            "meter=1,pktps,bands=type=police,rate=5",
+            "meter=1,pktps,bands=rate=5",
+            "meter=0,pktps,bands=type=drop,rate=5",
+            "pktps,bands=type=drop,rate=5",
+            "meter=1,kbps,pktps,bands=type=drop,rate=5",
+            "meter=1,fast,bands=type=drop,rate=5",
+            "meter=1,bands=type=drop,rate=x",
+        ] {
+            assert!(parse_meter(MeterCommand::Add, bad).is_err(), "{bad}");
+        }
     }
 }

@@ -79,6 +79,17 @@ impl Pipeline {
             .collect())
     }
 
+    /// `dump-meters`: one line per meter in `ovs-ofctl` syntax with its counters.
+    pub fn dump_meters_text(&self, bridge: &str) -> Result<Vec<String>, Error> {
+        let br = self.bridge(bridge)?;
+        let tables = read(&br.shared.tables);
+        Ok(tables
+            .meters()
+            .iter()
+            .map(|(id, e)| crate::meter::format_meter(id, e, tables.meter_refs(id)))
+            .collect())
+    }
+
     /// Every group of a bridge (GROUP_DESC).
     pub fn group_descs(&self, bridge: &str) -> Result<Vec<GroupDesc>, Error> {
         let br = self.bridge(bridge)?;

@@ -138,7 +138,8 @@ impl Switch {
             "add-flow" | "add-flows" | "mod-flows" | "del-flows" | "dump-flows"
             | "dump-megaflows" | "pmd-stats-show" | "pmd-stats-clear" | "pmd-rxq-show"
             | "set-controller" | "del-controller" | "set-fail-mode" | "set-bridge"
-            | "dump-macs" => self.dispatch_dp(command, args),
+            | "dump-macs" | "add-meter" | "mod-meter" | "del-meter" | "del-meters"
+            | "dump-meters" => self.dispatch_dp(command, args),
             "version" => arity(0, 0, "").map(|_| {
                 let v = env!("CARGO_PKG_VERSION");
                 Response::ok(format!("vireod {v}"), json!({ "vireod": v }))
