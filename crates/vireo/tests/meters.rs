@@ -6,9 +6,9 @@
 //! offered rate is above it; the meter's counters (`dump-meters`) must show the drops, and the
 //! metered flow must stay in the datapath (megaflow hits, no upcall per packet).
 //!
-//! Rates: 10 and 50 kpps always; 100 and 500 kpps whenever the generator offers at least 10%
-//! more than that (a debug vireod sharing 2 cores carries about 200 kpps). Under `VIREO_STRICT_RATE=1` (release build,
-//! BENCHMARKS.md) an offered rate too low for 500 kpps fails the test instead of printing
+//! Rates: 10 and 50 kpps always; 100 and 500 kpps whenever the generator offers at least 1.5 times
+//! that (a debug vireod sharing 2 cores carries 150-400 kpps). Under `VIREO_STRICT_RATE=1` (release build,
+//! BENCHMARKS.md) an offered rate too low for any of them fails the test instead of printing
 //! `NOT MEASURED`.
 mod common;
 
@@ -168,14 +168,17 @@ fn a_pktps_meter_holds_testpmd_traffic_to_its_rate() {
         );
         eprintln!("{line}");
         report.push(line.clone());
-        if offered < 1.1 * f64::from(rate) {
+        // The offered rate must be well above the meter's: on a shared machine the PMD is
+        // descheduled now and then and frames arrive in clumps, and a token bucket (burst 0.1 s)
+        // rightly passes less than its rate when half the second's frames come in one clump.
+        if offered < 1.5 * f64::from(rate) {
             assert!(
                 !strict,
                 "VIREO_STRICT_RATE: offered {offered:.0} pps cannot test a {rate} pps meter"
             );
             eprintln!(
                 "NOT MEASURED: {rate} pps needs an offered rate above {}",
-                rate + rate / 10
+                rate + rate / 2
             );
             assert!(
                 rate > 50_000,
