@@ -30,6 +30,8 @@ pub struct TxTable {
     direct: Vec<u16>,
     dirty: Vec<u16>,
     txq: usize,
+    /// Per-port egress policing, if the datapath has any.
+    pub(crate) policers: Option<Arc<crate::police::Policers>>,
 }
 
 impl TxTable {
@@ -40,6 +42,7 @@ impl TxTable {
             direct: Vec::new(),
             dirty: Vec::new(),
             txq,
+            policers: None,
         }
     }
 
@@ -95,7 +98,7 @@ impl TxTable {
         if slot.batch.is_empty() {
             self.dirty.push(s as u16);
         } else if slot.batch.is_full() {
-            flush_slot(slot, txq, pool, tally);
+            flush_slot(slot, txq, pool, tally, self.policers.as_deref());
         }
         if let Err(p) = slot.batch.push(pkt) {
             tally.lost += 1;
@@ -108,14 +111,25 @@ impl TxTable {
     pub fn flush(&mut self, pool: &mut Pool, tally: &mut Tally) {
         for s in self.dirty.drain(..) {
             if let Some(slot) = self.slots.get_mut(usize::from(s)) {
-                flush_slot(slot, self.txq, pool, tally);
+                flush_slot(slot, self.txq, pool, tally, self.policers.as_deref());
             }
         }
     }
 }
 
 #[inline]
-fn flush_slot(slot: &mut TxSlot, txq: usize, pool: &mut Pool, tally: &mut Tally) {
+fn flush_slot(
+    slot: &mut TxSlot,
+    txq: usize,
+    pool: &mut Pool,
+    tally: &mut Tally,
+    policers: Option<&crate::police::Policers>,
+) {
+    if let Some(pp) = policers.and_then(|p| p.get(slot.port_no)) {
+        if let Some(m) = &pp.egress {
+            crate::police::police(m, &mut slot.batch, pool, crate::meter::now_ns());
+        }
+    }
     let n = slot.batch.len();
     if n == 0 {
         return;

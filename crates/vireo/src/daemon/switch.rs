@@ -416,7 +416,9 @@ impl Switch {
             if port.is_some_and(|p| p != name) {
                 continue;
             }
-            rows.push((name.clone(), lp.port().stats()));
+            let mut st = lp.port().stats();
+            st.add_drops(ports::DropReason::Policed, self.rt.policed(name));
+            rows.push((name.clone(), st));
         }
         let mut macs = BTreeMap::new();
         for br in self.config().bridges.keys() {
@@ -480,6 +482,12 @@ impl Switch {
             self.retired.push(lp);
             return Err(CmdError(e));
         }
+        if let Err(e) = self.rt.set_policing(name, place.policing) {
+            self.rt.detach(br, name);
+            lp.stop();
+            self.retired.push(lp);
+            return Err(CmdError(e));
+        }
         self.failed.remove(name);
         self.live.insert(name.to_string(), lp);
         Ok(())
@@ -520,6 +528,9 @@ impl Switch {
         }
         if was.mac_limit != now.mac_limit {
             self.rt.set_mac_limit(br, name, now.mac_limit)?;
+        }
+        if was.policing != now.policing {
+            self.rt.set_policing(name, now.policing)?;
         }
         Ok(())
     }
