@@ -137,7 +137,12 @@ mod tests {
             b.push(packet::Packet::from_slice(&[0u8; 60])).unwrap();
         }
         let pol = p.get(3).unwrap();
-        police(pol.ingress.as_ref().unwrap(), &mut b, &mut pool, 1_000_000_000);
+        police(
+            pol.ingress.as_ref().unwrap(),
+            &mut b,
+            &mut pool,
+            1_000_000_000,
+        );
         assert_eq!(b.len(), 5, "a burst of 4 (+1)");
         assert_eq!(p.drops(3), (5, 0));
         assert_eq!(pool.free_count(), 5, "dropped buffers recycled");

@@ -310,11 +310,14 @@ pub fn parse_policing(
 ) -> Result<(Option<dp::police::Limit>, Option<dp::police::Limit>), String> {
     use dp::police::Limit;
     let get = |k: &str| -> Result<u32, String> {
-        opts.get(k)
-            .filter(|v| !v.is_empty())
-            .map_or(Ok(0), |v| parse_u32(v).map_err(|e| format!("bad value for {k}: {e}")))
+        opts.get(k).filter(|v| !v.is_empty()).map_or(Ok(0), |v| {
+            parse_u32(v).map_err(|e| format!("bad value for {k}: {e}"))
+        })
     };
-    let (kbps, kb) = (get("ingress-policing-rate")?, get("ingress-policing-burst")?);
+    let (kbps, kb) = (
+        get("ingress-policing-rate")?,
+        get("ingress-policing-burst")?,
+    );
     let (kpps, kpkts) = (
         get("ingress-policing-kpkts-rate")?,
         get("ingress-policing-kpkts-burst")?,
@@ -461,7 +464,11 @@ mod tests {
         };
         let (i, e) = parse_policing(&o(&[("ingress-policing-rate", "10000")])).unwrap();
         let i = i.unwrap();
-        assert_eq!((i.pktps, i.rate, i.burst), (false, 10_000, 8000), "burst 0 = 8000 kb");
+        assert_eq!(
+            (i.pktps, i.rate, i.burst),
+            (false, 10_000, 8000),
+            "burst 0 = 8000 kb"
+        );
         assert!(e.is_none());
         let (i, _) = parse_policing(&o(&[
             ("ingress-policing-kpkts-rate", "50"),
