@@ -149,7 +149,8 @@ pub struct ExecCtx<'a> {
     pub upcall: &'a dyn Upcall,
     /// Counts (lost).
     pub tally: &'a mut Tally,
-    /// The time meters see for this burst ([`crate::meter::now_ns`]).
+    /// The time meters see for this burst ([`crate::meter::now_ns`]); 0 until the first meter
+    /// of the burst reads the clock (a burst with no meter never does).
     pub now_ns: u64,
 }
 
@@ -180,7 +181,7 @@ pub fn execute(
                 cx.tx.send(*p, c, cx.pool, cx.tally);
             }
             Action::Userspace(cookie) => cx.upcall.userspace(*cookie, key, pkt),
-            Action::Meter(m) => match m.0.apply(pkt.len(), cx.now_ns) {
+            Action::Meter(m) => match m.0.apply(pkt.len(), burst_time(cx)) {
                 Verdict::Drop => return NO_PORT,
                 Verdict::Pass { remark: 0 } => {}
                 Verdict::Pass { remark: r } => remark(pkt, key, r),
@@ -189,6 +190,15 @@ pub fn execute(
         }
     }
     NO_PORT
+}
+
+/// The burst's clock for meters, read once per burst.
+#[inline]
+fn burst_time(cx: &mut ExecCtx) -> u64 {
+    if cx.now_ns == 0 {
+        cx.now_ns = crate::meter::now_ns().max(1);
+    }
+    cx.now_ns
 }
 
 /// A meter's DSCP remark band: raises the AF drop precedence of an IP packet's DSCP.
@@ -294,6 +304,57 @@ mod tests {
         assert_eq!(p.data(), &frame[..]);
         pop_vlan(&mut p); // untagged: unchanged
         assert_eq!(p.data(), &frame[..]);
+    }
+
+    #[test]
+    fn a_meter_action_drops_over_its_rate_and_remarks_af_dscp() {
+        use crate::meter::{BandConfig, BandKind, Meter, MeterConfig, MeterRef};
+        let one = |kind| {
+            MeterRef(Arc::new(Meter::new(
+                1,
+                MeterConfig {
+                    pktps: true,
+                    bands: vec![BandConfig {
+                        kind,
+                        rate: 1,
+                        burst: 1,
+                    }],
+                },
+            )))
+        };
+        let mut pool = Pool::new(0, 8);
+        let mut tx = TxTable::new(0);
+        let mut tally = Tally::default();
+        let mut cx = ExecCtx {
+            tx: &mut tx,
+            pool: &mut pool,
+            upcall: &NoUpcall,
+            tally: &mut tally,
+            now_ns: 0,
+        };
+        let acts = [Action::Meter(one(BandKind::Drop)), Action::Output(3)];
+        let mut pkt = Packet::from_slice(&[0u8; 60]);
+        let got: Vec<u32> = (0..4)
+            .map(|_| execute(&mut pkt, &acts, 1, &FlowKey::ZERO, &mut cx))
+            .collect();
+        assert_eq!(got, [3, 3, NO_PORT, NO_PORT], "burst 1 (+1), then dropped");
+        // An IPv4 frame with DSCP AF11 (10): over the rate it leaves as AF12 (12).
+        let mut f = vec![0u8; 34];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[15] = 10 << 2;
+        f[17] = 20; // total length
+        f[22] = 64; // ttl
+        let key = wire::extract(&f, 1);
+        let acts = [
+            Action::Meter(one(BandKind::DscpRemark(1))),
+            Action::Output(3),
+        ];
+        let mut pkt = Packet::from_slice(&f);
+        for _ in 0..3 {
+            assert_eq!(execute(&mut pkt, &acts, 1, &key, &mut cx), 3);
+        }
+        assert_eq!(pkt.data()[15] >> 2, 12);
     }
 
     #[test]

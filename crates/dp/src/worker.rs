@@ -352,7 +352,7 @@ impl Worker {
             pool,
             upcall: &**upcall,
             tally,
-            now_ns: crate::meter::now_ns(),
+            now_ns: 0,
         };
         let (mut run_id, mut run_pkts, mut run_bytes) = (NO_FLOW, 0u64, 0u64);
         let pkts = rx.as_mut_slice();

@@ -340,3 +340,97 @@ fn a_pktps_meter_holds_testpmd_traffic_to_its_rate() {
     drop(tp);
     eprintln!("{}", report.join("\n"));
 }
+
+/// The cost of a meter on the fast path (BENCHMARKS.md; run by hand with a release build:
+/// `cargo test --release -p vireo --test meters -- --ignored --nocapture`). testpmd in io
+/// mode with frames circulating both ways through two port-to-port rules, alternately with
+/// and without `meter:1` (a PKTPS meter at 100 Mpps, so nothing is dropped), three rounds of
+/// 3 s each; prints the PMD's busy cycles per packet and the switched rate of every round.
+#[test]
+#[ignore]
+fn meter_cost_on_the_fast_path() {
+    if let Some(why) = missing("dpdk-testpmd") {
+        eprintln!("{why}");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path();
+    let d = Daemon::start_with(run, &["--pmd-cores", "0"]);
+    d.ok(&["add-br", "br0", "internal=false"]);
+    for p in ["m0", "m1"] {
+        d.ok(&["add-port", "br0", p, "type=vhost-user"]);
+    }
+    d.ok(&[
+        "add-meter",
+        "br0",
+        "meter=1,pktps,bands=type=drop,rate=100000000",
+    ]);
+    let vu = |name: &str, mac: &str| VirtioUser {
+        path: run.join(format!("{name}.sock")),
+        mac: mac.into(),
+        extra: String::new(),
+    };
+    let prefix = format!("vireo-it-metercost-{}", std::process::id());
+    let mut tp = Testpmd::start(
+        &prefix,
+        &[vu("m0", MAC0), vu("m1", MAC1)],
+        &[
+            "--forward-mode=io",
+            "--txpkts=64",
+            "--txd=1024",
+            "--rxd=1024",
+        ],
+    );
+    tp.cmd("show config fwd");
+    assert!(
+        tp.out
+            .wait_for("packet forwarding - ports=", Duration::from_secs(60)),
+        "testpmd did not start:\n{}",
+        tp.out.text()
+    );
+    let flows = |meter: bool| {
+        let m = if meter { "meter:1," } else { "" };
+        d.ok(&["del-flows", "br0"]);
+        d.ok(&["add-flow", "br0", &format!("in_port=1,actions={m}output:2")]);
+        d.ok(&["add-flow", "br0", &format!("in_port=2,actions={m}output:1")]);
+    };
+    let mut rows: Vec<(bool, f64, f64)> = Vec::new();
+    for round in 0..6 {
+        let meter = round % 2 == 1;
+        // A rule change drops the circulating frames for a moment: inject them again.
+        tp.cmd("stop");
+        flows(meter);
+        tp.cmd("start tx_first 4");
+        std::thread::sleep(Duration::from_millis(1500));
+        d.ok(&["pmd-stats-clear"]);
+        let t0 = Instant::now();
+        std::thread::sleep(Duration::from_secs(3));
+        let v = d.json(&["pmd-stats-show"]);
+        let dt = t0.elapsed().as_secs_f64();
+        let p = &v[0];
+        let cpp = p["cycles_per_packet"].as_f64().unwrap_or(0.0);
+        let pps = p["packets"].as_u64().unwrap_or(0) as f64 / dt;
+        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        eprintln!(
+            "round {round}: meter={meter} cycles/packet {cpp:.1}, switched {:.3} Mpps; loadavg {}",
+            pps / 1e6,
+            load.trim()
+        );
+        rows.push((meter, cpp, pps));
+    }
+    let median = |meter: bool, f: fn(&(bool, f64, f64)) -> f64| {
+        let mut v: Vec<f64> = rows.iter().filter(|r| r.0 == meter).map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    eprintln!(
+        "median: without meter {:.1} cycles/packet {:.3} Mpps; with meter {:.1} cycles/packet \
+         {:.3} Mpps",
+        median(false, |r| r.1),
+        median(false, |r| r.2) / 1e6,
+        median(true, |r| r.1),
+        median(true, |r| r.2) / 1e6
+    );
+    let s = d.ok(&["dump-meters", "br0"]);
+    assert!(s.contains("band0:packet_count:0,"), "nothing dropped: {s}");
+}
