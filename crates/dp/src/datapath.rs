@@ -378,11 +378,7 @@ impl Datapath {
                     port.tx_burst(0, &mut b);
                 }
                 Action::Userspace(cookie) => self.inner.upcall.userspace(*cookie, &key, &pkt),
-                Action::Meter(m) => {
-                    if m.0.apply(pkt.len(), crate::meter::now_ns()) == crate::meter::Verdict::Drop {
-                        break;
-                    }
-                }
+                Action::Meter(m) if m.0.apply(pkt.len(), crate::meter::now_ns()).dropped() => break,
                 other => crate::execute::modify(&mut pkt, other),
             }
         }

@@ -124,6 +124,13 @@ pub enum Verdict {
     Drop,
 }
 
+impl Verdict {
+    /// True for [`Verdict::Drop`].
+    pub fn dropped(self) -> bool {
+        self == Verdict::Drop
+    }
+}
+
 impl Meter {
     /// A new meter with fresh counters.
     pub fn new(id: u32, config: MeterConfig) -> Meter {
