@@ -37,6 +37,10 @@ pub enum Action {
     /// Hand the packet to the pipeline's slow path (packet-in to a controller) with this
     /// opaque cookie, see [`Upcall::userspace`].
     Userspace(u64),
+    /// Run the packet through an OpenFlow meter (see [`crate::meter`]): a drop band ends the
+    /// action list (the packet is dropped and counted by the meter), a DSCP remark band
+    /// rewrites the packet's DSCP and goes on.
+    Meter(crate::meter::MeterRef),
 }
 
 /// Shared, immutable action list.

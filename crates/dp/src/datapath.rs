@@ -83,6 +83,7 @@ struct Control {
 
 struct Inner {
     upcall: Arc<dyn Upcall>,
+    policers: Arc<crate::police::Policers>,
     sync: Arc<DpSync>,
     ctl: Mutex<Control>,
     cfg: DpConfig,
@@ -136,6 +137,7 @@ impl Datapath {
         };
         let inner = Arc::new(Inner {
             upcall,
+            policers: Arc::default(),
             sync: Arc::new(DpSync::default()),
             ctl: Mutex::new(ctl),
             cfg,
@@ -164,6 +166,11 @@ impl Datapath {
             .map_err(|e| DpError::Spawn(e.to_string()))?;
         *dp.housekeeper.lock().unwrap_or_else(|e| e.into_inner()) = Some(hk);
         Ok(dp)
+    }
+
+    /// Per-port ingress/egress policing (set by the control thread, applied by PMDs).
+    pub fn policers(&self) -> &crate::police::Policers {
+        &self.inner.policers
     }
 
     /// Adds a port. `affinity` pins rx queues to cores (`pmd-rxq-affinity`).
@@ -371,6 +378,7 @@ impl Datapath {
                     port.tx_burst(0, &mut b);
                 }
                 Action::Userspace(cookie) => self.inner.upcall.userspace(*cookie, &key, &pkt),
+                Action::Meter(m) if m.0.apply(pkt.len(), crate::meter::now_ns()).dropped() => break,
                 other => crate::execute::modify(&mut pkt, other),
             }
         }
@@ -480,6 +488,7 @@ impl Inner {
                 idle_sweeps: self.tuning.idle_flow_timeout.as_secs() as u32,
             },
             idle_sleep: self.tuning.idle_sleep,
+            policers: self.policers.clone(),
         };
         let t = pmd::spawn(shared.clone(), self.sync.clone(), self.upcall.clone(), opts)
             .map_err(|e| DpError::Spawn(e.to_string()))?;

@@ -7,6 +7,7 @@
 //! the pool is warm.
 //! Threads: PMD thread only; no locks (ports serialize tx internally if they must).
 use crate::action::{Action, Upcall};
+use crate::meter::{remark_dscp, Verdict};
 use crate::stats::Tally;
 use packet::{Batch, Packet, Pool};
 use ports::Port;
@@ -29,6 +30,8 @@ pub struct TxTable {
     direct: Vec<u16>,
     dirty: Vec<u16>,
     txq: usize,
+    /// Per-port egress policing, if the datapath has any.
+    pub(crate) policers: Option<Arc<crate::police::Policers>>,
 }
 
 impl TxTable {
@@ -39,6 +42,7 @@ impl TxTable {
             direct: Vec::new(),
             dirty: Vec::new(),
             txq,
+            policers: None,
         }
     }
 
@@ -94,7 +98,7 @@ impl TxTable {
         if slot.batch.is_empty() {
             self.dirty.push(s as u16);
         } else if slot.batch.is_full() {
-            flush_slot(slot, txq, pool, tally);
+            flush_slot(slot, txq, pool, tally, self.policers.as_deref());
         }
         if let Err(p) = slot.batch.push(pkt) {
             tally.lost += 1;
@@ -107,14 +111,25 @@ impl TxTable {
     pub fn flush(&mut self, pool: &mut Pool, tally: &mut Tally) {
         for s in self.dirty.drain(..) {
             if let Some(slot) = self.slots.get_mut(usize::from(s)) {
-                flush_slot(slot, self.txq, pool, tally);
+                flush_slot(slot, self.txq, pool, tally, self.policers.as_deref());
             }
         }
     }
 }
 
 #[inline]
-fn flush_slot(slot: &mut TxSlot, txq: usize, pool: &mut Pool, tally: &mut Tally) {
+fn flush_slot(
+    slot: &mut TxSlot,
+    txq: usize,
+    pool: &mut Pool,
+    tally: &mut Tally,
+    policers: Option<&crate::police::Policers>,
+) {
+    if let Some(pp) = policers.and_then(|p| p.get(slot.port_no)) {
+        if let Some(m) = &pp.egress {
+            crate::police::police(m, &mut slot.batch, pool, crate::meter::now_ns());
+        }
+    }
     let n = slot.batch.len();
     if n == 0 {
         return;
@@ -134,6 +149,9 @@ pub struct ExecCtx<'a> {
     pub upcall: &'a dyn Upcall,
     /// Counts (lost).
     pub tally: &'a mut Tally,
+    /// The time meters see for this burst ([`crate::meter::now_ns`]); 0 until the first meter
+    /// of the burst reads the clock (a burst with no meter never does).
+    pub now_ns: u64,
 }
 
 /// Port number meaning "the packet itself goes nowhere" (consumed or dropped).
@@ -163,10 +181,38 @@ pub fn execute(
                 cx.tx.send(*p, c, cx.pool, cx.tally);
             }
             Action::Userspace(cookie) => cx.upcall.userspace(*cookie, key, pkt),
+            Action::Meter(m) => match m.0.apply(pkt.len(), burst_time(cx)) {
+                Verdict::Drop => return NO_PORT,
+                Verdict::Pass { remark: 0 } => {}
+                Verdict::Pass { remark: r } => remark(pkt, key, r),
+            },
             other => modify(pkt, other),
         }
     }
     NO_PORT
+}
+
+/// The burst's clock for meters, read once per burst.
+#[inline]
+fn burst_time(cx: &mut ExecCtx) -> u64 {
+    if cx.now_ns == 0 {
+        cx.now_ns = crate::meter::now_ns().max(1);
+    }
+    cx.now_ns
+}
+
+/// A meter's DSCP remark band: raises the AF drop precedence of an IP packet's DSCP.
+#[cold]
+fn remark(pkt: &mut Packet, key: &FlowKey, levels: u8) {
+    let et = key.get(wire::Field::EthType) as u16;
+    if et != ethertype::IPV4 && et != ethertype::IPV6 {
+        return;
+    }
+    let dscp = (key.get(wire::Field::IpTos) as u8) >> 2;
+    let new = remark_dscp(dscp, levels);
+    if new != dscp {
+        rewrite::set_ip_dscp(pkt.data_mut(), new);
+    }
 }
 
 /// Applies one packet-modifying action (not `Output` or `Userspace`, which need a context).
@@ -196,7 +242,7 @@ pub fn modify(pkt: &mut Packet, a: &Action) {
         Action::SetTpDst(v) => {
             rewrite::set_tp_dst(pkt.data_mut(), *v);
         }
-        Action::Output(_) | Action::Userspace(_) => {}
+        Action::Output(_) | Action::Userspace(_) | Action::Meter(_) => {}
     }
 }
 
@@ -261,6 +307,57 @@ mod tests {
     }
 
     #[test]
+    fn a_meter_action_drops_over_its_rate_and_remarks_af_dscp() {
+        use crate::meter::{BandConfig, BandKind, Meter, MeterConfig, MeterRef};
+        let one = |kind| {
+            MeterRef(Arc::new(Meter::new(
+                1,
+                MeterConfig {
+                    pktps: true,
+                    bands: vec![BandConfig {
+                        kind,
+                        rate: 1,
+                        burst: 1,
+                    }],
+                },
+            )))
+        };
+        let mut pool = Pool::new(0, 8);
+        let mut tx = TxTable::new(0);
+        let mut tally = Tally::default();
+        let mut cx = ExecCtx {
+            tx: &mut tx,
+            pool: &mut pool,
+            upcall: &NoUpcall,
+            tally: &mut tally,
+            now_ns: 0,
+        };
+        let acts = [Action::Meter(one(BandKind::Drop)), Action::Output(3)];
+        let mut pkt = Packet::from_slice(&[0u8; 60]);
+        let got: Vec<u32> = (0..4)
+            .map(|_| execute(&mut pkt, &acts, 1, &FlowKey::ZERO, &mut cx))
+            .collect();
+        assert_eq!(got, [3, 3, NO_PORT, NO_PORT], "burst 1 (+1), then dropped");
+        // An IPv4 frame with DSCP AF11 (10): over the rate it leaves as AF12 (12).
+        let mut f = vec![0u8; 34];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[15] = 10 << 2;
+        f[17] = 20; // total length
+        f[22] = 64; // ttl
+        let key = wire::extract(&f, 1);
+        let acts = [
+            Action::Meter(one(BandKind::DscpRemark(1))),
+            Action::Output(3),
+        ];
+        let mut pkt = Packet::from_slice(&f);
+        for _ in 0..3 {
+            assert_eq!(execute(&mut pkt, &acts, 1, &key, &mut cx), 3);
+        }
+        assert_eq!(pkt.data()[15] >> 2, 12);
+    }
+
+    #[test]
     fn outputs_copy_then_steal_and_unknown_port_is_lost() {
         let (a, b) = (Arc::new(DummyPort::new()), Arc::new(DummyPort::new()));
         let mut pool = Pool::new(0, 8);
@@ -275,6 +372,7 @@ mod tests {
             pool: &mut pool,
             upcall: &NoUpcall,
             tally: &mut tally,
+            now_ns: 0,
         };
         let acts = [
             Action::Output(1),
@@ -298,6 +396,7 @@ mod tests {
             pool: &mut pool,
             upcall: &NoUpcall,
             tally: &mut tally,
+            now_ns: 0,
         };
         let mut pkt = Packet::from_slice(&[1; 20]);
         let to = execute(&mut pkt, &[Action::Output(9)], 0, &FlowKey::ZERO, &mut cx);
@@ -318,6 +417,7 @@ mod tests {
                 pool: &mut pool,
                 upcall: &NoUpcall,
                 tally: &mut tally,
+                now_ns: 0,
             };
             let acts = [Action::Output(1), Action::Output(1)];
             let mut pkt = Packet::from_slice(&[i; 14]);

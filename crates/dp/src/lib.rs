@@ -1,5 +1,6 @@
 //! The datapath: PMD threads that poll rx queues, classify packets through the per-PMD caches
-//! (EMC, SMC, megaflow classifier), ask the pipeline on a miss, and execute actions.
+//! (EMC, SMC, megaflow classifier), ask the pipeline on a miss, and execute actions; meters
+//! ([`meter`]) and per-port policing ([`police`]) limit rates on the fast path.
 //!
 //! Modules, from the packet up: [`emc`], [`smc`], [`dpcls`] (caches), [`flow`] (megaflows),
 //! [`execute`] (actions, tx batching), [`worker`] (one PMD's burst pipeline), `pmd` (the thread
@@ -19,7 +20,9 @@ pub mod dpcls;
 pub mod emc;
 pub mod execute;
 pub mod flow;
+pub mod meter;
 mod pmd;
+pub mod police;
 pub mod sched;
 pub mod smc;
 pub mod stats;
@@ -29,6 +32,7 @@ pub mod worker;
 pub use action::{Action, Actions, Upcall, UpcallResult};
 pub use config::{AutoLb, DpConfig, DpError, DpTuning};
 pub use datapath::Datapath;
+pub use meter::{BandConfig, BandKind, Meter, MeterConfig, MeterRef, MeterStats};
 pub use sched::AssignMode;
 pub use stats::{MegaflowInfo, PmdStats, RxqInfo};
 pub use topology::Topology;

@@ -97,10 +97,11 @@ pub(crate) fn on_pmd_thread() -> bool {
 }
 
 /// PMD tunables.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone)]
 pub(crate) struct PmdOptions {
     pub worker: WorkerConfig,
     pub idle_sleep: Duration,
+    pub policers: Arc<crate::police::Policers>,
 }
 
 /// Starts the PMD thread for `shared`.
@@ -191,6 +192,7 @@ fn run(shared: Arc<PmdShared>, sync: Arc<DpSync>, upcall: Arc<dyn Upcall>, opts:
     };
     let mut worker = Worker::new(upcall, wcfg, shared.registry.clone());
     worker.set_activity(shared.activity.clone());
+    worker.set_policers(opts.policers.clone());
     let hz = cycles::hz();
     let (idle_after, hk_every) = (hz / 1000, hz);
     let mut cfg = shared.cfg.load_full();

@@ -236,6 +236,7 @@ pub fn actions_to_string(actions: &[Action]) -> String {
             Action::SetTpSrc(v) => format!("set(tp_src={v})"),
             Action::SetTpDst(v) => format!("set(tp_dst={v})"),
             Action::Userspace(c) => format!("userspace(cookie=0x{c:x})"),
+            Action::Meter(m) => format!("meter({})", m.0.id()),
         })
         .collect();
     parts.join(",")

@@ -104,6 +104,8 @@ pub struct Worker {
     fresh: Vec<u32>,
     /// More than [`FRESH_CAP`] installed: the next revalidation checks every flow.
     fresh_overflow: bool,
+    /// Per-port policing (ingress here, egress in the tx table).
+    policers: Option<Arc<crate::police::Policers>>,
 }
 
 /// What the control thread may read about a worker without waiting for it, so revalidation can
@@ -150,6 +152,7 @@ impl Worker {
             activity: Arc::default(),
             fresh: Vec::new(),
             fresh_overflow: false,
+            policers: None,
         }
     }
 
@@ -168,9 +171,23 @@ impl Worker {
     pub fn poll(&mut self, port_no: u32, port: &dyn Port, qid: usize) -> usize {
         let n = port.rx_burst(qid, &mut self.pool, &mut self.rx);
         if n > 0 {
-            self.process(port_no);
+            if let Some(pp) = self.policers.as_ref().and_then(|p| p.get(port_no)) {
+                if let Some(m) = &pp.ingress {
+                    let now = crate::meter::now_ns();
+                    crate::police::police(m, &mut self.rx, &mut self.pool, now);
+                }
+            }
+            if !self.rx.is_empty() {
+                self.process(port_no);
+            }
         }
         n
+    }
+
+    /// Shares the datapath's per-port policers with this worker (ingress and egress).
+    pub fn set_policers(&mut self, p: Arc<crate::police::Policers>) {
+        self.tx.policers = Some(p.clone());
+        self.policers = Some(p);
     }
 
     /// Processes every packet in the rx batch as received on `in_port`.
@@ -335,6 +352,7 @@ impl Worker {
             pool,
             upcall: &**upcall,
             tally,
+            now_ns: 0,
         };
         let (mut run_id, mut run_pkts, mut run_bytes) = (NO_FLOW, 0u64, 0u64);
         let pkts = rx.as_mut_slice();

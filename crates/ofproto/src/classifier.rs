@@ -166,6 +166,14 @@ impl Rule {
             .any(|a| matches!(a, OfAction::Group(g) if *g == group))
     }
 
+    /// The meter the rule's meter instruction names, if any.
+    pub fn meter(&self) -> Option<u32> {
+        self.instructions.iter().find_map(|i| match i {
+            crate::types::Instruction::Meter(m) => Some(*m),
+            _ => None,
+        })
+    }
+
     /// The first CONTROLLER output's max_len, if any.
     pub fn controller_max_len(&self) -> Option<u16> {
         self.all_actions().find_map(|a| match a {

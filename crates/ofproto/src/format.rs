@@ -348,6 +348,7 @@ pub fn format_instructions(insts: &[Instruction]) -> String {
             Instruction::ClearActions => Some("clear_actions".into()),
             Instruction::WriteActions(a) => Some(format!("write_actions({})", format_list(a))),
             Instruction::GotoTable(t) => Some(format!("goto_table:{t}")),
+            Instruction::Meter(m) => Some(format!("meter:{m}")),
         })
         .collect();
     if parts.is_empty() {

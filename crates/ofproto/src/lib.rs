@@ -1,7 +1,7 @@
 //! The OpenFlow 1.3 pipeline of Vireo's bridges.
 //!
 //! Owns: bridges and ports ([`bridge`]), flow tables with tuple-space lookup ([`classifier`],
-//! [`tables`]), groups ([`group`]), MAC learning ([`mac`]), translation of a datapath miss into a megaflow
+//! [`tables`]), groups ([`group`]), meters ([`meter`]), MAC learning ([`mac`]), translation of a datapath miss into a megaflow
 //! ([`xlate`], [`normal`]), the [`Pipeline`] that implements [`dp::Upcall`], per-flow
 //! revalidation (what changed, and the re-check of one megaflow: [`revalidate`]), and the
 //! `ovs-ofctl` flow syntax ([`parse`], [`format`]), and the structured API an OpenFlow
@@ -19,6 +19,7 @@ pub mod classifier;
 pub mod format;
 pub mod group;
 pub mod mac;
+pub mod meter;
 pub mod normal;
 mod ofapi;
 mod ofctl;
@@ -33,6 +34,7 @@ pub use bridge::PortConfig;
 pub use format::FlowStats;
 pub use group::{Bucket, GroupCommand, GroupDesc, GroupMod, GroupStats, GroupType};
 pub use mac::PortMacStats;
+pub use meter::{MeterBand, MeterCommand, MeterMod, MeterStatsEntry};
 pub use ofapi::PacketOutPlan;
 pub use parse::ParseError;
 pub use pipeline::{PacketIn, Pipeline, PipelineConfig, PortSpec, Translation};

@@ -9,6 +9,7 @@
 
 use crate::format::FlowStats;
 use crate::group::{GroupDesc, GroupMod, GroupStats};
+use crate::meter::{MeterBand, MeterMod, MeterStatsEntry};
 use crate::pipeline::{read, write, Pipeline};
 use crate::tables::check_action;
 use crate::types::{ofpp, FlowMod, OfAction, OfError, OfPort, RemovedFlow, TABLE_ALL};
@@ -40,6 +41,53 @@ impl Pipeline {
         self.bump_generation();
         drop(tables);
         Ok(r?)
+    }
+
+    /// Applies a METER_MOD; returns the rules removed with a deleted meter. Changes the
+    /// translation of the rules that use the meter (a modified meter is a new datapath
+    /// bucket), so the caller revalidates as after a flow-mod.
+    pub fn meter_mod(&self, bridge: &str, mm: MeterMod) -> Result<Vec<RemovedFlow>, Error> {
+        let br = self.bridge(bridge)?;
+        let mut tables = write(&br.shared.tables);
+        let r = tables.meter_mod(mm, Instant::now(), bridge);
+        self.bump_generation();
+        drop(tables);
+        Ok(r?)
+    }
+
+    /// METER statistics of meter `id`, or of every meter with [`crate::meter::METER_ALL`].
+    pub fn meter_stats(&self, bridge: &str, id: u32) -> Result<Vec<MeterStatsEntry>, Error> {
+        let br = self.bridge(bridge)?;
+        let tables = read(&br.shared.tables);
+        let refs = |m: u32| tables.meter_refs(m);
+        Ok(tables.meters().stats(id, &refs, Instant::now()))
+    }
+
+    /// METER_CONFIG: (id, flags, bands) of meter `id` or of every meter.
+    pub fn meter_configs(
+        &self,
+        bridge: &str,
+        id: u32,
+    ) -> Result<Vec<(u32, u16, Vec<MeterBand>)>, Error> {
+        let br = self.bridge(bridge)?;
+        let tables = read(&br.shared.tables);
+        Ok(tables
+            .meters()
+            .iter()
+            .filter(|(k, _)| id == crate::meter::METER_ALL || *k == id)
+            .map(|(k, e)| (k, e.flags, e.bands.clone()))
+            .collect())
+    }
+
+    /// `dump-meters`: one line per meter in `ovs-ofctl` syntax with its counters.
+    pub fn dump_meters_text(&self, bridge: &str) -> Result<Vec<String>, Error> {
+        let br = self.bridge(bridge)?;
+        let tables = read(&br.shared.tables);
+        Ok(tables
+            .meters()
+            .iter()
+            .map(|(id, e)| crate::meter::format_meter(id, e, tables.meter_refs(id)))
+            .collect())
     }
 
     /// Every group of a bridge (GROUP_DESC).

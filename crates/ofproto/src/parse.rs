@@ -496,14 +496,17 @@ pub fn parse_actions(
             insts.push(Instruction::ClearActions);
         } else if let Some(t) = lower.strip_prefix("goto_table:") {
             insts.push(Instruction::GotoTable(parse_num(tok, t)?));
+        } else if let Some(m) = lower.strip_prefix("meter:") {
+            insts.push(Instruction::Meter(parse_num(tok, m)?));
         } else if lower == "drop" {
         } else {
             apply.extend(parse_action(tok, m, ports)?);
         }
     }
     if !apply.is_empty() {
-        insts.insert(0, Instruction::ApplyActions(apply));
+        insts.push(Instruction::ApplyActions(apply));
     }
+    insts.sort_by_key(Instruction::order);
     Ok(insts)
 }
 

@@ -612,6 +612,12 @@ impl Pipeline {
         let br = t.bridges.values().find(|b| b.id == bid)?;
         let (cookie, max_len) = {
             let tables = read(&br.shared.tables);
+            // OFPM_CONTROLLER meters every packet-in of the bridge.
+            if let Some(m) = tables.meters().get(crate::meter::METER_CONTROLLER) {
+                if m.meter.apply(frame.len(), dp::meter::now_ns()) == dp::meter::Verdict::Drop {
+                    return None;
+                }
+            }
             tables
                 .controller_info(serial)
                 .unwrap_or((u64::MAX, u16::MAX))

@@ -7,6 +7,7 @@
 
 use crate::classifier::{Rule, RuleStats, Table};
 use crate::group::{GroupCommand, GroupMod, GroupTable, GROUP_MAX};
+use crate::meter::{MeterCommand, MeterMod, MeterTable};
 use crate::types::{
     flags, ofpp, FlowMod, FlowModCommand, Instruction, OfAction, OfError, RemovedFlow,
     RemovedReason, TABLE_ALL, TABLE_MAX,
@@ -28,6 +29,8 @@ pub struct FlowTables {
     controller: HashMap<u32, (u64, u16)>,
     /// The bridge's groups (same lock as the rules that use them).
     pub(crate) groups: GroupTable,
+    /// The bridge's meters (same lock as the rules that use them).
+    pub(crate) meters: MeterTable,
 }
 
 impl Default for FlowTables {
@@ -38,6 +41,7 @@ impl Default for FlowTables {
             n_timed: 0,
             controller: HashMap::new(),
             groups: GroupTable::default(),
+            meters: MeterTable::default(),
         }
     }
 }
@@ -128,7 +132,51 @@ impl FlowTables {
         self.iter().filter(|r| r.uses_group(g)).count()
     }
 
+    /// The bridge's meters.
+    pub fn meters(&self) -> &MeterTable {
+        &self.meters
+    }
+
+    /// Rules whose meter instruction names meter `m`.
+    pub fn meter_refs(&self, m: u32) -> usize {
+        self.iter().filter(|r| r.meter() == Some(m)).count()
+    }
+
+    /// Applies a METER_MOD. Deleting a meter deletes the rules that use it (returned), as
+    /// OpenFlow 1.3 §6.6 asks.
+    pub fn meter_mod(
+        &mut self,
+        mm: MeterMod,
+        now: Instant,
+        bridge: &str,
+    ) -> Result<Vec<RemovedFlow>, OfError> {
+        if mm.command != MeterCommand::Delete {
+            return self.meters.apply(mm, now).map(|()| Vec::new());
+        }
+        let gone = self.meters.remove(mm.meter_id)?;
+        let mut removed = Vec::new();
+        if gone.is_empty() {
+            return Ok(removed);
+        }
+        let users: Vec<Arc<Rule>> = self
+            .iter()
+            .filter(|r| r.meter().is_some_and(|m| gone.binary_search(&m).is_ok()))
+            .cloned()
+            .collect();
+        for r in users {
+            removed.extend(self.remove_rule(&r, RemovedReason::Delete, now, bridge));
+        }
+        Ok(removed)
+    }
+
     fn check_groups(&self, insts: &[Instruction]) -> Result<(), OfError> {
+        for i in insts {
+            if let Instruction::Meter(m) = *i {
+                if self.meters.get(m).is_none() {
+                    return Err(OfError::InvalidMeter(m));
+                }
+            }
+        }
         for a in insts.iter().flat_map(|i| i.actions()) {
             if let OfAction::Group(g) = *a {
                 if self.groups.get(g).is_none() {

@@ -356,16 +356,19 @@ pub enum Instruction {
     WriteActions(Vec<OfAction>),
     /// Continue in a later table.
     GotoTable(u8),
+    /// Run the packet through meter N first (see [`crate::meter`]).
+    Meter(u32),
 }
 
 impl Instruction {
-    /// Execution order of OF1.3 (apply, clear, write, goto).
+    /// Execution order of OF1.3 (meter, apply, clear, write, goto).
     pub fn order(&self) -> u8 {
         match self {
-            Instruction::ApplyActions(_) => 0,
-            Instruction::ClearActions => 1,
-            Instruction::WriteActions(_) => 2,
-            Instruction::GotoTable(_) => 3,
+            Instruction::Meter(_) => 0,
+            Instruction::ApplyActions(_) => 1,
+            Instruction::ClearActions => 2,
+            Instruction::WriteActions(_) => 3,
+            Instruction::GotoTable(_) => 4,
         }
     }
 
@@ -539,6 +542,22 @@ pub enum OfError {
     ChainedGroup(u32),
     /// Too many groups.
     OutOfGroups,
+    /// METER_MOD add of an existing meter.
+    MeterExists(u32),
+    /// Meter id out of range, a meter with no bands, or a rule naming a missing meter.
+    InvalidMeter(u32),
+    /// METER_MOD modify of a meter that does not exist.
+    UnknownMeter(u32),
+    /// METER_MOD command not known.
+    BadMeterCommand,
+    /// Unknown meter flags, or both KBPS and PKTPS.
+    BadMeterFlags,
+    /// A band with rate 0.
+    BadRate,
+    /// Too many meters.
+    OutOfMeters,
+    /// Too many bands.
+    OutOfBands,
 }
 
 impl OfError {
@@ -563,6 +582,14 @@ impl OfError {
             OfError::ChainedGroup(_) => (6, 9),
             OfError::BadBucket(_) => (6, 12),
             OfError::BadWatch => (6, 13),
+            OfError::MeterExists(_) => (12, 1),
+            OfError::InvalidMeter(_) => (12, 2),
+            OfError::UnknownMeter(_) => (12, 3),
+            OfError::BadMeterCommand => (12, 4),
+            OfError::BadMeterFlags => (12, 5),
+            OfError::BadRate => (12, 6),
+            OfError::OutOfMeters => (12, 10),
+            OfError::OutOfBands => (12, 11),
         }
     }
 }
@@ -588,6 +615,19 @@ impl fmt::Display for OfError {
             OfError::GroupLoop => write!(f, "group chain would loop"),
             OfError::ChainedGroup(g) => write!(f, "group {g} is used by another group"),
             OfError::OutOfGroups => write!(f, "too many groups"),
+            OfError::MeterExists(m) => write!(f, "meter {m} already exists"),
+            OfError::InvalidMeter(m) => {
+                write!(
+                    f,
+                    "invalid meter {m:#x} (out of range, no bands, or does not exist)"
+                )
+            }
+            OfError::UnknownMeter(m) => write!(f, "no meter {m}"),
+            OfError::BadMeterCommand => write!(f, "bad meter command"),
+            OfError::BadMeterFlags => write!(f, "bad meter flags (kbps and pktps are exclusive)"),
+            OfError::BadRate => write!(f, "meter band rate must not be 0"),
+            OfError::OutOfMeters => write!(f, "too many meters"),
+            OfError::OutOfBands => write!(f, "too many meter bands (at most 8)"),
         }
     }
 }

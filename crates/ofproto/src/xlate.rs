@@ -163,6 +163,12 @@ impl<'a> Xlate<'a> {
                     Instruction::ClearActions => aset = ActionSet::default(),
                     Instruction::WriteActions(acts) => aset.write(acts),
                     Instruction::GotoTable(t) => next = Some(*t),
+                    Instruction::Meter(m) => {
+                        if let Some(e) = self.tables.meters.get(*m) {
+                            self.out
+                                .push(Action::Meter(dp::MeterRef(std::sync::Arc::clone(&e.meter))));
+                        }
+                    }
                 }
             }
             match next {

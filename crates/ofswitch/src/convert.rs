@@ -292,7 +292,7 @@ fn list_to_wire(acts: &[OfAction]) -> Vec<WAction> {
     acts.iter().map(action_to_wire).collect()
 }
 
-/// Wire instructions → pipeline instructions (metadata and meters are not supported).
+/// Wire instructions → pipeline instructions (metadata is not supported).
 pub fn instructions_to_pipeline(insts: &[WInst]) -> Result<Vec<PInst>, OfError> {
     insts
         .iter()
@@ -302,9 +302,8 @@ pub fn instructions_to_pipeline(insts: &[WInst]) -> Result<Vec<PInst>, OfError> 
                 WInst::ApplyActions(a) => PInst::ApplyActions(actions_to_pipeline(a)?),
                 WInst::WriteActions(a) => PInst::WriteActions(actions_to_pipeline(a)?),
                 WInst::ClearActions => PInst::ClearActions,
-                WInst::WriteMetadata { .. } | WInst::Meter(_) => {
-                    return Err(errors::BAD_INSTRUCTION_UNSUP_INST)
-                }
+                WInst::Meter(m) => PInst::Meter(*m),
+                WInst::WriteMetadata { .. } => return Err(errors::BAD_INSTRUCTION_UNSUP_INST),
             })
         })
         .collect()
@@ -319,6 +318,7 @@ pub fn instructions_to_wire(insts: &[PInst]) -> Vec<WInst> {
             PInst::WriteActions(a) => WInst::WriteActions(list_to_wire(a)),
             PInst::ClearActions => WInst::ClearActions,
             PInst::GotoTable(t) => WInst::GotoTable(*t),
+            PInst::Meter(m) => WInst::Meter(*m),
         })
         .collect()
 }
@@ -487,9 +487,15 @@ mod tests {
             Err(errors::BAD_ACTION_BAD_SET_TYPE)
         );
         assert_eq!(
-            instructions_to_pipeline(&[WInst::Meter(1)]),
+            instructions_to_pipeline(&[WInst::WriteMetadata {
+                metadata: 1,
+                mask: 1
+            }]),
             Err(errors::BAD_INSTRUCTION_UNSUP_INST)
         );
+        let meter = instructions_to_pipeline(&[WInst::Meter(1)]).unwrap();
+        assert_eq!(meter, vec![PInst::Meter(1)]);
+        assert_eq!(instructions_to_wire(&meter), vec![WInst::Meter(1)]);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The OpenFlow message handler of one bridge: applies FLOW_MOD / GROUP_MOD / PACKET_OUT /
+//! The OpenFlow message handler of one bridge: applies FLOW_MOD / GROUP_MOD / METER_MOD / PACKET_OUT /
 //! PORT_MOD / TABLE_MOD / SET_CONFIG to the pipeline and the datapath hooks, answers
 //! GET_CONFIG and multipart requests (see [`crate::stats`]), and pushes asynchronous messages
 //! (PACKET_IN, FLOW_REMOVED, PORT_STATUS) to controllers and to management connections that
@@ -122,6 +122,7 @@ impl Inner {
             }
             Message::FlowMod(fm) => self.flow_mod(&fm).map(|()| vec![]),
             Message::GroupMod(gm) => self.group_mod(&gm).map(|()| vec![]),
+            Message::MeterMod(mm) => self.meter_mod(&mm).map(|()| vec![]),
             Message::PacketOut(po) => self.packet_out(&po).map(|()| vec![]),
             Message::PortMod(pm) => self.port_mod(&pm).map(|()| vec![]),
             // Tables 0..=254 and OFPTT_ALL: every id is valid; table config is deprecated in
@@ -153,6 +154,15 @@ impl Inner {
     fn group_mod(&self, gm: &GroupMod) -> Result<(), OfError> {
         let pgm = convert::group_mod_to_pipeline(gm)?;
         let result = self.pipeline.group_mod(&self.bridge, pgm);
+        self.tables_dirty.store(true, Ordering::Release);
+        let removed = result.map_err(|e| of_error(&e))?;
+        self.flow_removed(&removed);
+        Ok(())
+    }
+
+    fn meter_mod(&self, mm: &MeterMod) -> Result<(), OfError> {
+        let pmm = crate::meters::meter_mod_to_pipeline(mm);
+        let result = self.pipeline.meter_mod(&self.bridge, pmm);
         self.tables_dirty.store(true, Ordering::Release);
         let removed = result.map_err(|e| of_error(&e))?;
         self.flow_removed(&removed);

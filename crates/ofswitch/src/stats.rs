@@ -55,6 +55,11 @@ pub(crate) fn reply_to(inner: &Inner, req: &MultipartRequest) -> Result<Vec<Mess
             ports(inner)?.iter().map(port_desc).collect(),
         )),
         Q::Group(id) => reply(MultipartReplyBody::Group(groups(inner, *id)?)),
+        Q::Meter(id) => reply(MultipartReplyBody::Meter(crate::meters::stats(inner, *id)?)),
+        Q::MeterConfig(id) => reply(MultipartReplyBody::MeterConfig(crate::meters::configs(
+            inner, *id,
+        )?)),
+        Q::MeterFeatures => reply(MultipartReplyBody::MeterFeatures(crate::meters::features())),
         Q::GroupDesc => {
             let d = inner
                 .pipeline

@@ -248,6 +248,13 @@ impl Batch {
     pub fn pop(&mut self) -> Option<Packet> {
         self.pkts.pop()
     }
+
+    /// Keeps the packets `keep` accepts, in order, and hands every other one to `reject`
+    /// (e.g. back to its pool). No allocation.
+    #[inline]
+    pub fn retain(&mut self, mut keep: impl FnMut(&Packet) -> bool, reject: impl FnMut(Packet)) {
+        self.pkts.extract_if(.., |p| !keep(p)).for_each(reject);
+    }
 }
 
 /// Counters a pool keeps about itself.

@@ -21,10 +21,13 @@ pub enum DropReason {
     /// Left unsent because the burst ended early: the guest's descriptors used up the burst's
     /// descriptor budget, or an earlier packet of the burst found no room in its buffers.
     BurstCut,
+    /// Over the port's ingress policing or egress policer rate (counted by the datapath's
+    /// policer and added to the port's counters when they are read).
+    Policed,
 }
 
 /// Every reason, in declaration order (so `reason as usize` indexes `PortCounters::drops`).
-const REASONS: [DropReason; 7] = [
+const REASONS: [DropReason; 8] = [
     DropReason::LinkDown,
     DropReason::QueueFull,
     DropReason::TooBig,
@@ -32,6 +35,7 @@ const REASONS: [DropReason; 7] = [
     DropReason::QueueBroken,
     DropReason::MemoryLost,
     DropReason::BurstCut,
+    DropReason::Policed,
 ];
 
 /// Live counters of one port.
@@ -43,7 +47,7 @@ pub struct PortCounters {
     tx_bytes: AtomicU64,
     rx_errors: AtomicU64,
     tx_errors: AtomicU64,
-    drops: [AtomicU64; 7],
+    drops: [AtomicU64; 8],
     budget_cuts: AtomicU64,
 }
 

@@ -20,6 +20,7 @@ datapath:
 OpenFlow:
   add-flow BR FLOW | add-flows BR FILE | mod-flows [--strict] BR FLOW
   del-flows [--strict] BR [MATCH] | dump-flows BR [MATCH]
+  add-meter BR SPEC | mod-meter BR SPEC | del-meter BR [meter=N] | dump-meters BR
   set-controller BR TARGET... | del-controller BR | set-fail-mode BR standalone|secure
   set-bridge BR protocols=OpenFlow10,OpenFlow13,OpenFlow14,OpenFlow15
 testing (dummy ports):

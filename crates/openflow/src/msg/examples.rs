@@ -160,6 +160,42 @@ fn replies() -> Vec<MultipartReplyBody> {
             group_id: 7,
             buckets: group_mod().buckets,
         }]),
+        B::Meter(vec![MeterStatsEntry {
+            meter_id: 1,
+            flow_count: 2,
+            packet_in_count: 100,
+            byte_in_count: 6400,
+            duration_sec: 3,
+            duration_nsec: 4,
+            bands: vec![(10, 640), (20, 1280)],
+        }]),
+        B::MeterConfig(vec![MeterConfigEntry {
+            flags: meter_flags::PKTPS | meter_flags::BURST | meter_flags::STATS,
+            meter_id: 1,
+            bands: meter_bands(),
+        }]),
+        B::MeterFeatures(MeterFeatures {
+            max_meter: 65536,
+            band_types: 0b110,
+            capabilities: 0xf,
+            max_bands: 8,
+            max_color: 0,
+        }),
+    ]
+}
+
+fn meter_bands() -> Vec<MeterBand> {
+    vec![
+        MeterBand {
+            action: BandAction::Drop,
+            rate: 1000,
+            burst_size: 100,
+        },
+        MeterBand {
+            action: BandAction::DscpRemark(1),
+            rate: 500,
+            burst_size: 50,
+        },
     ]
 }
 
@@ -182,6 +218,9 @@ fn requests() -> Vec<MultipartRequestBody> {
         B::GroupDesc,
         B::TableFeatures(Vec::new()),
         B::TableFeatures(vec![table_features(3)]),
+        B::Meter(METER_ALL),
+        B::MeterConfig(5),
+        B::MeterFeatures,
     ]
 }
 
@@ -283,6 +322,18 @@ pub fn examples() -> Vec<Message> {
         Message::RoleReply(RoleMsg {
             role: Role::Slave,
             generation_id: 2,
+        }),
+        Message::MeterMod(MeterMod {
+            command: MeterModCommand::Add,
+            flags: meter_flags::PKTPS | meter_flags::BURST | meter_flags::STATS,
+            meter_id: 1,
+            bands: meter_bands(),
+        }),
+        Message::MeterMod(MeterMod {
+            command: MeterModCommand::Delete,
+            flags: 0,
+            meter_id: METER_ALL,
+            bands: Vec::new(),
         }),
     ];
     v.extend(

@@ -9,6 +9,7 @@ mod basic;
 mod flow;
 mod group;
 mod group15;
+mod meter;
 mod multipart;
 mod table;
 pub mod v10;
@@ -17,6 +18,7 @@ pub mod v1x;
 pub use basic::*;
 pub use flow::*;
 pub use group::*;
+pub use meter::*;
 pub use multipart::*;
 pub use table::*;
 
@@ -56,6 +58,7 @@ pub mod msg_type {
     pub const BARRIER_REPLY: u8 = 21;
     pub const ROLE_REQUEST: u8 = 24;
     pub const ROLE_REPLY: u8 = 25;
+    pub const METER_MOD: u8 = 29;
 }
 
 /// `ofp_header`.
@@ -106,6 +109,7 @@ pub enum Message {
     BarrierReply,
     RoleRequest(RoleMsg),
     RoleReply(RoleMsg),
+    MeterMod(MeterMod),
 }
 
 /// Decodes one complete frame (header included; `buf.len()` must equal the header's
@@ -174,6 +178,7 @@ fn decode_body(h: Header, r: &mut Reader<'_>) -> Result<Message, OfError> {
         t::BARRIER_REPLY => finish(r, Message::BarrierReply)?,
         t::ROLE_REQUEST => Message::RoleRequest(RoleMsg::decode(r)?),
         t::ROLE_REPLY => Message::RoleReply(RoleMsg::decode(r)?),
+        t::METER_MOD => Message::MeterMod(MeterMod::decode(r)?),
         _ => return Err(errors::BAD_REQUEST_BAD_TYPE),
     })
 }
@@ -206,6 +211,7 @@ impl Message {
             Message::BarrierReply => t::BARRIER_REPLY,
             Message::RoleRequest(_) => t::ROLE_REQUEST,
             Message::RoleReply(_) => t::ROLE_REPLY,
+            Message::MeterMod(_) => t::METER_MOD,
         }
     }
 
@@ -268,6 +274,7 @@ impl Message {
             Message::MultipartRequest(m) => m.encode(out),
             Message::MultipartReply(m) => m.encode(out),
             Message::RoleRequest(r) | Message::RoleReply(r) => r.encode(out),
+            Message::MeterMod(m) => m.encode(out),
         }
     }
 
@@ -280,6 +287,7 @@ impl Message {
                 | Message::GroupMod(_)
                 | Message::PortMod(_)
                 | Message::TableMod(_)
+                | Message::MeterMod(_)
         )
     }
 }

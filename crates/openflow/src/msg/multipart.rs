@@ -4,7 +4,8 @@
 //! thread (split runs on whichever thread sends the reply).
 
 use super::{
-    finish, GroupDesc, GroupStats, Port, TableFeatures, HEADER_LEN, MAX_MSG_LEN, PORT_LEN,
+    finish, GroupDesc, GroupStats, MeterConfigEntry, MeterFeatures, MeterStatsEntry, Port,
+    TableFeatures, HEADER_LEN, MAX_MSG_LEN, PORT_LEN,
 };
 use crate::action::{decode_instructions, encode_instructions, Instruction};
 use crate::buf::{len_u16, Reader, Writer};
@@ -20,6 +21,9 @@ pub mod multipart_type {
     pub const PORT_STATS: u16 = 4;
     pub const GROUP: u16 = 6;
     pub const GROUP_DESC: u16 = 7;
+    pub const METER: u16 = 9;
+    pub const METER_CONFIG: u16 = 10;
+    pub const METER_FEATURES: u16 = 11;
     pub const TABLE_FEATURES: u16 = 12;
     pub const PORT_DESC: u16 = 13;
 }
@@ -105,6 +109,11 @@ pub enum MultipartRequestBody {
     GroupDesc,
     /// Empty: a query; otherwise the tables' new features.
     TableFeatures(Vec<TableFeatures>),
+    /// Meter id or `OFPM_ALL`.
+    Meter(u32),
+    /// Meter id or `OFPM_ALL`.
+    MeterConfig(u32),
+    MeterFeatures,
 }
 
 /// MULTIPART_REQUEST.
@@ -131,19 +140,21 @@ impl MultipartRequest {
             t::FLOW => B::Flow(FlowStatsRequest::decode(r)?),
             t::AGGREGATE => B::Aggregate(FlowStatsRequest::decode(r)?),
             t::TABLE => finish(r, B::Table)?,
-            t::PORT_STATS | t::GROUP => {
+            t::PORT_STATS | t::GROUP | t::METER | t::METER_CONFIG => {
                 let id = r.u32()?;
                 r.skip(4)?;
-                let b = if mtype == t::GROUP {
-                    B::Group(id)
-                } else {
-                    B::PortStats(id)
+                let b = match mtype {
+                    t::GROUP => B::Group(id),
+                    t::METER => B::Meter(id),
+                    t::METER_CONFIG => B::MeterConfig(id),
+                    _ => B::PortStats(id),
                 };
                 finish(r, b)?
             }
             t::PORT_DESC => finish(r, B::PortDesc)?,
             t::GROUP_DESC => finish(r, B::GroupDesc)?,
             t::TABLE_FEATURES => B::TableFeatures(decode_all(r, None, TableFeatures::decode)?),
+            t::METER_FEATURES => finish(r, B::MeterFeatures)?,
             _ => return Err(errors::BAD_REQUEST_BAD_MULTIPART),
         };
         Ok(MultipartRequest { flags, body })
@@ -162,18 +173,21 @@ impl MultipartRequest {
             B::Group(_) => t::GROUP,
             B::GroupDesc => t::GROUP_DESC,
             B::TableFeatures(_) => t::TABLE_FEATURES,
+            B::Meter(_) => t::METER,
+            B::MeterConfig(_) => t::METER_CONFIG,
+            B::MeterFeatures => t::METER_FEATURES,
         };
         out.put_u16(mtype);
         out.put_u16(self.flags);
         out.pad(4);
         match &self.body {
             B::Flow(f) | B::Aggregate(f) => f.encode(out),
-            B::PortStats(id) | B::Group(id) => {
+            B::PortStats(id) | B::Group(id) | B::Meter(id) | B::MeterConfig(id) => {
                 out.put_u32(*id);
                 out.pad(4);
             }
             B::TableFeatures(v) => v.iter().for_each(|e| e.encode(out)),
-            B::Desc | B::Table | B::PortDesc | B::GroupDesc => {}
+            B::Desc | B::Table | B::PortDesc | B::GroupDesc | B::MeterFeatures => {}
         }
     }
 }
@@ -405,6 +419,9 @@ pub enum MultipartReplyBody {
     Group(Vec<GroupStats>),
     GroupDesc(Vec<GroupDesc>),
     TableFeatures(Vec<TableFeatures>),
+    Meter(Vec<MeterStatsEntry>),
+    MeterConfig(Vec<MeterConfigEntry>),
+    MeterFeatures(MeterFeatures),
 }
 
 /// MULTIPART_REPLY.
@@ -460,6 +477,12 @@ impl MultipartReply {
             t::GROUP => B::Group(decode_all(r, None, GroupStats::decode)?),
             t::GROUP_DESC => B::GroupDesc(decode_all(r, None, GroupDesc::decode)?),
             t::TABLE_FEATURES => B::TableFeatures(decode_all(r, None, TableFeatures::decode)?),
+            t::METER => B::Meter(decode_all(r, None, MeterStatsEntry::decode)?),
+            t::METER_CONFIG => B::MeterConfig(decode_all(r, None, MeterConfigEntry::decode)?),
+            t::METER_FEATURES => {
+                let f = MeterFeatures::decode(r)?;
+                finish(r, B::MeterFeatures(f))?
+            }
             _ => return Err(errors::BAD_REQUEST_BAD_MULTIPART),
         };
         Ok(MultipartReply { flags, body })
@@ -478,6 +501,9 @@ impl MultipartReply {
             B::Group(_) => t::GROUP,
             B::GroupDesc(_) => t::GROUP_DESC,
             B::TableFeatures(_) => t::TABLE_FEATURES,
+            B::Meter(_) => t::METER,
+            B::MeterConfig(_) => t::METER_CONFIG,
+            B::MeterFeatures(_) => t::METER_FEATURES,
         }
     }
 
@@ -501,6 +527,9 @@ impl MultipartReply {
             B::Group(v) => v.iter().for_each(|e| e.encode(out)),
             B::GroupDesc(v) => v.iter().for_each(|e| e.encode(out)),
             B::TableFeatures(v) => v.iter().for_each(|e| e.encode(out)),
+            B::Meter(v) => v.iter().for_each(|e| e.encode(out)),
+            B::MeterConfig(v) => v.iter().for_each(|e| e.encode(out)),
+            B::MeterFeatures(f) => f.encode(out),
         }
     }
 
@@ -540,7 +569,15 @@ impl MultipartReply {
                 .into_iter()
                 .map(B::TableFeatures)
                 .collect(),
-            body @ (B::Desc(_) | B::Aggregate(_)) => vec![body],
+            B::Meter(v) => chunk(v, budget, MeterStatsEntry::encode)
+                .into_iter()
+                .map(B::Meter)
+                .collect(),
+            B::MeterConfig(v) => chunk(v, budget, MeterConfigEntry::encode)
+                .into_iter()
+                .map(B::MeterConfig)
+                .collect(),
+            body @ (B::Desc(_) | B::Aggregate(_) | B::MeterFeatures(_)) => vec![body],
         };
         let n = parts.len();
         parts

@@ -43,6 +43,7 @@ fn every_truncation_is_an_error_not_a_panic() {
                         | Message::PacketOut(_)
                         | Message::FlowMod(_)
                         | Message::GroupMod(_)
+                        | Message::MeterMod(_)
                         | Message::MultipartReply(_)
                         | Message::MultipartRequest(MultipartRequest {
                             body: MultipartRequestBody::TableFeatures(_),
@@ -156,7 +157,7 @@ fn flow_mod_errors() {
 
 #[test]
 fn unsupported_multipart_is_bad_multipart() {
-    let b = frame(4, msg_type::MULTIPART_REQUEST, &[0, 9, 0, 0, 0, 0, 0, 0]);
+    let b = frame(4, msg_type::MULTIPART_REQUEST, &[0, 5, 0, 0, 0, 0, 0, 0]);
     assert_eq!(decode(&b), Err(errors::BAD_REQUEST_BAD_MULTIPART));
 }
 

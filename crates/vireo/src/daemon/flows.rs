@@ -1,5 +1,6 @@
 //! Commands on the datapath and the OpenFlow pipeline: flows (`add-flow`, `add-flows`,
-//! `mod-flows`, `del-flows`, `dump-flows`), the MAC table, megaflows, PMD statistics and rx
+//! `mod-flows`, `del-flows`, `dump-flows`), meters (`add-meter`, `mod-meter`, `del-meter(s)`,
+//! `dump-meters`; like flows, not stored), the MAC table, megaflows, PMD statistics and rx
 //! queue placement, and controllers. Control thread, with the `Switch` mutex held.
 //!
 //! Flows are not stored in the config store: as with OVS, a restart starts every bridge with
@@ -76,6 +77,42 @@ impl Switch {
                 Ok(Response::ok(text, json!(lines)))
             }
             ("dump-flows", _) => Err(usage("BR [MATCH]")),
+            ("add-meter" | "mod-meter", [br, spec]) => {
+                use ofproto::meter::{parse_meter, MeterCommand};
+                self.need_bridge(br)?;
+                let cmd = if command == "add-meter" {
+                    MeterCommand::Add
+                } else {
+                    MeterCommand::Modify
+                };
+                let mm = parse_meter(cmd, spec).map_err(CmdError)?;
+                pl.meter_mod(br, mm).map_err(|e| CmdError(e.to_string()))?;
+                self.rt.revalidate();
+                Ok(Response::ok("", json!(null)))
+            }
+            ("add-meter" | "mod-meter", _) => {
+                Err(usage("BR meter=N,kbps|pktps,bands=type=drop,rate=R"))
+            }
+            ("del-meter" | "del-meters", [br, spec @ ..]) if spec.len() <= 1 => {
+                use ofproto::meter::{parse_meter, MeterCommand};
+                self.need_bridge(br)?;
+                let mm = parse_meter(MeterCommand::Delete, spec.first().copied().unwrap_or(""))
+                    .map_err(CmdError)?;
+                let removed = pl.meter_mod(br, mm).map_err(|e| CmdError(e.to_string()))?;
+                self.rt.revalidate();
+                self.rt.flows_removed(&removed);
+                Ok(Response::ok("", json!({ "flows_deleted": removed.len() })))
+            }
+            ("del-meter" | "del-meters", _) => Err(usage("BR [meter=N]")),
+            ("dump-meters", [br]) => {
+                self.need_bridge(br)?;
+                let lines = pl
+                    .dump_meters_text(br)
+                    .map_err(|e| CmdError(e.to_string()))?;
+                let text: String = lines.iter().map(|l| format!(" {l}\n")).collect();
+                Ok(Response::ok(text, json!(lines)))
+            }
+            ("dump-meters", _) => Err(usage("BR")),
             ("dump-macs", [br]) => {
                 self.need_bridge(br)?;
                 let macs = pl.mac_entries(br).map_err(|e| CmdError(e.to_string()))?;

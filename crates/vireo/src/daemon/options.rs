@@ -14,7 +14,18 @@ pub struct KindSpec {
 }
 
 /// Options every port type accepts.
-pub const COMMON_OPTIONS: &[&str] = &["tag", "trunks", "pmd-rxq-affinity", "mac-limit"];
+pub const COMMON_OPTIONS: &[&str] = &[
+    "tag",
+    "trunks",
+    "pmd-rxq-affinity",
+    "mac-limit",
+    "ingress-policing-rate",
+    "ingress-policing-burst",
+    "ingress-policing-kpkts-rate",
+    "ingress-policing-kpkts-burst",
+    "egress-policer-cir",
+    "egress-policer-cbs",
+];
 
 /// Most learned MACs a port may be allowed (`mac-limit`); 0 = no per-port limit.
 pub const MAX_MAC_LIMIT: usize = 1_000_000;
@@ -124,7 +135,7 @@ pub fn validate(spec: &KindSpec, opts: &BTreeMap<String, String>) -> Result<(), 
         }
         check_value(k, v).map_err(|e| format!("bad value for {k}: {e}"))?;
     }
-    Ok(())
+    parse_policing(opts).map(|_| ())
 }
 
 fn check_value(key: &str, v: &str) -> Result<(), String> {
@@ -133,6 +144,9 @@ fn check_value(key: &str, v: &str) -> Result<(), String> {
         "trunks" => parse_vlan_list(v).map(|_| ()),
         "pmd-rxq-affinity" => parse_affinity(v).map(|_| ()),
         "mac-limit" => parse_mac_limit(v).map(|_| ()),
+        k if k.starts_with("ingress-policing-") || k.starts_with("egress-policer-") => {
+            parse_u32(v).map(|_| ())
+        }
         "queues" => match v.parse::<usize>() {
             Ok(n) if (1..=16).contains(&n) => Ok(()),
             _ => Err(format!("{v:?} is not a queue count from 1 to 16")),
@@ -268,6 +282,8 @@ pub struct Placement {
     pub affinity: Vec<(usize, usize)>,
     /// `mac-limit` (`None`: the pipeline's default).
     pub mac_limit: Option<usize>,
+    /// Ingress policing and egress policer (see [`parse_policing`]).
+    pub policing: (Option<dp::police::Limit>, Option<dp::police::Limit>),
 }
 
 impl Placement {
@@ -285,8 +301,80 @@ impl Placement {
                 .transpose()?
                 .unwrap_or_default(),
             mac_limit: opt("mac-limit").map(parse_mac_limit).transpose()?,
+            policing: parse_policing(opts)?,
         })
     }
+}
+
+fn parse_u32(v: &str) -> Result<u32, String> {
+    v.trim()
+        .parse::<u32>()
+        .map_err(|_| format!("{v:?} is not a number from 0 to 4294967295"))
+}
+
+/// Port policing, with OVS's names and units: `ingress-policing-rate` (kbps, counting the
+/// whole frame) with `ingress-policing-burst` (kilobits; 0 = 8000, as OVS), or
+/// `ingress-policing-kpkts-rate` (thousands of packets/s) with `ingress-policing-kpkts-burst`
+/// (thousands of packets; 0 = a tenth of a second at the rate); and the egress policer
+/// `egress-policer-cir` (bytes/s) with `egress-policer-cbs` (bytes; 0 = a tenth of a second).
+/// A rate of 0 (or none) turns a policer off. Returns (ingress, egress).
+pub fn parse_policing(
+    opts: &BTreeMap<String, String>,
+) -> Result<(Option<dp::police::Limit>, Option<dp::police::Limit>), String> {
+    use dp::police::Limit;
+    let get = |k: &str| -> Result<u32, String> {
+        opts.get(k).filter(|v| !v.is_empty()).map_or(Ok(0), |v| {
+            parse_u32(v).map_err(|e| format!("bad value for {k}: {e}"))
+        })
+    };
+    let (kbps, kb) = (
+        get("ingress-policing-rate")?,
+        get("ingress-policing-burst")?,
+    );
+    let (kpps, kpkts) = (
+        get("ingress-policing-kpkts-rate")?,
+        get("ingress-policing-kpkts-burst")?,
+    );
+    let (cir, cbs) = (get("egress-policer-cir")?, get("egress-policer-cbs")?);
+    if kbps != 0 && kpps != 0 {
+        return Err(
+            "set ingress-policing-rate or ingress-policing-kpkts-rate, not both".to_string(),
+        );
+    }
+    let too_big = |k: &str| format!("{k} is too large");
+    let ingress = if kbps != 0 {
+        Some(Limit {
+            pktps: false,
+            rate: kbps,
+            burst: if kb == 0 { 8000 } else { kb },
+        })
+    } else if kpps != 0 {
+        Some(Limit {
+            pktps: true,
+            rate: kpps
+                .checked_mul(1000)
+                .ok_or_else(|| too_big("ingress-policing-kpkts-rate"))?,
+            burst: kpkts
+                .checked_mul(1000)
+                .ok_or_else(|| too_big("ingress-policing-kpkts-burst"))?,
+        })
+    } else {
+        None
+    };
+    let egress = if cir == 0 {
+        None
+    } else {
+        let kbps = u32::try_from(u64::from(cir) * 8 / 1000).unwrap_or(u32::MAX);
+        if kbps == 0 {
+            return Err("egress-policer-cir must be at least 125 bytes/s".to_string());
+        }
+        Some(Limit {
+            pktps: false,
+            rate: kbps,
+            burst: u32::try_from(u64::from(cbs) * 8 / 1000).unwrap_or(u32::MAX),
+        })
+    };
+    Ok((ingress, egress))
 }
 
 /// The lowest number from 1 up that `used` does not hold.
@@ -381,6 +469,50 @@ mod tests {
     }
 
     #[test]
+    fn policing_options_follow_ovs_units() {
+        let o = |kv: &[(&str, &str)]| {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>()
+        };
+        let (i, e) = parse_policing(&o(&[("ingress-policing-rate", "10000")])).unwrap();
+        let i = i.unwrap();
+        assert_eq!(
+            (i.pktps, i.rate, i.burst),
+            (false, 10_000, 8000),
+            "burst 0 = 8000 kb"
+        );
+        assert!(e.is_none());
+        let (i, _) = parse_policing(&o(&[
+            ("ingress-policing-kpkts-rate", "50"),
+            ("ingress-policing-kpkts-burst", "2"),
+        ]))
+        .unwrap();
+        let i = i.unwrap();
+        assert_eq!((i.pktps, i.rate, i.burst), (true, 50_000, 2000));
+        let (_, e) = parse_policing(&o(&[
+            ("egress-policer-cir", "1250000"),
+            ("egress-policer-cbs", "12500"),
+        ]))
+        .unwrap();
+        let e = e.unwrap();
+        assert_eq!((e.pktps, e.rate, e.burst), (false, 10_000, 100));
+        assert_eq!(
+            parse_policing(&o(&[("ingress-policing-rate", "0")])).unwrap(),
+            (None, None),
+            "rate 0 is off"
+        );
+        let both = o(&[
+            ("ingress-policing-rate", "1"),
+            ("ingress-policing-kpkts-rate", "1"),
+        ]);
+        assert!(parse_policing(&both).unwrap_err().contains("not both"));
+        assert!(validate(kind("dummy").unwrap(), &both).is_err());
+        assert!(parse_policing(&o(&[("egress-policer-cir", "100")])).is_err());
+        assert!(parse_policing(&o(&[("ingress-policing-kpkts-rate", "5000000")])).is_err());
+    }
+
+    #[test]
     fn option_values_are_checked() {
         let spec = kind("dummy").unwrap();
         let o = |k: &str, v: &str| BTreeMap::from([(k.to_string(), v.to_string())]);
@@ -393,6 +525,9 @@ mod tests {
         assert!(validate(spec, &o("mac-limit", "64")).is_ok());
         assert!(validate(spec, &o("mac-limit", "-1")).is_err());
         assert!(validate(spec, &o("mac-limit", "1000001")).is_err());
+        assert!(validate(spec, &o("ingress-policing-rate", "10000")).is_ok());
+        assert!(validate(spec, &o("ingress-policing-rate", "-1")).is_err());
+        assert!(validate(spec, &o("egress-policer-cir", "fast")).is_err());
         assert!(validate(spec, &o("path", "/x"))
             .unwrap_err()
             .contains("unknown option \"path\""));

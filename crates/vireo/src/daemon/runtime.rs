@@ -276,6 +276,7 @@ impl Runtime {
             .ok()
             .and_then(|ps| ps.iter().find(|p| p.name == name).map(|p| p.ofport));
         if let Some(p) = entry {
+            self.dp.policers().set(p.no, None, None);
             self.dp.del_port(p.no);
             if let (Some(ofport), Ok(of)) = (ofport, self.bridge_of(bridge)) {
                 let report = super::hooks::report(ofport, name, p.no, p.port.as_ref());
@@ -327,6 +328,35 @@ impl Runtime {
         self.dp
             .set_port_affinity(no, affinity)
             .map_err(|e| format!("datapath: {e}"))
+    }
+
+    /// Sets a port's ingress and egress policers (none: off).
+    pub fn set_policing(
+        &mut self,
+        name: &str,
+        (ingress, egress): (Option<dp::police::Limit>, Option<dp::police::Limit>),
+    ) -> Result<(), String> {
+        let no = {
+            let ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
+            ports
+                .get(name)
+                .map(|p| p.no)
+                .ok_or_else(|| format!("port {name} is not in the datapath"))?
+        };
+        if self.dp.policers().set(no, ingress, egress) {
+            Ok(())
+        } else {
+            Err(format!("port {name}: datapath port {no} cannot be policed"))
+        }
+    }
+
+    /// Packets a port's policers dropped (ingress + egress).
+    pub fn policed(&self, name: &str) -> u64 {
+        let ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
+        ports.get(name).map_or(0, |p| {
+            let (i, e) = self.dp.policers().drops(p.no);
+            i + e
+        })
     }
 
     /// Moves PMD threads to `cores`, live.

@@ -138,7 +138,8 @@ impl Switch {
             "add-flow" | "add-flows" | "mod-flows" | "del-flows" | "dump-flows"
             | "dump-megaflows" | "pmd-stats-show" | "pmd-stats-clear" | "pmd-rxq-show"
             | "set-controller" | "del-controller" | "set-fail-mode" | "set-bridge"
-            | "dump-macs" => self.dispatch_dp(command, args),
+            | "dump-macs" | "add-meter" | "mod-meter" | "del-meter" | "del-meters"
+            | "dump-meters" => self.dispatch_dp(command, args),
             "version" => arity(0, 0, "").map(|_| {
                 let v = env!("CARGO_PKG_VERSION");
                 Response::ok(format!("vireod {v}"), json!({ "vireod": v }))
@@ -415,7 +416,9 @@ impl Switch {
             if port.is_some_and(|p| p != name) {
                 continue;
             }
-            rows.push((name.clone(), lp.port().stats()));
+            let mut st = lp.port().stats();
+            st.add_drops(ports::DropReason::Policed, self.rt.policed(name));
+            rows.push((name.clone(), st));
         }
         let mut macs = BTreeMap::new();
         for br in self.config().bridges.keys() {
@@ -479,6 +482,12 @@ impl Switch {
             self.retired.push(lp);
             return Err(CmdError(e));
         }
+        if let Err(e) = self.rt.set_policing(name, place.policing) {
+            self.rt.detach(br, name);
+            lp.stop();
+            self.retired.push(lp);
+            return Err(CmdError(e));
+        }
         self.failed.remove(name);
         self.live.insert(name.to_string(), lp);
         Ok(())
@@ -519,6 +528,9 @@ impl Switch {
         }
         if was.mac_limit != now.mac_limit {
             self.rt.set_mac_limit(br, name, now.mac_limit)?;
+        }
+        if was.policing != now.policing {
+            self.rt.set_policing(name, now.policing)?;
         }
         Ok(())
     }

@@ -162,6 +162,7 @@ pub(crate) fn encode_body(m: &Message, out: &mut Vec<u8>) -> Result<(), OfError>
         Message::BarrierRequest => t::BARRIER_REQUEST,
         Message::BarrierReply => t::BARRIER_REPLY,
         Message::GroupMod(_)
+        | Message::MeterMod(_)
         | Message::TableMod(_)
         | Message::RoleRequest(_)
         | Message::RoleReply(_) => return Err(errors::BAD_REQUEST_BAD_TYPE),
