@@ -459,6 +459,98 @@ fn roles_master_slave_and_async_filtering() {
 }
 
 #[test]
+fn get_set_async_per_connection_filters_by_role() {
+    let h = common::start();
+    let mut a = Client::connected(&h.sock);
+    let mut b = Client::connected(&h.sock);
+    // Defaults at connect.
+    a.send(1, &Message::GetAsyncRequest);
+    assert_eq!(
+        a.recv(),
+        Some((1, Message::GetAsyncReply(AsyncConfig::default())))
+    );
+    let pi = |reason| {
+        Message::PacketIn(PacketIn {
+            buffer_id: NO_BUFFER,
+            total_len: 1,
+            reason,
+            table_id: 0,
+            cookie: 0,
+            matches: Match::default(),
+            data: vec![1],
+        })
+    };
+    // Default: invalid-TTL packet-ins go to nobody, action packet-ins to both equals.
+    assert_eq!(h.of.broadcast(&pi(2)), 0);
+    assert_eq!(h.of.broadcast(&pi(1)), 2);
+    assert!(matches!(a.recv(), Some((0, Message::PacketIn(p))) if p.reason == 1));
+    assert!(matches!(b.recv(), Some((0, Message::PacketIn(p))) if p.reason == 1));
+    // a: slave, but asks for no-match packet-ins as slave and no port status as master.
+    let cfg = AsyncConfig {
+        packet_in: [0, 0b001],
+        port_status: [0, 0b111],
+        flow_removed: [0, 0],
+    };
+    a.send(2, &Message::SetAsync(cfg));
+    a.send(3, &Message::GetAsyncRequest);
+    assert_eq!(
+        a.recv(),
+        Some((3, Message::GetAsyncReply(cfg))),
+        "no reply to SET_ASYNC"
+    );
+    b.send(
+        4,
+        &Message::RoleRequest(RoleMsg {
+            role: Role::Slave,
+            generation_id: 1,
+        }),
+    );
+    assert!(matches!(b.recv(), Some((4, Message::RoleReply(_)))));
+    // a is equal: master/equal masks apply (nothing); b is slave with defaults (nothing).
+    assert_eq!(h.of.broadcast(&pi(0)), 0);
+    let ps = Message::PortStatus(PortStatus {
+        reason: 2,
+        desc: common::ports()[1].clone(),
+    });
+    assert_eq!(
+        h.of.broadcast(&ps),
+        1,
+        "only b (slave default) wants port status"
+    );
+    assert!(matches!(b.recv(), Some((0, Message::PortStatus(_)))));
+    // SET_ASYNC is allowed from a slave; a turns slave: its slave masks apply.
+    a.send(
+        5,
+        &Message::RoleRequest(RoleMsg {
+            role: Role::Slave,
+            generation_id: 2,
+        }),
+    );
+    assert!(matches!(a.recv(), Some((5, Message::RoleReply(_)))));
+    assert_eq!(h.of.broadcast(&pi(0)), 1);
+    assert!(matches!(a.recv(), Some((0, Message::PacketIn(p))) if p.reason == 0));
+    b.send(6, &Message::SetAsync(cfg));
+    b.send(7, &Message::BarrierRequest);
+    assert_eq!(
+        b.recv(),
+        Some((7, Message::BarrierReply)),
+        "slave's SET_ASYNC not refused"
+    );
+    assert_eq!(h.of.broadcast(&pi(0)), 2);
+    // Per connection: a fresh connection still has the defaults.
+    let mut c = Client::connected(&h.sock);
+    c.send(8, &Message::GetAsyncRequest);
+    assert_eq!(
+        c.recv(),
+        Some((8, Message::GetAsyncReply(AsyncConfig::default())))
+    );
+    // Malformed SET_ASYNC: BAD_LEN, connection stays up.
+    let raw = with_len(vec![4, 28, 0, 0, 0, 0, 0, 9, 0, 0, 0, 1]);
+    assert_error(&c.expect_error(&raw, 9), errors::BAD_REQUEST_BAD_LEN, &raw);
+    c.ping(10);
+}
+
+#[test]
 fn ptcp_serves_many_connections_at_once() {
     let sw = common::TestSwitch::new();
     let of = OfSwitch::new(sw, ConnConfig::default());

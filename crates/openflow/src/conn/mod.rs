@@ -17,7 +17,8 @@
 //!
 //! The connection layer answers HELLO, ECHO, FEATURES_REQUEST (from
 //! [`SwitchHandler::features`], with [`SwitchHandler::ports`] in 1.0), BARRIER and
-//! ROLE_REQUEST itself, refuses state changes from
+//! ROLE_REQUEST and GET_ASYNC / SET_ASYNC (per-connection [`AsyncConfig`], spec defaults at
+//! connect) itself, refuses state changes from
 //! slave controllers, and turns decode errors into `OFPT_ERROR` replies carrying the first 64
 //! bytes of the offending message. Everything else goes to [`SwitchHandler::handle`], called
 //! on the connection's reader thread, one message at a time per connection.
@@ -43,7 +44,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::error::{errors, OfError};
-use crate::msg::{FeaturesReply, Message, Port, Role, RoleMsg};
+use crate::msg::{AsyncConfig, FeaturesReply, Message, Port, Role, RoleMsg};
 use crate::version::Protocols;
 use session::Outbox;
 
@@ -126,6 +127,8 @@ struct ConnEntry {
     outbox: Outbox,
     peer: String,
     role: Role,
+    /// Which asynchronous messages this connection receives, per role (SET_ASYNC).
+    async_config: AsyncConfig,
     ready: bool,
     version: u8,
 }
@@ -160,6 +163,7 @@ impl Shared {
             outbox,
             peer,
             role: Role::Equal,
+            async_config: AsyncConfig::default(),
             ready: false,
             version: 0,
         };
@@ -183,6 +187,19 @@ impl Shared {
 
     fn role(&self, id: ConnId) -> Role {
         self.lock().conns.get(&id).map_or(Role::Equal, |e| e.role)
+    }
+
+    fn async_config(&self, id: ConnId) -> AsyncConfig {
+        self.lock()
+            .conns
+            .get(&id)
+            .map_or_else(AsyncConfig::default, |e| e.async_config)
+    }
+
+    fn set_async_config(&self, id: ConnId, c: AsyncConfig) {
+        if let Some(e) = self.lock().conns.get_mut(&id) {
+            e.async_config = c;
+        }
     }
 
     /// ROLE_REQUEST semantics of OpenFlow 1.3 §6.3.5.
@@ -267,7 +284,8 @@ impl OfSwitch {
     }
 
     /// Pushes an asynchronous message (PACKET_IN, PORT_STATUS, FLOW_REMOVED, …, xid 0) to
-    /// every ready connection whose role wants it (slaves get only PORT_STATUS). Never
+    /// every ready connection whose asynchronous configuration wants it for its current role
+    /// (by default slaves get only PORT_STATUS; SET_ASYNC changes that per connection). Never
     /// blocks; a connection whose queue is full is dropped. Returns how many were sent.
     pub fn broadcast(&self, msg: &Message) -> usize {
         let targets: Vec<(u8, Outbox)> = {
@@ -275,7 +293,7 @@ impl OfSwitch {
             st.conns
                 .values()
                 .filter(|e| e.ready)
-                .filter(|e| e.role != Role::Slave || matches!(msg, Message::PortStatus(_)))
+                .filter(|e| e.async_config.wants(e.role, msg))
                 .map(|e| (e.version, e.outbox.clone()))
                 .collect()
         };

@@ -412,6 +412,13 @@ impl Session {
                     return Flow::Continue;
                 }
             },
+            Message::GetAsyncRequest => Message::GetAsyncReply(self.shared.async_config(self.id)),
+            // Allowed from slaves too (OpenFlow 1.3.1 §6.1.1): it only changes what this
+            // connection receives. No reply on success.
+            Message::SetAsync(c) => {
+                self.shared.set_async_config(self.id, c);
+                return Flow::Continue;
+            }
             m if m.modifies_state() && self.shared.role(self.id) == Role::Slave => {
                 self.send_error(xid, errors::BAD_REQUEST_IS_SLAVE, frame);
                 return Flow::Continue;

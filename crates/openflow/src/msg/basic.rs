@@ -329,6 +329,69 @@ impl RoleMsg {
     }
 }
 
+/// GET_ASYNC_REPLY / SET_ASYNC body (OpenFlow 1.3 `ofp_async_config`): which asynchronous
+/// messages a connection receives, as bitmaps of reasons (bit N = reason N). Index 0 applies
+/// while the connection is master or equal, index 1 while it is slave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AsyncConfig {
+    /// `ofp_packet_in_reason` bits.
+    pub packet_in: [u32; 2],
+    /// `ofp_port_reason` bits.
+    pub port_status: [u32; 2],
+    /// `ofp_flow_removed_reason` bits.
+    pub flow_removed: [u32; 2],
+}
+
+impl Default for AsyncConfig {
+    /// The spec's defaults (OpenFlow 1.3.1 §6.1.1, as Open vSwitch applies them): master and
+    /// equal get packet-ins for no-match and action (not invalid-TTL), every port status and
+    /// every flow-removed; slaves get port status only.
+    fn default() -> Self {
+        AsyncConfig {
+            packet_in: [0b011, 0],
+            port_status: [0b111, 0b111],
+            flow_removed: [0b1111, 0],
+        }
+    }
+}
+
+impl AsyncConfig {
+    /// Whether a connection in role `role` wants `msg` (true for every message that is not
+    /// PACKET_IN, PORT_STATUS or FLOW_REMOVED).
+    pub fn wants(&self, role: Role, msg: &Message) -> bool {
+        let i = usize::from(role == Role::Slave);
+        let (mask, reason) = match msg {
+            Message::PacketIn(p) => (self.packet_in[i], p.reason),
+            Message::PortStatus(p) => (self.port_status[i], p.reason),
+            Message::FlowRemoved(f) => (self.flow_removed[i], f.reason),
+            _ => return true,
+        };
+        reason < 32 && mask & (1 << reason) != 0
+    }
+
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
+        let mut c = AsyncConfig {
+            packet_in: [r.u32()?, r.u32()?],
+            port_status: [0; 2],
+            flow_removed: [0; 2],
+        };
+        c.port_status = [r.u32()?, r.u32()?];
+        c.flow_removed = [r.u32()?, r.u32()?];
+        finish(r, c)
+    }
+
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        for m in self
+            .packet_in
+            .iter()
+            .chain(&self.port_status)
+            .chain(&self.flow_removed)
+        {
+            out.put_u32(*m);
+        }
+    }
+}
+
 /// The ERROR message to send for a request that failed with `err`.
 pub fn error_reply(err: OfError, request: &[u8]) -> Message {
     Message::Error(ErrorMsg::for_request(err, request))

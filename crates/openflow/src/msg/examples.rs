@@ -323,6 +323,13 @@ pub fn examples() -> Vec<Message> {
             role: Role::Slave,
             generation_id: 2,
         }),
+        Message::GetAsyncRequest,
+        Message::GetAsyncReply(AsyncConfig::default()),
+        Message::SetAsync(AsyncConfig {
+            packet_in: [0b111, 0b001],
+            port_status: [0b001, 0],
+            flow_removed: [0, 0b1000],
+        }),
         Message::MeterMod(MeterMod {
             command: MeterModCommand::Add,
             flags: meter_flags::PKTPS | meter_flags::BURST | meter_flags::STATS,

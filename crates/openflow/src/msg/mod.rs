@@ -58,6 +58,9 @@ pub mod msg_type {
     pub const BARRIER_REPLY: u8 = 21;
     pub const ROLE_REQUEST: u8 = 24;
     pub const ROLE_REPLY: u8 = 25;
+    pub const GET_ASYNC_REQUEST: u8 = 26;
+    pub const GET_ASYNC_REPLY: u8 = 27;
+    pub const SET_ASYNC: u8 = 28;
     pub const METER_MOD: u8 = 29;
 }
 
@@ -109,6 +112,9 @@ pub enum Message {
     BarrierReply,
     RoleRequest(RoleMsg),
     RoleReply(RoleMsg),
+    GetAsyncRequest,
+    GetAsyncReply(AsyncConfig),
+    SetAsync(AsyncConfig),
     MeterMod(MeterMod),
 }
 
@@ -178,6 +184,9 @@ fn decode_body(h: Header, r: &mut Reader<'_>) -> Result<Message, OfError> {
         t::BARRIER_REPLY => finish(r, Message::BarrierReply)?,
         t::ROLE_REQUEST => Message::RoleRequest(RoleMsg::decode(r)?),
         t::ROLE_REPLY => Message::RoleReply(RoleMsg::decode(r)?),
+        t::GET_ASYNC_REQUEST => finish(r, Message::GetAsyncRequest)?,
+        t::GET_ASYNC_REPLY => Message::GetAsyncReply(AsyncConfig::decode(r)?),
+        t::SET_ASYNC => Message::SetAsync(AsyncConfig::decode(r)?),
         t::METER_MOD => Message::MeterMod(MeterMod::decode(r)?),
         _ => return Err(errors::BAD_REQUEST_BAD_TYPE),
     })
@@ -211,6 +220,9 @@ impl Message {
             Message::BarrierReply => t::BARRIER_REPLY,
             Message::RoleRequest(_) => t::ROLE_REQUEST,
             Message::RoleReply(_) => t::ROLE_REPLY,
+            Message::GetAsyncRequest => t::GET_ASYNC_REQUEST,
+            Message::GetAsyncReply(_) => t::GET_ASYNC_REPLY,
+            Message::SetAsync(_) => t::SET_ASYNC,
             Message::MeterMod(_) => t::METER_MOD,
         }
     }
@@ -260,7 +272,8 @@ impl Message {
             Message::FeaturesRequest
             | Message::GetConfigRequest
             | Message::BarrierRequest
-            | Message::BarrierReply => {}
+            | Message::BarrierReply
+            | Message::GetAsyncRequest => {}
             Message::FeaturesReply(f) => f.encode(out),
             Message::GetConfigReply(c) | Message::SetConfig(c) => c.encode(out),
             Message::PacketIn(p) => p.encode(out),
@@ -274,6 +287,7 @@ impl Message {
             Message::MultipartRequest(m) => m.encode(out),
             Message::MultipartReply(m) => m.encode(out),
             Message::RoleRequest(r) | Message::RoleReply(r) => r.encode(out),
+            Message::GetAsyncReply(c) | Message::SetAsync(c) => c.encode(out),
             Message::MeterMod(m) => m.encode(out),
         }
     }

@@ -217,3 +217,93 @@ fn byte_mutations_never_panic_and_roundtrip() {
         }
     }
 }
+
+#[test]
+fn async_config_wire_layout_defaults_and_filtering() {
+    // 1.3 `ofp_async_config`: six u32 masks after the header, 32 bytes in all.
+    let c = AsyncConfig {
+        packet_in: [1, 2],
+        port_status: [3, 4],
+        flow_removed: [5, 6],
+    };
+    let b = Message::SetAsync(c).encode(9).unwrap();
+    assert_eq!(&b[..8], &[4, 28, 0, 32, 0, 0, 0, 9]);
+    let words: Vec<u32> = b[8..]
+        .chunks(4)
+        .map(|w| u32::from_be_bytes(w.try_into().unwrap()))
+        .collect();
+    assert_eq!(words, [1, 2, 3, 4, 5, 6]);
+    assert_eq!(decode(&b).unwrap(), (9, Message::SetAsync(c)));
+    let req = Message::GetAsyncRequest.encode(3).unwrap();
+    assert_eq!(req, [4, 26, 0, 8, 0, 0, 0, 3]);
+    // A GET_ASYNC_REQUEST with a body, a short SET_ASYNC: BAD_LEN.
+    let mut long = req.clone();
+    long.extend_from_slice(&[0; 4]);
+    long[3] = 12;
+    assert_eq!(decode(&long), Err(errors::BAD_REQUEST_BAD_LEN));
+    let mut short = b[..28].to_vec();
+    short[3] = 28;
+    assert_eq!(decode(&short), Err(errors::BAD_REQUEST_BAD_LEN));
+    // 1.0 has no such message; 1.4 and 1.5 are refused (property layout not spoken).
+    for v in [1u8, 5, 6] {
+        let mut x = req.clone();
+        x[0] = v;
+        assert_eq!(decode(&x), Err(errors::BAD_REQUEST_BAD_TYPE), "v{v}");
+        assert!(Message::GetAsyncReply(c).encode_version(v, 1).is_err());
+    }
+    // Defaults (1.3.1 §6.1.1): master/equal get no-match and action packet-ins, every port
+    // status and flow-removed; slaves get port status only.
+    let d = AsyncConfig::default();
+    let pi = |reason| {
+        Message::PacketIn(PacketIn {
+            buffer_id: NO_BUFFER,
+            total_len: 0,
+            reason,
+            table_id: 0,
+            cookie: 0,
+            matches: Match::default(),
+            data: Vec::new(),
+        })
+    };
+    let ps = |reason| {
+        Message::PortStatus(PortStatus {
+            reason,
+            desc: Port::default(),
+        })
+    };
+    let fr = |reason| {
+        Message::FlowRemoved(FlowRemoved {
+            cookie: 0,
+            priority: 0,
+            reason,
+            table_id: 0,
+            duration_sec: 0,
+            duration_nsec: 0,
+            idle_timeout: 0,
+            hard_timeout: 0,
+            packet_count: 0,
+            byte_count: 0,
+            matches: Match::default(),
+        })
+    };
+    for role in [Role::Master, Role::Equal] {
+        assert!(d.wants(role, &pi(0)) && d.wants(role, &pi(1)) && !d.wants(role, &pi(2)));
+        assert!((0..3).all(|r| d.wants(role, &ps(r))));
+        assert!((0..4).all(|r| d.wants(role, &fr(r))));
+    }
+    assert!((0..3).all(|r| !d.wants(Role::Slave, &pi(r))));
+    assert!((0..3).all(|r| d.wants(Role::Slave, &ps(r))));
+    assert!((0..4).all(|r| !d.wants(Role::Slave, &fr(r))));
+    // Per-role masks apply; a reason beyond 31 is never wanted (no shift overflow).
+    let c = AsyncConfig {
+        packet_in: [0, 0b100],
+        port_status: [0b010, 0],
+        flow_removed: [0b1000, 0b0001],
+    };
+    assert!(c.wants(Role::Slave, &pi(2)) && !c.wants(Role::Master, &pi(2)));
+    assert!(c.wants(Role::Equal, &ps(1)) && !c.wants(Role::Equal, &ps(0)));
+    assert!(!c.wants(Role::Slave, &ps(1)));
+    assert!(c.wants(Role::Master, &fr(3)) && c.wants(Role::Slave, &fr(0)));
+    assert!(!c.wants(Role::Master, &fr(200)));
+    assert!(c.wants(Role::Slave, &Message::BarrierReply));
+}

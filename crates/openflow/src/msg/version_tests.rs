@@ -43,10 +43,11 @@ fn examples_roundtrip_in_every_version() {
                 assert_eq!(back, m, "v{v}");
             }
         }
-        // 1.0 lacks groups, table mods, roles, table features, port desc.
+        // 1.0 lacks groups, table mods, roles, table features, port desc; 1.4 and 1.5 are
+        // not spoken for the three async-configuration messages (1.3 only).
         let want = match v {
             OFP10 => 20,
-            _ => examples().len(),
+            _ => examples().len() - 3,
         };
         assert!(encoded >= want, "v{v}: {encoded} of {}", examples().len());
     }

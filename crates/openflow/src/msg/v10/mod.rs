@@ -165,7 +165,10 @@ pub(crate) fn encode_body(m: &Message, out: &mut Vec<u8>) -> Result<(), OfError>
         | Message::MeterMod(_)
         | Message::TableMod(_)
         | Message::RoleRequest(_)
-        | Message::RoleReply(_) => return Err(errors::BAD_REQUEST_BAD_TYPE),
+        | Message::RoleReply(_)
+        | Message::GetAsyncRequest
+        | Message::GetAsyncReply(_)
+        | Message::SetAsync(_) => return Err(errors::BAD_REQUEST_BAD_TYPE),
     };
     out[1] = mtype;
     Ok(())
