@@ -129,6 +129,10 @@ impl Inner {
             // OpenFlow 1.3 and accepted as a no-op.
             Message::TableMod(_) => Ok(vec![]),
             Message::MultipartRequest(r) => crate::stats::reply_to(self, &r),
+            Message::QueueGetConfigRequest(port) => {
+                crate::stats::check_queue_port(self, port)?;
+                Ok(vec![Message::QueueGetConfigReply(port)])
+            }
             _ => Err(errors::BAD_REQUEST_BAD_TYPE),
         }
     }
@@ -239,7 +243,7 @@ impl Inner {
         };
         let ids: Vec<ConnId> = lock(&self.async_mgmt).iter().copied().collect();
         for id in ids {
-            if !m.send_to(id, 0, msg) {
+            if !m.send_async_to(id, msg) {
                 lock(&self.async_mgmt).remove(&id);
             }
         }

@@ -1,5 +1,6 @@
 //! Multipart (statistics) replies of one bridge: DESC, FLOW, AGGREGATE, TABLE, TABLE_FEATURES,
-//! PORT_STATS, PORT_DESC, GROUP and GROUP_DESC, all read from the pipeline (flows, groups,
+//! PORT_STATS, PORT_DESC, GROUP, GROUP_DESC, GROUP_FEATURES and QUEUE (always empty: no
+//! port has queues), all read from the pipeline (flows, groups,
 //! ports) and the datapath hooks (port counters and link state) — no state of its own.
 //!
 //! Threads: the requesting connection's reader thread. Takes no lock of its own.
@@ -60,6 +61,15 @@ pub(crate) fn reply_to(inner: &Inner, req: &MultipartRequest) -> Result<Vec<Mess
             inner, *id,
         )?)),
         Q::MeterFeatures => reply(MultipartReplyBody::MeterFeatures(crate::meters::features())),
+        Q::GroupFeatures => reply(MultipartReplyBody::GroupFeatures(group_features())),
+        Q::Queue { port_no, queue_id } => {
+            check_queue_port(inner, *port_no)?;
+            if *queue_id != QUEUE_ALL {
+                // No port has a queue.
+                return Err(errors::QUEUE_OP_FAILED_BAD_QUEUE);
+            }
+            reply(MultipartReplyBody::Queue)
+        }
         Q::GroupDesc => {
             let d = inner
                 .pipeline
@@ -69,6 +79,43 @@ pub(crate) fn reply_to(inner: &Inner, req: &MultipartRequest) -> Result<Vec<Mess
                 d.iter().map(convert::group_desc_to_wire).collect(),
             ))
         }
+    }
+}
+
+/// `OFPQ_ALL`.
+pub(crate) const QUEUE_ALL: u32 = 0xffff_ffff;
+
+/// A queue request names `OFPP_ANY` or a port of the bridge; anything else is
+/// `OFPQOFC_BAD_PORT`.
+pub(crate) fn check_queue_port(inner: &Inner, port_no: u32) -> Result<(), OfError> {
+    if port_no == port_no::ANY {
+        return Ok(());
+    }
+    let ports = inner
+        .pipeline
+        .ports(&inner.bridge)
+        .map_err(|e| of_error(&e))?;
+    if ports.iter().any(|p| p.ofport == port_no) {
+        Ok(())
+    } else {
+        Err(errors::QUEUE_OP_FAILED_BAD_PORT)
+    }
+}
+
+/// What the pipeline's groups do (`crates/ofproto/src/group.rs`, `xlate.rs`): the four
+/// types; select weighs buckets and skips dead ones; chaining with loop and reference checks;
+/// buckets hold output, push/pop VLAN, set-field and group actions. The group limit is per
+/// bridge, across all types.
+pub fn group_features() -> GroupFeatures {
+    use group_capabilities as c;
+    let max = ofproto::group::MAX_GROUPS as u32;
+    // `1 << ofp_action_type`: OUTPUT 0, PUSH_VLAN 17, POP_VLAN 18, GROUP 22, SET_FIELD 25.
+    let actions = 1 | 1 << 17 | 1 << 18 | 1 << 22 | 1 << 25;
+    GroupFeatures {
+        types: 0b1111,
+        capabilities: c::SELECT_WEIGHT | c::SELECT_LIVENESS | c::CHAINING | c::CHAINING_CHECKS,
+        max_groups: [max; 4],
+        actions: [actions; 4],
     }
 }
 

@@ -206,11 +206,12 @@ fn protocols_setting_limits_negotiation() {
     }
     of10.ping(2);
     assert_eq!(of10.last_version, 1);
-    // 1.0's BARRIER is type 18; a 1.3 BARRIER (type 20) is 1.0's queue request: BAD_TYPE.
+    // 1.0's BARRIER is type 18; a 1.3 BARRIER (type 20) is 1.0's queue request, which has a
+    // 4-byte body: BAD_LEN.
     of10.send_raw(&[1, 18, 0, 8, 0, 0, 0, 3]);
     assert!(matches!(of10.recv(), Some((3, Message::BarrierReply))));
     let e = of10.expect_error(&[1, 20, 0, 8, 0, 0, 0, 4], 4);
-    assert_eq!(e.error(), errors::BAD_REQUEST_BAD_TYPE);
+    assert_eq!(e.error(), errors::BAD_REQUEST_BAD_LEN);
     // Limited to 1.3: the 1.0 peer is refused naming what is allowed; 1.3 still works.
     h.of.set_protocols(Protocols::parse("OpenFlow13").unwrap());
     assert_eq!(h.of.protocols().to_string(), "OpenFlow13");

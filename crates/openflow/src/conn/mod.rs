@@ -333,6 +333,23 @@ impl OfSwitch {
         }
     }
 
+    /// Pushes an asynchronous message (xid 0) to one connection, if its asynchronous
+    /// configuration wants it for its current role. False only if the connection is gone or
+    /// its queue was full (it is then dropped); a message filtered out counts as delivered.
+    pub fn send_async_to(&self, conn: ConnId, msg: &Message) -> bool {
+        let wanted = self
+            .shared
+            .lock()
+            .conns
+            .get(&conn)
+            .map(|e| e.async_config.wants(e.role, msg));
+        match wanted {
+            Some(true) => self.send_to(conn, 0, msg),
+            Some(false) => true,
+            None => false,
+        }
+    }
+
     /// The live connections.
     pub fn connections(&self) -> Vec<ConnInfo> {
         let st = self.shared.lock();

@@ -174,6 +174,13 @@ fn replies() -> Vec<MultipartReplyBody> {
             meter_id: 1,
             bands: meter_bands(),
         }]),
+        B::GroupFeatures(GroupFeatures {
+            types: 0b1111,
+            capabilities: 0b1111,
+            max_groups: [65536, 65536, 65536, 65536],
+            actions: [1, 1 << 17, 1 << 22, 1 << 25],
+        }),
+        B::Queue,
         B::MeterFeatures(MeterFeatures {
             max_meter: 65536,
             band_types: 0b110,
@@ -221,6 +228,15 @@ fn requests() -> Vec<MultipartRequestBody> {
         B::Meter(METER_ALL),
         B::MeterConfig(5),
         B::MeterFeatures,
+        B::GroupFeatures,
+        B::Queue {
+            port_no: port_no::ANY,
+            queue_id: 0xffff_ffff,
+        },
+        B::Queue {
+            port_no: 2,
+            queue_id: 7,
+        },
     ]
 }
 
@@ -323,6 +339,8 @@ pub fn examples() -> Vec<Message> {
             role: Role::Slave,
             generation_id: 2,
         }),
+        Message::QueueGetConfigRequest(1),
+        Message::QueueGetConfigReply(2),
         Message::GetAsyncRequest,
         Message::GetAsyncReply(AsyncConfig::default()),
         Message::SetAsync(AsyncConfig {

@@ -262,3 +262,52 @@ impl GroupStats {
         out.set_u16(start, len);
     }
 }
+
+/// `ofp_group_features` (GROUP_FEATURES reply; the same 40 bytes in 1.3, 1.4 and 1.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GroupFeatures {
+    /// Bitmap of `1 << ofp_group_type`.
+    pub types: u32,
+    /// Bitmap of [`group_capabilities`].
+    pub capabilities: u32,
+    /// Most groups of each type (all, select, indirect, fast-failover).
+    pub max_groups: [u32; 4],
+    /// Per type, bitmap of `1 << ofp_action_type` a bucket may hold.
+    pub actions: [u32; 4],
+}
+
+/// `ofp_group_capabilities`.
+pub mod group_capabilities {
+    pub const SELECT_WEIGHT: u32 = 1;
+    pub const SELECT_LIVENESS: u32 = 2;
+    pub const CHAINING: u32 = 4;
+    pub const CHAINING_CHECKS: u32 = 8;
+}
+
+impl GroupFeatures {
+    /// Size on the wire.
+    pub const LEN: usize = 40;
+
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
+        let mut f = GroupFeatures {
+            types: r.u32()?,
+            capabilities: r.u32()?,
+            ..Default::default()
+        };
+        for m in &mut f.max_groups {
+            *m = r.u32()?;
+        }
+        for a in &mut f.actions {
+            *a = r.u32()?;
+        }
+        Ok(f)
+    }
+
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        out.put_u32(self.types);
+        out.put_u32(self.capabilities);
+        for v in self.max_groups.iter().chain(&self.actions) {
+            out.put_u32(*v);
+        }
+    }
+}

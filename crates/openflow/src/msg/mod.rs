@@ -56,6 +56,8 @@ pub mod msg_type {
     pub const MULTIPART_REPLY: u8 = 19;
     pub const BARRIER_REQUEST: u8 = 20;
     pub const BARRIER_REPLY: u8 = 21;
+    pub const QUEUE_GET_CONFIG_REQUEST: u8 = 22;
+    pub const QUEUE_GET_CONFIG_REPLY: u8 = 23;
     pub const ROLE_REQUEST: u8 = 24;
     pub const ROLE_REPLY: u8 = 25;
     pub const GET_ASYNC_REQUEST: u8 = 26;
@@ -112,6 +114,11 @@ pub enum Message {
     BarrierReply,
     RoleRequest(RoleMsg),
     RoleReply(RoleMsg),
+    /// QUEUE_GET_CONFIG_REQUEST for a port (or `OFPP_ANY`); 1.0 and 1.3 only.
+    QueueGetConfigRequest(u32),
+    /// QUEUE_GET_CONFIG_REPLY for a port, listing no queues (Vireo has none; a reply that
+    /// lists queues does not decode).
+    QueueGetConfigReply(u32),
     GetAsyncRequest,
     GetAsyncReply(AsyncConfig),
     SetAsync(AsyncConfig),
@@ -184,6 +191,18 @@ fn decode_body(h: Header, r: &mut Reader<'_>) -> Result<Message, OfError> {
         t::BARRIER_REPLY => finish(r, Message::BarrierReply)?,
         t::ROLE_REQUEST => Message::RoleRequest(RoleMsg::decode(r)?),
         t::ROLE_REPLY => Message::RoleReply(RoleMsg::decode(r)?),
+        t::QUEUE_GET_CONFIG_REQUEST | t::QUEUE_GET_CONFIG_REPLY => {
+            let port = r.u32()?;
+            r.skip(4)?;
+            finish(
+                r,
+                if h.msg_type == t::QUEUE_GET_CONFIG_REQUEST {
+                    Message::QueueGetConfigRequest(port)
+                } else {
+                    Message::QueueGetConfigReply(port)
+                },
+            )?
+        }
         t::GET_ASYNC_REQUEST => finish(r, Message::GetAsyncRequest)?,
         t::GET_ASYNC_REPLY => Message::GetAsyncReply(AsyncConfig::decode(r)?),
         t::SET_ASYNC => Message::SetAsync(AsyncConfig::decode(r)?),
@@ -220,6 +239,8 @@ impl Message {
             Message::BarrierReply => t::BARRIER_REPLY,
             Message::RoleRequest(_) => t::ROLE_REQUEST,
             Message::RoleReply(_) => t::ROLE_REPLY,
+            Message::QueueGetConfigRequest(_) => t::QUEUE_GET_CONFIG_REQUEST,
+            Message::QueueGetConfigReply(_) => t::QUEUE_GET_CONFIG_REPLY,
             Message::GetAsyncRequest => t::GET_ASYNC_REQUEST,
             Message::GetAsyncReply(_) => t::GET_ASYNC_REPLY,
             Message::SetAsync(_) => t::SET_ASYNC,
@@ -288,6 +309,10 @@ impl Message {
             Message::MultipartReply(m) => m.encode(out),
             Message::RoleRequest(r) | Message::RoleReply(r) => r.encode(out),
             Message::GetAsyncReply(c) | Message::SetAsync(c) => c.encode(out),
+            Message::QueueGetConfigRequest(p) | Message::QueueGetConfigReply(p) => {
+                out.put_u32(*p);
+                out.pad(4);
+            }
             Message::MeterMod(m) => m.encode(out),
         }
     }

@@ -4,8 +4,8 @@
 //! thread (split runs on whichever thread sends the reply).
 
 use super::{
-    finish, GroupDesc, GroupStats, MeterConfigEntry, MeterFeatures, MeterStatsEntry, Port,
-    TableFeatures, HEADER_LEN, MAX_MSG_LEN, PORT_LEN,
+    finish, GroupDesc, GroupFeatures, GroupStats, MeterConfigEntry, MeterFeatures, MeterStatsEntry,
+    Port, TableFeatures, HEADER_LEN, MAX_MSG_LEN, PORT_LEN,
 };
 use crate::action::{decode_instructions, encode_instructions, Instruction};
 use crate::buf::{len_u16, Reader, Writer};
@@ -19,8 +19,10 @@ pub mod multipart_type {
     pub const AGGREGATE: u16 = 2;
     pub const TABLE: u16 = 3;
     pub const PORT_STATS: u16 = 4;
+    pub const QUEUE: u16 = 5;
     pub const GROUP: u16 = 6;
     pub const GROUP_DESC: u16 = 7;
+    pub const GROUP_FEATURES: u16 = 8;
     pub const METER: u16 = 9;
     pub const METER_CONFIG: u16 = 10;
     pub const METER_FEATURES: u16 = 11;
@@ -107,6 +109,12 @@ pub enum MultipartRequestBody {
     /// Group id or `OFPG_ALL`.
     Group(u32),
     GroupDesc,
+    GroupFeatures,
+    /// Queue statistics for (port or `OFPP_ANY`, queue or `OFPQ_ALL`).
+    Queue {
+        port_no: u32,
+        queue_id: u32,
+    },
     /// Empty: a query; otherwise the tables' new features.
     TableFeatures(Vec<TableFeatures>),
     /// Meter id or `OFPM_ALL`.
@@ -153,6 +161,12 @@ impl MultipartRequest {
             }
             t::PORT_DESC => finish(r, B::PortDesc)?,
             t::GROUP_DESC => finish(r, B::GroupDesc)?,
+            t::GROUP_FEATURES => finish(r, B::GroupFeatures)?,
+            t::QUEUE => {
+                let port_no = r.u32()?;
+                let queue_id = r.u32()?;
+                finish(r, B::Queue { port_no, queue_id })?
+            }
             t::TABLE_FEATURES => B::TableFeatures(decode_all(r, None, TableFeatures::decode)?),
             t::METER_FEATURES => finish(r, B::MeterFeatures)?,
             _ => return Err(errors::BAD_REQUEST_BAD_MULTIPART),
@@ -172,6 +186,8 @@ impl MultipartRequest {
             B::PortDesc => t::PORT_DESC,
             B::Group(_) => t::GROUP,
             B::GroupDesc => t::GROUP_DESC,
+            B::GroupFeatures => t::GROUP_FEATURES,
+            B::Queue { .. } => t::QUEUE,
             B::TableFeatures(_) => t::TABLE_FEATURES,
             B::Meter(_) => t::METER,
             B::MeterConfig(_) => t::METER_CONFIG,
@@ -187,7 +203,16 @@ impl MultipartRequest {
                 out.pad(4);
             }
             B::TableFeatures(v) => v.iter().for_each(|e| e.encode(out)),
-            B::Desc | B::Table | B::PortDesc | B::GroupDesc | B::MeterFeatures => {}
+            B::Queue { port_no, queue_id } => {
+                out.put_u32(*port_no);
+                out.put_u32(*queue_id);
+            }
+            B::Desc
+            | B::Table
+            | B::PortDesc
+            | B::GroupDesc
+            | B::GroupFeatures
+            | B::MeterFeatures => {}
         }
     }
 }
@@ -418,6 +443,10 @@ pub enum MultipartReplyBody {
     PortDesc(Vec<Port>),
     Group(Vec<GroupStats>),
     GroupDesc(Vec<GroupDesc>),
+    GroupFeatures(GroupFeatures),
+    /// Queue statistics: always empty (Vireo has no queues; a reply with entries does not
+    /// decode).
+    Queue,
     TableFeatures(Vec<TableFeatures>),
     Meter(Vec<MeterStatsEntry>),
     MeterConfig(Vec<MeterConfigEntry>),
@@ -476,6 +505,11 @@ impl MultipartReply {
             t::PORT_DESC => B::PortDesc(decode_all(r, Some(PORT_LEN), Port::decode)?),
             t::GROUP => B::Group(decode_all(r, None, GroupStats::decode)?),
             t::GROUP_DESC => B::GroupDesc(decode_all(r, None, GroupDesc::decode)?),
+            t::GROUP_FEATURES => {
+                let f = GroupFeatures::decode(r)?;
+                finish(r, B::GroupFeatures(f))?
+            }
+            t::QUEUE => finish(r, B::Queue)?,
             t::TABLE_FEATURES => B::TableFeatures(decode_all(r, None, TableFeatures::decode)?),
             t::METER => B::Meter(decode_all(r, None, MeterStatsEntry::decode)?),
             t::METER_CONFIG => B::MeterConfig(decode_all(r, None, MeterConfigEntry::decode)?),
@@ -500,6 +534,8 @@ impl MultipartReply {
             B::PortDesc(_) => t::PORT_DESC,
             B::Group(_) => t::GROUP,
             B::GroupDesc(_) => t::GROUP_DESC,
+            B::GroupFeatures(_) => t::GROUP_FEATURES,
+            B::Queue => t::QUEUE,
             B::TableFeatures(_) => t::TABLE_FEATURES,
             B::Meter(_) => t::METER,
             B::MeterConfig(_) => t::METER_CONFIG,
@@ -530,6 +566,8 @@ impl MultipartReply {
             B::Meter(v) => v.iter().for_each(|e| e.encode(out)),
             B::MeterConfig(v) => v.iter().for_each(|e| e.encode(out)),
             B::MeterFeatures(f) => f.encode(out),
+            B::GroupFeatures(f) => f.encode(out),
+            B::Queue => {}
         }
     }
 
@@ -577,7 +615,11 @@ impl MultipartReply {
                 .into_iter()
                 .map(B::MeterConfig)
                 .collect(),
-            body @ (B::Desc(_) | B::Aggregate(_) | B::MeterFeatures(_)) => vec![body],
+            body @ (B::Desc(_)
+            | B::Aggregate(_)
+            | B::MeterFeatures(_)
+            | B::GroupFeatures(_)
+            | B::Queue) => vec![body],
         };
         let n = parts.len();
         parts

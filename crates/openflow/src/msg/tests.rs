@@ -69,7 +69,7 @@ fn header_errors() {
     let mut b = frame(4, msg_type::BARRIER_REQUEST, &[]);
     b[3] = 9;
     assert_eq!(decode(&b), Err(errors::BAD_REQUEST_BAD_LEN));
-    // 1.1 and 1.2 are not spoken; 1.0's type 20 is a queue request Vireo refuses.
+    // 1.1 and 1.2 are not spoken; 1.0 has no type 22.
     for v in [2, 3, 7] {
         assert_eq!(
             decode(&frame(v, msg_type::BARRIER_REQUEST, &[])),
@@ -77,7 +77,7 @@ fn header_errors() {
         );
     }
     assert_eq!(
-        decode(&frame(1, msg_type::BARRIER_REQUEST, &[])),
+        decode(&frame(1, msg_type::QUEUE_GET_CONFIG_REQUEST, &[])),
         Err(errors::BAD_REQUEST_BAD_TYPE)
     );
     assert_eq!(
@@ -157,8 +157,11 @@ fn flow_mod_errors() {
 
 #[test]
 fn unsupported_multipart_is_bad_multipart() {
-    let b = frame(4, msg_type::MULTIPART_REQUEST, &[0, 5, 0, 0, 0, 0, 0, 0]);
-    assert_eq!(decode(&b), Err(errors::BAD_REQUEST_BAD_MULTIPART));
+    // 14 is 1.4's TABLE_DESC, 15 QUEUE_DESC: not 1.3 types.
+    for t in [14u8, 15, 0xfe] {
+        let b = frame(4, msg_type::MULTIPART_REQUEST, &[0, t, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(decode(&b), Err(errors::BAD_REQUEST_BAD_MULTIPART), "{t}");
+    }
 }
 
 #[test]

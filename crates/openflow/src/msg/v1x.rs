@@ -55,9 +55,12 @@ pub(crate) fn decode_body(h: Header, r: &mut Reader<'_>) -> Result<Option<Messag
         msg_type::GROUP_MOD if v15 => Message::GroupMod(super::group15::decode_group_mod(r)?),
         msg_type::MULTIPART_REPLY => return decode_reply(h, r),
         // 1.4 turned the async configuration into properties; Vireo speaks it in 1.3 only.
-        msg_type::GET_ASYNC_REQUEST | msg_type::GET_ASYNC_REPLY | msg_type::SET_ASYNC => {
-            return Err(errors::BAD_REQUEST_BAD_TYPE)
-        }
+        // QUEUE_GET_CONFIG is gone from 1.4 (QUEUE_DESC replaced it).
+        msg_type::GET_ASYNC_REQUEST
+        | msg_type::GET_ASYNC_REPLY
+        | msg_type::SET_ASYNC
+        | msg_type::QUEUE_GET_CONFIG_REQUEST
+        | msg_type::QUEUE_GET_CONFIG_REPLY => return Err(errors::BAD_REQUEST_BAD_TYPE),
         _ => return Ok(None),
     }))
 }
@@ -104,9 +107,11 @@ pub(crate) fn encode_body(m: &Message, version: u8, out: &mut Vec<u8>) -> Result
         }
         Message::GroupMod(g) if v15 => super::group15::encode_group_mod(g, out),
         Message::MultipartReply(r) => return encode_reply(r, v15, out),
-        Message::GetAsyncRequest | Message::GetAsyncReply(_) | Message::SetAsync(_) => {
-            return Err(errors::BAD_REQUEST_BAD_TYPE)
-        }
+        Message::GetAsyncRequest
+        | Message::GetAsyncReply(_)
+        | Message::SetAsync(_)
+        | Message::QueueGetConfigRequest(_)
+        | Message::QueueGetConfigReply(_) => return Err(errors::BAD_REQUEST_BAD_TYPE),
         _ => return Ok(false),
     }
     Ok(true)

@@ -214,9 +214,11 @@ impl TestSwitch {
                     .collect(),
             ),
             Q::TableFeatures(set) if !set.is_empty() => return Err(errors::BAD_REQUEST_EPERM),
-            Q::Meter(_) | Q::MeterConfig(_) | Q::MeterFeatures => {
-                return Err(errors::BAD_REQUEST_BAD_MULTIPART)
-            }
+            Q::Meter(_)
+            | Q::MeterConfig(_)
+            | Q::MeterFeatures
+            | Q::GroupFeatures
+            | Q::Queue { .. } => return Err(errors::BAD_REQUEST_BAD_MULTIPART),
             Q::TableFeatures(_) => R::TableFeatures(
                 (0..254)
                     .map(|t| TableFeatures::standard(t, 254, 100_000))

@@ -81,7 +81,22 @@ pub(crate) fn decode_body(h: Header, r: &mut Reader<'_>) -> Result<Message, OfEr
         t::STATS_REPLY => Message::MultipartReply(stats::decode_reply(r)?),
         t::BARRIER_REQUEST => finish(r, Message::BarrierRequest)?,
         t::BARRIER_REPLY => finish(r, Message::BarrierReply)?,
-        // Queue configuration (Vireo has no queues to describe).
+        t::QUEUE_GET_CONFIG_REQUEST | t::QUEUE_GET_CONFIG_REPLY => {
+            let port = port_from10(r.u16()?);
+            r.skip(if h.msg_type == t::QUEUE_GET_CONFIG_REQUEST {
+                2
+            } else {
+                6
+            })?;
+            finish(
+                r,
+                if h.msg_type == t::QUEUE_GET_CONFIG_REQUEST {
+                    Message::QueueGetConfigRequest(port)
+                } else {
+                    Message::QueueGetConfigReply(port)
+                },
+            )?
+        }
         _ => return Err(errors::BAD_REQUEST_BAD_TYPE),
     })
 }
@@ -161,6 +176,16 @@ pub(crate) fn encode_body(m: &Message, out: &mut Vec<u8>) -> Result<(), OfError>
         }
         Message::BarrierRequest => t::BARRIER_REQUEST,
         Message::BarrierReply => t::BARRIER_REPLY,
+        Message::QueueGetConfigRequest(p) => {
+            out.put_u16(port_to10(*p));
+            out.pad(2);
+            t::QUEUE_GET_CONFIG_REQUEST
+        }
+        Message::QueueGetConfigReply(p) => {
+            out.put_u16(port_to10(*p));
+            out.pad(6);
+            t::QUEUE_GET_CONFIG_REPLY
+        }
         Message::GroupMod(_)
         | Message::MeterMod(_)
         | Message::TableMod(_)
