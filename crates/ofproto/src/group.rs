@@ -205,7 +205,7 @@ impl GroupTable {
             return Err(OfError::InvalidGroup(gm.group_id));
         }
         if gm.buckets.len() > MAX_BUCKETS {
-            return Err(OfError::BadBucket("too many buckets"));
+            return Err(OfError::OutOfBuckets);
         }
         if gm.group_type == GroupType::Indirect && gm.buckets.len() != 1 {
             return Err(OfError::BadBucket(
@@ -220,6 +220,13 @@ impl GroupTable {
                 return Err(OfError::BadWatch);
             }
             if b.watch_group != GROUP_ANY && b.watch_group > GROUP_MAX {
+                return Err(OfError::BadWatch);
+            }
+            // Liveness is known for real ports (and LOCAL) only.
+            if b.watch_port > crate::ofpp::MAX
+                && b.watch_port != crate::ofpp::ANY
+                && b.watch_port != crate::ofpp::LOCAL
+            {
                 return Err(OfError::BadWatch);
             }
             for a in &b.actions {
@@ -431,7 +438,91 @@ mod tests {
             ),
             Err(OfError::InvalidGroup(GROUP_ALL))
         );
-        let _ = ofpp::ANY;
+        // More than MAX_BUCKETS: OUT_OF_BUCKETS.
+        let many = vec![b(1); MAX_BUCKETS + 1];
+        assert_eq!(
+            t.apply(gm(GroupCommand::Add, GroupType::All, 5, many), now),
+            Err(OfError::OutOfBuckets)
+        );
+        assert_eq!(OfError::OutOfBuckets.type_code(), (6, 4));
+        let max = vec![b(1); MAX_BUCKETS];
+        t.apply(gm(GroupCommand::Add, GroupType::All, 5, max), now)
+            .unwrap();
+        // A watch port that is a reserved port (not LOCAL): BAD_WATCH; LOCAL is watchable.
+        let watch = |p| Bucket {
+            watch_port: p,
+            ..b(1)
+        };
+        for p in [
+            ofpp::IN_PORT,
+            ofpp::NORMAL,
+            ofpp::FLOOD,
+            ofpp::ALL,
+            ofpp::CONTROLLER,
+        ] {
+            assert_eq!(
+                t.apply(
+                    gm(
+                        GroupCommand::Add,
+                        GroupType::FastFailover,
+                        6,
+                        vec![watch(p)]
+                    ),
+                    now
+                ),
+                Err(OfError::BadWatch),
+                "{p:#x}"
+            );
+        }
+        t.apply(
+            gm(
+                GroupCommand::Add,
+                GroupType::FastFailover,
+                6,
+                vec![watch(ofpp::LOCAL), watch(3)],
+            ),
+            now,
+        )
+        .unwrap();
+        // Chaining to a group that does not exist.
+        assert_eq!(
+            t.apply(
+                gm(
+                    GroupCommand::Add,
+                    GroupType::All,
+                    8,
+                    vec![Bucket::new(vec![OfAction::Group(77)])]
+                ),
+                now
+            ),
+            Err(OfError::UnknownGroup(77))
+        );
+        // A longer loop: 10 -> 11 -> 12, then 12 -> 10.
+        let to = |g| Bucket::new(vec![OfAction::Group(g)]);
+        t.apply(
+            gm(GroupCommand::Add, GroupType::Indirect, 12, vec![b(1)]),
+            now,
+        )
+        .unwrap();
+        t.apply(
+            gm(GroupCommand::Add, GroupType::Indirect, 11, vec![to(12)]),
+            now,
+        )
+        .unwrap();
+        t.apply(gm(GroupCommand::Add, GroupType::All, 10, vec![to(11)]), now)
+            .unwrap();
+        assert_eq!(
+            t.apply(
+                gm(GroupCommand::Modify, GroupType::All, 12, vec![to(10)]),
+                now
+            ),
+            Err(OfError::GroupLoop)
+        );
+        // A group naming itself.
+        assert_eq!(
+            t.apply(gm(GroupCommand::Add, GroupType::All, 13, vec![to(13)]), now),
+            Err(OfError::GroupLoop)
+        );
     }
 
     #[test]

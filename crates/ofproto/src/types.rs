@@ -534,7 +534,8 @@ pub enum OfError {
     UnknownGroup(u32),
     /// A bucket is malformed (count, indirect with other than one bucket).
     BadBucket(&'static str),
-    /// Fast-failover bucket without a usable watch port/group.
+    /// Fast-failover bucket without a watch port or group, or a watch port that is a
+    /// reserved port other than LOCAL, or a watch group out of range.
     BadWatch,
     /// The group would (transitively) output to itself.
     GroupLoop,
@@ -542,6 +543,8 @@ pub enum OfError {
     ChainedGroup(u32),
     /// Too many groups.
     OutOfGroups,
+    /// More buckets in one group than [`crate::group::MAX_BUCKETS`].
+    OutOfBuckets,
     /// METER_MOD add of an existing meter.
     MeterExists(u32),
     /// Meter id out of range, a meter with no bands, or a rule naming a missing meter.
@@ -577,6 +580,7 @@ impl OfError {
             OfError::GroupExists(_) => (6, 0),
             OfError::InvalidGroup(_) => (6, 1),
             OfError::OutOfGroups => (6, 3),
+            OfError::OutOfBuckets => (6, 4),
             OfError::GroupLoop => (6, 7),
             OfError::UnknownGroup(_) => (6, 8),
             OfError::ChainedGroup(_) => (6, 9),
@@ -615,6 +619,7 @@ impl fmt::Display for OfError {
             OfError::GroupLoop => write!(f, "group chain would loop"),
             OfError::ChainedGroup(g) => write!(f, "group {g} is used by another group"),
             OfError::OutOfGroups => write!(f, "too many groups"),
+            OfError::OutOfBuckets => write!(f, "too many buckets in one group"),
             OfError::MeterExists(m) => write!(f, "meter {m} already exists"),
             OfError::InvalidMeter(m) => {
                 write!(

@@ -1,7 +1,8 @@
 //! OpenFlow 1.3 messages a controller may rely on beyond flows and groups, through the real
 //! `ovs-ofctl -O OpenFlow13` (and 1.4 / 1.5 where the message exists there): GROUP_FEATURES,
 //! queue statistics and QUEUE_GET_CONFIG (correctly formed, empty: no port has queues) and
-//! their refusals. Fails under VIREO_REQUIRE_PEERS=1 without ovs-ofctl.
+//! their refusals, and the GROUP_MOD refusals ovs-ofctl can send (invalid indirect group,
+//! bad watch port, unknown chained group, loops, too many buckets). Fails under VIREO_REQUIRE_PEERS=1 without ovs-ofctl.
 
 mod common;
 
@@ -96,4 +97,78 @@ fn queue_stats_and_config_are_empty_with_ovs_ofctl() {
         assert!(!out.contains("queue "), "{v}: a queue listed: {out}");
         refused(&h, v, "queue-get-config", &["77"], "OFPQOFC_BAD_PORT");
     }
+}
+
+#[test]
+fn group_mod_validation_with_ovs_ofctl() {
+    if !have_ofctl() {
+        return;
+    }
+    let h = start();
+    let v = "OpenFlow13";
+    must(
+        &h,
+        v,
+        "add-group",
+        &["group_id=1,type=indirect,bucket=output:2"],
+    );
+    // An indirect group with two buckets, a fast-failover bucket without a watch and weights
+    // on a non-select group ovs-ofctl refuses to encode itself: the unit tests in
+    // crates/openflow/src/msg/tests.rs and crates/ofproto/src/group.rs cover those.
+    let cases: Vec<(String, &str)> = vec![
+        ("group_id=2,type=indirect".into(), "OFPGMFC_INVALID_GROUP"),
+        (
+            "group_id=2,type=ff,bucket=watch_port:CONTROLLER,output:2".into(),
+            "OFPGMFC_BAD_WATCH",
+        ),
+        (
+            "group_id=2,type=all,bucket=group:99".into(),
+            "OFPGMFC_UNKNOWN_GROUP",
+        ),
+        ("group_id=2,type=all,bucket=group:2".into(), "OFPGMFC_LOOP"),
+        (
+            format!("group_id=2,type=all{}", ",bucket=output:3".repeat(257)),
+            "OFPGMFC_OUT_OF_BUCKETS",
+        ),
+    ];
+    for (spec, code) in &cases {
+        let o = run(&h, v, "add-group", &[spec]);
+        assert!(
+            !o.ok && o.stderr.contains(code),
+            "{}: expected {code}, got ok={} {}",
+            &spec[..spec.len().min(80)],
+            o.ok,
+            o.stderr
+        );
+    }
+    // 256 buckets are fine.
+    must(
+        &h,
+        v,
+        "add-group",
+        &[&format!(
+            "group_id=2,type=all{}",
+            ",bucket=output:3".repeat(256)
+        )],
+    );
+    // A loop through a chain: 3 -> 1; then 1 -> 3 loops.
+    must(&h, v, "add-group", &["group_id=3,type=all,bucket=group:1"]);
+    let o = run(
+        &h,
+        v,
+        "mod-group",
+        &["group_id=1,type=indirect,bucket=group:3"],
+    );
+    assert!(!o.ok && o.stderr.contains("OFPGMFC_LOOP"), "{}", o.stderr);
+    // Nothing refused was applied: groups 1, 2, 3 as added.
+    let out = must(&h, v, "dump-groups", &[]);
+    assert!(
+        out.contains("group_id=1,type=indirect,bucket=actions=output:2"),
+        "{out}"
+    );
+    assert!(
+        out.contains("group_id=3,type=all,bucket=actions=group:1"),
+        "{out}"
+    );
+    assert_eq!(out.matches("group_id=").count(), 3, "{out}");
 }

@@ -140,12 +140,7 @@ impl GroupMod {
             return Err(errors::GROUP_MOD_FAILED_INVALID_GROUP);
         }
         let buckets = decode_buckets(r)?;
-        if group_type == GroupType::Indirect
-            && command != GroupModCommand::Delete
-            && buckets.len() != 1
-        {
-            return Err(errors::GROUP_MOD_FAILED_INVALID_GROUP);
-        }
+        check_group_mod(command, group_type, &buckets)?;
         Ok(GroupMod {
             command,
             group_type,
@@ -261,6 +256,30 @@ impl GroupStats {
         let len = len_u16(out, start);
         out.set_u16(start, len);
     }
+}
+
+/// The checks OpenFlow 1.3.5 §6.5 / §7.3.4.2 make on a GROUP_MOD's shape, before the group
+/// table sees it: a DELETE carries no bucket and an indirect group exactly one
+/// (`OFPGMFC_INVALID_GROUP`); only select buckets carry a weight (`OFPGMFC_BAD_BUCKET`).
+pub(crate) fn check_group_mod(
+    command: GroupModCommand,
+    group_type: GroupType,
+    buckets: &[Bucket],
+) -> Result<(), OfError> {
+    if command == GroupModCommand::Delete {
+        return if buckets.is_empty() {
+            Ok(())
+        } else {
+            Err(errors::GROUP_MOD_FAILED_INVALID_GROUP)
+        };
+    }
+    if group_type == GroupType::Indirect && buckets.len() != 1 {
+        return Err(errors::GROUP_MOD_FAILED_INVALID_GROUP);
+    }
+    if group_type != GroupType::Select && buckets.iter().any(|b| b.weight != 0) {
+        return Err(errors::GROUP_MOD_FAILED_BAD_BUCKET);
+    }
+    Ok(())
 }
 
 /// `ofp_group_features` (GROUP_FEATURES reply; the same 40 bytes in 1.3, 1.4 and 1.5).

@@ -114,10 +114,7 @@ pub(crate) fn decode_group_mod(r: &mut Reader<'_>) -> Result<GroupMod, OfError> 
     let buckets = decode_buckets(r, blen)?;
     // What follows are group properties (selection method, ...): ignored.
     r.rest();
-    if group_type == GroupType::Indirect && command != GroupModCommand::Delete && buckets.len() != 1
-    {
-        return Err(errors::GROUP_MOD_FAILED_INVALID_GROUP);
-    }
+    super::group::check_group_mod(command, group_type, &buckets)?;
     Ok(GroupMod {
         command,
         group_type,

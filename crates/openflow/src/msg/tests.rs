@@ -310,3 +310,67 @@ fn async_config_wire_layout_defaults_and_filtering() {
     assert!(!c.wants(Role::Master, &fr(200)));
     assert!(c.wants(Role::Slave, &Message::BarrierReply));
 }
+
+#[test]
+fn group_mod_shape_errors_in_1_3_1_4_and_1_5() {
+    use crate::action::Action;
+    let bucket = |weight| Bucket {
+        weight,
+        ..Bucket::new(vec![Action::Output {
+            port: 1,
+            max_len: 0,
+        }])
+    };
+    let gm = |command, group_type, buckets| {
+        Message::GroupMod(GroupMod {
+            command,
+            group_type,
+            group_id: 3,
+            buckets,
+        })
+    };
+    use GroupModCommand as C;
+    use GroupType as T;
+    let cases = [
+        // Weight only on select buckets.
+        (
+            gm(C::Add, T::All, vec![bucket(0), bucket(2)]),
+            Some(errors::GROUP_MOD_FAILED_BAD_BUCKET),
+        ),
+        (
+            gm(C::Modify, T::Indirect, vec![bucket(1)]),
+            Some(errors::GROUP_MOD_FAILED_BAD_BUCKET),
+        ),
+        (
+            gm(C::Add, T::FastFailover, vec![bucket(5)]),
+            Some(errors::GROUP_MOD_FAILED_BAD_BUCKET),
+        ),
+        (gm(C::Add, T::Select, vec![bucket(5), bucket(0)]), None),
+        (gm(C::Add, T::All, vec![bucket(0), bucket(0)]), None),
+        // Indirect: exactly one bucket.
+        (
+            gm(C::Add, T::Indirect, vec![]),
+            Some(errors::GROUP_MOD_FAILED_INVALID_GROUP),
+        ),
+        (
+            gm(C::Add, T::Indirect, vec![bucket(0), bucket(0)]),
+            Some(errors::GROUP_MOD_FAILED_INVALID_GROUP),
+        ),
+        (gm(C::Add, T::Indirect, vec![bucket(0)]), None),
+        // DELETE carries no bucket (1.3.5).
+        (
+            gm(C::Delete, T::All, vec![bucket(0)]),
+            Some(errors::GROUP_MOD_FAILED_INVALID_GROUP),
+        ),
+        (gm(C::Delete, T::Indirect, vec![]), None),
+    ];
+    for v in [4u8, 5, 6] {
+        for (m, want) in &cases {
+            let b = m.encode_version(v, 1).unwrap();
+            match want {
+                Some(e) => assert_eq!(decode(&b).map(|_| ()), Err(*e), "v{v} {m:?}"),
+                None => assert_eq!(decode(&b).unwrap().1, *m, "v{v}"),
+            }
+        }
+    }
+}
