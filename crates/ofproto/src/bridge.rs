@@ -146,17 +146,45 @@ pub struct BridgeState {
     pub id: u16,
     /// Ports.
     pub ports: PortMap,
+    /// OpenFlow `ofp_port_config` bits set by PORT_MOD (absent = 0), see [`port_config`].
+    pub port_of_config: BTreeMap<OfPort, u32>,
     pub(crate) shared: Arc<BridgeShared>,
+}
+
+/// `ofp_port_config` bits a PORT_MOD may set; translation honours them.
+pub mod port_config {
+    /// Administratively down: nothing is received from or forwarded to the port.
+    pub const PORT_DOWN: u32 = 1 << 0;
+    /// Drop every packet received on the port.
+    pub const NO_RECV: u32 = 1 << 2;
+    /// Drop every packet forwarded to the port.
+    pub const NO_FWD: u32 = 1 << 5;
+    /// Send no packet-in for packets received on the port.
+    pub const NO_PACKET_IN: u32 = 1 << 6;
+    /// The bits above.
+    pub const ALL: u32 = PORT_DOWN | NO_RECV | NO_FWD | NO_PACKET_IN;
 }
 
 impl BridgeState {
     pub(crate) fn with_ports(&self, ports: PortMap) -> BridgeState {
+        let port_of_config = self
+            .port_of_config
+            .iter()
+            .filter(|(p, _)| ports.get(**p).is_some())
+            .map(|(p, c)| (*p, *c))
+            .collect();
         BridgeState {
             name: self.name.clone(),
             id: self.id,
             ports,
+            port_of_config,
             shared: Arc::clone(&self.shared),
         }
+    }
+
+    /// The port's PORT_MOD config bits (0 for an unknown port).
+    pub fn of_config(&self, ofport: OfPort) -> u32 {
+        self.port_of_config.get(&ofport).copied().unwrap_or(0)
     }
 }
 

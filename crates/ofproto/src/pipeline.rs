@@ -288,6 +288,7 @@ impl Pipeline {
             name: name.to_string(),
             id,
             ports: PortMap::default(),
+            port_of_config: Default::default(),
             shared,
         };
         t.bridges.insert(name.to_string(), Arc::new(br));
@@ -436,6 +437,38 @@ impl Pipeline {
             .iter()
             .map(|p| (p.name.clone(), macs.port_stats(p.ofport)))
             .collect())
+    }
+
+    /// PORT_MOD: sets the port's OpenFlow config bits selected by `mask` to `config`
+    /// (only [`crate::bridge::port_config::ALL`] bits are kept). Translation honours them from
+    /// the next packet: the topology is republished and the generation bumped, so cached
+    /// megaflows are revalidated. Returns the port's new bits.
+    pub fn set_port_of_config(
+        &self,
+        bridge: &str,
+        ofport: OfPort,
+        config: u32,
+        mask: u32,
+    ) -> Result<u32, Error> {
+        use crate::bridge::port_config::ALL;
+        let _g = lock(&self.ctl);
+        let mut t = (*self.topology()).clone();
+        let br = self.bridge(bridge)?;
+        if br.ports.get(ofport).is_none() {
+            return Err(Error::NoSuchPort(ofport.to_string()));
+        }
+        let old = br.of_config(ofport);
+        let new = (old & !(mask & ALL)) | (config & mask & ALL);
+        let mut nb = br.with_ports(br.ports.clone());
+        nb.port_of_config.insert(ofport, new);
+        t.bridges.insert(bridge.to_string(), Arc::new(nb));
+        self.publish(t);
+        Ok(new)
+    }
+
+    /// A port's OpenFlow config bits (PORT_MOD), 0 if never set or no such port.
+    pub fn port_of_config(&self, bridge: &str, ofport: OfPort) -> u32 {
+        self.bridge(bridge).map_or(0, |b| b.of_config(ofport))
     }
 
     /// Ports of a bridge, in OpenFlow number order.

@@ -137,6 +137,12 @@ impl<'a> Xlate<'a> {
 
     /// Runs the pipeline from table 0 (or NORMAL alone while the bridge is failed open).
     pub(crate) fn run(&mut self) {
+        use crate::bridge::port_config::{NO_RECV, PORT_DOWN};
+        // PORT_MOD no-recv / port-down: everything received on the port is dropped (the
+        // megaflow matches in_port exactly, so only this port's traffic is affected).
+        if self.br.of_config(self.in_of) & (NO_RECV | PORT_DOWN) != 0 {
+            return;
+        }
         if self
             .br
             .shared
@@ -444,6 +450,20 @@ impl<'a> Xlate<'a> {
 
     /// Outputs to a datapath port with the key's current VLAN.
     pub(crate) fn emit_output(&mut self, dp_port: u32) {
+        use crate::bridge::port_config::{NO_FWD, PORT_DOWN};
+        // PORT_MOD no-fwd / port-down: output to the port becomes no output (NORMAL, FLOOD,
+        // ALL, IN_PORT, groups and plain output all come through here).
+        if !self.br.port_of_config.is_empty() {
+            let blocked = self
+                .br
+                .ports
+                .iter()
+                .find(|p| p.dp_port == dp_port)
+                .is_some_and(|p| self.br.of_config(p.ofport) & (NO_FWD | PORT_DOWN) != 0);
+            if blocked {
+                return;
+            }
+        }
         self.commit_vlan();
         self.out.push(Action::Output(dp_port));
     }
@@ -464,6 +484,9 @@ impl<'a> Xlate<'a> {
                     self.emit_output(p.dp_port);
                 }
             }
+            ofpp::CONTROLLER
+                if self.br.of_config(self.in_of) & crate::bridge::port_config::NO_PACKET_IN
+                    != 0 => {} // PORT_MOD no-packet-in on the ingress port
             ofpp::CONTROLLER => {
                 self.commit_vlan();
                 let rule = self.cur_rule;

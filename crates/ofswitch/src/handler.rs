@@ -73,7 +73,11 @@ impl SwitchHandler for Endpoint {
 
     fn ports(&self) -> Vec<Port> {
         crate::stats::ports(&self.inner)
-            .map(|v| v.iter().map(crate::stats::port_desc).collect())
+            .map(|v| {
+                v.iter()
+                    .map(|p| crate::stats::port_desc(&self.inner, p))
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -229,7 +233,15 @@ impl Inner {
         if !ports.iter().any(|p| p.ofport == pm.port_no) {
             return Err(errors::PORT_MOD_FAILED_BAD_PORT);
         }
-        // Administrative port config (PORT_DOWN, NO_FWD, ...) is accepted and not applied.
+        // PORT_DOWN, NO_RECV, NO_FWD, NO_PACKET_IN are applied at translation; other bits
+        // (1.0's NO_STP, NO_FLOOD) are refused rather than silently ignored.
+        if pm.config & pm.mask & !ofproto::bridge::port_config::ALL != 0 {
+            return Err(errors::PORT_MOD_FAILED_BAD_CONFIG);
+        }
+        self.pipeline
+            .set_port_of_config(&self.bridge, pm.port_no, pm.config, pm.mask)
+            .map_err(|e| of_error(&e))?;
+        self.hooks.revalidate();
         Ok(())
     }
 

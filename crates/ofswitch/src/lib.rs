@@ -364,7 +364,7 @@ impl BridgeOf {
         }
         let msg = Message::PortStatus(PortStatus {
             reason: reason as u8,
-            desc: stats::port_desc(port),
+            desc: stats::port_desc(&self.inner, port),
         });
         self.inner.send_async(&msg);
     }

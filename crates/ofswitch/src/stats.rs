@@ -53,7 +53,7 @@ pub(crate) fn reply_to(inner: &Inner, req: &MultipartRequest) -> Result<Vec<Mess
         )),
         Q::PortStats(port) => reply(MultipartReplyBody::PortStats(port_stats(inner, *port)?)),
         Q::PortDesc => reply(MultipartReplyBody::PortDesc(
-            ports(inner)?.iter().map(port_desc).collect(),
+            ports(inner)?.iter().map(|p| port_desc(inner, p)).collect(),
         )),
         Q::Group(id) => reply(MultipartReplyBody::Group(groups(inner, *id)?)),
         Q::Meter(id) => reply(MultipartReplyBody::Meter(crate::meters::stats(inner, *id)?)),
@@ -221,7 +221,8 @@ const STATE_LIVE: u32 = 4;
 const FEATURES: u32 = (1 << 6) | (1 << 11);
 
 /// A port report as an `ofp_port`.
-pub(crate) fn port_desc(p: &PortReport) -> Port {
+/// A port's description; `config` carries the PORT_MOD bits the pipeline applies.
+pub(crate) fn port_desc(inner: &Inner, p: &PortReport) -> Port {
     let mut hw_addr = p.hw_addr.unwrap_or([0; 6]);
     if p.hw_addr.is_none() {
         // A stable locally administered address derived from the port number.
@@ -231,7 +232,7 @@ pub(crate) fn port_desc(p: &PortReport) -> Port {
         port_no: p.ofport,
         hw_addr,
         name: p.name.chars().take(15).collect(),
-        config: 0,
+        config: inner.pipeline.port_of_config(&inner.bridge, p.ofport),
         state: if p.link_up {
             STATE_LIVE
         } else {

@@ -262,6 +262,14 @@ fn every_example_message_is_answered_without_harm() {
         "{} answers",
         answered.len()
     );
+    // The example PORT_MOD took port 1 administratively down (applied, shown in the
+    // pipeline); bring it back up.
+    assert_eq!(
+        h.pl.port_of_config("br0", 1),
+        ofproto::bridge::port_config::PORT_DOWN
+    );
+    h.pl.set_port_of_config("br0", 1, 0, ofproto::bridge::port_config::ALL)
+        .unwrap();
     // Still a working switch with a consistent pipeline.
     h.pl.del_flows("br0", None, false).unwrap();
     h.pl.add_flow("br0", "in_port=1,actions=output:2").unwrap();
