@@ -246,10 +246,6 @@ fn port_mod_config_bits_apply_with_ovs_ofctl() {
     // A bit Vireo does not apply (1.0's no-flood) is refused, not ignored: BAD_CONFIG, which
     // 1.0 lacks, so 1.0's catch-all EPERM.
     let o = run(&h, "OpenFlow10", "mod-port", &["p2", "no-flood"]);
-    assert!(
-        !o.ok && o.stderr.contains("OFPBRC_EPERM"),
-        "{}",
-        o.stderr
-    );
+    assert!(!o.ok && o.stderr.contains("OFPBRC_EPERM"), "{}", o.stderr);
     assert_eq!(outputs(&xlate(&h.pl, 2, &f)), vec![11, 13, 14]);
 }
