@@ -9,38 +9,11 @@
 //! all removed by Drop guards, also when a test fails.
 mod common;
 
+use common::host::{kernel_ok, must, sh};
 use common::Daemon;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn sh(args: &[&str]) -> Output {
-    Command::new(args[0])
-        .args(&args[1..])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("run {args:?}: {e}"))
-}
-
-fn must(args: &[&str]) -> String {
-    let o = sh(args);
-    assert!(
-        o.status.success(),
-        "{args:?} failed: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// True if this host can make namespaces and veths (root, iproute2); otherwise a skip that
-/// fails under `VIREO_REQUIRE_PEERS=1`.
-fn kernel_ok() -> bool {
-    if !nix::unistd::geteuid().is_root() {
-        return testkit::missing_peer("root (network namespaces, veth, tun)", "sudo");
-    }
-    testkit::require_peer("ip", "iproute2")
-}
 
 /// A network namespace with one veth pair: `host_if` stays in the root namespace for Vireo,
 /// `ns_if` is inside with `addr` (CIDR) and up. Deleted on drop.

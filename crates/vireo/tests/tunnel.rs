@@ -11,35 +11,10 @@
 //! fd00:231::2/3 on a root-namespace veth `vtn6uPID` (Geneve underlays).
 mod common;
 
+use common::host::{kernel_ok, must, sh};
 use common::Daemon;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn sh(args: &[&str]) -> Output {
-    Command::new(args[0])
-        .args(&args[1..])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("run {args:?}: {e}"))
-}
-
-fn must(args: &[&str]) -> String {
-    let o = sh(args);
-    assert!(
-        o.status.success(),
-        "{args:?} failed: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn kernel_ok() -> bool {
-    if !nix::unistd::geteuid().is_root() {
-        return testkit::missing_peer("root (network namespaces, veth)", "sudo");
-    }
-    testkit::require_peer("ip", "iproute2")
-}
 
 /// A namespace with one veth pair (`host_if` in the root namespace, `ns_if` inside, up, with
 /// `addr` if given). Deleted on drop.

@@ -1,6 +1,7 @@
 //! Test harness: runs the real `vireod` in a temporary run directory and the real `vireoctl`
 //! against it.
 #![allow(dead_code)]
+pub mod host;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
