@@ -1,6 +1,7 @@
 //! Frame builders and checksum checks shared by the conntrack tests.
 #![allow(dead_code, clippy::too_many_arguments)]
 
+use conntrack::{Conntrack, CtAction, CtResult, Nat, NatSpec, Outcome};
 use wire::checksum::{fold, pseudo_v4, pseudo_v6, sum};
 
 pub const TCP: u8 = 6;
@@ -223,3 +224,53 @@ pub fn frag_v4_raw(f: &[u8], off: usize, data: &[u8], more: bool) -> Vec<u8> {
     g.extend_from_slice(data);
     g
 }
+
+// ---- Running the tracker (shared by ct.rs and frag.rs) ----
+
+/// The result of a packet that was not held (not a fragment).
+pub fn done(o: Outcome) -> CtResult {
+    match o {
+        Outcome::Done(r) => r,
+        o => panic!("expected Done, got {o:?}"),
+    }
+}
+
+/// The state bits `execute` gave one packet.
+pub fn run(ct: &Conntrack, f: &mut [u8], a: &CtAction, now: u64) -> u32 {
+    done(ct.execute(f, a, now)).state
+}
+
+/// `ct(commit, zone=N)`.
+pub fn commit(zone: u16) -> CtAction {
+    CtAction {
+        zone,
+        commit: true,
+        ..CtAction::default()
+    }
+}
+
+/// How many packets were found invalid for `why`.
+pub fn inv(ct: &Conntrack, why: &str) -> u64 {
+    ct.stats().invalid[why]
+}
+
+/// `ct(commit, nat(SPEC))`.
+pub fn nat(spec: &str) -> CtAction {
+    CtAction {
+        commit: true,
+        nat: Nat::Set(NatSpec::parse(spec).unwrap()),
+        ..CtAction::default()
+    }
+}
+/// `ct(nat)` on an existing connection.
+pub const NAT_APPLY: CtAction = CtAction {
+    zone: 0,
+    commit: false,
+    force: false,
+    nat: Nat::Existing,
+    mark: None,
+    label: None,
+};
+
+/// First octet of the test networks (10.0.0.0/8).
+pub const C: u8 = 10;
