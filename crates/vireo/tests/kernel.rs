@@ -9,74 +9,17 @@
 //! all removed by Drop guards, also when a test fails.
 mod common;
 
-use common::host::{kernel_ok, must, sh};
+use common::host::{kernel_ok, must, sh, Bg, Ns};
 use common::Daemon;
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// A network namespace with one veth pair: `host_if` stays in the root namespace for Vireo,
-/// `ns_if` is inside with `addr` (CIDR) and up. Deleted on drop.
-struct Ns {
-    name: String,
-    host_if: String,
-    ns_if: String,
-}
 
 impl Ns {
     fn new(test: char, side: char, addr: &str) -> Ns {
-        let pid = std::process::id();
-        let ns = Ns {
-            name: format!("vkp-{test}-{side}-{pid}"),
-            host_if: format!("vkp{test}{side}{pid}"),
-            ns_if: format!("vkp{test}{}{pid}", side.to_ascii_uppercase()),
-        };
-        let _ = sh(&["ip", "netns", "del", &ns.name]);
-        let _ = sh(&["ip", "link", "del", &ns.host_if]);
-        must(&["ip", "netns", "add", &ns.name]);
-        ns.add_veth();
+        let ns = Ns::create("vkp", test, side);
         ns.exec(&["ip", "addr", "add", addr, "dev", &ns.ns_if]);
-        ns.exec(&["ip", "link", "set", "lo", "up"]);
         ns
-    }
-
-    /// (Re)creates the veth pair, the namespace end up (no address).
-    fn add_veth(&self) {
-        must(&[
-            "ip",
-            "link",
-            "add",
-            &self.host_if,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &self.ns_if,
-            "netns",
-            &self.name,
-        ]);
-        self.exec(&["ip", "link", "set", &self.ns_if, "up"]);
-    }
-
-    fn cmd(&self, args: &[&str]) -> Vec<String> {
-        let mut v: Vec<String> = ["ip", "netns", "exec", &self.name]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        v.extend(args.iter().map(|s| s.to_string()));
-        v
-    }
-
-    fn exec(&self, args: &[&str]) -> String {
-        let v = self.cmd(args);
-        let r: Vec<&str> = v.iter().map(String::as_str).collect();
-        must(&r)
-    }
-
-    fn try_exec(&self, args: &[&str]) -> Output {
-        let v = self.cmd(args);
-        let r: Vec<&str> = v.iter().map(String::as_str).collect();
-        sh(&r)
     }
 
     fn ping(&self, ip: &str, extra: &[&str]) -> bool {
@@ -84,23 +27,6 @@ impl Ns {
         a.extend_from_slice(extra);
         a.push(ip);
         self.try_exec(&a).status.success()
-    }
-}
-
-impl Drop for Ns {
-    fn drop(&mut self) {
-        let _ = sh(&["ip", "netns", "del", &self.name]);
-        let _ = sh(&["ip", "link", "del", &self.host_if]);
-    }
-}
-
-/// A process inside a namespace, killed on drop.
-struct Bg(std::process::Child);
-
-impl Drop for Bg {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

@@ -11,87 +11,19 @@
 //! fd00:231::2/3 on a root-namespace veth `vtn6uPID` (Geneve underlays).
 mod common;
 
-use common::host::{kernel_ok, must, sh};
+use common::host::{kernel_ok, must, sh, Bg, Ns};
 use common::Daemon;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// A namespace with one veth pair (`host_if` in the root namespace, `ns_if` inside, up, with
-/// `addr` if given). Deleted on drop.
-struct Ns {
-    name: String,
-    host_if: String,
-    ns_if: String,
-}
 
 impl Ns {
     fn new(test: char, side: char, addr: Option<&str>) -> Ns {
-        let pid = std::process::id();
-        let ns = Ns {
-            name: format!("vtn-{test}-{side}-{pid}"),
-            host_if: format!("vtn{test}{side}{pid}"),
-            ns_if: format!("vtn{test}{}{pid}", side.to_ascii_uppercase()),
-        };
-        let _ = sh(&["ip", "netns", "del", &ns.name]);
-        let _ = sh(&["ip", "link", "del", &ns.host_if]);
-        must(&["ip", "netns", "add", &ns.name]);
-        must(&[
-            "ip",
-            "link",
-            "add",
-            &ns.host_if,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &ns.ns_if,
-            "netns",
-            &ns.name,
-        ]);
+        let ns = Ns::create("vtn", test, side);
         must(&["ip", "link", "set", &ns.host_if, "up"]);
-        ns.exec(&["ip", "link", "set", &ns.ns_if, "up"]);
-        ns.exec(&["ip", "link", "set", "lo", "up"]);
         if let Some(a) = addr {
             ns.exec(&["ip", "addr", "add", a, "dev", &ns.ns_if]);
         }
         ns
-    }
-
-    fn cmd(&self, args: &[&str]) -> Vec<String> {
-        let mut v: Vec<String> = ["ip", "netns", "exec", &self.name]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        v.extend(args.iter().map(|s| s.to_string()));
-        v
-    }
-
-    fn exec(&self, args: &[&str]) -> String {
-        let v = self.cmd(args);
-        let r: Vec<&str> = v.iter().map(String::as_str).collect();
-        must(&r)
-    }
-
-    fn try_exec(&self, args: &[&str]) -> Output {
-        let v = self.cmd(args);
-        let r: Vec<&str> = v.iter().map(String::as_str).collect();
-        sh(&r)
-    }
-}
-
-impl Drop for Ns {
-    fn drop(&mut self) {
-        let _ = sh(&["ip", "netns", "del", &self.name]);
-        let _ = sh(&["ip", "link", "del", &self.host_if]);
-    }
-}
-
-struct Bg(std::process::Child);
-
-impl Drop for Bg {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

@@ -31,3 +31,90 @@ pub fn kernel_ok() -> bool {
     }
     testkit::require_peer("ip", "iproute2")
 }
+
+/// A network namespace with one veth pair: `host_if` stays in the root namespace for Vireo,
+/// `ns_if` is inside. Deleted on drop. Each test file names its own (`Ns::new` there).
+pub struct Ns {
+    pub name: String,
+    pub host_if: String,
+    pub ns_if: String,
+}
+
+impl Ns {
+    /// Namespace `PREFIX-TEST-SIDE-PID` with veth `PREFIXTESTSIDEPID` (the namespace end with
+    /// SIDE in upper case), the namespace end and `lo` up; anything left by an earlier run
+    /// of the same name is removed first.
+    pub fn create(prefix: &str, test: char, side: char) -> Ns {
+        let pid = std::process::id();
+        let ns = Ns {
+            name: format!("{prefix}-{test}-{side}-{pid}"),
+            host_if: format!("{prefix}{test}{side}{pid}"),
+            ns_if: format!("{prefix}{test}{}{pid}", side.to_ascii_uppercase()),
+        };
+        let _ = sh(&["ip", "netns", "del", &ns.name]);
+        let _ = sh(&["ip", "link", "del", &ns.host_if]);
+        must(&["ip", "netns", "add", &ns.name]);
+        ns.add_veth();
+        ns.exec(&["ip", "link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// (Re)creates the veth pair, the namespace end up (no address).
+    pub fn add_veth(&self) {
+        must(&[
+            "ip",
+            "link",
+            "add",
+            &self.host_if,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &self.ns_if,
+            "netns",
+            &self.name,
+        ]);
+        self.exec(&["ip", "link", "set", &self.ns_if, "up"]);
+    }
+
+    /// `args` run inside the namespace (`ip netns exec`).
+    pub fn cmd(&self, args: &[&str]) -> Vec<String> {
+        let mut v: Vec<String> = ["ip", "netns", "exec", &self.name]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        v.extend(args.iter().map(|s| s.to_string()));
+        v
+    }
+
+    /// Runs `args` inside; fails the test if it did not succeed.
+    pub fn exec(&self, args: &[&str]) -> String {
+        let v = self.cmd(args);
+        let r: Vec<&str> = v.iter().map(String::as_str).collect();
+        must(&r)
+    }
+
+    /// Runs `args` inside and returns what happened.
+    pub fn try_exec(&self, args: &[&str]) -> Output {
+        let v = self.cmd(args);
+        let r: Vec<&str> = v.iter().map(String::as_str).collect();
+        sh(&r)
+    }
+}
+
+impl Drop for Ns {
+    fn drop(&mut self) {
+        let _ = sh(&["ip", "netns", "del", &self.name]);
+        let _ = sh(&["ip", "link", "del", &self.host_if]);
+    }
+}
+
+/// A background process, killed on drop.
+pub struct Bg(pub std::process::Child);
+
+impl Drop for Bg {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
