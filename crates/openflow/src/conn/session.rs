@@ -419,6 +419,13 @@ impl Session {
                 self.shared.set_async_config(self.id, c);
                 return Flow::Continue;
             }
+            // 1.4+: only the properties the message carries change.
+            Message::SetAsyncProps(props) => {
+                let mut c = self.shared.async_config(self.id);
+                c.apply(&props);
+                self.shared.set_async_config(self.id, c);
+                return Flow::Continue;
+            }
             m if m.modifies_state() && self.shared.role(self.id) == Role::Slave => {
                 self.send_error(xid, errors::BAD_REQUEST_IS_SLAVE, frame);
                 return Flow::Continue;
