@@ -55,6 +55,12 @@ pub trait DatapathHooks: Send + Sync + 'static {
     /// Called after every change to the flow tables; returns once no packet follows an old
     /// decision.
     fn revalidate(&self);
+    /// Takes the interface behind OpenFlow port `ofport` of `bridge` administratively down or
+    /// back up (PORT_MOD with PORT_DOWN). The default does nothing (no interfaces: tests).
+    fn set_port_admin(&self, bridge: &str, ofport: u32, up: bool) -> Result<(), String> {
+        let _ = (bridge, ofport, up);
+        Ok(())
+    }
 }
 
 /// A port's identity, link state and counters.
