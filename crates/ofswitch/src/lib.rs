@@ -22,6 +22,7 @@
 
 pub mod buffers;
 pub mod convert;
+mod features;
 mod handler;
 mod meters;
 mod stats;
