@@ -128,6 +128,8 @@ pub struct Xlate<'a> {
     pub(crate) limit_hit: bool,
     /// `dec_ttl` expired: skip the rest of the current rule.
     stop: bool,
+    /// The top-level walk missed a table: the action set is not executed.
+    aset_dropped: bool,
 }
 
 impl<'a> Xlate<'a> {
@@ -169,6 +171,7 @@ impl<'a> Xlate<'a> {
             work: 0,
             limit_hit: false,
             stop: false,
+            aset_dropped: false,
         }
     }
 
@@ -191,7 +194,9 @@ impl<'a> Xlate<'a> {
         }
         self.run_from(0);
         let set = std::mem::take(&mut self.aset);
-        self.exec_set(set);
+        if !self.aset_dropped {
+            self.exec_set(set);
+        }
         if self.limit_hit || self.out.len() > MAX_DP_ACTIONS {
             // Too much work for one packet: drop it (the caller counts it).
             self.limit_hit = true;
@@ -212,7 +217,12 @@ impl<'a> Xlate<'a> {
                 .table(table)
                 .lookup_regs(&self.key, &self.regs, &mut self.wc)
             else {
-                return; // table miss without a table-miss rule: drop (OF1.3)
+                // Table miss without a table-miss rule: drop (OF1.3), the action set too. A
+                // miss inside a resubmit just returns to the resubmitting rule (as OVS).
+                if self.resubmit_depth == 0 {
+                    self.aset_dropped = true;
+                }
+                return;
             };
             let rule: &'a Rule = rule;
             self.hits.push(rule);
