@@ -223,10 +223,9 @@ pub fn format_ct(ct: &CtAction) -> String {
     match ct.zone {
         CtZone::Imm(0) => {}
         CtZone::Imm(z) => parts.push(format!("zone={z}")),
-        CtZone::Field { field, ofs, nbits } => parts.push(format!(
-            "zone={}",
-            SubField { field, ofs, nbits }.format()
-        )),
+        CtZone::Field { field, ofs, nbits } => {
+            parts.push(format!("zone={}", SubField { field, ofs, nbits }.format()))
+        }
     }
     if let Some(n) = &ct.nat {
         parts.push(format_nat(n));

@@ -43,8 +43,8 @@ pub use pipeline::{PacketIn, Pipeline, PipelineConfig, PortSpec, Translation};
 pub use revalidate::Changes;
 pub use types::{
     flags, ofpp, CtAction, CtZone, FlowMod, FlowModCommand, Instruction, Match, NatKind, NatSpec,
-    NxField, OfAction, OfError, OfPort, PacketInReason, PktField, RemovedFlow, RemovedReason,
-    Regs, SetField, SubField,
+    NxField, OfAction, OfError, OfPort, PacketInReason, PktField, Regs, RemovedFlow, RemovedReason,
+    SetField, SubField,
 };
 
 use std::fmt;

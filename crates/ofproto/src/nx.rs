@@ -174,10 +174,9 @@ impl PktField {
     /// Reads the field from a key (as a right-aligned value).
     pub fn get(self, key: &FlowKey) -> u128 {
         let width = self.info().2;
-        let v = self
-            .key_fields()
-            .iter()
-            .fold(0u128, |acc, f| acc << f.layout().2 | u128::from(key.get(*f)));
+        let v = self.key_fields().iter().fold(0u128, |acc, f| {
+            acc << f.layout().2 | u128::from(key.get(*f))
+        });
         v & ones(width)
     }
 

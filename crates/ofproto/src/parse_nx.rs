@@ -35,7 +35,10 @@ pub fn parse_subfield(tok: &str, s: &str) -> Result<SubField, ParseError> {
             let a: u32 = a.parse().or_else(|_| err(tok, format!("bad bit `{a}`")))?;
             let z: u32 = z.parse().or_else(|_| err(tok, format!("bad bit `{z}`")))?;
             if z < a || z >= width {
-                return err(tok, format!("bits {a}..{z} outside `{name}` ({width} bits)"));
+                return err(
+                    tok,
+                    format!("bits {a}..{z} outside `{name}` ({width} bits)"),
+                );
             }
             (a, z - a + 1)
         }
@@ -75,9 +78,7 @@ fn check_prereq(tok: &str, f: NxField, m: &Match) -> Result<(), ParseError> {
 fn check_writable(tok: &str, f: NxField, in_ct: bool, m: &Match) -> Result<(), ParseError> {
     match f {
         NxField::CtMark | NxField::CtLabel if in_ct => Ok(()),
-        NxField::CtMark | NxField::CtLabel => {
-            err(tok, "cannot set CT fields outside of ct action")
-        }
+        NxField::CtMark | NxField::CtLabel => err(tok, "cannot set CT fields outside of ct action"),
         _ if in_ct => err(tok, "ct(exec(...)) may only set ct_mark and ct_label"),
         NxField::TunId | NxField::TunSrc | NxField::TunDst => {
             err(tok, "tunnel fields are not supported by this pipeline yet")
@@ -150,10 +151,7 @@ pub(crate) fn parse_nx_action(
         if s.nbits != d.nbits {
             return err(
                 tok,
-                format!(
-                    "source is {} bits, destination {} bits",
-                    s.nbits, d.nbits
-                ),
+                format!("source is {} bits, destination {} bits", s.nbits, d.nbits),
             );
         }
         if !(s.field.is_register() || matches!(s.field, NxField::Packet(_))) {
@@ -173,8 +171,7 @@ pub(crate) fn parse_nx_action(
         let Some((v, name)) = arg.split_once("->") else {
             return err(tok, "expected set_field:VALUE->FIELD");
         };
-        let Some(f) = NxField::from_name(name).filter(|f| !matches!(f, NxField::Packet(_)))
-        else {
+        let Some(f) = NxField::from_name(name).filter(|f| !matches!(f, NxField::Packet(_))) else {
             return Ok(None); // a packet field: the standard set_field
         };
         check_writable(tok, f, in_ct, m)?;
@@ -193,7 +190,7 @@ pub(crate) fn parse_nx_action(
     }
     if let Some(arg) = lower.strip_prefix("note:") {
         let hex: String = arg.chars().filter(|c| *c != '.').collect();
-        if hex.len() % 2 != 0 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        if !hex.len().is_multiple_of(2) || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
             return err(tok, "note takes hex bytes (aa.bb.cc)");
         }
         let bytes = (0..hex.len())
@@ -306,9 +303,7 @@ fn parse_ct(
                 let v = &part[5..];
                 ct.zone = if v.starts_with(|c: char| c.is_ascii_digit()) {
                     let z = crate::parse::parse_u64(tok, v)?;
-                    CtZone::Imm(
-                        u16::try_from(z).or_else(|_| err(tok, "zone must be 0..65535"))?,
-                    )
+                    CtZone::Imm(u16::try_from(z).or_else(|_| err(tok, "zone must be 0..65535"))?)
                 } else {
                     let sub = parse_subfield(tok, v)?;
                     if sub.nbits > 16 || !sub.field.is_register() {

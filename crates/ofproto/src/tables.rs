@@ -94,7 +94,9 @@ pub(crate) fn check_action(a: &OfAction) -> Result<(), OfError> {
             };
             check_dst(&sub)?;
             if nbits < 128 && value >> nbits != 0 {
-                return Err(OfError::BadArgument("load: value wider than the destination"));
+                return Err(OfError::BadArgument(
+                    "load: value wider than the destination",
+                ));
             }
             Ok(())
         }

@@ -21,8 +21,8 @@
 use crate::bridge::BridgeState;
 use crate::classifier::Rule;
 use crate::group::{Bucket, Group, GroupType, MAX_GROUP_DEPTH};
-use crate::tables::FlowTables;
 use crate::nx::{ones, NxField, Regs};
+use crate::tables::FlowTables;
 use crate::types::{ethertype, ofpp, Instruction, OfAction, OfPort, PacketInReason, SetField};
 use crate::types::{VLAN_PRESENT, VLAN_VID_MASK};
 use dp::Action;

@@ -93,9 +93,7 @@ fn move_from_a_packet_field_unwildcards_it() {
     // move into a packet field rewrites the packet.
     flows(
         &pl,
-        &[
-            "priority=10,tcp,actions=load:0x1f90->reg2[0..15],move:reg2[0..15]->tcp_dst[],output:2",
-        ],
+        &["priority=10,tcp,actions=load:0x1f90->reg2[0..15],move:reg2[0..15]->tcp_dst[],output:2"],
     );
     assert_eq!(
         xlate(&pl, &base()).actions,
@@ -135,13 +133,19 @@ fn resubmit_with_a_port_and_the_loop_limits() {
     ok.push("table=60,actions=output:3".into());
     let refs: Vec<&str> = ok.iter().map(String::as_str).collect();
     flows(&pl, &refs);
-    assert!(60 < MAX_RESUBMIT_DEPTH);
+    const { assert!(60 < MAX_RESUBMIT_DEPTH) };
     assert_eq!(xlate(&pl, &base()).actions, vec![o(3)]);
 
     // Exponential fan-out (each rule resubmits twice to the next table): cut by the total
     // work limit long before 2^40 lookups, never a stack overflow.
     let fan: Vec<String> = (0..40)
-        .map(|t| format!("table={t},actions=resubmit(,{}),resubmit(,{})", t + 1, t + 1))
+        .map(|t| {
+            format!(
+                "table={t},actions=resubmit(,{}),resubmit(,{})",
+                t + 1,
+                t + 1
+            )
+        })
         .collect();
     let refs: Vec<&str> = fan.iter().map(String::as_str).collect();
     flows(&pl, &refs);
@@ -192,7 +196,9 @@ fn note_has_no_effect_and_ct_is_refused() {
     let pl = pipeline();
     flows(&pl, &["priority=10,actions=note:aa.bb,output:2"]);
     assert_eq!(xlate(&pl, &base()).actions, vec![o(2)]);
-    let e = pl.add_flow("br0", "ip,actions=ct(commit,table=1)").unwrap_err();
+    let e = pl
+        .add_flow("br0", "ip,actions=ct(commit,table=1)")
+        .unwrap_err();
     assert!(matches!(e, Error::Of(OfError::Unsupported(_))), "{e:?}");
     assert_eq!(
         OfError::Unsupported("").type_code(),
@@ -237,8 +243,14 @@ fn text_syntax_round_trips_as_ovs_ofctl_prints_it() {
         ),
         ("ip,actions=dec_ttl", "ip actions=dec_ttl"),
         ("actions=note:01.02.03", "actions=note:01.02.03"),
-        ("actions=load:1->NXM_NX_REG0[31]", "actions=load:0x1->NXM_NX_REG0[31]"),
-        ("actions=set_field:0x0->xxreg0", "actions=set_field:0->xxreg0"),
+        (
+            "actions=load:1->NXM_NX_REG0[31]",
+            "actions=load:0x1->NXM_NX_REG0[31]",
+        ),
+        (
+            "actions=set_field:0x0->xxreg0",
+            "actions=set_field:0->xxreg0",
+        ),
         (
             "reg0=5,reg1=0x10/0xf0,xreg2=0x1234567890,actions=drop",
             "reg0=0x5,reg1=0x10/0xf0,reg4=0x12,reg5=0x34567890 actions=drop",
@@ -265,7 +277,10 @@ fn text_syntax_round_trips_as_ovs_ofctl_prints_it() {
             "ip actions=ct(commit,nat(src=10.0.0.1-10.0.0.9:1000-2000,persistent,random))",
         ),
         ("ip,actions=ct(nat)", "ip actions=ct(nat)"),
-        ("ip,actions=ct(commit,nat(src))", "ip actions=ct(commit,nat(src))"),
+        (
+            "ip,actions=ct(commit,nat(src))",
+            "ip actions=ct(commit,nat(src))",
+        ),
         (
             "ipv6,actions=ct(commit,nat(dst=[2001:db8::1]-[2001:db8::9]:80,hash))",
             "ipv6 actions=ct(commit,nat(dst=[2001:db8::1]-[2001:db8::9]:80,hash))",
@@ -274,7 +289,10 @@ fn text_syntax_round_trips_as_ovs_ofctl_prints_it() {
             "ip,actions=ct(commit,exec(set_field:0x1/0x3->ct_mark,set_field:0x5->ct_label))",
             "ip actions=ct(commit,exec(load:0x1->NXM_NX_CT_MARK[0..1],set_field:0x5->ct_label))",
         ),
-        ("ip,actions=ct(zone=65535,table=254)", "ip actions=ct(table=254,zone=65535)"),
+        (
+            "ip,actions=ct(zone=65535,table=254)",
+            "ip actions=ct(table=254,zone=65535)",
+        ),
         ("ip,actions=ct_clear", "ip actions=ct_clear"),
     ];
     let br_ports = |n: &str| match n {
@@ -310,11 +328,20 @@ fn text_syntax_errors_name_the_token() {
         ("actions=load:0x1ffff->reg0[0..15]", "does not fit"),
         ("actions=load:1->reg16[]", "unknown field"),
         ("actions=move:reg0[0..15]->reg1[0..7]", "16 bits"),
-        ("actions=move:NXM_OF_IP_SRC[]->reg2[]", "invalid with specified match"),
-        ("actions=move:reg0[0..15]->tcp_dst[]", "invalid with specified match"),
+        (
+            "actions=move:NXM_OF_IP_SRC[]->reg2[]",
+            "invalid with specified match",
+        ),
+        (
+            "actions=move:reg0[0..15]->tcp_dst[]",
+            "invalid with specified match",
+        ),
         ("actions=load:1->NXM_NX_IP_TTL[]", "may write registers"),
         ("ip,actions=nat(src=1.2.3.4)", "outside of \"ct\""),
-        ("ip,actions=ct(commit,nat(src=10.0.0.1,random,hash))", "hash"),
+        (
+            "ip,actions=ct(commit,nat(src=10.0.0.1,random,hash))",
+            "hash",
+        ),
         ("ip,actions=ct(commit,exec(output:1))", "ct_mark"),
         ("ip,actions=ct(force)", "force needs commit"),
         ("actions=resubmit(,255)", "table"),

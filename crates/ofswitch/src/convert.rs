@@ -12,10 +12,10 @@ use crate::convert_nx::{
     ct_to_wire, load_to_wire, move_to_wire, nx_to_pipeline, nxm_match_field, nxm_set_field,
     regs_to_wire, resubmit_to_wire, set_nx_to_wire,
 };
-use openflow::nx::NxAction;
 use ofproto::nx::NxField;
 use ofproto::types::{ethertype, ipproto};
 use ofproto::{Instruction as PInst, Match as PMatch, OfAction, SetField};
+use openflow::nx::NxAction;
 use openflow::oxm::OxmField as X;
 use openflow::{errors, Action as WAction, Instruction as WInst, OfError};
 use wire::{Field, FlowKey};

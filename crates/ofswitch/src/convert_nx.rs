@@ -56,7 +56,9 @@ pub fn field_of_header(h: u32) -> Result<NxField, OfError> {
         (class::PKT_REG, 0..=7) => NxField::XReg(field),
         (class::OXM_BASIC, 2) => NxField::Metadata,
         (class::OXM_BASIC, 38) => NxField::TunId,
-        (class::OXM_BASIC, f) => NxField::Packet(oxm_basic_packet(f).ok_or(errors::BAD_ACTION_BAD_ARGUMENT)?),
+        (class::OXM_BASIC, f) => {
+            NxField::Packet(oxm_basic_packet(f).ok_or(errors::BAD_ACTION_BAD_ARGUMENT)?)
+        }
         (c, f) => NxField::Packet(
             PktField::ALL
                 .into_iter()

@@ -133,10 +133,15 @@ fn ovs_ofctl_adds_and_dumps_extension_rules_and_translation_follows_them() {
     );
     assert_eq!(outputs(&xlate(&h.pl, 3, &f)), vec![12]);
     // dec_ttl + xreg3 (= reg6:reg7).
-    let mut ip = vec![0x45, 0, 0, 20, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2];
+    let mut ip = vec![
+        0x45, 0, 0, 20, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+    ];
     ip.resize(26, 0);
     let t = xlate(&h.pl, 4, &frame(MAC_A, MAC_B, 0x0800, &ip));
-    assert_eq!(t.actions, vec![dp::Action::SetIpTtl(63), dp::Action::Output(11)]);
+    assert_eq!(
+        t.actions,
+        vec![dp::Action::SetIpTtl(63), dp::Action::Output(11)]
+    );
 
     // ct is decoded but refused until the datapath tracks connections.
     let o = ofctl(&h, "add-flow", &["table=5,ip,actions=ct(commit,table=6)"]);

@@ -64,7 +64,12 @@ pub const fn header(class: u16, field: u8, len: u8) -> u32 {
 
 /// (class, field, has-mask, length) of a header.
 pub const fn split_header(h: u32) -> (u16, u8, bool, u8) {
-    ((h >> 16) as u16, ((h >> 9) & 0x7f) as u8, h & 0x100 != 0, h as u8)
+    (
+        (h >> 16) as u16,
+        ((h >> 9) & 0x7f) as u8,
+        h & 0x100 != 0,
+        h as u8,
+    )
 }
 
 /// (value width in bytes, maskable) of an NXM/OXM experimenter-class match field the codec
@@ -229,7 +234,11 @@ pub enum NxAction {
         dst: u32,
     },
     /// `NXAST_REG_LOAD`: `ofs_nbits` = `ofs << 6 | (nbits - 1)`.
-    RegLoad { ofs_nbits: u16, dst: u32, value: u64 },
+    RegLoad {
+        ofs_nbits: u16,
+        dst: u32,
+        value: u64,
+    },
     /// `NXAST_REG_LOAD2`: a set-field TLV that may carry a mask.
     RegLoad2(NxmField),
     /// `NXAST_NOTE`: the bytes after the subtype (padding included, as OVS keeps it).
@@ -302,13 +311,14 @@ impl NxAction {
                 if a.remaining() >= 8 {
                     return Err(errors::BAD_ACTION_BAD_LEN);
                 }
-                let f = NxmField::decode_payload(class, field, has_mask, payload).map_err(
-                    |e| match e {
-                        errors::BAD_MATCH_BAD_FIELD => errors::BAD_ACTION_BAD_SET_TYPE,
-                        errors::BAD_MATCH_BAD_LEN => errors::BAD_ACTION_BAD_SET_LEN,
-                        _ => errors::BAD_ACTION_BAD_SET_ARGUMENT,
-                    },
-                )?;
+                let f =
+                    NxmField::decode_payload(class, field, has_mask, payload).map_err(
+                        |e| match e {
+                            errors::BAD_MATCH_BAD_FIELD => errors::BAD_ACTION_BAD_SET_TYPE,
+                            errors::BAD_MATCH_BAD_LEN => errors::BAD_ACTION_BAD_SET_LEN,
+                            _ => errors::BAD_ACTION_BAD_SET_ARGUMENT,
+                        },
+                    )?;
                 NxAction::RegLoad2(f)
             }
             s::NOTE => NxAction::Note(a.rest().to_vec()),

@@ -275,7 +275,10 @@ fn malformed_nicira_actions_get_their_errors() {
     );
     let mut other = nx(16, 14, &[0; 6]);
     other[7] = 0x21;
-    assert_eq!(decode_action(&other), Err(errors::BAD_ACTION_BAD_EXPERIMENTER));
+    assert_eq!(
+        decode_action(&other),
+        Err(errors::BAD_ACTION_BAD_EXPERIMENTER)
+    );
     // ct with unknown flags; ct nested in ct.
     let mut ct = nx(24, 35, &[0; 14]);
     ct[11] = 4;
@@ -297,7 +300,9 @@ fn every_action_roundtrips() {
             table: Some(9),
         }),
         Action::Nx(NxAction::RegLoad2(NxmField::reg(3, 1, Some(1)))),
-        Action::Nx(NxAction::Note(vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14])),
+        Action::Nx(NxAction::Note(vec![
+            1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14,
+        ])),
         Action::Nx(NxAction::DecTtlCntIds(vec![0, 7, 9])),
         Action::Nx(NxAction::Ct(openflow::nx::NxCt {
             flags: 3,

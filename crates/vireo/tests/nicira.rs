@@ -148,9 +148,15 @@ fn registers_resubmit_move_and_dec_ttl_steer_real_frames() {
     // dump-flows prints every rule as it was typed, with the traffic counted.
     let dump = must(&run, v13, "dump-flows", &[]);
     for f in flows {
-        assert!(dump.contains(f.split_once(" priority").map_or(f, |x| x.1)), "{f}\n{dump}");
+        assert!(
+            dump.contains(f.split_once(" priority").map_or(f, |x| x.1)),
+            "{f}\n{dump}"
+        );
     }
-    assert!(dump.contains("n_packets=2, n_bytes=120, priority=100,in_port=1 "), "{dump}");
+    assert!(
+        dump.contains("n_packets=2, n_bytes=120, priority=100,in_port=1 "),
+        "{dump}"
+    );
 
     // Plain ovs-ofctl (OpenFlow 1.0): Nicira actions are vendor actions there too.
     must(
@@ -178,13 +184,24 @@ fn registers_resubmit_move_and_dec_ttl_steer_real_frames() {
     );
     let dump = must(&run, v13, "dump-flows", &["table=2"]);
     assert!(
-        dump.contains("priority=5,reg3=0x10/0xf0 actions=move:NXM_NX_REG3[]->NXM_NX_REG4[],resubmit(,3)"),
+        dump.contains(
+            "priority=5,reg3=0x10/0xf0 actions=move:NXM_NX_REG3[]->NXM_NX_REG4[],resubmit(,3)"
+        ),
         "{dump}"
     );
 
     // ct is decoded and refused (until the conntrack datapath lands); nothing is installed.
-    let o = ofctl(&run, v13, "add-flow", &["table=4,ip,actions=ct(commit,table=5)"]);
-    assert!(!o.ok && o.stderr.contains("OFPBAC_BAD_TYPE"), "{}", o.stderr);
+    let o = ofctl(
+        &run,
+        v13,
+        "add-flow",
+        &["table=4,ip,actions=ct(commit,table=5)"],
+    );
+    assert!(
+        !o.ok && o.stderr.contains("OFPBAC_BAD_TYPE"),
+        "{}",
+        o.stderr
+    );
     let o = d.ctl(&["add-flow", "br0", "table=4,ip,actions=ct(commit)"]);
     assert_ne!(o.code, 0, "vireoctl must refuse ct");
     assert!(o.stderr.contains("ct"), "{}", o.stderr);

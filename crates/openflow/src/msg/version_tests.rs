@@ -201,7 +201,9 @@ fn malformed_1_0_messages_get_1_0_errors() {
                 0,
                 0,
                 0,
-                &[0xff, 0xff, 0, 16, 0, 0, 0x23, 0x20, 0x12, 0x34, 0, 0, 0, 0, 0, 0],
+                &[
+                    0xff, 0xff, 0, 16, 0, 0, 0x23, 0x20, 0x12, 0x34, 0, 0, 0, 0, 0, 0,
+                ],
             ),
             errors::BAD_ACTION_BAD_EXP_TYPE,
             (2, 3),
