@@ -348,6 +348,7 @@ pub fn nx_to_pipeline(a: &NxAction) -> Result<Vec<OfAction>, OfError> {
         NxAction::Ct(ct) => OfAction::Ct(ct_from_wire(ct)?),
         NxAction::Nat(_) => return Err(errors::BAD_ACTION_BAD_ARGUMENT),
         NxAction::CtClear => OfAction::CtClear,
+        NxAction::DecTtl => OfAction::DecTtl,
     }])
 }
 

@@ -25,6 +25,7 @@ pub mod subtype {
     pub const REG_LOAD: u16 = 7;
     pub const NOTE: u16 = 8;
     pub const RESUBMIT_TABLE: u16 = 14;
+    pub const DEC_TTL: u16 = 18;
     pub const DEC_TTL_CNT_IDS: u16 = 21;
     pub const REG_LOAD2: u16 = 33;
     pub const CT: u16 = 35;
@@ -243,6 +244,9 @@ pub enum NxAction {
     RegLoad2(NxmField),
     /// `NXAST_NOTE`: the bytes after the subtype (padding included, as OVS keeps it).
     Note(Vec<u8>),
+    /// `NXAST_DEC_TTL`: how ovs-ofctl writes `dec_ttl` in OpenFlow 1.0 (1.3 uses the
+    /// standard `OFPAT_DEC_NW_TTL`).
+    DecTtl,
     /// `NXAST_DEC_TTL_CNT_IDS`: dec_ttl naming controller ids.
     DecTtlCntIds(Vec<u16>),
     /// `NXAST_CT`.
@@ -364,6 +368,10 @@ impl NxAction {
                 exact(len, 16)?;
                 NxAction::CtClear
             }
+            s::DEC_TTL => {
+                exact(len, 16)?;
+                NxAction::DecTtl
+            }
             _ => return Err(errors::BAD_ACTION_BAD_EXP_TYPE),
         })
     }
@@ -436,6 +444,7 @@ impl NxAction {
                 encode_nat(n, out);
             }
             NxAction::CtClear => out.put_u16(s::CT_CLEAR),
+            NxAction::DecTtl => out.put_u16(s::DEC_TTL),
         }
         // Every Nicira action is at least 16 bytes and a multiple of 8.
         while out.len() - start < 16 {

@@ -165,9 +165,19 @@ fn registers_resubmit_move_and_dec_ttl_steer_real_frames() {
         "add-flow",
         &["priority=100,in_port=3,actions=resubmit(,1),output:1"],
     );
+    must(
+        &run,
+        None,
+        "add-flow",
+        &["priority=90,ip,in_port=3,actions=dec_ttl,output:2"],
+    );
     let dump10 = must(&run, None, "dump-flows", &[]);
     assert!(
         dump10.contains("priority=100,in_port=3 actions=resubmit(,1),output:1"),
+        "{dump10}"
+    );
+    assert!(
+        dump10.contains("priority=90,ip,in_port=3 actions=dec_ttl,output:2"),
         "{dump10}"
     );
 
