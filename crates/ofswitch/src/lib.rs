@@ -22,6 +22,7 @@
 
 pub mod buffers;
 pub mod convert;
+pub mod convert_nx;
 mod features;
 mod handler;
 mod meters;

@@ -118,6 +118,36 @@ pub fn set_ip_dscp(frame: &mut [u8], dscp: u8) -> bool {
     }
 }
 
+/// Sets the IPv4 TTL (updating the header checksum) or the IPv6 hop limit (`dec_ttl`).
+pub fn set_ip_ttl(frame: &mut [u8], ttl: u8) -> bool {
+    let Some((t, off)) = l3_offset(frame) else {
+        return false;
+    };
+    let b = &mut frame[off..];
+    match t {
+        ethertype::IPV4 => {
+            let Ok(ip) = Ipv4Packet::new_checked(&mut *b) else {
+                return false;
+            };
+            let b = ip.into_inner();
+            let old_word = be16(b, 8);
+            let new_word = (u16::from(ttl) << 8) | (old_word & 0x00ff);
+            put16(b, 8, new_word);
+            let mut ip = Ipv4Packet::new_unchecked(&mut *b);
+            ip.set_checksum(update16(ip.checksum(), old_word, new_word));
+            true
+        }
+        ethertype::IPV6 => {
+            if Ipv6Packet::new_checked(&*b).is_err() {
+                return false;
+            }
+            b[7] = ttl;
+            true
+        }
+        _ => false,
+    }
+}
+
 /// Sets the TCP or UDP source port, updating the transport checksum.
 pub fn set_tp_src(frame: &mut [u8], port: u16) -> bool {
     set_tp_port(frame, port, 0)
@@ -245,5 +275,24 @@ mod tests {
         assert!(set_ipv4_dst(&mut f, 0x0102_0304));
         assert!(set_tp_dst(&mut f, 9));
         assert_eq!(be16(&f, 40), 0);
+    }
+
+    #[test]
+    fn ttl_rewrite_keeps_the_ipv4_checksum_and_sets_the_ipv6_hop_limit() {
+        let mut f = udp_frame();
+        assert!(set_ip_ttl(&mut f, 63));
+        assert_eq!(f[22], 63);
+        assert!(udp_ok(&f));
+        let mut v6 = vec![0u8; 14 + 40];
+        v6[12..14].copy_from_slice(&[0x86, 0xdd]);
+        v6[14] = 0x60;
+        v6[21] = 64;
+        assert!(set_ip_ttl(&mut v6, 63));
+        assert_eq!(v6[21], 63);
+        let mut arp = vec![0u8; 42];
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        let before = arp.clone();
+        assert!(!set_ip_ttl(&mut arp, 1));
+        assert_eq!(arp, before);
     }
 }
