@@ -75,8 +75,9 @@ pub(crate) fn check_action(a: &OfAction) -> Result<(), OfError> {
         OfAction::Ct(_) | OfAction::CtClear => Err(OfError::Unsupported(
             "ct/ct_clear: connection tracking is not in this datapath yet",
         )),
+        // The wire form (NXAST_RESUBMIT_TABLE) holds a 16-bit port: 1..0xfeff or LOCAL.
         OfAction::Resubmit { port, .. } => match port {
-            Some(p) if p == 0 || (p > ofpp::MAX && p != ofpp::IN_PORT && p != ofpp::LOCAL) => {
+            Some(p) if p == 0 || (p > 0xfeff && p != ofpp::IN_PORT && p != ofpp::LOCAL) => {
                 Err(OfError::BadOutPort(p))
             }
             _ => Ok(()),

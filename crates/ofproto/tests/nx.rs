@@ -345,6 +345,7 @@ fn text_syntax_errors_name_the_token() {
         ("ip,actions=ct(commit,exec(output:1))", "ct_mark"),
         ("ip,actions=ct(force)", "force needs commit"),
         ("actions=resubmit(,255)", "table"),
+        ("actions=resubmit(70000,1)", "cannot resubmit"),
         ("ip,actions=dec_ttl(1,2)", "controller ids"),
         ("tun_id=5,actions=drop", "tunnel"),
         ("reg0=0x100000000,actions=drop", "wider"),
