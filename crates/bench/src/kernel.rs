@@ -604,6 +604,7 @@ pub fn section(res: &Results) -> String {
         m.machine,
         m.versions
             .iter()
+            .filter(|(_, v)| v.as_str() != "unknown")
             .map(|(k, v)| format!("{k} {v}"))
             .collect::<Vec<_>>()
             .join(", "),
