@@ -583,6 +583,26 @@ pub fn markdown(res: &Results) -> String {
     t
 }
 
+/// The vhost-user records and the kernel-port records of a run, each with its metadata and
+/// summary: each goes to its own section of BENCHMARKS.md.
+pub fn split(res: &Results) -> (Results, Results) {
+    let (k, v): (Vec<Record>, Vec<Record>) = res
+        .records
+        .iter()
+        .cloned()
+        .partition(|r| r.scenario.starts_with("kp:"));
+    let part = |records| {
+        let mut r = Results {
+            meta: res.meta.clone(),
+            records,
+            ..Results::default()
+        };
+        r.summarize();
+        r
+    };
+    (part(v), part(k))
+}
+
 /// Begin marker of the kernel-port section of BENCHMARKS.md.
 pub const BEGIN: &str = "<!-- BEGIN vireo-bench kernel-port results -->";
 /// End marker.
@@ -621,6 +641,53 @@ pub fn section(res: &Results) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::{replace_marked, replace_section};
+
+    fn rec(scenario: &str, contender: &str, round: usize, mpps: f64) -> Record {
+        Record {
+            round,
+            contender: contender.into(),
+            scenario: scenario.into(),
+            generator: "testpmd-af_xdp".into(),
+            mpps: Some(mpps),
+            offered_mpps: Some(0.8),
+            ..Record::default()
+        }
+    }
+
+    #[test]
+    fn kernel_rows_go_to_their_own_section_and_leave_the_vhost_one() {
+        let res = Results {
+            records: vec![
+                rec("p2p:64", "vireo", 0, 13.0),
+                rec("kp:af-xdp:64", "vireo", 0, 0.5),
+                rec("kp:af-xdp:64", "vireo", 1, 0.7),
+                rec("kp:af-xdp:64", "ovs-netdev", 0, 0.6),
+            ],
+            ..Results::default()
+        };
+        let (v, k) = split(&res);
+        assert_eq!((v.records.len(), k.records.len()), (1, 3));
+        let table = markdown(&k);
+        assert!(
+            table.contains("| kp:af-xdp:64 | vireo | 0.600 ±17% |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| kp:af-xdp:64 | ovs-netdev | 0.600 |"),
+            "{table}"
+        );
+        assert!(!table.contains("p2p:64"), "{table}");
+        let doc = replace_section("# B\n", "vhost table\n");
+        let doc = replace_marked(&doc, BEGIN, END, "old kernel\n");
+        let doc = replace_marked(&doc, BEGIN, END, &section(&k));
+        assert!(
+            doc.contains("vhost table") && !doc.contains("old kernel"),
+            "{doc}"
+        );
+        assert_eq!(doc.matches(BEGIN).count(), 1);
+        assert!(doc.contains("| kp:af-xdp:64 | vireo |"));
+    }
 
     #[test]
     fn kernel_scenario_names() {

@@ -437,35 +437,11 @@ fn contenders(a: &Args, meta: &mut Meta) -> Vec<Box<dyn Contender>> {
     v
 }
 
-/// The vhost-user records and the kernel-port records, each with the run's metadata.
-fn split(res: &Results) -> (Results, Results) {
-    let (k, v): (Vec<Record>, Vec<Record>) = res
-        .records
-        .iter()
-        .cloned()
-        .partition(|r| r.scenario.starts_with("kp:"));
-    let mut out = (
-        Results {
-            meta: res.meta.clone(),
-            records: v,
-            ..Results::default()
-        },
-        Results {
-            meta: res.meta.clone(),
-            records: k,
-            ..Results::default()
-        },
-    );
-    out.0.summarize();
-    out.1.summarize();
-    out
-}
-
 fn write_outputs(a: &Args, res: &mut Results) -> Result<(), String> {
     res.summarize();
     let json = serde_json::to_string_pretty(res).map_err(|e| e.to_string())?;
     std::fs::write(a.out.join("results.json"), json).map_err(|e| e.to_string())?;
-    let (v, k) = split(res);
+    let (v, k) = kernel::split(res);
     let mut md = String::new();
     if !v.records.is_empty() {
         md.push_str(&v.benchmarks_section());
@@ -492,7 +468,7 @@ fn report(a: &Args, res: &mut Results) -> Result<(), String> {
     if let Err(e) = plots(&a.out, res) {
         eprintln!("vireo-bench: no plots: {e}");
     }
-    let (v, k) = split(res);
+    let (v, k) = kernel::split(res);
     if !v.records.is_empty() {
         println!("{}", v.markdown());
     }
