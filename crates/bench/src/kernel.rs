@@ -438,6 +438,8 @@ fn udp(
     rec.pmd = sw.pmd_cycles();
     let log = g.log_text();
     g.stop(Duration::from_secs(5));
+    // EAL leaves its runtime directory behind; the prefix is this run's own.
+    let _ = std::fs::remove_dir_all(Path::new("/run/dpdk").join(&prefix));
     let offered: Vec<f64> = log
         .get(from.min(log.len())..)
         .unwrap_or("")
