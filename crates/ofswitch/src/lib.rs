@@ -217,6 +217,45 @@ impl BridgeOf {
         mgmt_socket: &Path,
         config: BridgeOfConfig,
     ) -> Result<BridgeOf, String> {
+        Self::build(bridge, pipeline, hooks, mgmt_socket, None, config)
+    }
+
+    /// [`BridgeOf::new`] serving `mgmt`, the bridge's management socket handed over by the
+    /// vireod this one replaces (`vireoctl upgrade`), instead of binding `mgmt_socket`.
+    pub fn with_mgmt_listener(
+        bridge: &str,
+        pipeline: Arc<Pipeline>,
+        hooks: Arc<dyn DatapathHooks>,
+        mgmt_socket: &Path,
+        mgmt: std::os::unix::net::UnixListener,
+    ) -> Result<BridgeOf, String> {
+        Self::build(
+            bridge,
+            pipeline,
+            hooks,
+            mgmt_socket,
+            Some(mgmt),
+            BridgeOfConfig::default(),
+        )
+    }
+
+    /// A duplicate of the management socket, to hand it to the next vireod (the file stays
+    /// where it is: the process handing it over exits without removing it).
+    pub fn mgmt_socket(&self) -> Option<std::os::fd::OwnedFd> {
+        let l = lock(&self._mgmt_listener);
+        l.as_ref()?
+            .socket()
+            .and_then(|fd| fd.try_clone_to_owned().ok())
+    }
+
+    fn build(
+        bridge: &str,
+        pipeline: Arc<Pipeline>,
+        hooks: Arc<dyn DatapathHooks>,
+        mgmt_socket: &Path,
+        handed: Option<std::os::unix::net::UnixListener>,
+        config: BridgeOfConfig,
+    ) -> Result<BridgeOf, String> {
         pipeline
             .ports(bridge)
             .map_err(|e| format!("bridge {bridge}: {e}"))?;
@@ -244,9 +283,11 @@ impl BridgeOf {
         *lock(&inner.ctrl) = Some(ctrl.clone());
         *lock(&inner.mgmt) = Some(mgmt.clone());
         let target = format!("unix:{}", mgmt_socket.display());
-        let listener = mgmt
-            .listen(&target)
-            .map_err(|e| format!("cannot listen on {target}: {e}"))?;
+        let listener = match handed {
+            Some(l) => mgmt.listen_on(l, mgmt_socket),
+            None => mgmt.listen(&target),
+        }
+        .map_err(|e| format!("cannot listen on {target}: {e}"))?;
         let targets = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let monitor = spawn_monitor(

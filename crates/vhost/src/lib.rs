@@ -22,7 +22,7 @@ pub mod shared;
 pub mod sock;
 pub mod sockfile;
 
-pub use endpoint::{Endpoint, Mode};
+pub use endpoint::{Endpoint, Handover, Mode};
 pub use shared::{broken_count, ConnState, Device, LostRegion, RingState};
 
 #[cfg(test)]

@@ -171,18 +171,32 @@ impl Runtime {
 
     /// Adds a bridge (default NORMAL rule, `BR.mgmt` socket, saved controllers and fail mode).
     pub fn add_bridge(&mut self, name: &str, cfg: &BridgeConfig) -> Result<(), String> {
+        self.add_bridge_with(name, cfg, None)
+    }
+
+    /// [`Runtime::add_bridge`]; `handed` is the `BR.mgmt` socket a previous vireod handed over
+    /// (`vireoctl upgrade`): it is served as it is instead of a new one being bound.
+    pub fn add_bridge_with(
+        &mut self,
+        name: &str,
+        cfg: &BridgeConfig,
+        handed: Option<std::os::unix::net::UnixListener>,
+    ) -> Result<(), String> {
         self.pipeline.add_bridge(name).map_err(|e| e.to_string())?;
         let hooks = Arc::new(Hooks::new(Arc::downgrade(&self.shared)));
         let mgmt = self.run_dir.join(format!("{name}.mgmt"));
-        // vireod runs under umask 077, so the socket is created 0600 (no one else can
-        // connect) before it gets its mode and group here.
-        let made = BridgeOf::new(name, self.pipeline.clone(), hooks, &mgmt).and_then(|of| {
-            vhost::sockfile::apply(&mgmt, self.mgmt_access).map_err(|e| {
-                of.shutdown();
-                e.to_string()
-            })?;
-            Ok(of)
-        });
+        let made = match handed {
+            Some(l) => BridgeOf::with_mgmt_listener(name, self.pipeline.clone(), hooks, &mgmt, l),
+            // vireod runs under umask 077, so the socket is created 0600 (no one else can
+            // connect) before it gets its mode and group here.
+            None => BridgeOf::new(name, self.pipeline.clone(), hooks, &mgmt).and_then(|of| {
+                vhost::sockfile::apply(&mgmt, self.mgmt_access).map_err(|e| {
+                    of.shutdown();
+                    e.to_string()
+                })?;
+                Ok(of)
+            }),
+        };
         let of = match made {
             Ok(of) => Arc::new(of),
             Err(e) => {
