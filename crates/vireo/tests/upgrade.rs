@@ -218,8 +218,9 @@ struct Loop {
 }
 
 const PORTS: [&str; 2] = ["vm1", "vm2"];
+const METER: &str = "meter=1,pktps,bands=type=drop,rate=100000000";
 const RULES: [&str; 2] = [
-    "priority=100,in_port=vm1 actions=output:vm2",
+    "priority=100,in_port=vm1 actions=meter:1,output:vm2",
     "priority=100,in_port=vm2 actions=output:vm1",
 ];
 
@@ -237,6 +238,7 @@ fn io_loop(name: &str) -> Loop {
         &format!("path={}", c2.display()),
         "reconnect-ms=100",
     ]);
+    d.ok(&["add-meter", "br0", METER]);
     for r in RULES {
         d.ok(&["add-flow", "br0", r]);
     }
@@ -373,6 +375,8 @@ fn upgrade_under_traffic_keeps_connections_rings_and_rules() {
     }
     // The rules were live state of the old process: the same table, and in use.
     assert_eq!(rules(&l.d), rules_before, "the rules changed");
+    let meters = l.d.ok(&["dump-meters", "br0"]);
+    assert!(meters.contains(METER), "meter lost: {meters}");
     let flows = l.d.json(&["dump-flows", "br0"]);
     let hits: Vec<u64> = flows
         .as_array()

@@ -61,6 +61,9 @@ pub struct Offer {
     pub vhost: BTreeMap<String, vhost::Handover>,
     /// Each bridge's OpenFlow rules (ovs-ofctl syntax), live state the store does not hold.
     pub flows: BTreeMap<String, Vec<String>>,
+    /// Each bridge's meters (`dump-meters` lines), live state too.
+    #[serde(default)]
+    pub meters: BTreeMap<String, Vec<String>>,
 }
 
 /// The messages after the offer.
@@ -207,6 +210,7 @@ mod tests {
             mgmt: BTreeMap::new(),
             vhost: BTreeMap::new(),
             flows: BTreeMap::new(),
+            meters: BTreeMap::new(),
         })
         .unwrap()
     }

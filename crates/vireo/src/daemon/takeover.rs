@@ -198,6 +198,24 @@ impl Switch {
     /// Before the switch-over: the rules the old process had replace the default ones (a
     /// rule that does not parse refuses the takeover: the old process keeps them).
     pub(super) fn take_flows(&mut self, t: &Taken) {
+        use ofproto::meter::{parse_meter, MeterCommand};
+        for (br, lines) in &t.offer.meters {
+            if !self.config().bridges.contains_key(br) {
+                continue;
+            }
+            for line in lines {
+                // The spec, without the counters `dump-meters` appends after a space.
+                let spec = line.split(' ').next().unwrap_or_default();
+                let r = parse_meter(MeterCommand::Add, spec).and_then(|mm| {
+                    self.rt
+                        .pipeline
+                        .meter_mod(br, mm)
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                });
+                t.or_refuse(r.map_err(|e| format!("bridge {br}: meter {spec}: {e}")));
+            }
+        }
         for (br, lines) in &t.offer.flows {
             if !self.config().bridges.contains_key(br) {
                 continue;

@@ -220,6 +220,7 @@ impl Switch {
             )
         };
         check_binary(&binary).map_err(|e| failed(&e))?;
+        self.check_handover_able().map_err(|e| failed(&e))?;
         let sock = self.run_dir().join(handover::SOCKET);
         let access = vhost::sockfile::Access {
             mode: 0o600,
@@ -265,6 +266,25 @@ impl Switch {
                 Err(failed(&why))
             }
         }
+    }
+
+    /// Live state the handover does not carry yet refuses the upgrade before anything starts.
+    fn check_handover_able(&self) -> Result<(), String> {
+        for br in self.config().bridges.keys() {
+            let groups = self
+                .rt
+                .pipeline
+                .group_descs(br)
+                .map_err(|e| e.to_string())?;
+            if !groups.is_empty() {
+                return Err(format!(
+                    "bridge {br} has {} OpenFlow group(s), which an upgrade does not hand over \
+                     yet (delete them, or restart vireod and let the controller reinstall them)",
+                    groups.len()
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn vhost_ports(&self) -> Vec<(String, std::sync::Arc<ports::vhost_user::VhostUserPort>)> {
@@ -408,14 +428,17 @@ impl Switch {
                 .map_err(|e| format!("port {name}: {e}"))?;
             vhost.insert(name.clone(), h);
         }
-        let mut flows = BTreeMap::new();
+        let (mut flows, mut meters) = (BTreeMap::new(), BTreeMap::new());
         for br in self.config().bridges.keys() {
-            let lines = self
-                .rt
-                .pipeline
+            let pl = &self.rt.pipeline;
+            let lines = pl
                 .dump_flows_text(br, None)
                 .map_err(|e| format!("bridge {br}: {e}"))?;
             flows.insert(br.clone(), lines);
+            let lines = pl
+                .dump_meters_text(br)
+                .map_err(|e| format!("bridge {br}: {e}"))?;
+            meters.insert(br.clone(), lines);
         }
         Ok((
             Offer {
@@ -426,6 +449,7 @@ impl Switch {
                 mgmt,
                 vhost,
                 flows,
+                meters,
             },
             fds,
         ))
