@@ -225,11 +225,27 @@ const RULES: [&str; 2] = [
 ];
 
 fn io_loop(name: &str) -> Loop {
+    io_loop_with(name, false)
+}
+
+/// [`io_loop`]; `both_client`: vm1 is a client-mode port too (testpmd listens on DIR/c1.sock).
+fn io_loop_with(name: &str, both_client: bool) -> Loop {
     let dir = tempfile::tempdir().unwrap();
     let d = Vireod::start(dir.path());
-    let c2 = dir.path().join("c2.sock");
+    let (c1, c2) = (dir.path().join("c1.sock"), dir.path().join("c2.sock"));
     d.ok(&["add-br", "br0", "internal=false"]);
-    d.ok(&["add-port", "br0", "vm1", "type=vhost-user"]);
+    if both_client {
+        d.ok(&[
+            "add-port",
+            "br0",
+            "vm1",
+            "type=vhost-user-client",
+            &format!("path={}", c1.display()),
+            "reconnect-ms=100",
+        ]);
+    } else {
+        d.ok(&["add-port", "br0", "vm1", "type=vhost-user"]);
+    }
     d.ok(&[
         "add-port",
         "br0",
@@ -243,10 +259,18 @@ fn io_loop(name: &str) -> Loop {
         d.ok(&["add-flow", "br0", r]);
     }
     let ports = [
-        VirtioUser {
-            path: d.run.join("vm1.sock"),
-            mac: MAC0.into(),
-            extra: String::new(),
+        if both_client {
+            VirtioUser {
+                path: c1,
+                mac: MAC0.into(),
+                extra: "server=1".into(),
+            }
+        } else {
+            VirtioUser {
+                path: d.run.join("vm1.sock"),
+                mac: MAC0.into(),
+                extra: String::new(),
+            }
         },
         VirtioUser {
             path: c2,
@@ -332,7 +356,14 @@ impl Loop {
         std::thread::sleep(Duration::from_millis(700));
         self.tp.cmd("stop");
         std::thread::sleep(Duration::from_millis(300));
-        let st = self.tp.port_stats();
+        let mut st = self.tp.port_stats();
+        for _ in 0..3 {
+            if st.len() == 2 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+            st = self.tp.port_stats();
+        }
         assert_eq!(st.len(), 2, "{}", self.tp.out.text());
         let tx: u64 = st.iter().map(|s| s.1).sum();
         let rx: u64 = st.iter().map(|s| s.0).sum();
@@ -511,4 +542,124 @@ fn hundred_upgrades_leak_no_fd_or_mapping() {
     let (lost, st) = l.drain_and_count_lost();
     eprintln!("testpmd totals {st:?}: lost {lost} over {n} upgrades");
     assert!(lost <= LOST_BOUND, "{lost} lost; {st:?}");
+}
+
+/// Samples testpmd's receive counters (both ports) as fast as testpmd answers, from 1 s
+/// before `event` starts until 3 s after it returned; returns the longest time the counters
+/// stood still, the number of samples and the mean time between samples.
+fn longest_gap(
+    tp: &mut Testpmd,
+    event: impl FnOnce() + Send + 'static,
+) -> (Duration, usize, Duration) {
+    let start = Instant::now();
+    let mut samples: Vec<(Instant, u64)> = Vec::new();
+    let mut ev = Some(event);
+    let mut handle = None;
+    let mut done_at: Option<Instant> = None;
+    let mut ev_at = start;
+    loop {
+        let st = tp.port_stats();
+        samples.push((Instant::now(), st.iter().map(|s| s.0).sum()));
+        if handle.is_none() && ev.is_some() && start.elapsed() > Duration::from_secs(1) {
+            ev_at = Instant::now();
+            handle = Some(std::thread::spawn(ev.take().unwrap()));
+        }
+        if done_at.is_none() && handle.as_ref().is_some_and(|h| h.is_finished()) {
+            done_at = Some(Instant::now());
+        }
+        if done_at.is_some_and(|t| t.elapsed() > Duration::from_secs(3)) {
+            break;
+        }
+    }
+    handle.unwrap().join().unwrap();
+    let mut longest = Duration::ZERO;
+    let mut last_move = samples[0].0;
+    for w in samples.windows(2) {
+        if w[1].1 != w[0].1 {
+            if w[1].0 - last_move > longest {
+                longest = w[1].0 - last_move;
+                eprintln!(
+                    "  gap of {longest:?} from {:?} after the event started (it took {:?})",
+                    last_move.saturating_duration_since(ev_at),
+                    done_at.map(|d| d - ev_at)
+                );
+            }
+            last_move = w[1].0;
+        }
+    }
+    longest = longest.max(samples.last().unwrap().0 - last_move);
+    let n = samples.len();
+    let mean = (samples[n - 1].0 - samples[0].0) / (n as u32 - 1);
+    (longest, n, mean)
+}
+
+/// For BENCHMARKS.md: the same testpmd io loop (both ports client-mode, so that a restarted
+/// vireod reconnects) through `vireoctl upgrade` and through a plain restart (SIGTERM, start
+/// again): packets lost and the longest time testpmd received nothing. Run with
+/// `cargo test -p vireo --test upgrade -- --ignored --nocapture upgrade_versus_restart`.
+#[test]
+#[ignore = "measurement for BENCHMARKS.md"]
+fn upgrade_versus_restart() {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let mut l = io_loop_with("measure", true);
+    let run = l.d.run.clone();
+    let (gap_u, n_u, mean_u) = longest_gap(&mut l.tp, move || {
+        let o = common::ctl(&run, &["upgrade"]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+    });
+    let (lost_u, st_u) = l.drain_and_count_lost();
+    eprintln!(
+        "UPGRADE: lost {lost_u}, longest gap {gap_u:?} ({n_u} samples, one every {mean_u:?}); \
+         testpmd {st_u:?}"
+    );
+    // Same loop again, then a plain restart.
+    l.tp.cmd("set fwd io");
+    l.tp.cmd("start tx_first 4");
+    l.assert_flowing("before the restart");
+    let run = l.d.run.clone();
+    let log = l.d.log.clone();
+    let (gap_r, n_r, mean_r) = longest_gap(&mut l.tp, move || {
+        let pid: i32 = std::fs::read_to_string(run.join("vireod.pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        assert!(wait_until(Duration::from_secs(5), || !alive(pid)));
+        // Started detached; the test's guard kills it through the pid file.
+        let log_path = log.clone();
+        let log = std::fs::OpenOptions::new().append(true).open(log).unwrap();
+        Command::new(VIREOD)
+            .arg("--run-dir")
+            .arg(&run)
+            .args(["--pmd-cores", "0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        assert!(
+            wait_until(Duration::from_secs(10), || common::ctl(&run, &["version"])
+                .code
+                == 0),
+            "{}",
+            std::fs::read_to_string(&log_path).unwrap_or_default()
+        );
+    });
+    let (lost_r, st_r) = l.drain_and_count_lost();
+    eprintln!(
+        "RESTART: lost {lost_r}, longest gap {gap_r:?} ({n_r} samples, one every {mean_r:?}); \
+         testpmd {st_r:?}"
+    );
+    assert!(lost_u <= LOST_BOUND, "{lost_u}");
+    assert!(
+        gap_u < gap_r,
+        "an upgrade stalls traffic no longer than a restart"
+    );
 }

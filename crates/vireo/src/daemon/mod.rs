@@ -1,5 +1,7 @@
 //! `vireod`: command-line flags, logging, the run directory and its lock, startup from the
-//! store, the control server, and a clean stop on SIGTERM/SIGINT.
+//! store, the control server, and a clean stop on SIGTERM/SIGINT. Started with `--takeover
+//! PATH` (by `vireoctl upgrade`, see [`upgrade`] and [`takeover`]) it takes the locks, the
+//! control socket and the live ports over from the running vireod instead.
 //!
 //! Threads: the main thread runs the control accept loop; a signal thread waits for
 //! SIGTERM/SIGINT; control connections get threads of their own (see [`control`]).

@@ -26,10 +26,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// How long the new process may take to connect to the handover socket.
-const CONNECT_DEADLINE: Duration = Duration::from_secs(30);
+/// How long the new process may take to connect to the handover socket. (With the deadlines
+/// below, an upgrade answers within vireoctl's default 30 s timeout.)
+const CONNECT_DEADLINE: Duration = Duration::from_secs(10);
 /// How long it may take to build everything and answer the offer.
-const READY_DEADLINE: Duration = Duration::from_secs(30);
+const READY_DEADLINE: Duration = Duration::from_secs(10);
 /// How long it may take to confirm that its rings run, after the switch-over.
 pub const STARTED_DEADLINE: Duration = Duration::from_secs(5);
 /// How long one vhost-user control thread may take to pause (it finishes the message it is
