@@ -663,3 +663,138 @@ fn upgrade_versus_restart() {
         "an upgrade stalls traffic no longer than a restart"
     );
 }
+
+/// A real VM: QEMU (its vhost-user socket as client, Vireo listening) boots Linux and pings a
+/// testpmd ICMP echo endpoint once a second through Vireo while vireod is upgraded three
+/// times: every echo is answered, QEMU never reconnects (it would log about the vhost-user
+/// socket and Vireo would count a second connection).
+#[test]
+fn qemu_guest_pings_through_upgrades() {
+    use common::peers::{build_initramfs, guest_kernel, Guest};
+    let _g = serial();
+    for tool in ["qemu-system-x86_64", "dpdk-testpmd"] {
+        if let Some(m) = missing(tool) {
+            eprintln!("{m}");
+            return;
+        }
+    }
+    let Some(kernel) = guest_kernel() else {
+        testkit::missing_peer(
+            "a /boot/vmlinuz-* kernel for the guest",
+            "linux-image-amd64",
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Vireod::start(dir.path());
+    d.ok(&["add-br", "br0", "internal=false"]);
+    d.ok(&["add-port", "br0", "vm", "type=vhost-user"]);
+    d.ok(&["add-port", "br0", "tp", "type=vhost-user"]);
+    let initrd = build_initramfs(dir.path());
+    let mut tp = Testpmd::start(
+        &format!("vireo-upg-vm-{}", std::process::id()),
+        &[VirtioUser {
+            path: d.run.join("tp.sock"),
+            mac: "00:00:00:00:00:0a".into(),
+            extra: String::new(),
+        }],
+        &["--forward-mode=icmpecho"],
+    );
+    tp.cmd("show config fwd");
+    assert!(
+        tp.out
+            .wait_for("packet forwarding - ports=", Duration::from_secs(60)),
+        "testpmd did not start:\n{}",
+        tp.out.text()
+    );
+    tp.cmd("start");
+    assert!(wait_until(Duration::from_secs(30), || d.port("tp")["link"] == "up"));
+    let count = 20;
+    let guest = Guest::boot(
+        &kernel,
+        &initrd,
+        &d.run.join("vm.sock"),
+        false,
+        "52:54:00:12:34:56",
+        &format!("vireo.ip=10.0.0.1/24 vireo.ping=10.0.0.2 vireo.count={count}"),
+    );
+    // Wait for the first echo to come back, then upgrade during the pings.
+    assert!(
+        wait_until(Duration::from_secs(200), || d.port("vm")["link"] == "up"
+            && tp.port_stats().first().is_some_and(|s| s.1 > 0)),
+        "the guest never pinged:\n{}",
+        guest.out.text()
+    );
+    let view = d.port("vm")["status"]["features"].clone();
+    for i in 0..3 {
+        std::thread::sleep(Duration::from_secs(3));
+        let pid = d.upgrade();
+        eprintln!("upgrade {i} during the pings: new vireod {pid}");
+    }
+    let done = wait_until(Duration::from_secs(120), || {
+        let o = guest.out.text();
+        o.contains("VIREO-PING-OK") || o.contains("VIREO-PING-FAIL")
+    });
+    let console = guest.out.text();
+    assert!(done, "guest did not finish:\n{console}");
+    assert!(console.contains("VIREO-PING-OK"), "{console}");
+    let summary = format!("{count} packets transmitted, {count} packets received");
+    assert!(
+        console.contains(&summary),
+        "echoes lost across the upgrades (want {summary:?}):\n{console}\n{}",
+        d.log_tail()
+    );
+    let st = d.port("vm")["status"].clone();
+    assert_eq!(st["connections"], 1, "QEMU reconnected: {st}");
+    assert_eq!(st["features"], view, "{st}");
+    assert!(
+        !console.to_lowercase().contains("vhost"),
+        "QEMU said something about vhost-user:\n{console}"
+    );
+    drop(guest);
+    tp.quit();
+}
+
+/// Kernel ports are opened again by the new process once the old one has exited (it holds
+/// their interfaces until then): a bridge's internal port (a tap named after the bridge,
+/// unique to this test) comes back up with its configuration; a dummy port and the bridge's
+/// management socket (ovs-ofctl-free check: the file stays a socket) survive too.
+#[test]
+fn kernel_ports_are_reopened_after_an_upgrade() {
+    let _g = serial();
+    if !std::path::Path::new("/dev/net/tun").exists() {
+        testkit::missing_peer("/dev/net/tun (tap ports)", "the kernel's tun module");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Vireod::start(dir.path());
+    let br = format!("vupg{}", std::process::id() % 100_000);
+    let o = d.ctl(&["add-br", &br]);
+    if o.code != 0 {
+        // No CAP_NET_ADMIN here: the internal port cannot be made at all.
+        testkit::missing_peer("CAP_NET_ADMIN for tap ports", "root");
+        eprintln!("SKIPPED: {}", o.stderr);
+        return;
+    }
+    d.ok(&["add-port", &br, "d0", "type=dummy"]);
+    let before = d.port(&br);
+    assert_eq!(before["link"], "up", "{before}");
+    let ifindex = std::fs::read_to_string(format!("/sys/class/net/{br}/ifindex")).unwrap();
+    d.upgrade();
+    assert!(
+        wait_until(Duration::from_secs(10), || d.port(&br)["link"] == "up"),
+        "internal port not back: {}\n{}",
+        d.ok(&["show"]),
+        d.log_tail()
+    );
+    for p in [br.as_str(), "d0"] {
+        let v = d.port(p);
+        assert!(v["error"].is_null(), "port {p} failed to come back: {v}");
+    }
+    assert_eq!(d.port("d0")["type"], "dummy");
+    // A new tap: the old process's went with it.
+    let now = std::fs::read_to_string(format!("/sys/class/net/{br}/ifindex")).unwrap();
+    eprintln!("{br}: ifindex {} -> {}", ifindex.trim(), now.trim());
+    assert!(d.run.join(format!("{br}.mgmt")).exists());
+    d.ok(&["del-br", &br]);
+}

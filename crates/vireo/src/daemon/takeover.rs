@@ -26,6 +26,8 @@ use std::time::Duration;
 const OFFER_DEADLINE: Duration = Duration::from_secs(30);
 /// How long to wait for the old process to exit before opening kernel ports anyway.
 const EXIT_DEADLINE: Duration = Duration::from_secs(5);
+/// How long a kernel port may keep failing to open after the old process exited.
+const REOPEN_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Port kinds whose kernel object the old process holds until it exits: opened afterwards.
 const DEFERRED_KINDS: &[&str] = &["af-xdp", "af-packet", "tap", "internal", "vxlan", "geneve"];
@@ -115,14 +117,24 @@ impl Taken {
         }
     }
 
-    /// Confirms the switch-over, then waits (bounded) for the old process to exit.
+    /// Confirms the switch-over, then waits (bounded) for the old process to exit. It is our
+    /// parent: once it has exited we have another one.
     pub fn started(&self) {
         let pid = std::process::id();
         if let Err(e) = handover::send_reply(&self.stream, &Reply::Started { pid }) {
             tracing::warn!(error = %e, "takeover: cannot confirm the switch-over");
         }
-        // The old process closes its end when it exits.
-        let _ = handover::recv(&self.stream, EXIT_DEADLINE);
+        let deadline = std::time::Instant::now() + EXIT_DEADLINE;
+        while std::os::unix::process::parent_id() == self.offer.pid {
+            if std::time::Instant::now() > deadline {
+                tracing::warn!(
+                    old_pid = self.offer.pid,
+                    "takeover: the old vireod has not exited"
+                );
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 }
 
@@ -231,12 +243,23 @@ impl Switch {
         self.rt.revalidate();
     }
 
-    /// After the old process exited: opens the kernel ports.
+    /// After the old process exited: opens the kernel ports (retrying for a moment: the
+    /// kernel may still be tearing down the old process's interface).
     pub(super) fn start_deferred(&mut self) {
         for (br, name, pc) in std::mem::take(&mut self.deferred) {
-            if let Err(e) = self.start_port(&br, &name, &pc) {
-                tracing::error!(port = %name, error = %e.0, "cannot restore port");
-                self.failed.insert(name, e.0);
+            let deadline = std::time::Instant::now() + REOPEN_DEADLINE;
+            loop {
+                match self.start_port(&br, &name, &pc) {
+                    Ok(()) => break,
+                    Err(_) if std::time::Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    Err(e) => {
+                        tracing::error!(port = %name, error = %e.0, "cannot restore port");
+                        self.failed.insert(name, e.0);
+                        break;
+                    }
+                }
             }
         }
     }
