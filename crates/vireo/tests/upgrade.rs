@@ -716,7 +716,8 @@ fn qemu_guest_pings_through_upgrades() {
         &d.run.join("vm.sock"),
         false,
         "52:54:00:12:34:56",
-        &format!("vireo.ip=10.0.0.1/24 vireo.ping=10.0.0.2 vireo.count={count}"),
+        // It stays up after the pings (vireo.wait) so that the connection can be checked.
+        &format!("vireo.ip=10.0.0.1/24 vireo.ping=10.0.0.2 vireo.count={count} vireo.wait=120"),
     );
     // Wait for the first echo to come back, then upgrade during the pings.
     assert!(
@@ -730,6 +731,9 @@ fn qemu_guest_pings_through_upgrades() {
         std::thread::sleep(Duration::from_secs(3));
         let pid = d.upgrade();
         eprintln!("upgrade {i} during the pings: new vireod {pid}");
+        let st = d.port("vm")["status"].clone();
+        assert_eq!(st["connections"], 1, "QEMU reconnected: {st}");
+        assert_eq!(st["features"], view, "{st}");
     }
     let done = wait_until(Duration::from_secs(120), || {
         let o = guest.out.text();
@@ -747,6 +751,7 @@ fn qemu_guest_pings_through_upgrades() {
     let st = d.port("vm")["status"].clone();
     assert_eq!(st["connections"], 1, "QEMU reconnected: {st}");
     assert_eq!(st["features"], view, "{st}");
+    assert_eq!(st["state"], "connected", "{st}");
     assert!(
         !console.to_lowercase().contains("vhost"),
         "QEMU said something about vhost-user:\n{console}"
