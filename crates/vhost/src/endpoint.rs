@@ -383,10 +383,14 @@ impl Endpoint {
     /// (see [`Endpoint::hold_rx`]) so that every port's rings are in place before any packet
     /// moves. The control thread stays parked.
     pub fn start_rings(&self, bases: &[(usize, u16)]) -> Result<(), String> {
-        self.dev.hold_rx(true);
         let mut slot = self.park.slot.lock().unwrap_or_else(|e| e.into_inner());
         match slot.as_mut() {
-            Some(o) if o.conn.is_some() => o.backend.start_handed_over(bases, &|_| true),
+            // Only a parked endpoint is held (no control thread runs to race the flags), and
+            // its `resume` lifts the hold.
+            Some(o) if o.conn.is_some() => {
+                self.dev.hold_rx(true);
+                o.backend.start_handed_over(bases, &|_| true)
+            }
             _ => Ok(()),
         }
     }
