@@ -762,10 +762,11 @@ fn qemu_guest_pings_through_upgrades() {
 
 /// Kernel ports are opened again by the new process once the old one has exited (it holds
 /// their interfaces until then): a bridge's internal port (a tap named after the bridge,
-/// unique to this test) comes back up with its configuration; a dummy port and the bridge's
-/// management socket (ovs-ofctl-free check: the file stays a socket) survive too.
+/// unique to this test) comes back up; a dummy port survives, and so do vhost-user ports with
+/// no frontend: the server port still listens on the same socket (a frontend can connect),
+/// the client port still tries to connect.
 #[test]
-fn kernel_ports_are_reopened_after_an_upgrade() {
+fn kernel_ports_and_idle_vhost_ports_come_back_after_an_upgrade() {
     let _g = serial();
     if !std::path::Path::new("/dev/net/tun").exists() {
         testkit::missing_peer("/dev/net/tun (tap ports)", "the kernel's tun module");
@@ -782,6 +783,15 @@ fn kernel_ports_are_reopened_after_an_upgrade() {
         return;
     }
     d.ok(&["add-port", &br, "d0", "type=dummy"]);
+    d.ok(&["add-port", &br, "idle1", "type=vhost-user"]);
+    let nowhere = dir.path().join("nobody-listens.sock");
+    d.ok(&[
+        "add-port",
+        &br,
+        "idle2",
+        "type=vhost-user-client",
+        &format!("path={}", nowhere.display()),
+    ]);
     let before = d.port(&br);
     assert_eq!(before["link"], "up", "{before}");
     let ifindex = std::fs::read_to_string(format!("/sys/class/net/{br}/ifindex")).unwrap();
@@ -792,11 +802,24 @@ fn kernel_ports_are_reopened_after_an_upgrade() {
         d.ok(&["show"]),
         d.log_tail()
     );
-    for p in [br.as_str(), "d0"] {
+    for p in [br.as_str(), "d0", "idle1", "idle2"] {
         let v = d.port(p);
         assert!(v["error"].is_null(), "port {p} failed to come back: {v}");
     }
     assert_eq!(d.port("d0")["type"], "dummy");
+    assert_eq!(d.port("idle1")["status"]["state"], "listening");
+    assert_eq!(d.port("idle2")["status"]["state"], "connecting");
+    // The server port's socket is the one handed over, and it accepts a frontend.
+    let s = std::os::unix::net::UnixStream::connect(d.run.join("idle1.sock"))
+        .expect("connect to the handed-over vhost-user socket");
+    assert!(
+        wait_until(Duration::from_secs(5), || d.port("idle1")["status"]
+            ["state"]
+            == "connected"),
+        "{}",
+        d.port("idle1")
+    );
+    drop(s);
     // A new tap: the old process's went with it.
     let now = std::fs::read_to_string(format!("/sys/class/net/{br}/ifindex")).unwrap();
     eprintln!("{br}: ifindex {} -> {}", ifindex.trim(), now.trim());
