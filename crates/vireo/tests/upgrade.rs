@@ -621,6 +621,8 @@ fn upgrade_versus_restart() {
     l.assert_flowing("before the restart");
     let run = l.d.run.clone();
     let log = l.d.log.clone();
+    let restarted = std::sync::Arc::new(Mutex::new(None::<Child>));
+    let keep = restarted.clone();
     let (gap_r, n_r, mean_r) = longest_gap(&mut l.tp, move || {
         let pid: i32 = std::fs::read_to_string(run.join("vireod.pid"))
             .unwrap()
@@ -632,10 +634,9 @@ fn upgrade_versus_restart() {
             nix::sys::signal::Signal::SIGTERM,
         );
         assert!(wait_until(Duration::from_secs(5), || !alive(pid)));
-        // Started detached; the test's guard kills it through the pid file.
         let log_path = log.clone();
         let log = std::fs::OpenOptions::new().append(true).open(log).unwrap();
-        Command::new(VIREOD)
+        let child = Command::new(VIREOD)
             .arg("--run-dir")
             .arg(&run)
             .args(["--pmd-cores", "0"])
@@ -644,6 +645,7 @@ fn upgrade_versus_restart() {
             .stderr(log)
             .spawn()
             .unwrap();
+        *keep.lock().unwrap() = Some(child);
         assert!(
             wait_until(Duration::from_secs(10), || common::ctl(&run, &["version"])
                 .code
