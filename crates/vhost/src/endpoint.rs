@@ -365,13 +365,8 @@ impl Endpoint {
     }
 
     /// The switch-over in the old process: takes the parked connection's rings off the
-    /// device (each PMD finishes its burst first) and returns `(ring, base)` for each. The
-    /// socket file is left in place for the new process.
+    /// device (each PMD finishes its burst first) and returns `(ring, base)` for each.
     pub fn hand_over_rings(&self) -> Vec<(usize, u16)> {
-        self.socket_file
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
         let mut slot = self.park.slot.lock().unwrap_or_else(|e| e.into_inner());
         slot.as_mut()
             .map(|o| o.backend.stop_for_handover(&|_| true))
@@ -393,6 +388,15 @@ impl Endpoint {
             }
             _ => Ok(()),
         }
+    }
+
+    /// After a handover: the socket file belongs to the new process; stopping this endpoint
+    /// leaves it in place.
+    pub fn keep_socket_file(&self) {
+        self.socket_file
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
     }
 
     /// Starts the control thread again on the parked state: after a failed upgrade (old

@@ -374,6 +374,9 @@ impl Switch {
             .and_then(|()| handover::recv_reply(&s, STARTED_DEADLINE).map_err(|e| e.to_string()));
         match step {
             Ok(Reply::Started { pid }) => {
+                for (_, p) in &ports {
+                    p.endpoint().keep_socket_file();
+                }
                 tracing::info!(
                     us = t0.elapsed().as_micros() as u64,
                     "upgrade: rings handed over"
