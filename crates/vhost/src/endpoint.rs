@@ -66,6 +66,9 @@ struct Owned {
     backend: Backend,
     listener: Option<UnixListener>,
     conn: Option<UnixStream>,
+    /// A handed-over server socket's file: the endpoint owns it (removes it on stop) only
+    /// once resumed, so dropping a refused takeover never removes the old process's file.
+    file: Option<FileId>,
 }
 
 /// The parking place of a control thread (see [`Endpoint::park`]).
@@ -184,6 +187,7 @@ impl Endpoint {
             backend: Backend::new(dev),
             listener,
             conn: None,
+            file: None,
         };
         if let Err(e) = ep.spawn(owned, false) {
             if let Some(id) = ep
@@ -271,8 +275,9 @@ impl Endpoint {
             (None, Mode::Server) => ConnState::Listening,
             (None, Mode::Client { .. }) => ConnState::Connecting,
         });
-        // The socket file stays; this process removes it when the port is deleted.
-        let socket_file = match mode {
+        // The socket file stays; this process removes it when the port is deleted (once
+        // resumed: see `Owned::file`).
+        let file = match mode {
             Mode::Server => Some(
                 sockfile::identity(path).map_err(|e| format!("socket {}: {e}", path.display()))?,
             ),
@@ -284,6 +289,7 @@ impl Endpoint {
             backend,
             listener,
             conn,
+            file,
         });
         Ok(Endpoint {
             dev,
@@ -291,7 +297,7 @@ impl Endpoint {
             thread: Mutex::new(None),
             path: path.to_path_buf(),
             mode,
-            socket_file: Mutex::new(socket_file),
+            socket_file: Mutex::new(None),
             park,
         })
     }
@@ -413,6 +419,9 @@ impl Endpoint {
         };
         if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = t.join();
+        }
+        if let Some(id) = owned.file.take() {
+            *self.socket_file.lock().unwrap_or_else(|e| e.into_inner()) = Some(id);
         }
         let started = if owned.conn.is_some() {
             owned.backend.start_handed_over(bases, &|_| true)

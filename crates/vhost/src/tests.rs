@@ -746,3 +746,42 @@ fn connection_handed_to_another_endpoint_resumes_at_the_same_descriptor() {
     assert_eq!(ndev.stats.connections.load(Relaxed), 1);
     assert!(new.path().exists(), "the socket file stays");
 }
+
+/// A handed-over state this build cannot serve is refused before anything runs: a feature it
+/// does not offer, another number of rings, a region whose fd did not come. The old endpoint
+/// is untouched and serves on.
+#[test]
+fn handover_state_the_new_side_cannot_serve_is_refused() {
+    use std::os::fd::OwnedFd;
+    let (_d, ep) = server(1);
+    let dev = ep.device().clone();
+    let g = MockGuest::connect(ep.path(), 1, 256, u64::MAX).unwrap();
+    assert!(wait_until(|| dev.running_pairs() == 1));
+    ep.park(Duration::from_secs(3)).unwrap();
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    let h = ep.handover(&mut fds).unwrap().unwrap();
+    let attempt = |h: &crate::Handover, pairs: usize, fds: &[OwnedFd]| {
+        let mut fds: Vec<Option<OwnedFd>> =
+            fds.iter().map(|f| Some(f.try_clone().unwrap())).collect();
+        Endpoint::adopt(ep.path(), pairs, Mode::Server, h, &mut fds).map(|_| ())
+    };
+    let mut more = h.clone();
+    more.backend.acked |= 1 << 62;
+    let e = attempt(&more, 1, &fds).unwrap_err();
+    assert!(e.contains("does not offer"), "{e}");
+    let e = attempt(&h, 2, &fds).unwrap_err();
+    assert!(e.contains("rings handed over"), "{e}");
+    let mut gone = h.clone();
+    gone.backend.regions[0].fd = 999;
+    let e = attempt(&gone, 1, &fds).unwrap_err();
+    assert!(e.contains("did not come"), "{e}");
+    // The real state is accepted; dropped unused, it leaves the old endpoint's socket file.
+    attempt(&h, 1, &fds).unwrap();
+    assert!(
+        ep.path().exists(),
+        "a dropped takeover removed the socket file"
+    );
+    ep.resume(&[]).unwrap();
+    assert_eq!(dev.running_pairs(), 1);
+    assert_eq!(g.fe.get_u64(req::GET_QUEUE_NUM, &[]).unwrap(), 1);
+}

@@ -797,6 +797,12 @@ fn kernel_ports_and_idle_vhost_ports_come_back_after_an_upgrade() {
     ]);
     let before = d.port(&br);
     assert_eq!(before["link"], "up", "{before}");
+    // A rule added over OpenFlow, on the bridge's management socket.
+    let mgmt = d.run.join(format!("{br}.mgmt"));
+    let ofctl = testkit::have_ofctl();
+    if ofctl {
+        testkit::ofctl_must(&mgmt, "add-flow", &["priority=7,in_port=1,actions=drop"]);
+    }
     let ifindex = std::fs::read_to_string(format!("/sys/class/net/{br}/ifindex")).unwrap();
     d.upgrade();
     assert!(
@@ -826,7 +832,17 @@ fn kernel_ports_and_idle_vhost_ports_come_back_after_an_upgrade() {
     // A new tap: the old process's went with it.
     let now = std::fs::read_to_string(format!("/sys/class/net/{br}/ifindex")).unwrap();
     eprintln!("{br}: ifindex {} -> {}", ifindex.trim(), now.trim());
-    assert!(d.run.join(format!("{br}.mgmt")).exists());
+    assert!(mgmt.exists());
+    if ofctl {
+        // The same socket, served by the new process, and the rule came along.
+        let flows = testkit::ofctl_must(&mgmt, "dump-flows", &[]);
+        assert!(
+            flows
+                .lines()
+                .any(|l| l.contains("priority=7") && l.contains("actions=drop")),
+            "{flows}"
+        );
+    }
     d.ok(&["del-br", &br]);
 }
 
