@@ -764,11 +764,11 @@ fn qemu_guest_pings_through_upgrades() {
     tp.quit();
 }
 
-/// Kernel ports are opened again by the new process once the old one has exited (it holds
-/// their interfaces until then): a bridge's internal port (a tap named after the bridge,
-/// unique to this test) comes back up; a dummy port survives, and so do vhost-user ports with
-/// no frontend: the server port still listens on the same socket (a frontend can connect),
-/// the client port still tries to connect.
+/// A bridge's internal port (a tap named after the bridge, unique to this test) is handed over
+/// by its fd: the same interface (same ifindex) is up in the new process; a dummy port
+/// survives, and so do vhost-user ports with no frontend: the server port still listens on the
+/// same socket (a frontend can connect), the client port still tries to connect; a rule added
+/// over OpenFlow on the handed-over management socket is still there.
 #[test]
 fn kernel_ports_and_idle_vhost_ports_come_back_after_an_upgrade() {
     let _g = serial();
@@ -830,9 +830,9 @@ fn kernel_ports_and_idle_vhost_ports_come_back_after_an_upgrade() {
         d.port("idle1")
     );
     drop(s);
-    // A new tap: the old process's went with it.
+    // The same tap (handed over, never re-created: its addresses would survive too).
     let now = std::fs::read_to_string(format!("/sys/class/net/{br}/ifindex")).unwrap();
-    eprintln!("{br}: ifindex {} -> {}", ifindex.trim(), now.trim());
+    assert_eq!(now, ifindex, "the internal port's interface was re-created");
     assert!(mgmt.exists());
     if ofctl {
         // The same socket, served by the new process, and the rule came along.

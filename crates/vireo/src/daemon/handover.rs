@@ -64,6 +64,9 @@ pub struct Offer {
     /// Each bridge's meters (`dump-meters` lines), live state too.
     #[serde(default)]
     pub meters: BTreeMap<String, Vec<String>>,
+    /// `tap` and `internal` ports by name: their tap fds (the interfaces live on).
+    #[serde(default)]
+    pub taps: BTreeMap<String, usize>,
 }
 
 /// The messages after the offer.
@@ -211,6 +214,7 @@ mod tests {
             vhost: BTreeMap::new(),
             flows: BTreeMap::new(),
             meters: BTreeMap::new(),
+            taps: BTreeMap::new(),
         })
         .unwrap()
     }

@@ -139,6 +139,21 @@ impl LivePort {
         Ok(LivePort::Vhost(VhostUserPort::adopted(ep, mode)))
     }
 
+    /// Takes over a `tap` or `internal` port's interface through the fd the previous vireod
+    /// handed over (the interface is never re-created: its addresses stay).
+    pub fn adopt_tap(
+        name: &str,
+        pc: &PortConfig,
+        fd: std::os::fd::OwnedFd,
+    ) -> Result<LivePort, String> {
+        let kind = if pc.kind == "tap" { "tap" } else { "internal" };
+        let mtu = pc.options.get("mtu").map(|m| m.parse::<u32>()).transpose();
+        let mtu = mtu.map_err(|_| format!("port {name}: bad mtu"))?;
+        TapPort::adopt(name, kind, mtu, fd)
+            .map(LivePort::Tap)
+            .map_err(|e| format!("port {name}: {e}"))
+    }
+
     /// The port as the datapath sees it.
     pub fn port(&self) -> Arc<dyn Port> {
         match self {

@@ -54,6 +54,8 @@ pub struct Switch {
     pub(super) upgrade_ctx: Option<super::upgrade::Ctx>,
     /// Kernel ports a takeover opens once the old process has exited.
     pub(super) deferred: Vec<(String, String, PortConfig)>,
+    /// Taps a takeover adopts (with their handed-over fds) once the old process has exited.
+    pub(super) deferred_taps: Vec<(String, String, PortConfig, std::os::fd::OwnedFd)>,
 }
 
 impl Switch {
@@ -94,6 +96,7 @@ impl Switch {
             retired: Vec::new(),
             upgrade_ctx: None,
             deferred: Vec::new(),
+            deferred_taps: Vec::new(),
         };
         let config = sw.store.config().clone();
         for (br, b) in &config.bridges {

@@ -2,9 +2,11 @@
 //! process's offer (see [`super::handover`]), builds its switch from the store with the
 //! handed-over sockets, locks and vhost-user connections (memory mapped, no ring running),
 //! answers ready, and at the switch-over installs each ring at the index the old process
-//! stopped it at. Kernel ports (`tap`, `internal`, `af-packet`, `af-xdp`, tunnels) are opened
-//! afresh once the old process has exited (it holds their interfaces until then): they see a
-//! short outage; vhost-user ports see none.
+//! stopped it at. `tap` and `internal` ports are taken over through their handed-over fds
+//! once the old process has exited (the interfaces live on; frames wait in their queues);
+//! the other kernel ports (`af-packet`, `af-xdp`, tunnels) are opened afresh then (the old
+//! process holds their sockets until it exits): they see a short outage; vhost-user ports see
+//! none.
 //!
 //! Any failure before the switch-over answers `Refused` and exits at once with status 1,
 //! running no destructor: the sockets and files it took over still belong to the old process,
@@ -170,6 +172,13 @@ impl Switch {
         name: &str,
         pc: &PortConfig,
     ) -> Result<(), String> {
+        if let Some(i) = t.offer.taps.remove(name) {
+            let fd = t.fd(i, "tap");
+            let fd = t.or_refuse(fd);
+            self.deferred_taps
+                .push((br.to_string(), name.to_string(), pc.clone(), fd));
+            return Ok(());
+        }
         if DEFERRED_KINDS.contains(&pc.kind.as_str()) {
             self.deferred
                 .push((br.to_string(), name.to_string(), pc.clone()));
@@ -246,6 +255,17 @@ impl Switch {
     /// After the old process exited: opens the kernel ports (retrying for a moment: the
     /// kernel may still be tearing down the old process's interface).
     pub(super) fn start_deferred(&mut self) {
+        // Taps handed over: the same interfaces (frames they received meanwhile wait in
+        // their queues).
+        for (br, name, pc, fd) in std::mem::take(&mut self.deferred_taps) {
+            let r = LivePort::adopt_tap(&name, &pc, fd)
+                .map_err(super::switch::CmdError)
+                .and_then(|lp| self.attach_live(&br, &name, &pc, lp));
+            if let Err(e) = r {
+                tracing::error!(port = %name, error = %e.0, "cannot take over tap");
+                self.failed.insert(name, e.0);
+            }
+        }
         for (br, name, pc) in std::mem::take(&mut self.deferred) {
             let deadline = std::time::Instant::now() + REOPEN_DEADLINE;
             loop {

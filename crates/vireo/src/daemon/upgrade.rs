@@ -423,6 +423,15 @@ impl Switch {
                 mgmt.insert(name.clone(), fds.len() - 1);
             }
         }
+        let mut taps = BTreeMap::new();
+        for (name, lp) in &self.live {
+            if let LivePort::Tap(t) = lp {
+                if let Some(fd) = t.dup_fd() {
+                    fds.push(fd);
+                    taps.insert(name.clone(), fds.len() - 1);
+                }
+            }
+        }
         let mut vhost = BTreeMap::new();
         for (name, p) in ports {
             let h = p
@@ -454,6 +463,7 @@ impl Switch {
                 vhost,
                 flows,
                 meters,
+                taps,
             },
             fds,
         ))
