@@ -16,6 +16,15 @@
 //!
 //! Guest memory found lost (the frontend shrank its memory file; see `guestmem::lost`) ends the
 //! connection the same way, within one poll tick, with a warning naming the region.
+//!
+//! Handover (`vireoctl upgrade`): [`Endpoint::park`] asks the control thread to stop between
+//! two messages and leave its state (protocol state, listening socket, connection) in the
+//! endpoint's parking place; PMDs keep polling meanwhile. The old process exports it
+//! ([`Endpoint::handover`]), holds PMDs off the guest's tx rings ([`Endpoint::hold_rx`]) and
+//! takes the rings off ([`Endpoint::hand_over_rings`]); the new one builds a parked endpoint
+//! from it ([`Endpoint::adopt`]), installs the rings at the final indices
+//! ([`Endpoint::start_rings`]) and starts the thread ([`Endpoint::resume`]). A failed upgrade
+//! resumes the old endpoint as it was. Lock order: the parking place's mutex, then a ring slot.
 use crate::backend::handover::BackendState;
 use crate::backend::Backend;
 use crate::shared::{ConnState, Device};
