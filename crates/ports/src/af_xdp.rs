@@ -59,6 +59,7 @@ impl AfXdpPort {
             ifname: ifname.to_string(),
             queues: queues as u32,
             mode: req,
+            steer_targets: 0,
         };
         let mut dev = Device::open(&cfg).map_err(|e| PortError(format!("af-xdp {e}")))?;
         let queues = dev

@@ -36,13 +36,7 @@ pub(crate) const XDP_FLAGS_SKB_MODE: u32 = 2;
 /// `XDP_FLAGS_DRV_MODE`: native (driver) XDP.
 pub(crate) const XDP_FLAGS_DRV_MODE: u32 = 4;
 
-/// One eBPF instruction (`struct bpf_insn`) as its 8 bytes.
-fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
-    u64::from(code)
-        | u64::from(dst & 0xf | (src & 0xf) << 4) << 8
-        | u64::from(off as u16) << 16
-        | u64::from(imm as u32) << 32
-}
+use crate::steer::insn;
 
 /// The program: `return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);`
 pub(crate) fn program(map_fd: i32) -> [u64; 6] {
@@ -85,9 +79,13 @@ pub(crate) fn map_set(map: &OwnedFd, queue: u32, sock: i32) -> Result<(), Error>
 
 /// Loads the program for `map`. On a verifier refusal the message carries its log.
 pub(crate) fn load_program(map: &OwnedFd) -> Result<OwnedFd, Error> {
-    let insns = program(map.as_raw_fd());
+    load(&program(map.as_raw_fd()))
+}
+
+/// Loads `insns` as Vireo's XDP program. On a verifier refusal the message carries its log.
+pub(crate) fn load(insns: &[u64]) -> Result<OwnedFd, Error> {
     let license = b"Dual BSD/GPL\0";
-    let mut log = vec![0u8; 4096];
+    let mut log = vec![0u8; 65536];
     let mut name = [0u8; 16];
     name[..PROG_NAME.len()].copy_from_slice(PROG_NAME.as_bytes());
     let mut a = Attr::new()

@@ -42,11 +42,13 @@ mod device;
 pub mod frames;
 pub mod ring;
 mod socket;
+mod steer;
 mod sys;
 
-pub use device::{Device, DeviceConfig, ModeInUse, ModeRequest, QueueStats};
+pub use device::{Device, DeviceConfig, ModeInUse, ModeRequest, QueueStats, SteerStats};
 pub use frames::{DescError, FramePool, RawDesc};
 pub use socket::{RxBurst, RxSide, TxBurst, TxSide};
+pub use steer::STEER_MAP_ENTRIES;
 
 /// Bytes per UMEM frame (one page; aligned chunk mode).
 pub const FRAME_SIZE: u32 = 4096;

@@ -13,6 +13,7 @@ fn cfg(ifname: &str, queues: u32, mode: ModeRequest) -> DeviceConfig {
         ifname: ifname.into(),
         queues,
         mode,
+        steer_targets: 0,
     }
 }
 
