@@ -18,6 +18,7 @@ mod housekeeping;
 mod live;
 pub mod options;
 mod runtime;
+mod steering;
 mod switch;
 
 pub use switch::Switch;
