@@ -5,6 +5,9 @@
 //! (fill + rx rings, the first half of the UMEM) used by the PMD polling the queue, and a
 //! [`TxSide`] (tx + completion rings, the second half) used by whichever PMD holds its lock.
 //! The halves share only the socket fd and the UMEM mapping (`Arc`), never a frame.
+//! A [`SteerSocket`] (steering) is a second socket on the same queue with only an rx ring; its
+//! rx half shares the queue socket's UMEM and [`FillSide`] (fill ring and rx frame books, under
+//! a mutex held for one burst by whichever PMD receives).
 use crate::frames::{FramePool, RawDesc};
 use crate::ring::Ring;
 use crate::sys::{self, Mmap};
