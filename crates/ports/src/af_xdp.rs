@@ -30,6 +30,10 @@ pub struct AfXdpPort {
     queues: Vec<Queue>,
     /// NUMA nodes with a steering socket on every queue (0: no steering).
     steer_nodes: usize,
+    /// The program writes metadata marks (`xdp-mark=on`).
+    marks: bool,
+    /// Frames received with the program's metadata.
+    rx_marked: AtomicU64,
     device: Mutex<Option<Device>>,
     counters: PortCounters,
     bad_rx_descs: AtomicU64,
@@ -54,19 +58,22 @@ impl AfXdpPort {
     /// Opens `ifname` with `queues` queues in `mode` (`best-effort`, `native`, `generic`).
     /// Errors are one line naming the interface and the step that failed.
     pub fn open(ifname: &str, queues: usize, mode: &str) -> Result<AfXdpPort, PortError> {
-        Self::open_steering(ifname, queues, mode, 0)
+        Self::open_with(ifname, queues, mode, 0, false)
     }
 
     /// [`AfXdpPort::open`] with XDP steering over `nodes` NUMA nodes (0: off). With steering,
     /// each interface queue `q` is `1 + nodes` rx queues of the port: `q·(1+nodes)` is the
     /// queue's own socket (any PMD polls it), `q·(1+nodes) + 1 + n` its steering socket for
     /// node `n` (a PMD on node `n` polls it; see [`Port::rxq_numa`]), and frames whose
-    /// destination MAC is mapped to node `n` ([`AfXdpPort::steer_set`]) go there.
-    pub fn open_steering(
+    /// destination MAC is mapped to node `n` ([`AfXdpPort::steer_set`]) go there. With
+    /// `marks`, the program writes a flow hash and mark in front of each frame and the port
+    /// copies them into `packet::Meta` (`hash`, `mark`).
+    pub fn open_with(
         ifname: &str,
         queues: usize,
         mode: &str,
         nodes: u32,
+        marks: bool,
     ) -> Result<AfXdpPort, PortError> {
         let req = ModeRequest::parse(mode).ok_or_else(|| {
             PortError(format!(
@@ -78,6 +85,7 @@ impl AfXdpPort {
             queues: queues as u32,
             mode: req,
             steer_targets: nodes,
+            marks,
         };
         let mut dev = Device::open(&cfg).map_err(|e| PortError(format!("af-xdp {e}")))?;
         let mut steered = dev.take_steered().into_iter();
@@ -101,6 +109,8 @@ impl AfXdpPort {
             replaced: dev.replaced(),
             queues,
             steer_nodes: nodes as usize,
+            marks,
+            rx_marked: AtomicU64::new(0),
             device: Mutex::new(Some(dev)),
             counters: PortCounters::default(),
             bad_rx_descs: AtomicU64::new(0),
@@ -197,9 +207,13 @@ impl Port for AfXdpPort {
         let Some(rx) = guard.as_mut() else {
             return 0;
         };
-        let b = rx.recv(out.room() as u32, |frame| {
+        let b = rx.recv_meta(out.room() as u32, |frame, meta| {
             let mut p = pool.get();
             p.set_frame(frame);
+            if let Some(m) = meta {
+                p.meta.hash = m.hash;
+                p.meta.mark = m.mark;
+            }
             // Cannot fail: at most `room` frames are delivered.
             let _ = out.push(p);
         });
@@ -216,6 +230,9 @@ impl Port for AfXdpPort {
         if b.kick_errors > 0 {
             self.kick_errors
                 .fetch_add(u64::from(b.kick_errors), Relaxed);
+        }
+        if b.marked > 0 {
+            self.rx_marked.fetch_add(u64::from(b.marked), Relaxed);
         }
         b.packets as usize
     }
@@ -309,6 +326,8 @@ impl Port for AfXdpPort {
         serde_json::json!({
             "ifname": self.ifname,
             "xdp_steering": if self.steer_nodes > 0 { "on" } else { "off" },
+            "xdp_mark": if self.marks { "on" } else { "off" },
+            "rx_marked": self.rx_marked.load(Relaxed),
             "steering": steer,
             "xdp_mode": self.mode.name(),
             "queues": self.queues.len(),

@@ -3,7 +3,8 @@
 //! and a PMD on each, testpmd (the VM stand-in) behind a vhost-user port. Frames to the
 //! testpmd MAC land on the steering socket of the node its memory is on (learned by NORMAL),
 //! then on node 1's after `set-mac-numa`, back after `del-mac-numa`; frames to an unknown MAC
-//! stay on their queue's own socket; the port's counters prove each step. 50 add/del cycles
+//! stay on their queue's own socket; the port's counters prove each step (and, with
+//! `xdp-mark=on` as well, that every frame came with the program's metadata). 50 add/del cycles
 //! of a steering port leak no fd, BPF program or map.
 mod common;
 
@@ -153,10 +154,12 @@ fn frames_to_a_vm_land_on_the_queue_of_its_node() {
         "queues=2",
         "xdp-mode=native",
         "xdp-steering=on",
+        "xdp-mark=on",
     ]);
     d.ok(&["add-port", "br0", "vm", "type=vhost-user"]);
     let st = status(&d, "pa");
     assert_eq!(st["status"]["xdp_steering"], "on", "{st}");
+    assert_eq!(st["status"]["xdp_mark"], "on", "{st}");
     // Each interface queue is 3 rx queues of the port: its own socket (any PMD) and one
     // steering socket per node, polled by that node's PMD (core 0: node 0, core 1: node 1).
     let rxqs = d.ok(&["pmd-rxq-show"]);
@@ -286,6 +289,13 @@ fn frames_to_a_vm_land_on_the_queue_of_its_node() {
     let stats = tp.port_stats();
     eprintln!("testpmd port stats (rx, tx): {stats:?}");
     assert!(stats[0].0 >= 150, "testpmd got {stats:?}");
+    // With xdp-mark=on every frame the port received carried the program's metadata.
+    let st = status(&d, "pa");
+    let rx = d.json(&["port-stats", "pa"]);
+    eprintln!("pa rx_marked {} port-stats {rx}", st["status"]["rx_marked"]);
+    let marked = st["status"]["rx_marked"].as_u64().unwrap();
+    assert!(marked >= 155, "{st}");
+    assert_eq!(Some(marked), rx[0]["rx_packets"].as_u64(), "{st} {rx}");
     let _ = tp.quit();
 }
 
@@ -332,6 +342,7 @@ fn fifty_steering_port_cycles_leak_nothing() {
         &ifname,
         "queues=2",
         "xdp-steering=on",
+        "xdp-mark=on",
     ];
     d.ok(&add);
     d.ok(&["del-port", "br0", "pa"]);
@@ -350,9 +361,9 @@ fn fifty_steering_port_cycles_leak_nothing() {
         }
         if i == 0 {
             // What one steering port holds, so the checks below can fail: the program, the
-            // XSKMAP, the steering map and the counters; 2 queues × 3 sockets.
+            // XSKMAP, the steering map, the counters and the mark map; 2 queues × 3 sockets.
             let o = bpf_objects(pid);
-            assert!(o.0 > objs.0 && o.1 >= objs.1 + 3, "{objs:?} -> {o:?}");
+            assert!(o.0 > objs.0 && o.1 >= objs.1 + 4, "{objs:?} -> {o:?}");
             assert!(fd_count(pid) >= fds + 10, "the port opened no sockets?");
             assert!(a.host_link().contains("prog/xdp"), "{}", a.host_link());
             let e = entry_for(&d, VM_MAC).unwrap();

@@ -5,17 +5,19 @@
 //! Threads: control thread only. Dropping the [`Device`] detaches the program (the link fd
 //! closes); the sockets and their UMEMs go when their halves are dropped.
 use crate::bpf::{self, XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE};
+use crate::mark::{FiveTuple, MarkMap};
 use crate::socket::{Socket, SteerSocket};
-use crate::steer::{self, SteerMaps};
+use crate::steer::{self, SteerArgs, SteerMaps};
 use crate::{sys, Error, RxSide, TxSide, MAX_MTU};
 use std::os::fd::{AsRawFd, OwnedFd};
 
-/// What [`Device::open_in`] makes: link, program, XSKMAP, steering maps, queues, replaced.
+/// What [`Device::open_in`] makes: link, program, XSKMAP, steering and mark maps, queues and
+/// steering sockets, replaced programs.
 type Opened = (
     OwnedFd,
     OwnedFd,
     OwnedFd,
-    Option<SteerMaps>,
+    (Option<SteerMaps>, Option<MarkMap>),
     (Vec<(RxSide, TxSide)>, Vec<Vec<RxSide>>),
     usize,
 );
@@ -94,6 +96,9 @@ pub struct DeviceConfig {
     /// program (MAC → target map, per-queue counters) sends a frame whose destination MAC has
     /// target `t` to steering socket `t` of the queue it arrived on.
     pub steer_targets: u32,
+    /// The program writes a flow hash and a mark (from the 5-tuple → mark map) in front of
+    /// each frame, and the rx halves read them ([`RxSide::recv_meta`]).
+    pub marks: bool,
 }
 
 /// Steering counters of one rx queue.
@@ -129,6 +134,7 @@ pub struct Device {
     _prog: OwnedFd,
     _map: OwnedFd,
     steer: Option<SteerMaps>,
+    marks: Option<MarkMap>,
     queues: Vec<(RxSide, TxSide)>,
     steered: Vec<Vec<RxSide>>,
     replaced: usize,
@@ -175,7 +181,7 @@ impl Device {
         let mut errors = Vec::new();
         for &mode in tries {
             match Self::open_in(cfg, ifindex, mode) {
-                Ok((link, prog, map, steer, (queues, steered), replaced)) => {
+                Ok((link, prog, map, (steer, marks), (queues, steered), replaced)) => {
                     return Ok(Device {
                         ifname: name.clone(),
                         ifindex,
@@ -184,6 +190,7 @@ impl Device {
                         _prog: prog,
                         _map: map,
                         steer,
+                        marks,
                         queues,
                         steered,
                         replaced,
@@ -199,18 +206,32 @@ impl Device {
         let targets = cfg.steer_targets;
         let per_queue = targets + 1;
         let map = bpf::create_map(cfg.queues * per_queue)?;
-        let (prog, steer) = if targets > 0 {
-            let maps = SteerMaps::create(cfg.queues, targets)?;
+        let steer = if targets > 0 {
+            Some(SteerMaps::create(cfg.queues, targets)?)
+        } else {
+            None
+        };
+        let marks = if cfg.marks {
+            Some(MarkMap::create()?)
+        } else {
+            None
+        };
+        let prog = if steer.is_some() || marks.is_some() {
+            let args = steer.as_ref().map(|m| SteerArgs {
+                steer: m.steer.as_raw_fd(),
+                stats: m.stats.as_raw_fd(),
+                queues: cfg.queues,
+                targets,
+            });
             let insns = steer::program(
                 map.as_raw_fd(),
-                maps.steer.as_raw_fd(),
-                maps.stats.as_raw_fd(),
-                cfg.queues,
-                targets,
+                per_queue,
+                args.as_ref(),
+                marks.as_ref().map(|m| m.fd.as_raw_fd()),
             );
-            (bpf::load(&insns)?, Some(maps))
+            bpf::load(&insns)?
         } else {
-            (bpf::load_program(&map)?, None)
+            bpf::load_program(&map)?
         };
         let mut socks = Vec::new();
         let mut extra = Vec::new();
@@ -240,13 +261,16 @@ impl Device {
                 Error::os("attach the XDP program", e)
             }
         })?;
-        let queues: Vec<(RxSide, TxSide)> = socks.into_iter().map(Socket::split).collect();
+        let mut queues: Vec<(RxSide, TxSide)> = socks.into_iter().map(Socket::split).collect();
+        for (rx, _) in &mut queues {
+            rx.set_meta(cfg.marks);
+        }
         let steered = extra
             .into_iter()
             .zip(&queues)
             .map(|(mine, (rx, _))| mine.into_iter().map(|st| st.into_rx(rx)).collect())
             .collect();
-        Ok((link, prog, map, steer, (queues, steered), replaced))
+        Ok((link, prog, map, (steer, marks), (queues, steered), replaced))
     }
 
     /// Whether the steering program is loaded.
@@ -273,6 +297,27 @@ impl Device {
                 .map(|(arrived, steered)| SteerStats { arrived, steered })
                 .collect()
         })
+    }
+
+    /// Whether the program writes metadata marks.
+    pub fn marks(&self) -> bool {
+        self.marks.is_some()
+    }
+
+    /// Marks frames of the IPv4 5-tuple `t` with `mark` (not 0), replacing an entry.
+    pub fn mark_set(&self, t: &FiveTuple, mark: u32) -> Result<(), Error> {
+        self.mark_map()?.set(t, mark)
+    }
+
+    /// Removes `t`'s mark; true if it had one.
+    pub fn mark_del(&self, t: &FiveTuple) -> Result<bool, Error> {
+        Ok(self.mark_map()?.del(t))
+    }
+
+    fn mark_map(&self) -> Result<&MarkMap, Error> {
+        self.marks
+            .as_ref()
+            .ok_or_else(|| Error(format!("{}: xdp-mark is off", self.ifname)))
     }
 
     fn steer_maps(&self) -> Result<&SteerMaps, Error> {

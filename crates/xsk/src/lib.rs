@@ -44,6 +44,7 @@
 mod bpf;
 mod device;
 pub mod frames;
+mod mark;
 pub mod ring;
 mod socket;
 mod steer;
@@ -51,6 +52,7 @@ mod sys;
 
 pub use device::{Device, DeviceConfig, ModeInUse, ModeRequest, QueueStats, SteerStats};
 pub use frames::{DescError, FramePool, RawDesc};
+pub use mark::{flow_hash, FiveTuple, XdpMeta, MARK_MAP_ENTRIES, META_LEN, META_MAGIC};
 pub use socket::{RxBurst, RxSide, TxBurst, TxSide};
 pub use steer::STEER_MAP_ENTRIES;
 

@@ -9,6 +9,7 @@
 //! rx half shares the queue socket's UMEM and [`FillSide`] (fill ring and rx frame books, under
 //! a mutex held for one burst by whichever PMD receives).
 use crate::frames::{FramePool, RawDesc};
+use crate::mark::{self, XdpMeta, META_LEN};
 use crate::ring::Ring;
 use crate::sys::{self, Mmap};
 use crate::{Error, FRAMES_PER_QUEUE, FRAME_SIZE, RING_SIZE};
@@ -132,6 +133,7 @@ impl Socket {
         let rx = RxSide {
             shared: self.shared.clone(),
             own: None,
+            meta: false,
             rx: self.rx,
             fill: Arc::new(Mutex::new(fill)),
         };
@@ -156,6 +158,8 @@ pub struct RxBurst {
     pub bad_descs: u32,
     /// Kicks that failed with an error other than "try again".
     pub kick_errors: u32,
+    /// Frames delivered with the XDP program's metadata.
+    pub marked: u32,
 }
 
 /// The fill side of a queue: the fill ring and the rx frames it cycles. The queue's own
@@ -176,6 +180,8 @@ pub struct RxSide {
     shared: Arc<Shared>,
     /// A steering socket's own fd (the UMEM and fill ring are the queue socket's, in `shared`).
     own: Option<OwnedFd>,
+    /// The program writes metadata marks in front of frames (`mark.rs`): read them.
+    meta: bool,
     rx: Ring<RawDesc>,
     fill: Arc<Mutex<FillSide>>,
 }
@@ -202,6 +208,16 @@ impl RxSide {
     /// during the call), returns every frame to the fill ring, and kicks the kernel if the
     /// fill ring asks for it.
     pub fn recv(&mut self, max: u32, mut deliver: impl FnMut(&[u8])) -> RxBurst {
+        self.recv_meta(max, |f, _| deliver(f))
+    }
+
+    /// [`RxSide::recv`] that also hands over the metadata the XDP program put in front of each
+    /// frame (`None` without `xdp-mark`, or when the program wrote none for the frame).
+    pub fn recv_meta(
+        &mut self,
+        max: u32,
+        mut deliver: impl FnMut(&[u8], Option<XdpMeta>),
+    ) -> RxBurst {
         let mut b = RxBurst::default();
         let n = self.rx.cons_peek(max);
         let mut fs = lock_fill(&self.fill);
@@ -209,7 +225,15 @@ impl RxSide {
             let d = self.rx.cons_read(i);
             match fs.frames.take_rx(d) {
                 Ok((addr, len)) => {
-                    deliver(self.shared.frame(addr, len));
+                    let meta = if self.meta {
+                        self.take_meta(addr)
+                    } else {
+                        None
+                    };
+                    if meta.is_some() {
+                        b.marked += 1;
+                    }
+                    deliver(self.shared.frame(addr, len), meta);
                     b.packets += 1;
                     b.bytes += u64::from(len);
                 }
@@ -230,6 +254,24 @@ impl RxSide {
             }
         }
         b
+    }
+
+    /// The metadata in front of the frame at `addr` (a frame we hold, checked by the pool),
+    /// if it lies inside the same UMEM frame and carries the magic; the magic is cleared so
+    /// a later frame the program did not mark cannot show this one's.
+    fn take_meta(&self, addr: u64) -> Option<XdpMeta> {
+        let len = META_LEN as u64;
+        if addr % u64::from(FRAME_SIZE) < len {
+            return None;
+        }
+        let m = mark::read_meta(self.shared.frame(addr - len, META_LEN as u32))?;
+        self.shared.write(addr - 4, &[0; 4]);
+        Some(m)
+    }
+
+    /// Reads the program's metadata marks from now on (set once, before the first burst).
+    pub(crate) fn set_meta(&mut self, on: bool) {
+        self.meta = on;
     }
 
     fn fd(&self) -> RawFd {
@@ -300,6 +342,7 @@ impl SteerSocket {
         RxSide {
             shared: queue_rx.shared.clone(),
             own: Some(self.fd),
+            meta: queue_rx.meta,
             rx: self.rx,
             fill: queue_rx.fill.clone(),
         }
@@ -446,6 +489,7 @@ mod tests {
         RxSide {
             shared: Arc::new(Shared { fd, umem }),
             own: None,
+            meta: false,
             rx: Ring::anon(RING_SIZE),
             fill: Arc::new(Mutex::new(fill)),
         }

@@ -57,44 +57,51 @@ pub(crate) fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
 }
 
 impl Asm {
-    fn op(&mut self, code: u8, dst: u8, src: u8, off: i16, imm: i32) -> &mut Self {
+    pub(crate) fn op(&mut self, code: u8, dst: u8, src: u8, off: i16, imm: i32) -> &mut Self {
         self.code.push(insn(code, dst, src, off, imm));
         self
     }
     /// `dst = src` (64-bit).
-    fn mov(&mut self, dst: u8, src: u8) -> &mut Self {
+    pub(crate) fn mov(&mut self, dst: u8, src: u8) -> &mut Self {
         self.op(0xbf, dst, src, 0, 0)
     }
     /// `dst = imm` (64-bit, sign-extended).
-    fn movi(&mut self, dst: u8, imm: i32) -> &mut Self {
+    pub(crate) fn movi(&mut self, dst: u8, imm: i32) -> &mut Self {
         self.op(0xb7, dst, 0, 0, imm)
     }
     /// `dst += imm`.
-    fn addi(&mut self, dst: u8, imm: i32) -> &mut Self {
+    pub(crate) fn addi(&mut self, dst: u8, imm: i32) -> &mut Self {
         self.op(0x07, dst, 0, 0, imm)
     }
     /// `dst = map` (a 64-bit immediate over two slots, the map named by its fd).
-    fn ld_map(&mut self, dst: u8, map_fd: i32) -> &mut Self {
+    pub(crate) fn ld_map(&mut self, dst: u8, map_fd: i32) -> &mut Self {
         self.op(0x18, dst, BPF_PSEUDO_MAP_FD, 0, map_fd);
         self.op(0, 0, 0, 0, 0)
     }
-    fn call(&mut self, helper: i32) -> &mut Self {
+    pub(crate) fn call(&mut self, helper: i32) -> &mut Self {
         self.op(0x85, 0, 0, 0, helper)
     }
-    fn exit(&mut self) -> &mut Self {
+    pub(crate) fn exit(&mut self) -> &mut Self {
         self.op(0x95, 0, 0, 0, 0)
     }
     /// A jump instruction whose offset is set when `label` is placed.
-    fn jump(&mut self, code: u8, dst: u8, src: u8, imm: i32, label: &'static str) -> &mut Self {
+    pub(crate) fn jump(
+        &mut self,
+        code: u8,
+        dst: u8,
+        src: u8,
+        imm: i32,
+        label: &'static str,
+    ) -> &mut Self {
         self.jumps.push((self.code.len(), label));
         self.op(code, dst, src, 0, imm)
     }
-    fn label(&mut self, name: &'static str) -> &mut Self {
+    pub(crate) fn label(&mut self, name: &'static str) -> &mut Self {
         self.labels.insert(name, self.code.len());
         self
     }
     /// The instructions with every jump resolved.
-    fn finish(mut self) -> Vec<u64> {
+    pub(crate) fn finish(mut self) -> Vec<u64> {
         for &(at, label) in &self.jumps {
             let to = self.labels[label];
             let off = (to as i64 - at as i64 - 1) as i16;
@@ -105,7 +112,7 @@ impl Asm {
     }
 
     /// `stats[r1] += 1` for the key in r1 (clobbers r0-r5). An out-of-range key is a miss.
-    fn count(&mut self, stats_fd: i32, skip: &'static str) -> &mut Self {
+    pub(crate) fn count(&mut self, stats_fd: i32, skip: &'static str) -> &mut Self {
         self.op(0x63, 10, 1, -16, 0) // *(u32 *)(r10 - 16) = r1: the key on the stack
             .mov(2, 10)
             .addi(2, -16) // r2 = &key
@@ -118,16 +125,54 @@ impl Asm {
     }
 }
 
-/// The steering program for `queues` rx queues with `targets` steering sockets each, over
-/// maps `xsks` (XSKMAP: slot `q·(targets+1)` is queue `q`'s own socket, slot
-/// `q·(targets+1) + 1 + t` its steering socket `t`), `steer` (MAC → target) and `stats`
-/// (`stats[q]` frames arrived on queue `q`, `stats[queues + slot]` frames steered to a slot).
-/// Registers: r6 = ctx, r7 = rx queue, r8 = target, then slot.
-pub(crate) fn program(xsks: i32, steer: i32, stats: i32, queues: u32, targets: u32) -> Vec<u64> {
-    let per_queue = targets as i32 + 1;
+/// What the steering section of the program uses.
+pub(crate) struct SteerArgs {
+    /// The MAC → target hash map.
+    pub(crate) steer: i32,
+    /// The counter array.
+    pub(crate) stats: i32,
+    /// Interface queues.
+    pub(crate) queues: u32,
+    /// Steering sockets per queue.
+    pub(crate) targets: u32,
+}
+
+/// Vireo's XDP program with steering and/or metadata marks, over the XSKMAP `xsks` whose slot
+/// `q·per_queue` is queue `q`'s own socket and `q·per_queue + 1 + t` its steering socket `t`.
+/// With `steer`: the maps `steer` (MAC → target) and `stats` (`stats[q]` frames arrived on
+/// queue `q`, `stats[queues + slot]` frames steered to a slot). With `mark`: the metadata
+/// section of `mark.rs` first. Registers: r6 = ctx, r7 = rx queue, r8 = target, then slot.
+pub(crate) fn program(
+    xsks: i32,
+    per_queue: u32,
+    steer: Option<&SteerArgs>,
+    mark: Option<i32>,
+) -> Vec<u64> {
+    let per_queue = per_queue as i32;
     let mut a = Asm::default();
     // Save the context and read the receiving queue (struct xdp_md: rx_queue_index at 16).
     a.mov(6, 1).op(0x61, 7, 6, 16, 0);
+    if let Some(m) = mark {
+        crate::mark::emit(&mut a, m);
+    }
+    if let Some(st) = steer {
+        steering(&mut a, xsks, per_queue, st);
+    }
+    // Fallback, as the plain program: bpf_redirect_map(xsks, rxq * per_queue, XDP_PASS).
+    a.label("fallback")
+        .ld_map(1, xsks)
+        .mov(2, 7)
+        .op(0x27, 2, 0, 0, per_queue) // r2 *= per_queue
+        .movi(3, XDP_PASS)
+        .call(BPF_FUNC_REDIRECT_MAP)
+        .exit();
+    a.finish()
+}
+
+/// The steering section: returns `XDP_REDIRECT` for a steered frame, else goes to
+/// `fallback`.
+fn steering(a: &mut Asm, xsks: i32, per_queue: i32, st: &SteerArgs) {
+    let (steer, stats, queues, targets) = (st.steer, st.stats, st.queues, st.targets);
     // stats[rxq] += 1: arrived here.
     a.mov(1, 7).count(stats, "arrived_done");
     // r2 = data, r3 = data_end; fall back unless data + 6 <= data_end (the verifier refuses
@@ -171,15 +216,6 @@ pub(crate) fn program(xsks: i32, steer: i32, stats: i32, queues: u32, targets: u
         .addi(1, queues as i32)
         .count(stats, "steered_done");
     a.movi(0, XDP_REDIRECT).exit();
-    // Fallback, as the plain program: bpf_redirect_map(xsks, rxq * per_queue, XDP_PASS).
-    a.label("fallback")
-        .ld_map(1, xsks)
-        .mov(2, 7)
-        .op(0x27, 2, 0, 0, per_queue) // r2 *= per_queue
-        .movi(3, XDP_PASS)
-        .call(BPF_FUNC_REDIRECT_MAP)
-        .exit();
-    a.finish()
 }
 
 /// A map of `kind` with the given key/value sizes and entries, named `name` (≤ 15 bytes).
@@ -284,7 +320,13 @@ mod tests {
 
     #[test]
     fn jumps_resolve_forward() {
-        let p = program(3, 4, 5, 2, 2);
+        let st = SteerArgs {
+            steer: 4,
+            stats: 5,
+            queues: 2,
+            targets: 2,
+        };
+        let p = program(3, 3, Some(&st), Some(6));
         // Every jump lands inside the program and after itself.
         for (i, w) in p.iter().enumerate() {
             let code = (*w & 0xff) as u8;

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 use testkit::veth::{have_ip, NsVeth};
-use xsk::{Device, DeviceConfig, ModeRequest, RxSide, FRAMES_PER_QUEUE};
+use xsk::{Device, DeviceConfig, FiveTuple, ModeRequest, RxSide, XdpMeta, FRAMES_PER_QUEUE};
 
 const STEERED_MAC: [u8; 6] = [0x02, 0x5e, 0, 0, 0, 0x0b];
 const OTHER_MAC: [u8; 6] = [0x02, 0x5e, 0, 0, 0, 0x0c];
@@ -99,6 +99,7 @@ fn run(mode: ModeRequest, n: u32) {
         queues: 2,
         mode,
         steer_targets: 1,
+        marks: false,
     })
     .expect("open with steering");
     assert!(dev.steering());
@@ -198,10 +199,134 @@ fn steering_off_refuses_entries() {
         queues: 2,
         mode: ModeRequest::Generic,
         steer_targets: 0,
+        marks: false,
     })
     .unwrap();
     assert!(!dev.steering());
     assert!(dev.steer_stats().is_empty());
     let e = dev.steer_set(STEERED_MAC, 0).unwrap_err();
     assert!(e.0.contains("xdp-steering is off"), "{e}");
+}
+
+/// Sends `count` UDP datagrams from source port `sport` to `ip:dport`.
+fn send_udp(net: &NsVeth, ip: &str, sport: u16, dport: u16, count: u32) {
+    let script = format!(
+        "import socket\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\ns.bind(('',{sport}))\nfor i in range({count}): s.sendto(b'y'*40,('{ip}',{dport}))"
+    );
+    net.exec_must(&["taskset", "-c", "0", "python3", "-c", &script]);
+}
+
+/// Frames with their metadata, from every socket, for `d`.
+fn drain_meta(socks: &mut [&mut RxSide], d: Duration) -> Vec<(Vec<u8>, Option<XdpMeta>)> {
+    let mut out = Vec::new();
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        for r in socks.iter_mut() {
+            let b = r.recv_meta(32, |f, m| out.push((f.to_vec(), m)));
+            assert_eq!(b.bad_descs, 0);
+            assert_eq!(
+                b.marked as usize,
+                out.iter()
+                    .rev()
+                    .take(b.packets as usize)
+                    .filter(|x| x.1.is_some())
+                    .count()
+            );
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    out
+}
+
+fn udp_dport(f: &[u8]) -> Option<u16> {
+    (f.len() >= 38 && f[12..14] == [8, 0] && f[23] == 17)
+        .then(|| u16::from_be_bytes([f[36], f[37]]))
+}
+
+/// `xdp-mark`: every frame carries the program's metadata; IPv4 frames a hash equal to
+/// [`flow_hash`] of their bytes; frames of a 5-tuple in the mark map its mark, others none;
+/// with steering on as well, steered frames carry it too.
+fn marks(mode: ModeRequest, n: u32) {
+    if !have_peers() {
+        return;
+    }
+    let net = net(n);
+    let mut dev = Device::open(&DeviceConfig {
+        ifname: net.host_if.clone(),
+        queues: 2,
+        mode,
+        steer_targets: 1,
+        marks: true,
+    })
+    .expect("open with steering and marks");
+    assert!(dev.marks() && dev.steering());
+    let mut own: Vec<RxSide> = dev.take_queues().into_iter().map(|(r, _)| r).collect();
+    let mut steer = dev.take_steered();
+    let ip = |h: u32| format!("10.79.{n}.{h}");
+    let tuple = FiveTuple {
+        src: [10, 79, n as u8, 1],
+        dst: [10, 79, n as u8, 11],
+        sport: 40000,
+        dport: 7001,
+        proto: 17,
+    };
+    dev.mark_set(&tuple, 0xabc).unwrap();
+    assert!(dev.mark_set(&tuple, 0).is_err(), "mark 0 refused");
+    dev.steer_set(STEERED_MAC, 0).unwrap();
+    send_udp(&net, &ip(11), 40000, 7001, 20); // marked, steered
+    send_udp(&net, &ip(11), 40000, 7002, 15); // other dport: not marked, steered
+    send_udp(&net, &ip(12), 40000, 7001, 10); // other address and MAC: not marked, not steered
+    let mut socks: Vec<&mut RxSide> = Vec::new();
+    for (o, s) in own.iter_mut().zip(steer.iter_mut()) {
+        socks.push(o);
+        socks.extend(s.iter_mut());
+    }
+    let got = drain_meta(&mut socks, Duration::from_millis(700));
+    let (mut marked, mut plain, mut other) = (0, 0, 0);
+    for (f, m) in &got {
+        let m = m.unwrap_or_else(|| panic!("a frame without metadata: {f:02x?}"));
+        assert_eq!(
+            Some(m.hash).filter(|h| *h != 0),
+            xsk::flow_hash(f),
+            "{f:02x?}"
+        );
+        match udp_dport(f) {
+            Some(7001) if f[33] == 11 => {
+                assert_eq!(m.mark, 0xabc);
+                marked += 1;
+            }
+            Some(7002) | Some(7001) => {
+                assert_eq!(m.mark, 0);
+                plain += 1;
+            }
+            _ => {
+                assert_eq!(m.mark, 0);
+                other += 1;
+            }
+        }
+    }
+    eprintln!("{mode:?} marks: {marked} marked, {plain} unmarked UDP, {other} other frames");
+    assert_eq!((marked, plain), (20, 25));
+    let st = dev.steer_stats();
+    assert_eq!(st.iter().map(|s| s.steered[0]).sum::<u64>(), 35, "{st:?}");
+    // The entry removed: no more marks.
+    assert!(dev.mark_del(&tuple).unwrap());
+    send_udp(&net, &ip(11), 40000, 7001, 5);
+    let got = drain_meta(&mut socks, Duration::from_millis(500));
+    let udp: Vec<_> = got
+        .iter()
+        .filter(|(f, _)| udp_dport(f) == Some(7001))
+        .collect();
+    assert_eq!(udp.len(), 5);
+    assert!(udp.iter().all(|(_, m)| m.unwrap().mark == 0));
+}
+
+#[test]
+fn native_marks() {
+    marks(ModeRequest::Native, 4);
+}
+
+#[test]
+fn generic_marks() {
+    marks(ModeRequest::Generic, 5);
 }

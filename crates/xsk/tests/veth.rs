@@ -14,6 +14,7 @@ fn cfg(ifname: &str, queues: u32, mode: ModeRequest) -> DeviceConfig {
         queues,
         mode,
         steer_targets: 0,
+        marks: false,
     }
 }
 

@@ -70,7 +70,8 @@ impl LivePort {
                 } else {
                     0
                 };
-                AfXdpPort::open_steering(ifname, queues, mode, nodes as u32)
+                let marks = opt("xdp-mark") == Some("on");
+                AfXdpPort::open_with(ifname, queues, mode, nodes as u32, marks)
                     .map(|p| LivePort::AfXdp(Arc::new(p)))
                     .map_err(|e| format!("port {name}: {e}"))
             }

@@ -49,7 +49,7 @@ pub const KINDS: &[KindSpec] = &[
     },
     KindSpec {
         name: "af-xdp",
-        options: &["ifname", "queues", "xdp-mode", "xdp-steering"],
+        options: &["ifname", "queues", "xdp-mode", "xdp-steering", "xdp-mark"],
         built: true,
     },
     KindSpec {
@@ -157,7 +157,7 @@ fn check_value(key: &str, v: &str) -> Result<(), String> {
                 "{v:?} is not a number of milliseconds (1..3600000)"
             )),
         },
-        "xdp-steering" => match v {
+        "xdp-steering" | "xdp-mark" => match v {
             "on" | "off" => Ok(()),
             _ => Err(format!("{v:?} is not on or off")),
         },
