@@ -42,6 +42,7 @@
 #![allow(unsafe_code)]
 
 mod bpf;
+mod cost;
 mod device;
 pub mod frames;
 mod mark;
@@ -50,6 +51,7 @@ mod socket;
 mod steer;
 mod sys;
 
+pub use cost::{program_cost, ProgramCost};
 pub use device::{Device, DeviceConfig, ModeInUse, ModeRequest, QueueStats, SteerStats};
 pub use frames::{DescError, FramePool, RawDesc};
 pub use mark::{flow_hash, FiveTuple, XdpMeta, MARK_MAP_ENTRIES, META_LEN, META_MAGIC};
