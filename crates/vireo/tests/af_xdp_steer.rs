@@ -15,6 +15,13 @@ use testkit::veth::{have_ip, NsVeth};
 
 const VM_MAC: &str = "02:5e:00:00:01:0b";
 
+/// The daemons' PMDs busy-poll both cores: one test at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn have_peers() -> bool {
     have_ip()
         && testkit::require_peer("taskset", "util-linux")
@@ -140,6 +147,7 @@ fn frames_to_a_vm_land_on_the_queue_of_its_node() {
     if !have_peers() {
         return;
     }
+    let _s = serial();
     let n = 1;
     let a = net(n);
     let dir = tempfile::tempdir().unwrap();
@@ -327,6 +335,7 @@ fn fifty_steering_port_cycles_leak_nothing() {
     if !have_peers() {
         return;
     }
+    let _s = serial();
     let a = net(2);
     let dir = tempfile::tempdir().unwrap();
     let d = start(dir.path());
@@ -378,4 +387,12 @@ fn fifty_steering_port_cycles_leak_nothing() {
     assert_eq!(fds2, fds, "fds leaked");
     assert_eq!(objs2, objs, "BPF programs or maps leaked");
     assert!(!a.host_link().contains("prog/xdp"), "{}", a.host_link());
+    // set-mac-numa survives a restart.
+    d.stop();
+    let d = start(dir.path());
+    let e = entry_for(&d, VM_MAC).expect("entry lost over a restart");
+    assert_eq!(
+        (e["node"].as_u64(), e["source"].as_str()),
+        (Some(1), Some("manual"))
+    );
 }

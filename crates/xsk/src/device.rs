@@ -261,7 +261,8 @@ impl Device {
                 Error::os("attach the XDP program", e)
             }
         })?;
-        let mut queues: Vec<(RxSide, TxSide)> = socks.into_iter().map(Socket::split).collect();
+        let mut queues: Vec<(RxSide, TxSide)> =
+            socks.into_iter().map(|s| s.split(targets > 0)).collect();
         for (rx, _) in &mut queues {
             rx.set_meta(cfg.marks);
         }
@@ -269,7 +270,7 @@ impl Device {
             .into_iter()
             .zip(&queues)
             .map(|(mine, (rx, _))| mine.into_iter().map(|st| st.into_rx(rx)).collect())
-            .collect();
+            .collect::<Result<_, _>>()?;
         Ok((link, prog, map, (steer, marks), (queues, steered), replaced))
     }
 

@@ -31,7 +31,8 @@
 //!   UMEM access is always inside one frame of the mapping.
 //! - With steering, a queue's extra sockets (`XDP_SHARED_UMEM`, same queue) share its UMEM
 //!   mapping (`Arc`) and its fill ring and rx frame books (`socket::FillSide`, behind one
-//!   mutex that each rx burst holds while it checks, copies and refills), so the ownership
+//!   mutex that each rx burst holds while it checks, copies and refills; without steering
+//!   the queue's socket owns it and takes no lock), so the ownership
 //!   rules below hold per queue whichever socket a frame comes back through.
 //! - The kernel writes UMEM frames it owns while we read frames we own; ownership moves only
 //!   through the rings (a frame is ours from the moment the rx/completion descriptor is

@@ -122,8 +122,9 @@ impl Socket {
         )
     }
 
-    /// Splits into the two halves, with the fill ring filled.
-    pub(crate) fn split(self) -> (RxSide, TxSide) {
+    /// Splits into the two halves, with the fill ring filled; `shared_fill` when steering
+    /// sockets will draw from the queue's fill side too.
+    pub(crate) fn split(self, shared_fill: bool) -> (RxSide, TxSide) {
         let half = FRAMES_PER_QUEUE / 2;
         let mut fill = FillSide {
             fill: self.fill,
@@ -135,7 +136,7 @@ impl Socket {
             own: None,
             meta: false,
             rx: self.rx,
-            fill: Arc::new(Mutex::new(fill)),
+            fill: Fill::new(fill, shared_fill),
         };
         let tx = TxSide {
             shared: self.shared,
@@ -170,8 +171,60 @@ pub(crate) struct FillSide {
     frames: FramePool,
 }
 
-fn lock_fill(m: &Mutex<FillSide>) -> MutexGuard<'_, FillSide> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+/// A queue's fill side: its socket's own (no steering: no lock on the rx path), or shared
+/// with the queue's steering sockets.
+enum Fill {
+    Own(Box<FillSide>),
+    Shared(Arc<Mutex<FillSide>>),
+}
+
+/// Access to a [`Fill`] for one burst.
+enum FillGuard<'a> {
+    Own(&'a mut FillSide),
+    Shared(MutexGuard<'a, FillSide>),
+}
+
+impl std::ops::Deref for FillGuard<'_> {
+    type Target = FillSide;
+    fn deref(&self) -> &FillSide {
+        match self {
+            FillGuard::Own(f) => f,
+            FillGuard::Shared(g) => g,
+        }
+    }
+}
+
+impl std::ops::DerefMut for FillGuard<'_> {
+    fn deref_mut(&mut self) -> &mut FillSide {
+        match self {
+            FillGuard::Own(f) => f,
+            FillGuard::Shared(g) => g,
+        }
+    }
+}
+
+impl Fill {
+    fn new(f: FillSide, shared: bool) -> Fill {
+        if shared {
+            Fill::Shared(Arc::new(Mutex::new(f)))
+        } else {
+            Fill::Own(Box::new(f))
+        }
+    }
+
+    fn lock(&mut self) -> FillGuard<'_> {
+        match self {
+            Fill::Own(f) => FillGuard::Own(f),
+            Fill::Shared(m) => FillGuard::Shared(m.lock().unwrap_or_else(|e| e.into_inner())),
+        }
+    }
+
+    fn read<R>(&self, f: impl FnOnce(&FillSide) -> R) -> R {
+        match self {
+            Fill::Own(o) => f(o),
+            Fill::Shared(m) => f(&m.lock().unwrap_or_else(|e| e.into_inner())),
+        }
+    }
 }
 
 /// The receive half of a socket: its rx ring, and the fill side it shares with the other
@@ -183,7 +236,7 @@ pub struct RxSide {
     /// The program writes metadata marks in front of frames (`mark.rs`): read them.
     meta: bool,
     rx: Ring<RawDesc>,
-    fill: Arc<Mutex<FillSide>>,
+    fill: Fill,
 }
 
 impl FillSide {
@@ -220,13 +273,13 @@ impl RxSide {
     ) -> RxBurst {
         let mut b = RxBurst::default();
         let n = self.rx.cons_peek(max);
-        let mut fs = lock_fill(&self.fill);
+        let mut fs = self.fill.lock();
         for i in 0..n {
             let d = self.rx.cons_read(i);
             match fs.frames.take_rx(d) {
                 Ok((addr, len)) => {
                     let meta = if self.meta {
-                        self.take_meta(addr)
+                        take_meta(&self.shared, addr)
                     } else {
                         None
                     };
@@ -256,19 +309,6 @@ impl RxSide {
         b
     }
 
-    /// The metadata in front of the frame at `addr` (a frame we hold, checked by the pool),
-    /// if it lies inside the same UMEM frame and carries the magic; the magic is cleared so
-    /// a later frame the program did not mark cannot show this one's.
-    fn take_meta(&self, addr: u64) -> Option<XdpMeta> {
-        let len = META_LEN as u64;
-        if addr % u64::from(FRAME_SIZE) < len {
-            return None;
-        }
-        let m = mark::read_meta(self.shared.frame(addr - len, META_LEN as u32))?;
-        self.shared.write(addr - 4, &[0; 4]);
-        Some(m)
-    }
-
     /// Reads the program's metadata marks from now on (set once, before the first burst).
     pub(crate) fn set_meta(&mut self, on: bool) {
         self.meta = on;
@@ -283,8 +323,8 @@ impl RxSide {
     /// Frames the queue's fill side holds / the kernel holds (fill + rx rings of every socket
     /// of the queue).
     pub fn frames(&self) -> (usize, usize) {
-        let fs = lock_fill(&self.fill);
-        (fs.frames.free_count(), fs.frames.in_kernel())
+        self.fill
+            .read(|fs| (fs.frames.free_count(), fs.frames.in_kernel()))
     }
 
     /// The kernel's statistics of the socket.
@@ -303,6 +343,19 @@ impl RxSide {
         )
         .ok()
     }
+}
+
+/// The metadata in front of the frame at `addr` (a frame we hold, checked by the pool),
+/// if it lies inside the same UMEM frame and carries the magic; the magic is cleared so
+/// a later frame the program did not mark cannot show this one's.
+fn take_meta(shared: &Shared, addr: u64) -> Option<XdpMeta> {
+    let len = META_LEN as u64;
+    if addr % u64::from(FRAME_SIZE) < len {
+        return None;
+    }
+    let m = mark::read_meta(shared.frame(addr - len, META_LEN as u32))?;
+    shared.write(addr - 4, &[0; 4]);
+    Some(m)
 }
 
 /// A steering socket before it gets its queue's fill side: bound to the same queue as the
@@ -336,16 +389,21 @@ impl SteerSocket {
         self.fd.as_raw_fd()
     }
 
-    /// The receive half, drawing frames from the queue's fill side (from
-    /// [`RxSide::fill_side`] of the queue's socket).
-    pub(crate) fn into_rx(self, queue_rx: &RxSide) -> RxSide {
-        RxSide {
+    /// The receive half, drawing frames from the fill side of `queue_rx` (the queue socket's
+    /// rx half, split with a shared fill side).
+    pub(crate) fn into_rx(self, queue_rx: &RxSide) -> Result<RxSide, Error> {
+        let Fill::Shared(fill) = &queue_rx.fill else {
+            return Err(Error(
+                "internal: queue socket split without a shared fill side".into(),
+            ));
+        };
+        Ok(RxSide {
             shared: queue_rx.shared.clone(),
             own: Some(self.fd),
             meta: queue_rx.meta,
             rx: self.rx,
-            fill: queue_rx.fill.clone(),
-        }
+            fill: Fill::Shared(fill.clone()),
+        })
     }
 }
 
@@ -491,7 +549,7 @@ mod tests {
             own: None,
             meta: false,
             rx: Ring::anon(RING_SIZE),
-            fill: Arc::new(Mutex::new(fill)),
+            fill: Fill::new(fill, false),
         }
     }
 
@@ -500,9 +558,9 @@ mod tests {
         let mut rx = fake_rx();
         assert_eq!(rx.frames(), (2048, 2048));
         // The "kernel" takes two frames from the fill ring and writes a frame into one.
-        let a = lock_fill(&rx.fill).fill.kernel_consume().unwrap();
-        let b = lock_fill(&rx.fill).fill.kernel_consume().unwrap();
-        let c = lock_fill(&rx.fill).fill.kernel_consume().unwrap();
+        let a = rx.fill.lock().fill.kernel_consume().unwrap();
+        let b = rx.fill.lock().fill.kernel_consume().unwrap();
+        let c = rx.fill.lock().fill.kernel_consume().unwrap();
         let payload = [0xabu8; 60];
         rx.shared.write(a + 256, &payload);
         let good = RawDesc {
@@ -556,7 +614,7 @@ mod tests {
         let (ours, kernel) = rx.frames();
         assert_eq!(ours + kernel, 4096);
         let mut filled = 0;
-        while lock_fill(&rx.fill).fill.kernel_consume().is_some() {
+        while rx.fill.lock().fill.kernel_consume().is_some() {
             filled += 1;
         }
         assert_eq!(filled, 2048, "the fill ring was refilled to the brim");
