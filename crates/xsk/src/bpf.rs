@@ -2,8 +2,10 @@
 //! that redirects each frame to its queue's socket (`XDP_PASS` when the queue has none), and
 //! its attachment to the interface through a bpf link.
 //!
-//! The program is Vireo's own six instructions, assembled here; it is named [`PROG_NAME`], and
-//! that name is how Vireo recognises its own program on an interface. Attaching through a
+//! The program is Vireo's own six instructions, assembled here (with `xdp-steering` or
+//! `xdp-mark` the longer program of `steer.rs` and `mark.rs` is loaded instead, through
+//! [`load`]); every variant is named [`PROG_NAME`], and that name is how Vireo recognises its
+//! own program on an interface. Attaching through a
 //! bpf link ties the attachment to our fd: when vireod exits, even by `kill -9`, the kernel
 //! detaches the program. A link of ours that is still attached when a port is added (another
 //! vireod still alive or stopped on the same interface) is detached first; any other program
