@@ -83,6 +83,29 @@ pub fn program_cost(
     })
 }
 
+/// Runs the marks-only program once on `frame` with `marks` in its mark map: its return value
+/// and the bytes it hands on (the kernel returns the metadata area followed by the frame).
+pub fn program_meta_run(frame: &[u8], marks: &[(FiveTuple, u32)]) -> Result<(u32, Vec<u8>), Error> {
+    let xsks = progs::create_map(1)?;
+    let map = MarkMap::create()?;
+    for (t, m) in marks {
+        map.set(t, *m)?;
+    }
+    let insns = steer::program(xsks.as_raw_fd(), 1, None, Some(map.fd.as_raw_fd()));
+    let prog = progs::load(&insns)?;
+    let mut out = vec![0u8; frame.len() + 256];
+    let mut a = Attr::new()
+        .u32(0, prog.as_raw_fd() as u32)
+        .u32(8, frame.len() as u32)
+        .u32(12, out.len() as u32)
+        .u64(16, frame.as_ptr() as u64)
+        .u64(24, out.as_mut_ptr() as u64)
+        .u32(32, 1);
+    bpf(BPF_PROG_TEST_RUN, &mut a).map_err(|e| Error::os("BPF_PROG_TEST_RUN", e))?;
+    out.truncate(a.get_u32(12) as usize);
+    Ok((a.get_u32(4), out))
+}
+
 /// The IPv4 TCP/UDP 5-tuple of a frame (no options), if it has one.
 fn five_tuple(f: &[u8]) -> Option<FiveTuple> {
     if f.len() < 38 || f[12..14] != [8, 0] || f[14] != 0x45 || !matches!(f[23], 6 | 17) {

@@ -52,7 +52,7 @@ mod socket;
 mod steer;
 mod sys;
 
-pub use cost::{program_cost, ProgramCost};
+pub use cost::{program_cost, program_meta_run, ProgramCost};
 pub use device::{Device, DeviceConfig, ModeInUse, ModeRequest, QueueStats, SteerStats};
 pub use frames::{DescError, FramePool, RawDesc};
 pub use mark::{flow_hash, FiveTuple, XdpMeta, MARK_MAP_ENTRIES, META_LEN, META_MAGIC};

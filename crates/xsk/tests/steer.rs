@@ -377,3 +377,77 @@ fn program_cost_per_variant() {
         eprintln!("  {l}");
     }
 }
+
+/// The hand-assembled metadata section against its Rust model, in the kernel
+/// (`BPF_PROG_TEST_RUN`): for random frames (IPv4 or not, with or without options, TCP, UDP
+/// or other, any length from 14 bytes), the program passes the frame unchanged, puts
+/// `xsk::flow_hash` of it and the mapped mark (if its 5-tuple is in the map) in front.
+#[test]
+fn metadata_matches_the_rust_model() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    if !have_peers() {
+        return;
+    }
+    let frame = (
+        prop::collection::vec(any::<u8>(), 14..120),
+        any::<bool>(),
+        any::<bool>(),
+        prop_oneof![Just(6u8), Just(17u8), Just(1u8), any::<u8>()],
+    )
+        .prop_map(|(mut f, ipv4, no_opts, proto)| {
+            if ipv4 && f.len() >= 24 {
+                f[12..14].copy_from_slice(&[8, 0]);
+                f[14] = if no_opts { 0x45 } else { 0x46 };
+                f[23] = proto;
+            }
+            f
+        });
+    let mut runner = TestRunner::new(Config {
+        cases: 200,
+        ..Config::default()
+    });
+    runner
+        .run(
+            &(frame, any::<bool>(), 1u32..u32::MAX),
+            |(f, in_map, mark)| {
+                let tuple = (f.len() >= 38).then(|| FiveTuple {
+                    src: [f[26], f[27], f[28], f[29]],
+                    dst: [f[30], f[31], f[32], f[33]],
+                    sport: u16::from_be_bytes([f[34], f[35]]),
+                    dport: u16::from_be_bytes([f[36], f[37]]),
+                    proto: f[23],
+                });
+                let marks: Vec<(FiveTuple, u32)> = match tuple {
+                    Some(t) if in_map => vec![(t, mark)],
+                    Some(t) => {
+                        let mut other = t;
+                        other.sport ^= 1;
+                        vec![(other, mark)]
+                    }
+                    None => vec![],
+                };
+                let (ret, out) = xsk::program_meta_run(&f, &marks).expect("test run");
+                prop_assert_eq!(ret, 2); // XDP_PASS: no socket
+                prop_assert_eq!(out.len(), f.len() + xsk::META_LEN);
+                prop_assert_eq!(&out[xsk::META_LEN..], &f[..]);
+                let w = |o: usize| u32::from_ne_bytes([out[o], out[o + 1], out[o + 2], out[o + 3]]);
+                prop_assert_eq!(w(8), xsk::META_MAGIC);
+                let hash = xsk::flow_hash(&f);
+                prop_assert_eq!(w(4), hash.unwrap_or(0));
+                let tcp_udp_ipv4 = hash.is_some();
+                let want_mark = if tcp_udp_ipv4 && in_map { mark } else { 0 };
+                // A non-TCP/UDP IPv4 frame is keyed with its port bytes zeroed, so a random
+                // entry of its real port bytes must not match either (unless they were zero).
+                let ports_zero = f.len() >= 38 && f[34..38] == [0; 4];
+                let is_tcp_udp = f.len() >= 38 && matches!(f[23], 6 | 17);
+                if is_tcp_udp || ports_zero || !hashed {
+                    prop_assert_eq!(w(0), want_mark, "frame {:02x?}", f);
+                } else {
+                    prop_assert_eq!(w(0), 0, "frame {:02x?}", f);
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+}
