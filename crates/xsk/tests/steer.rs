@@ -435,8 +435,8 @@ fn metadata_matches_the_rust_model() {
                 prop_assert_eq!(w(8), xsk::META_MAGIC);
                 let hash = xsk::flow_hash(&f);
                 prop_assert_eq!(w(4), hash.unwrap_or(0));
-                let tcp_udp_ipv4 = hash.is_some();
-                let want_mark = if tcp_udp_ipv4 && in_map { mark } else { 0 };
+                let hashed = hash.is_some();
+                let want_mark = if hashed && in_map { mark } else { 0 };
                 // A non-TCP/UDP IPv4 frame is keyed with its port bytes zeroed, so a random
                 // entry of its real port bytes must not match either (unless they were zero).
                 let ports_zero = f.len() >= 38 && f[34..38] == [0; 4];
