@@ -329,7 +329,7 @@ impl Datapath {
                     port: e.name.clone(),
                     port_no: r.port_no,
                     rxq: r.qid,
-                    port_numa: e.port.numa_node(),
+                    port_numa: e.port.rxq_numa(r.qid),
                     pinned: e
                         .affinity
                         .iter()
@@ -590,7 +590,7 @@ impl Inner {
                     port: e.name.clone(),
                     port_no,
                     qid,
-                    numa: e.port.numa_node(),
+                    numa: e.port.rxq_numa(qid),
                     load,
                     pinned: e.affinity.iter().find(|a| a.0 == qid).map(|a| a.1),
                 });

@@ -25,8 +25,13 @@ const BUF_SIZE: usize = HEADROOM + MAX_FRAME;
 pub struct Meta {
     /// Datapath port number the packet arrived on.
     pub in_port: u32,
-    /// Hash of the flow key, computed once at classification (0 = not computed).
+    /// Hash of the flow key, computed once at classification (0 = not computed). An
+    /// `af-xdp` port with `xdp-mark=on` fills it with the XDP program's flow hash, which the
+    /// datapath replaces at classification.
     pub hash: u32,
+    /// Mark the `af-xdp` XDP program gave the frame's 5-tuple (0 = none); not used for
+    /// forwarding.
+    pub mark: u32,
 }
 
 /// One packet: a fixed buffer, the window `[head, head + len)` holding the frame, and metadata.

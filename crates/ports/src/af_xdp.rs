@@ -18,6 +18,8 @@ pub const MAX_MTU: u32 = xsk::MAX_MTU;
 struct Queue {
     rx: Mutex<Option<RxSide>>,
     tx: Mutex<Option<TxSide>>,
+    /// With `xdp-steering`: one steering socket per NUMA node (index = node).
+    steer: Vec<Mutex<Option<RxSide>>>,
 }
 
 /// An AF_XDP port.
@@ -26,6 +28,12 @@ pub struct AfXdpPort {
     mode: ModeInUse,
     replaced: usize,
     queues: Vec<Queue>,
+    /// NUMA nodes with a steering socket on every queue (0: no steering).
+    steer_nodes: usize,
+    /// The program writes metadata marks (`xdp-mark=on`).
+    marks: bool,
+    /// Frames received with the program's metadata.
+    rx_marked: AtomicU64,
     device: Mutex<Option<Device>>,
     counters: PortCounters,
     bad_rx_descs: AtomicU64,
@@ -50,6 +58,23 @@ impl AfXdpPort {
     /// Opens `ifname` with `queues` queues in `mode` (`best-effort`, `native`, `generic`).
     /// Errors are one line naming the interface and the step that failed.
     pub fn open(ifname: &str, queues: usize, mode: &str) -> Result<AfXdpPort, PortError> {
+        Self::open_with(ifname, queues, mode, 0, false)
+    }
+
+    /// [`AfXdpPort::open`] with XDP steering over `nodes` NUMA nodes (0: off). With steering,
+    /// each interface queue `q` is `1 + nodes` rx queues of the port: `q·(1+nodes)` is the
+    /// queue's own socket (any PMD polls it), `q·(1+nodes) + 1 + n` its steering socket for
+    /// node `n` (a PMD on node `n` polls it; see [`Port::rxq_numa`]), and frames whose
+    /// destination MAC is mapped to node `n` ([`AfXdpPort::steer_set`]) go there. With
+    /// `marks`, the program writes a flow hash and mark in front of each frame and the port
+    /// copies them into `packet::Meta` (`hash`, `mark`).
+    pub fn open_with(
+        ifname: &str,
+        queues: usize,
+        mode: &str,
+        nodes: u32,
+        marks: bool,
+    ) -> Result<AfXdpPort, PortError> {
         let req = ModeRequest::parse(mode).ok_or_else(|| {
             PortError(format!(
                 "af-xdp {ifname}: xdp-mode {mode:?} is not best-effort, native or generic"
@@ -59,14 +84,23 @@ impl AfXdpPort {
             ifname: ifname.to_string(),
             queues: queues as u32,
             mode: req,
+            steer_targets: nodes,
+            marks,
         };
         let mut dev = Device::open(&cfg).map_err(|e| PortError(format!("af-xdp {e}")))?;
+        let mut steered = dev.take_steered().into_iter();
         let queues = dev
             .take_queues()
             .into_iter()
             .map(|(rx, tx)| Queue {
                 rx: Mutex::new(Some(rx)),
                 tx: Mutex::new(Some(tx)),
+                steer: steered
+                    .next()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|r| Mutex::new(Some(r)))
+                    .collect(),
             })
             .collect();
         Ok(AfXdpPort {
@@ -74,6 +108,9 @@ impl AfXdpPort {
             mode: dev.mode(),
             replaced: dev.replaced(),
             queues,
+            steer_nodes: nodes as usize,
+            marks,
+            rx_marked: AtomicU64::new(0),
             device: Mutex::new(Some(dev)),
             counters: PortCounters::default(),
             bad_rx_descs: AtomicU64::new(0),
@@ -95,6 +132,45 @@ impl AfXdpPort {
         for q in &self.queues {
             drop(lock(&q.rx).take());
             drop(lock(&q.tx).take());
+            for s in &q.steer {
+                drop(lock(s).take());
+            }
+        }
+    }
+
+    /// NUMA nodes steered to (0: `xdp-steering` off).
+    pub fn steer_nodes(&self) -> usize {
+        self.steer_nodes
+    }
+
+    /// Steers frames whose destination MAC is `mac` to the steering sockets of `node`
+    /// (replacing an entry). Control thread only (one `bpf()` call).
+    pub fn steer_set(&self, mac: [u8; 6], node: usize) -> Result<(), PortError> {
+        let d = lock(&self.device);
+        let d = d
+            .as_ref()
+            .ok_or_else(|| PortError(format!("af-xdp {}: port is shut down", self.ifname)))?;
+        d.steer_set(mac, node as u32)
+            .map_err(|e| PortError(format!("af-xdp {}: {e}", self.ifname)))
+    }
+
+    /// Stops steering `mac`; true if it had an entry.
+    pub fn steer_del(&self, mac: [u8; 6]) -> Result<bool, PortError> {
+        let d = lock(&self.device);
+        let d = d
+            .as_ref()
+            .ok_or_else(|| PortError(format!("af-xdp {}: port is shut down", self.ifname)))?;
+        d.steer_del(mac)
+            .map_err(|e| PortError(format!("af-xdp {}: {e}", self.ifname)))
+    }
+
+    /// The rx half behind port rx queue `i`.
+    fn rx_slot(&self, i: usize) -> Option<&Mutex<Option<RxSide>>> {
+        let per = 1 + self.steer_nodes;
+        let q = self.queues.get(i / per)?;
+        match i % per {
+            0 => Some(&q.rx),
+            k => q.steer.get(k - 1),
         }
     }
 }
@@ -111,22 +187,33 @@ impl Port for AfXdpPort {
     }
 
     fn n_rxq(&self) -> usize {
-        self.queues.len()
+        self.queues.len() * (1 + self.steer_nodes)
+    }
+
+    fn rxq_numa(&self, q: usize) -> Option<usize> {
+        match q % (1 + self.steer_nodes) {
+            0 => None,
+            k => Some(k - 1),
+        }
     }
 
     fn rx_burst(&self, q: usize, pool: &mut Pool, out: &mut Batch) -> usize {
-        let Some(queue) = self.queues.get(q) else {
+        let Some(slot) = self.rx_slot(q) else {
             return 0;
         };
-        let Ok(mut guard) = queue.rx.try_lock() else {
+        let Ok(mut guard) = slot.try_lock() else {
             return 0;
         };
         let Some(rx) = guard.as_mut() else {
             return 0;
         };
-        let b = rx.recv(out.room() as u32, |frame| {
+        let b = rx.recv_meta(out.room() as u32, |frame, meta| {
             let mut p = pool.get();
             p.set_frame(frame);
+            if let Some(m) = meta {
+                p.meta.hash = m.hash;
+                p.meta.mark = m.mark;
+            }
             // Cannot fail: at most `room` frames are delivered.
             let _ = out.push(p);
         });
@@ -143,6 +230,9 @@ impl Port for AfXdpPort {
         if b.kick_errors > 0 {
             self.kick_errors
                 .fetch_add(u64::from(b.kick_errors), Relaxed);
+        }
+        if b.marked > 0 {
+            self.rx_marked.fetch_add(u64::from(b.marked), Relaxed);
         }
         b.packets as usize
     }
@@ -223,8 +313,22 @@ impl Port for AfXdpPort {
                 })
             })
             .collect();
+        let steer: Vec<serde_json::Value> = lock(&self.device)
+            .as_ref()
+            .map(|d| d.steer_stats())
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+            .map(|(q, s)| {
+                serde_json::json!({"queue": q, "arrived": s.arrived, "steered_to_node": s.steered})
+            })
+            .collect();
         serde_json::json!({
             "ifname": self.ifname,
+            "xdp_steering": if self.steer_nodes > 0 { "on" } else { "off" },
+            "xdp_mark": if self.marks { "on" } else { "off" },
+            "rx_marked": self.rx_marked.load(Relaxed),
+            "steering": steer,
             "xdp_mode": self.mode.name(),
             "queues": self.queues.len(),
             "replaced_programs": self.replaced,

@@ -45,6 +45,12 @@ pub trait Port: Send + Sync {
         None
     }
 
+    /// NUMA node whose PMDs should poll rx queue `q` (an `af-xdp` port with `xdp-steering`
+    /// has queues meant for each node); by default the port's node.
+    fn rxq_numa(&self, _q: usize) -> Option<usize> {
+        self.numa_node()
+    }
+
     /// Receives up to `out.room()` packets from rx queue `q` into `out`, taking buffers from
     /// `pool`. Returns how many were added. Never blocks.
     fn rx_burst(&self, q: usize, pool: &mut Pool, out: &mut Batch) -> usize;

@@ -17,6 +17,7 @@ bridges and ports:
 datapath:
   pmd-stats-show | pmd-stats-clear | pmd-rxq-show | dump-megaflows | dump-macs BR
   set-pmd-cores LIST | set-pmd-rxq-assign roundrobin|cycles|group | set-pmd-auto-lb off|PCT
+  set-mac-numa MAC NODE | del-mac-numa MAC | dump-mac-numa   (af-xdp xdp-steering=on)
 OpenFlow:
   add-flow BR FLOW | add-flows BR FILE | mod-flows [--strict] BR FLOW
   del-flows [--strict] BR [MATCH] | dump-flows BR [MATCH]

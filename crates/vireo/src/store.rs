@@ -72,6 +72,9 @@ pub struct Config {
     /// Auto load-balance improvement threshold in percent; absent = off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pmd_auto_lb: Option<u32>,
+    /// XDP steering entries set by the operator (`set-mac-numa`): MAC → NUMA node.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mac_numa: BTreeMap<String, usize>,
 }
 
 impl Default for Config {
@@ -83,6 +86,7 @@ impl Default for Config {
             pmd_cores: None,
             pmd_rxq_assign: None,
             pmd_auto_lb: None,
+            mac_numa: BTreeMap::new(),
         }
     }
 }

@@ -2,8 +2,10 @@
 //! that redirects each frame to its queue's socket (`XDP_PASS` when the queue has none), and
 //! its attachment to the interface through a bpf link.
 //!
-//! The program is Vireo's own six instructions, assembled here; it is named [`PROG_NAME`], and
-//! that name is how Vireo recognises its own program on an interface. Attaching through a
+//! The program is Vireo's own six instructions, assembled here (with `xdp-steering` or
+//! `xdp-mark` the longer program of `steer.rs` and `mark.rs` is loaded instead, through
+//! [`load`]); every variant is named [`PROG_NAME`], and that name is how Vireo recognises its
+//! own program on an interface. Attaching through a
 //! bpf link ties the attachment to our fd: when vireod exits, even by `kill -9`, the kernel
 //! detaches the program. A link of ours that is still attached when a port is added (another
 //! vireod still alive or stopped on the same interface) is detached first; any other program
@@ -36,13 +38,7 @@ pub(crate) const XDP_FLAGS_SKB_MODE: u32 = 2;
 /// `XDP_FLAGS_DRV_MODE`: native (driver) XDP.
 pub(crate) const XDP_FLAGS_DRV_MODE: u32 = 4;
 
-/// One eBPF instruction (`struct bpf_insn`) as its 8 bytes.
-fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
-    u64::from(code)
-        | u64::from(dst & 0xf | (src & 0xf) << 4) << 8
-        | u64::from(off as u16) << 16
-        | u64::from(imm as u32) << 32
-}
+use crate::steer::insn;
 
 /// The program: `return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);`
 pub(crate) fn program(map_fd: i32) -> [u64; 6] {
@@ -85,9 +81,13 @@ pub(crate) fn map_set(map: &OwnedFd, queue: u32, sock: i32) -> Result<(), Error>
 
 /// Loads the program for `map`. On a verifier refusal the message carries its log.
 pub(crate) fn load_program(map: &OwnedFd) -> Result<OwnedFd, Error> {
-    let insns = program(map.as_raw_fd());
+    load(&program(map.as_raw_fd()))
+}
+
+/// Loads `insns` as Vireo's XDP program. On a verifier refusal the message carries its log.
+pub(crate) fn load(insns: &[u64]) -> Result<OwnedFd, Error> {
     let license = b"Dual BSD/GPL\0";
-    let mut log = vec![0u8; 4096];
+    let mut log = vec![0u8; 65536];
     let mut name = [0u8; 16];
     name[..PROG_NAME.len()].copy_from_slice(PROG_NAME.as_bytes());
     let mut a = Attr::new()

@@ -5,9 +5,22 @@
 //! Threads: control thread only. Dropping the [`Device`] detaches the program (the link fd
 //! closes); the sockets and their UMEMs go when their halves are dropped.
 use crate::bpf::{self, XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE};
-use crate::socket::Socket;
+use crate::mark::{FiveTuple, MarkMap};
+use crate::socket::{Socket, SteerSocket};
+use crate::steer::{self, SteerArgs, SteerMaps};
 use crate::{sys, Error, RxSide, TxSide, MAX_MTU};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+/// What [`Device::open_in`] makes: link, program, XSKMAP, steering and mark maps, queues and
+/// steering sockets, replaced programs.
+type Opened = (
+    OwnedFd,
+    OwnedFd,
+    OwnedFd,
+    (Option<SteerMaps>, Option<MarkMap>),
+    (Vec<(RxSide, TxSide)>, Vec<Vec<RxSide>>),
+    usize,
+);
 use std::time::Duration;
 
 /// The XDP mode the user asks for.
@@ -78,6 +91,24 @@ pub struct DeviceConfig {
     pub queues: u32,
     /// Mode wanted.
     pub mode: ModeRequest,
+    /// Steering sockets per queue (0: no steering, the plain redirect program). With `T > 0`
+    /// each queue gets `T` more sockets bound to it (sharing its UMEM), and the steering
+    /// program (MAC → target map, per-queue counters) sends a frame whose destination MAC has
+    /// target `t` to steering socket `t` of the queue it arrived on.
+    pub steer_targets: u32,
+    /// The program writes a flow hash and a mark (from the 5-tuple → mark map) in front of
+    /// each frame, and the rx halves read them ([`RxSide::recv_meta`]).
+    pub marks: bool,
+}
+
+/// Steering counters of one rx queue.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SteerStats {
+    /// Frames that arrived on this rx queue (before any steering).
+    pub arrived: u64,
+    /// Frames the program steered to each steering socket of this queue by their
+    /// destination MAC (the rest went to the queue's own socket or to the kernel).
+    pub steered: Vec<u64>,
 }
 
 /// Kernel statistics of one queue's socket.
@@ -102,7 +133,10 @@ pub struct Device {
     _link: OwnedFd,
     _prog: OwnedFd,
     _map: OwnedFd,
+    steer: Option<SteerMaps>,
+    marks: Option<MarkMap>,
     queues: Vec<(RxSide, TxSide)>,
+    steered: Vec<Vec<RxSide>>,
     replaced: usize,
 }
 
@@ -147,7 +181,7 @@ impl Device {
         let mut errors = Vec::new();
         for &mode in tries {
             match Self::open_in(cfg, ifindex, mode) {
-                Ok((link, prog, map, queues, replaced)) => {
+                Ok((link, prog, map, (steer, marks), (queues, steered), replaced)) => {
                     return Ok(Device {
                         ifname: name.clone(),
                         ifindex,
@@ -155,7 +189,10 @@ impl Device {
                         _link: link,
                         _prog: prog,
                         _map: map,
+                        steer,
+                        marks,
                         queues,
+                        steered,
                         replaced,
                     })
                 }
@@ -165,21 +202,52 @@ impl Device {
         Err(Error(format!("{name}: {}", errors.join("; "))))
     }
 
-    #[allow(clippy::type_complexity)]
-    fn open_in(
-        cfg: &DeviceConfig,
-        ifindex: u32,
-        mode: ModeInUse,
-    ) -> Result<(OwnedFd, OwnedFd, OwnedFd, Vec<(RxSide, TxSide)>, usize), Error> {
-        let map = bpf::create_map(cfg.queues)?;
-        let prog = bpf::load_program(&map)?;
+    fn open_in(cfg: &DeviceConfig, ifindex: u32, mode: ModeInUse) -> Result<Opened, Error> {
+        let targets = cfg.steer_targets;
+        let per_queue = targets + 1;
+        let map = bpf::create_map(cfg.queues * per_queue)?;
+        let steer = if targets > 0 {
+            Some(SteerMaps::create(cfg.queues, targets)?)
+        } else {
+            None
+        };
+        let marks = if cfg.marks {
+            Some(MarkMap::create()?)
+        } else {
+            None
+        };
+        let prog = if steer.is_some() || marks.is_some() {
+            let args = steer.as_ref().map(|m| SteerArgs {
+                steer: m.steer.as_raw_fd(),
+                stats: m.stats.as_raw_fd(),
+                queues: cfg.queues,
+                targets,
+            });
+            let insns = steer::program(
+                map.as_raw_fd(),
+                per_queue,
+                args.as_ref(),
+                marks.as_ref().map(|m| m.fd.as_raw_fd()),
+            );
+            bpf::load(&insns)?
+        } else {
+            bpf::load_program(&map)?
+        };
         let mut socks = Vec::new();
+        let mut extra = Vec::new();
         for q in 0..cfg.queues {
             let s = Socket::open()?;
             bind_retrying(&s, ifindex, q, mode.bind_flags())
                 .map_err(|e| Error::os(format!("bind queue {q}"), e))?;
-            bpf::map_set(&map, q, s.fd())?;
+            bpf::map_set(&map, q * per_queue, s.fd())?;
+            let mut mine = Vec::new();
+            for t in 0..targets {
+                let st = SteerSocket::open(&s, ifindex, q)?;
+                bpf::map_set(&map, q * per_queue + 1 + t, st.fd())?;
+                mine.push(st);
+            }
             socks.push(s);
+            extra.push(mine);
         }
         // Only now, with every queue ours, take the interface from an earlier program of ours.
         let replaced = bpf::clear_ours(ifindex, &cfg.ifname)?;
@@ -193,8 +261,70 @@ impl Device {
                 Error::os("attach the XDP program", e)
             }
         })?;
-        let queues = socks.into_iter().map(Socket::split).collect();
-        Ok((link, prog, map, queues, replaced))
+        let mut queues: Vec<(RxSide, TxSide)> =
+            socks.into_iter().map(|s| s.split(targets > 0)).collect();
+        for (rx, _) in &mut queues {
+            rx.set_meta(cfg.marks);
+        }
+        let steered = extra
+            .into_iter()
+            .zip(&queues)
+            .map(|(mine, (rx, _))| mine.into_iter().map(|st| st.into_rx(rx)).collect())
+            .collect::<Result<_, _>>()?;
+        Ok((link, prog, map, (steer, marks), (queues, steered), replaced))
+    }
+
+    /// Whether the steering program is loaded.
+    pub fn steering(&self) -> bool {
+        self.steer.is_some()
+    }
+
+    /// Steers frames whose destination MAC is `mac` to steering socket `target` of the queue
+    /// they arrive on (replacing an entry).
+    pub fn steer_set(&self, mac: [u8; 6], target: u32) -> Result<(), Error> {
+        self.steer_maps()?.set(mac, target)
+    }
+
+    /// Stops steering `mac`; true if it had an entry.
+    pub fn steer_del(&self, mac: [u8; 6]) -> Result<bool, Error> {
+        Ok(self.steer_maps()?.del(mac))
+    }
+
+    /// Per-queue steering counters (empty without steering).
+    pub fn steer_stats(&self) -> Vec<SteerStats> {
+        self.steer.as_ref().map_or_else(Vec::new, |m| {
+            m.stats()
+                .into_iter()
+                .map(|(arrived, steered)| SteerStats { arrived, steered })
+                .collect()
+        })
+    }
+
+    /// Whether the program writes metadata marks.
+    pub fn marks(&self) -> bool {
+        self.marks.is_some()
+    }
+
+    /// Marks frames of the IPv4 5-tuple `t` with `mark` (not 0), replacing an entry.
+    pub fn mark_set(&self, t: &FiveTuple, mark: u32) -> Result<(), Error> {
+        self.mark_map()?.set(t, mark)
+    }
+
+    /// Removes `t`'s mark; true if it had one.
+    pub fn mark_del(&self, t: &FiveTuple) -> Result<bool, Error> {
+        Ok(self.mark_map()?.del(t))
+    }
+
+    fn mark_map(&self) -> Result<&MarkMap, Error> {
+        self.marks
+            .as_ref()
+            .ok_or_else(|| Error(format!("{}: xdp-mark is off", self.ifname)))
+    }
+
+    fn steer_maps(&self) -> Result<&SteerMaps, Error> {
+        self.steer
+            .as_ref()
+            .ok_or_else(|| Error(format!("{}: xdp-steering is off", self.ifname)))
     }
 
     /// The mode in use.
@@ -224,6 +354,11 @@ impl Device {
     /// Takes the queues out (the device keeps the program attached until it is dropped).
     pub fn take_queues(&mut self) -> Vec<(RxSide, TxSide)> {
         std::mem::take(&mut self.queues)
+    }
+
+    /// Takes the steering sockets out: per queue, one rx half per steering target.
+    pub fn take_steered(&mut self) -> Vec<Vec<RxSide>> {
+        std::mem::take(&mut self.steered)
     }
 }
 

@@ -3,7 +3,7 @@
 //! `bpf()` system calls (no clang, no ELF, nothing downloaded).
 //!
 //! Owns: [`Device`] (one interface: the program attached through a bpf link, the map, one
-//! socket per queue) split into per-queue [`RxSide`] and [`TxSide`] halves. Each socket has its
+//! socket per queue, plus with steering one more per target on every queue: `steer.rs`) split into per-queue [`RxSide`] and [`TxSide`] halves. Each socket has its
 //! own UMEM of [`FRAMES_PER_QUEUE`] frames of [`FRAME_SIZE`] bytes; the first half feeds the
 //! fill/rx rings, the second half the tx/completion rings, so rx and tx of one queue never
 //! share a frame or a lock.
@@ -29,6 +29,11 @@
 //!   length outside the UMEM, across a frame, or naming a frame the kernel does not hold is
 //!   counted and dropped by [`frames::FramePool`] before any byte of the UMEM is read, so a
 //!   UMEM access is always inside one frame of the mapping.
+//! - With steering, a queue's extra sockets (`XDP_SHARED_UMEM`, same queue) share its UMEM
+//!   mapping (`Arc`) and its fill ring and rx frame books (`socket::FillSide`, behind one
+//!   mutex that each rx burst holds while it checks, copies and refills; without steering
+//!   the queue's socket owns it and takes no lock), so the ownership
+//!   rules below hold per queue whichever socket a frame comes back through.
 //! - The kernel writes UMEM frames it owns while we read frames we own; ownership moves only
 //!   through the rings (a frame is ours from the moment the rx/completion descriptor is
 //!   consumed until we publish it in the fill/tx ring), so no byte is read and written
@@ -38,15 +43,21 @@
 #![allow(unsafe_code)]
 
 mod bpf;
+mod cost;
 mod device;
 pub mod frames;
+mod mark;
 pub mod ring;
 mod socket;
+mod steer;
 mod sys;
 
-pub use device::{Device, DeviceConfig, ModeInUse, ModeRequest, QueueStats};
+pub use cost::{program_cost, program_meta_run, ProgramCost};
+pub use device::{Device, DeviceConfig, ModeInUse, ModeRequest, QueueStats, SteerStats};
 pub use frames::{DescError, FramePool, RawDesc};
+pub use mark::{flow_hash, FiveTuple, XdpMeta, MARK_MAP_ENTRIES, META_LEN, META_MAGIC};
 pub use socket::{RxBurst, RxSide, TxBurst, TxSide};
+pub use steer::STEER_MAP_ENTRIES;
 
 /// Bytes per UMEM frame (one page; aligned chunk mode).
 pub const FRAME_SIZE: u32 = 4096;

@@ -5,12 +5,16 @@
 //! (fill + rx rings, the first half of the UMEM) used by the PMD polling the queue, and a
 //! [`TxSide`] (tx + completion rings, the second half) used by whichever PMD holds its lock.
 //! The halves share only the socket fd and the UMEM mapping (`Arc`), never a frame.
+//! A [`SteerSocket`] (steering) is a second socket on the same queue with only an rx ring; its
+//! rx half shares the queue socket's UMEM and [`FillSide`] (fill ring and rx frame books, under
+//! a mutex held for one burst by whichever PMD receives).
 use crate::frames::{FramePool, RawDesc};
+use crate::mark::{self, XdpMeta, META_LEN};
 use crate::ring::Ring;
 use crate::sys::{self, Mmap};
 use crate::{Error, FRAMES_PER_QUEUE, FRAME_SIZE, RING_SIZE};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// What the two halves share: the socket and the UMEM. Dropped (socket closed, UMEM unmapped)
 /// when both halves are gone.
@@ -81,23 +85,7 @@ impl Socket {
         ] {
             sys::set_xdp_opt(&fd, opt, &RING_SIZE).map_err(|e| Error::os("size rings", e))?;
         }
-        let zero = libc::xdp_ring_offset {
-            producer: 0,
-            consumer: 0,
-            desc: 0,
-            flags: 0,
-        };
-        let off = sys::get_xdp_opt(
-            fd.as_raw_fd(),
-            libc::XDP_MMAP_OFFSETS,
-            libc::xdp_mmap_offsets {
-                rx: zero,
-                tx: zero,
-                fr: zero,
-                cr: zero,
-            },
-        )
-        .map_err(|e| Error::os("read ring offsets", e))?;
+        let off = offsets(&fd)?;
         let raw = fd.as_raw_fd();
         let m = |e| Error::os("map rings", e);
         let fill = Ring::map(raw, libc::XDP_UMEM_PGOFF_FILL_RING, &off.fr, RING_SIZE).map_err(m)?;
@@ -134,16 +122,22 @@ impl Socket {
         )
     }
 
-    /// Splits into the two halves, with the fill ring filled.
-    pub(crate) fn split(self) -> (RxSide, TxSide) {
+    /// Splits into the two halves, with the fill ring filled; `shared_fill` when steering
+    /// sockets will draw from the queue's fill side too.
+    pub(crate) fn split(self, shared_fill: bool) -> (RxSide, TxSide) {
         let half = FRAMES_PER_QUEUE / 2;
-        let mut rx = RxSide {
-            shared: self.shared.clone(),
+        let mut fill = FillSide {
             fill: self.fill,
-            rx: self.rx,
             frames: FramePool::new(FRAME_SIZE, 0, half),
         };
-        rx.refill();
+        fill.refill();
+        let rx = RxSide {
+            shared: self.shared.clone(),
+            own: None,
+            meta: false,
+            rx: self.rx,
+            fill: Fill::new(fill, shared_fill),
+        };
         let tx = TxSide {
             shared: self.shared,
             tx: self.tx,
@@ -165,17 +159,87 @@ pub struct RxBurst {
     pub bad_descs: u32,
     /// Kicks that failed with an error other than "try again".
     pub kick_errors: u32,
+    /// Frames delivered with the XDP program's metadata.
+    pub marked: u32,
 }
 
-/// The receive half of a socket: fill and rx rings.
-pub struct RxSide {
-    shared: Arc<Shared>,
+/// The fill side of a queue: the fill ring and the rx frames it cycles. The queue's own
+/// socket and its steering sockets (bound to the same queue with `XDP_SHARED_UMEM`) draw from
+/// one kernel buffer pool, so they share this, under a mutex held for one burst.
+pub(crate) struct FillSide {
     fill: Ring<u64>,
-    rx: Ring<RawDesc>,
     frames: FramePool,
 }
 
-impl RxSide {
+/// A queue's fill side: its socket's own (no steering: no lock on the rx path), or shared
+/// with the queue's steering sockets.
+enum Fill {
+    Own(Box<FillSide>),
+    Shared(Arc<Mutex<FillSide>>),
+}
+
+/// Access to a [`Fill`] for one burst.
+enum FillGuard<'a> {
+    Own(&'a mut FillSide),
+    Shared(MutexGuard<'a, FillSide>),
+}
+
+impl std::ops::Deref for FillGuard<'_> {
+    type Target = FillSide;
+    fn deref(&self) -> &FillSide {
+        match self {
+            FillGuard::Own(f) => f,
+            FillGuard::Shared(g) => g,
+        }
+    }
+}
+
+impl std::ops::DerefMut for FillGuard<'_> {
+    fn deref_mut(&mut self) -> &mut FillSide {
+        match self {
+            FillGuard::Own(f) => f,
+            FillGuard::Shared(g) => g,
+        }
+    }
+}
+
+impl Fill {
+    fn new(f: FillSide, shared: bool) -> Fill {
+        if shared {
+            Fill::Shared(Arc::new(Mutex::new(f)))
+        } else {
+            Fill::Own(Box::new(f))
+        }
+    }
+
+    fn lock(&mut self) -> FillGuard<'_> {
+        match self {
+            Fill::Own(f) => FillGuard::Own(f),
+            Fill::Shared(m) => FillGuard::Shared(m.lock().unwrap_or_else(|e| e.into_inner())),
+        }
+    }
+
+    fn read<R>(&self, f: impl FnOnce(&FillSide) -> R) -> R {
+        match self {
+            Fill::Own(o) => f(o),
+            Fill::Shared(m) => f(&m.lock().unwrap_or_else(|e| e.into_inner())),
+        }
+    }
+}
+
+/// The receive half of a socket: its rx ring, and the fill side it shares with the other
+/// sockets of its queue (if any).
+pub struct RxSide {
+    shared: Arc<Shared>,
+    /// A steering socket's own fd (the UMEM and fill ring are the queue socket's, in `shared`).
+    own: Option<OwnedFd>,
+    /// The program writes metadata marks in front of frames (`mark.rs`): read them.
+    meta: bool,
+    rx: Ring<RawDesc>,
+    fill: Fill,
+}
+
+impl FillSide {
     /// Gives every frame we hold to the kernel through the fill ring, as room allows.
     fn refill(&mut self) -> u32 {
         let want = self.frames.free_count() as u32;
@@ -190,18 +254,39 @@ impl RxSide {
         }
         room
     }
+}
 
+impl RxSide {
     /// Receives up to `max` frames, calling `deliver` with each (the bytes are valid only
     /// during the call), returns every frame to the fill ring, and kicks the kernel if the
     /// fill ring asks for it.
     pub fn recv(&mut self, max: u32, mut deliver: impl FnMut(&[u8])) -> RxBurst {
+        self.recv_meta(max, |f, _| deliver(f))
+    }
+
+    /// [`RxSide::recv`] that also hands over the metadata the XDP program put in front of each
+    /// frame (`None` without `xdp-mark`, or when the program wrote none for the frame).
+    pub fn recv_meta(
+        &mut self,
+        max: u32,
+        mut deliver: impl FnMut(&[u8], Option<XdpMeta>),
+    ) -> RxBurst {
         let mut b = RxBurst::default();
         let n = self.rx.cons_peek(max);
+        let mut fs = self.fill.lock();
         for i in 0..n {
             let d = self.rx.cons_read(i);
-            match self.frames.take_rx(d) {
+            match fs.frames.take_rx(d) {
                 Ok((addr, len)) => {
-                    deliver(self.shared.frame(addr, len));
+                    let meta = if self.meta {
+                        take_meta(&self.shared, addr)
+                    } else {
+                        None
+                    };
+                    if meta.is_some() {
+                        b.marked += 1;
+                    }
+                    deliver(self.shared.frame(addr, len), meta);
                     b.packets += 1;
                     b.bytes += u64::from(len);
                 }
@@ -211,9 +296,11 @@ impl RxSide {
         if n > 0 {
             self.rx.cons_release(n);
         }
-        self.refill();
-        if self.fill.needs_wakeup() {
-            if let Err(e) = sys::kick_rx(self.shared.fd.as_raw_fd()) {
+        fs.refill();
+        let wake = fs.fill.needs_wakeup();
+        drop(fs);
+        if wake {
+            if let Err(e) = sys::kick_rx(self.fd()) {
                 if !is_transient(&e) {
                     b.kick_errors += 1;
                 }
@@ -222,15 +309,28 @@ impl RxSide {
         b
     }
 
-    /// Frames this half holds / the kernel holds (fill + rx rings).
+    /// Reads the program's metadata marks from now on (set once, before the first burst).
+    pub(crate) fn set_meta(&mut self, on: bool) {
+        self.meta = on;
+    }
+
+    fn fd(&self) -> RawFd {
+        self.own
+            .as_ref()
+            .map_or_else(|| self.shared.fd.as_raw_fd(), |f| f.as_raw_fd())
+    }
+
+    /// Frames the queue's fill side holds / the kernel holds (fill + rx rings of every socket
+    /// of the queue).
     pub fn frames(&self) -> (usize, usize) {
-        (self.frames.free_count(), self.frames.in_kernel())
+        self.fill
+            .read(|fs| (fs.frames.free_count(), fs.frames.in_kernel()))
     }
 
     /// The kernel's statistics of the socket.
     pub fn kernel_stats(&self) -> Option<libc::xdp_statistics> {
         sys::get_xdp_opt(
-            self.shared.fd.as_raw_fd(),
+            self.fd(),
             libc::XDP_STATISTICS,
             libc::xdp_statistics {
                 rx_dropped: 0,
@@ -243,6 +343,88 @@ impl RxSide {
         )
         .ok()
     }
+}
+
+/// The metadata in front of the frame at `addr` (a frame we hold, checked by the pool),
+/// if it lies inside the same UMEM frame and carries the magic; the magic is cleared so
+/// a later frame the program did not mark cannot show this one's.
+fn take_meta(shared: &Shared, addr: u64) -> Option<XdpMeta> {
+    let len = META_LEN as u64;
+    if addr % u64::from(FRAME_SIZE) < len {
+        return None;
+    }
+    let m = mark::read_meta(shared.frame(addr - len, META_LEN as u32))?;
+    shared.write(addr - 4, &[0; 4]);
+    Some(m)
+}
+
+/// A steering socket before it gets its queue's fill side: bound to the same queue as the
+/// queue's socket with `XDP_SHARED_UMEM`, with an rx ring only.
+pub(crate) struct SteerSocket {
+    fd: OwnedFd,
+    rx: Ring<RawDesc>,
+}
+
+impl SteerSocket {
+    /// A socket with an rx ring, bound to `(ifindex, queue)` sharing `primary`'s UMEM and
+    /// buffer pool (`primary` must be bound to the same queue already).
+    pub(crate) fn open(primary: &Socket, ifindex: u32, queue: u32) -> Result<SteerSocket, Error> {
+        let fd = sys::xdp_socket().map_err(|e| Error::os("create AF_XDP socket", e))?;
+        sys::set_xdp_opt(&fd, libc::XDP_RX_RING, &RING_SIZE)
+            .map_err(|e| Error::os("size steering rx ring", e))?;
+        let off = offsets(&fd)?;
+        let rx = Ring::map(
+            fd.as_raw_fd(),
+            libc::XDP_PGOFF_RX_RING as u64,
+            &off.rx,
+            RING_SIZE,
+        )
+        .map_err(|e| Error::os("map steering rx ring", e))?;
+        sys::bind_xdp_shared(&fd, ifindex, queue, primary.fd())
+            .map_err(|e| Error::os(format!("bind steering socket to queue {queue}"), e))?;
+        Ok(SteerSocket { fd, rx })
+    }
+
+    pub(crate) fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// The receive half, drawing frames from the fill side of `queue_rx` (the queue socket's
+    /// rx half, split with a shared fill side).
+    pub(crate) fn into_rx(self, queue_rx: &RxSide) -> Result<RxSide, Error> {
+        let Fill::Shared(fill) = &queue_rx.fill else {
+            return Err(Error(
+                "internal: queue socket split without a shared fill side".into(),
+            ));
+        };
+        Ok(RxSide {
+            shared: queue_rx.shared.clone(),
+            own: Some(self.fd),
+            meta: queue_rx.meta,
+            rx: self.rx,
+            fill: Fill::Shared(fill.clone()),
+        })
+    }
+}
+
+fn offsets(fd: &OwnedFd) -> Result<libc::xdp_mmap_offsets, Error> {
+    let zero = libc::xdp_ring_offset {
+        producer: 0,
+        consumer: 0,
+        desc: 0,
+        flags: 0,
+    };
+    sys::get_xdp_opt(
+        fd.as_raw_fd(),
+        libc::XDP_MMAP_OFFSETS,
+        libc::xdp_mmap_offsets {
+            rx: zero,
+            tx: zero,
+            fr: zero,
+            cr: zero,
+        },
+    )
+    .map_err(|e| Error::os("read ring offsets", e))
 }
 
 /// What one tx burst did.
@@ -357,14 +539,18 @@ mod tests {
         let umem = Mmap::anon((FRAMES_PER_QUEUE * FRAME_SIZE) as usize).unwrap();
         let fd =
             sys::xdp_socket().unwrap_or_else(|_| std::fs::File::open("/dev/null").unwrap().into());
-        let mut rx = RxSide {
-            shared: Arc::new(Shared { fd, umem }),
+        let mut fill = FillSide {
             fill: Ring::anon(RING_SIZE),
-            rx: Ring::anon(RING_SIZE),
             frames: FramePool::new(FRAME_SIZE, 0, half),
         };
-        rx.refill();
-        rx
+        fill.refill();
+        RxSide {
+            shared: Arc::new(Shared { fd, umem }),
+            own: None,
+            meta: false,
+            rx: Ring::anon(RING_SIZE),
+            fill: Fill::new(fill, false),
+        }
     }
 
     #[test]
@@ -372,9 +558,9 @@ mod tests {
         let mut rx = fake_rx();
         assert_eq!(rx.frames(), (2048, 2048));
         // The "kernel" takes two frames from the fill ring and writes a frame into one.
-        let a = rx.fill.kernel_consume().unwrap();
-        let b = rx.fill.kernel_consume().unwrap();
-        let c = rx.fill.kernel_consume().unwrap();
+        let a = rx.fill.lock().fill.kernel_consume().unwrap();
+        let b = rx.fill.lock().fill.kernel_consume().unwrap();
+        let c = rx.fill.lock().fill.kernel_consume().unwrap();
         let payload = [0xabu8; 60];
         rx.shared.write(a + 256, &payload);
         let good = RawDesc {
@@ -428,7 +614,7 @@ mod tests {
         let (ours, kernel) = rx.frames();
         assert_eq!(ours + kernel, 4096);
         let mut filled = 0;
-        while rx.fill.kernel_consume().is_some() {
+        while rx.fill.lock().fill.kernel_consume().is_some() {
             filled += 1;
         }
         assert_eq!(filled, 2048, "the fill ring was refilled to the brim");

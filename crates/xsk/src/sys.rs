@@ -213,6 +213,37 @@ pub(crate) fn bind_xdp(fd: &OwnedFd, ifindex: u32, queue: u32, flags: u16) -> io
     }
 }
 
+/// Binds a second AF_XDP socket to `(ifindex, queue)` sharing the UMEM and buffer pool of
+/// `primary_fd` (already bound to the same queue): `XDP_SHARED_UMEM`, no other flag (the
+/// kernel takes the copy mode and need-wakeup from the pool).
+pub(crate) fn bind_xdp_shared(
+    fd: &OwnedFd,
+    ifindex: u32,
+    queue: u32,
+    primary_fd: RawFd,
+) -> io::Result<()> {
+    let sa = libc::sockaddr_xdp {
+        sxdp_family: libc::AF_XDP as u16,
+        sxdp_flags: libc::XDP_SHARED_UMEM,
+        sxdp_ifindex: ifindex,
+        sxdp_queue_id: queue,
+        sxdp_shared_umem_fd: primary_fd as u32,
+    };
+    // SAFETY: `sa` is a live sockaddr_xdp and the length is its size.
+    let r = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&sa as *const libc::sockaddr_xdp).cast(),
+            std::mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
 /// Kicks the kernel to process the tx ring (`sendto(fd, NULL, 0, MSG_DONTWAIT)`).
 pub(crate) fn kick_tx(fd: RawFd) -> io::Result<()> {
     // SAFETY: a zero-length send with no buffer and no address.

@@ -24,6 +24,8 @@ fn open_and_close_200_times_leaks_nothing() {
         ifname: net.host_if.clone(),
         queues: 2,
         mode,
+        steer_targets: 0,
+        marks: false,
     };
     // Warm up (first-use allocations of the allocator and the test harness).
     drop(Device::open(&cfg(ModeRequest::Generic)).unwrap());

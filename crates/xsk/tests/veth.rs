@@ -13,6 +13,8 @@ fn cfg(ifname: &str, queues: u32, mode: ModeRequest) -> DeviceConfig {
         ifname: ifname.into(),
         queues,
         mode,
+        steer_targets: 0,
+        marks: false,
     }
 }
 

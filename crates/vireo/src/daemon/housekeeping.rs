@@ -5,7 +5,8 @@
 //! reports them as FLOW_REMOVED; every 500 ms it lets each port do its upkeep
 //! (`Port::maintain`: kernel ports notice a deleted interface and re-open it when it is back)
 //! and sends PORT_STATUS (modify) for every port whose link went up or down since the last
-//! look (which also updates fast-failover groups' liveness).
+//! look (which also updates fast-failover groups' liveness); at the same pace it brings the
+//! XDP steering maps up to date (`steering.rs`: learned MACs, ports and operator entries).
 //!
 //! Threads: its own; shares [`Shared`] with the control thread, never takes the `Switch` mutex.
 use super::runtime::Shared;
@@ -58,6 +59,7 @@ fn run(shared: &Shared, stop: &AtomicBool) {
         if last_maintain.elapsed() >= MAINTAIN_EVERY {
             last_maintain = Instant::now();
             maintain_ports(shared);
+            shared.steering.sync(shared);
             report_link_changes(shared, &mut links);
         }
         if last_expire.elapsed() >= EXPIRE_EVERY {

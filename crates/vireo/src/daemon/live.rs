@@ -61,7 +61,17 @@ impl LivePort {
                 let ifname = opt("ifname")
                     .ok_or_else(|| format!("port {name}: type af-xdp needs ifname=INTERFACE"))?;
                 let mode = opt("xdp-mode").unwrap_or("best-effort");
-                AfXdpPort::open(ifname, queues, mode)
+                // Steering: one steering socket per NUMA node on every queue.
+                let nodes = if opt("xdp-steering") == Some("on") {
+                    dp::topology::Topology::detect()
+                        .nodes()
+                        .max()
+                        .map_or(1, |n| n + 1)
+                } else {
+                    0
+                };
+                let marks = opt("xdp-mark") == Some("on");
+                AfXdpPort::open_with(ifname, queues, mode, nodes as u32, marks)
                     .map(|p| LivePort::AfXdp(Arc::new(p)))
                     .map_err(|e| format!("port {name}: {e}"))
             }
@@ -163,6 +173,14 @@ impl LivePort {
             LivePort::AfPacket(a) => a.clone(),
             LivePort::Tap(t) => t.clone(),
             LivePort::Tunnel(t) => t.clone(),
+        }
+    }
+
+    /// The `af-xdp` port, for its steering map.
+    pub fn af_xdp(&self) -> Option<&Arc<AfXdpPort>> {
+        match self {
+            LivePort::AfXdp(x) => Some(x),
+            _ => None,
         }
     }
 

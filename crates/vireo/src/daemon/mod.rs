@@ -21,6 +21,7 @@ mod housekeeping;
 mod live;
 pub mod options;
 mod runtime;
+mod steering;
 mod switch;
 mod takeover;
 mod upgrade;

@@ -49,7 +49,7 @@ pub const KINDS: &[KindSpec] = &[
     },
     KindSpec {
         name: "af-xdp",
-        options: &["ifname", "queues", "xdp-mode"],
+        options: &["ifname", "queues", "xdp-mode", "xdp-steering", "xdp-mark"],
         built: true,
     },
     KindSpec {
@@ -156,6 +156,10 @@ fn check_value(key: &str, v: &str) -> Result<(), String> {
             _ => Err(format!(
                 "{v:?} is not a number of milliseconds (1..3600000)"
             )),
+        },
+        "xdp-steering" | "xdp-mark" => match v {
+            "on" | "off" => Ok(()),
+            _ => Err(format!("{v:?} is not on or off")),
         },
         "xdp-mode" => match v {
             "best-effort" | "native" | "generic" => Ok(()),

@@ -46,6 +46,8 @@ pub struct Shared {
     pub bridges: Mutex<BTreeMap<String, Arc<BridgeOf>>>,
     /// Port name → its datapath entry.
     pub ports: Mutex<BTreeMap<String, DpPort>>,
+    /// XDP steering maps of `af-xdp` ports (`xdp-steering=on`).
+    pub steering: super::steering::Steering,
 }
 
 impl Shared {
@@ -151,6 +153,7 @@ impl Runtime {
             pipeline: pipeline.clone(),
             bridges: Mutex::new(BTreeMap::new()),
             ports: Mutex::new(BTreeMap::new()),
+            steering: Default::default(),
         });
         let housekeeping = Some(super::housekeeping::start(shared.clone())?);
         Ok(Runtime {

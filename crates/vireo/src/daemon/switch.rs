@@ -13,6 +13,7 @@ use super::format;
 use super::live::LivePort;
 use super::options::{self, KindSpec};
 use super::runtime::{Attach, Runtime};
+use super::steering;
 use crate::proto::Response;
 use crate::store::{BridgeConfig, Config, PortConfig, Store, StoreError};
 use ports::dummy::DummyPort;
@@ -99,6 +100,7 @@ impl Switch {
             deferred_taps: Vec::new(),
         };
         let config = sw.store.config().clone();
+        sw.rt.steering.set_manual(mac_numa(&config));
         for (br, b) in &config.bridges {
             tracing::info!(bridge = %br, ports = b.ports.len(), "restoring bridge");
             let mgmt = taken.as_deref_mut().and_then(|t| t.mgmt(br));
@@ -164,6 +166,11 @@ impl Switch {
                 arity(1, 1, "off|THRESHOLD%").and_then(|_| self.set_pmd_auto_lb(&args[0]))
             }
             "upgrade" => self.upgrade(args),
+            "set-mac-numa" => {
+                arity(2, 2, "MAC NODE").and_then(|_| self.set_mac_numa(&args[0], Some(&args[1])))
+            }
+            "del-mac-numa" => arity(1, 1, "MAC").and_then(|_| self.set_mac_numa(&args[0], None)),
+            "dump-mac-numa" => arity(0, 0, "").map(|_| self.dump_mac_numa()),
             "inject" => arity(2, 2, "PORT HEX").and_then(|_| self.inject(&args[0], &args[1])),
             "capture" => arity(1, 1, "PORT").and_then(|_| self.capture(&args[0])),
             "add-flow" | "add-flows" | "mod-flows" | "del-flows" | "dump-flows"
@@ -426,6 +433,62 @@ impl Switch {
         Ok(Response::ok("", json!(null)))
     }
 
+    /// `set-mac-numa MAC NODE` (`node` given) or `del-mac-numa MAC`: stored, then applied to
+    /// every steering port at once.
+    fn set_mac_numa(&mut self, mac: &str, node: Option<&String>) -> CmdResult {
+        let m = steering::parse_mac(mac).map_err(CmdError)?;
+        let key = steering::mac_text(&m);
+        let node = match node {
+            Some(n) => Some(
+                n.parse::<usize>()
+                    .ok()
+                    .filter(|&n| n < 1024)
+                    .ok_or_else(|| CmdError(format!("{n:?} is not a NUMA node number")))?,
+            ),
+            None => None,
+        };
+        if node.is_none() && !self.config().mac_numa.contains_key(&key) {
+            return Err(CmdError(format!("no set-mac-numa entry for {key}")));
+        }
+        self.store.update(|c| {
+            match node {
+                Some(n) => c.mac_numa.insert(key.clone(), n),
+                None => c.mac_numa.remove(&key),
+            };
+            Ok::<_, CmdError>(())
+        })?;
+        self.rt.steering.set_manual(mac_numa(self.config()));
+        self.rt.steering.sync(&self.rt);
+        Ok(Response::ok("", json!(null)))
+    }
+
+    fn dump_mac_numa(&self) -> Response {
+        let rows = self.rt.steering.dump(&self.rt);
+        let text: String = rows
+            .iter()
+            .map(|r| {
+                format!(
+                    " {} node={} {} ports={}\n",
+                    steering::mac_text(&r.mac),
+                    r.node,
+                    r.source,
+                    r.ports.join(",")
+                )
+            })
+            .collect();
+        let data: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                json!({"mac": steering::mac_text(&r.mac), "node": r.node,
+                       "source": r.source, "ports": r.ports})
+            })
+            .collect();
+        Response::ok(
+            text,
+            json!({"entries": data, "skipped": self.rt.steering.skipped()}),
+        )
+    }
+
     fn show(&self) -> Response {
         let mut data = format::show_data(self.config(), &self.live, &self.failed);
         for b in data["bridges"].as_array_mut().into_iter().flatten() {
@@ -542,6 +605,10 @@ impl Switch {
             return Err(CmdError(e));
         }
         self.failed.remove(name);
+        if let Some(x) = lp.af_xdp().filter(|x| x.steer_nodes() > 0) {
+            self.rt.steering.add_port(name, x.clone());
+            self.rt.steering.sync(&self.rt);
+        }
         self.live.insert(name.to_string(), lp);
         Ok(())
     }
@@ -549,6 +616,7 @@ impl Switch {
     fn stop_port(&mut self, br: &str, name: &str) {
         self.failed.remove(name);
         if let Some(lp) = self.live.remove(name) {
+            self.rt.steering.remove_port(name);
             self.rt.detach(br, name);
             lp.stop();
             self.retired.push(lp);
@@ -620,4 +688,12 @@ pub fn link_name(l: Link) -> &'static str {
         Link::Up => "up",
         Link::Down => "down",
     }
+}
+
+/// The stored `set-mac-numa` entries (each checked when it was set).
+fn mac_numa(c: &Config) -> BTreeMap<steering::Mac, usize> {
+    c.mac_numa
+        .iter()
+        .filter_map(|(m, &n)| steering::parse_mac(m).ok().map(|m| (m, n)))
+        .collect()
 }
