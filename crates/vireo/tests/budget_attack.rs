@@ -11,6 +11,7 @@
 mod common;
 
 use common::peers::{missing, Testpmd, VirtioUser};
+use common::wait_until;
 use common::Daemon;
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -33,17 +34,6 @@ fn neighbours_rate(d: &Daemon, secs: f64) -> f64 {
     let (c0, t0) = (sum(d), Instant::now());
     std::thread::sleep(Duration::from_secs_f64(secs));
     (sum(d) - c0) as f64 / t0.elapsed().as_secs_f64()
-}
-
-fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
 }
 
 #[test]

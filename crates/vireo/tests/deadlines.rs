@@ -7,6 +7,7 @@
 mod common;
 
 use common::peers::{missing, Testpmd, VirtioUser};
+use common::wait_until;
 use common::Daemon;
 use serde_json::Value;
 use std::io::{Read, Write};
@@ -16,17 +17,6 @@ use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(2);
 const SET_OWNER: u32 = 3;
-
-fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
-}
 
 /// Runs `vireoctl ARGS`, asserts success within [`LIMIT`]; returns stdout.
 fn timed_ok(d: &Daemon, args: &[&str]) -> String {

@@ -37,20 +37,6 @@ fn tmp(tag: &str) -> tempfile::TempDir {
         .unwrap()
 }
 
-/// Pings until an answer comes (MAC learning, ARP) or `secs` pass.
-fn ping_until(ns: &Ns, ip: &str, extra: &[&str], secs: u64) -> bool {
-    let end = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < end {
-        let mut a = vec!["ping", "-c", "1", "-W", "1"];
-        a.extend_from_slice(extra);
-        a.push(ip);
-        if ns.try_exec(&a).status.success() {
-            return true;
-        }
-    }
-    false
-}
-
 /// Runs an iperf3 TCP test from `client` to `server_ip` (server in `server`); returns the bytes
 /// the server received.
 fn iperf_tcp(client: &Ns, server: &Ns, server_ip: &str) -> u64 {
@@ -114,7 +100,7 @@ fn af_packet_ping_and_tcp_between_namespaces() {
     }
     let (d, _dir, a, b) = two_af_packet_ports('p', 201);
     assert!(
-        ping_until(&a, "10.201.0.2", &[], 10),
+        a.ping_until("10.201.0.2", &[], 10),
         "no ping through af-packet"
     );
     assert!(a.ping("10.201.0.2", &[]), "ping lost packets");
@@ -173,7 +159,7 @@ fn tap_ports_moved_into_namespaces_carry_ping_and_tcp() {
         nss.push(ns);
     }
     assert!(
-        ping_until(&nss[0], "10.202.0.2", &[], 10),
+        nss[0].ping_until("10.202.0.2", &[], 10),
         "no ping through tap"
     );
     assert!(nss[0].ping("10.202.0.2", &[]));
@@ -320,7 +306,7 @@ fn jumbo_frames_with_mtu_9000() {
         ns.exec(&["ip", "link", "set", &ns.ns_if, "mtu", "9000"]);
         must(&["ip", "link", "set", &ns.host_if, "mtu", "9000"]);
     }
-    assert!(ping_until(&a, "10.206.0.2", &[], 10));
+    assert!(a.ping_until("10.206.0.2", &[], 10));
     assert!(
         a.ping("10.206.0.2", &["-s", "8000", "-M", "do"]),
         "8000-byte ping did not cross"
@@ -349,7 +335,7 @@ fn af_packet_interface_deleted_and_recreated_comes_back() {
         return;
     }
     let (d, _dir, a, _b) = two_af_packet_ports('r', 207);
-    assert!(ping_until(&a, "10.207.0.2", &[], 10));
+    assert!(a.ping_until("10.207.0.2", &[], 10));
     must(&["ip", "link", "del", &a.host_if]);
     let wait = |want: &str, key: &str, n: u64| {
         let end = Instant::now() + Duration::from_secs(5);
@@ -368,7 +354,7 @@ fn af_packet_interface_deleted_and_recreated_comes_back() {
     a.exec(&["ip", "addr", "add", "10.207.0.1/24", "dev", &a.ns_if]);
     wait("up", "reopened", 1);
     assert!(
-        ping_until(&a, "10.207.0.2", &[], 10),
+        a.ping_until("10.207.0.2", &[], 10),
         "no ping after re-creation"
     );
 }
@@ -663,7 +649,7 @@ fn namespace_reaches_a_virtio_endpoint() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(
-        ping_until(&a, "10.211.0.99", &[], 15),
+        a.ping_until("10.211.0.99", &[], 15),
         "namespace got no answer from the virtio endpoint\n{}",
         tp.out.text()
     );

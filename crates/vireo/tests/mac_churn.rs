@@ -13,6 +13,7 @@ mod common;
 
 use bench::frontend::{Endpoint, PortConfig, VhostPort};
 use common::peers::{missing, Testpmd, VirtioUser};
+use common::wait_until;
 use common::Daemon;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
@@ -24,17 +25,6 @@ const MAC1: &str = "00:00:00:00:00:02";
 /// Source MACs per second the churning guest sends from.
 const CHURN_PPS: u64 = 12_000;
 const PHASE: Duration = Duration::from_secs(3);
-
-fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
-}
 
 /// A guest that sends a frame from a new source MAC each time (all to its own first MAC, so
 /// NORMAL drops them instead of flooding the victims), at `rate` frames/s (0 = paused).

@@ -9,6 +9,7 @@
 mod common;
 
 use common::peers::{missing, Testpmd, VirtioUser};
+use common::wait_until;
 use common::Daemon;
 use serde_json::Value;
 use std::io::Read;
@@ -23,17 +24,6 @@ use virtq::ring::Desc;
 
 /// Ring entries of the attacker's rings.
 const SIZE: u16 = 64;
-
-fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
-}
 
 fn port_json(d: &Daemon, name: &str) -> Value {
     let show = d.json(&["show"]);

@@ -13,6 +13,7 @@
 mod common;
 
 use common::peers::{missing, Testpmd, VirtioUser};
+use common::wait_until;
 use common::Daemon;
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -43,17 +44,6 @@ fn sample(d: &Daemon) -> (Instant, u64, u64) {
         get("m0", "rx_packets"),
         get("m1", "tx_packets"),
     )
-}
-
-fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
 }
 
 /// CPU time (clock ticks) the daemon's PMD threads have had, from /proc.

@@ -58,20 +58,6 @@ fn policed(d: &Daemon, port: &str) -> u64 {
     s[0]["drops"]["policed"].as_u64().unwrap_or(0)
 }
 
-fn ping_until(ns: &Ns, ip: &str) -> bool {
-    let end = Instant::now() + Duration::from_secs(15);
-    while Instant::now() < end {
-        if ns
-            .try_exec(&["ping", "-c", "1", "-W", "1", ip])
-            .status
-            .success()
-        {
-            return true;
-        }
-    }
-    false
-}
-
 #[test]
 fn ingress_and_egress_policing_limit_real_udp_between_namespaces() {
     if !kernel_ok() || !testkit::require_peer("iperf3", "iperf3") {
@@ -86,7 +72,7 @@ fn ingress_and_egress_policing_limit_real_udp_between_namespaces() {
         let ifname = format!("ifname={}", n.host_if);
         d.ok(&["add-port", "br0", name, "type=af-packet", &ifname]);
     }
-    assert!(ping_until(&a, "10.93.0.2"), "no ping through vireod");
+    assert!(a.ping_until("10.93.0.2", &[], 15), "no ping through vireod");
 
     let free = delivered_kbps(&d, &a, &b, "10.93.0.2", "b");
     // At least twice the policed rate (on a loaded machine the path itself loses some).

@@ -35,21 +35,6 @@ fn tmp(tag: &str) -> tempfile::TempDir {
         .unwrap()
 }
 
-/// Pings until an answer comes (ARP, MAC learning) or `secs` pass.
-fn ping_until(ns: &Ns, ip: &str, secs: u64) -> bool {
-    let end = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < end {
-        if ns
-            .try_exec(&["ping", "-c", "1", "-W", "1", ip])
-            .status
-            .success()
-        {
-            return true;
-        }
-    }
-    false
-}
-
 /// Packets received of `n` sent by `ping -c n` (parsed from ping's summary).
 fn ping_count(ns: &Ns, ip: &str, n: u32, extra: &[&str]) -> u32 {
     let c = n.to_string();
@@ -173,7 +158,7 @@ fn vxlan_interop_with_the_kernel_ping_tcp_and_mtu() {
         "key=42",
     ]);
     assert!(
-        ping_until(&vm, "192.168.231.2", 10),
+        vm.ping_until("192.168.231.2", &[], 10),
         "no ping through the VXLAN tunnel: {}",
         port_status(&d, "vx")
     );
@@ -321,7 +306,7 @@ fn vxlan_interop_with_the_ovs_userspace_datapath() {
         "key=42",
     ]);
     assert!(
-        ping_until(&vm, "192.168.234.2", 15),
+        vm.ping_until("192.168.234.2", &[], 15),
         "no ping to OVS through VXLAN: {}",
         port_status(&d, "vx")
     );
@@ -400,7 +385,7 @@ fn geneve_pair(
     }
     let ip_b = format!("{net}.2");
     assert!(
-        ping_until(&va, &ip_b, 10),
+        va.ping_until(&ip_b, &[], 10),
         "no ping through Geneve: {} {}",
         port_status(&a, "gn"),
         port_status(&b, "gn")

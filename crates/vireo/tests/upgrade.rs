@@ -9,6 +9,7 @@
 mod common;
 
 use common::peers::{missing, Testpmd, VirtioUser};
+use common::wait_until;
 use common::VIREOD;
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -26,17 +27,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 const MAC0: &str = "00:00:00:00:00:01";
 const MAC1: &str = "00:00:00:00:00:02";
-
-fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
-}
 
 fn alive(pid: i32) -> bool {
     // A zombie (exited, not yet reaped) counts as gone.

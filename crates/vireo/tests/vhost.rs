@@ -6,13 +6,14 @@
 mod common;
 
 use common::peers::{missing, Testpmd, VirtioUser};
+use common::wait_until;
 use common::Daemon;
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// testpmd busy-polls core 1 and vireod's PMD core 0: one test at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -33,17 +34,6 @@ const MAC_FWD: [&str; 3] = [
 
 fn prefix(name: &str) -> String {
     format!("vireo-it-{name}-{}", std::process::id())
-}
-
-fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
 }
 
 fn vireod(run: &Path) -> Daemon {

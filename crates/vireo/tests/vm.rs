@@ -6,6 +6,7 @@
 mod common;
 
 use common::peers::{build_initramfs, guest_kernel, missing, Guest, Testpmd, VirtioUser};
+use common::wait_until;
 use common::Daemon;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -15,17 +16,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 const GUEST_MAC: &str = "52:54:00:12:34:56";
 const TP_MAC: &str = "00:00:00:00:00:0a";
-
-fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    false
-}
 
 fn link(d: &Daemon, port: &str) -> String {
     let show = d.json(&["show"]);

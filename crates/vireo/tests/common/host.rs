@@ -94,6 +94,21 @@ impl Ns {
         must(&r)
     }
 
+    /// Pings `ip` from inside (one echo at a time, `extra` options added) until one is
+    /// answered (MAC learning, ARP) or `secs` pass.
+    pub fn ping_until(&self, ip: &str, extra: &[&str], secs: u64) -> bool {
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        while std::time::Instant::now() < end {
+            let mut a = vec!["ping", "-c", "1", "-W", "1"];
+            a.extend_from_slice(extra);
+            a.push(ip);
+            if self.try_exec(&a).status.success() {
+                return true;
+            }
+        }
+        false
+    }
+
     /// Runs `args` inside and returns what happened.
     pub fn try_exec(&self, args: &[&str]) -> Output {
         let v = self.cmd(args);

@@ -132,3 +132,15 @@ pub fn ctl(run_dir: &Path, args: &[&str]) -> Out {
 }
 
 pub mod peers;
+
+/// Polls `f` every 50 ms until it returns true or `timeout` passes; one last try at the end.
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    f()
+}
