@@ -251,9 +251,11 @@ impl Port for TapPort {
 
     fn link(&self) -> Link {
         match self.fd() {
+            // Administratively down (PORT_MOD, `ip link set down`) is down; a tap moved into
+            // another namespace cannot be looked up by name from here and counts as up.
             Some(fd)
                 if sys::tap_attached(fd.as_fd())
-                    && sys::if_flags(&self.name).is_ok_and(|f| f & libc::IFF_UP as u32 != 0) =>
+                    && sys::if_flags(&self.name).map_or(true, |f| f & libc::IFF_UP as u32 != 0) =>
             {
                 Link::Up
             }
