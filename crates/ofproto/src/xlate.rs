@@ -16,7 +16,7 @@ use crate::group::{Bucket, Group, GroupType, MAX_GROUP_DEPTH};
 use crate::tables::FlowTables;
 use crate::types::{ethertype, ofpp, Instruction, OfAction, OfPort, PacketInReason, SetField};
 use crate::types::{VLAN_PRESENT, VLAN_VID_MASK};
-use dp::Action;
+use dpif::Action;
 use std::time::Instant;
 use wire::{Field, FlowKey};
 
@@ -172,7 +172,9 @@ impl<'a> Xlate<'a> {
                     Instruction::Meter(m) => {
                         if let Some(e) = self.tables.meters.get(*m) {
                             self.out
-                                .push(Action::Meter(dp::MeterRef(std::sync::Arc::clone(&e.meter))));
+                                .push(Action::Meter(dpif::MeterRef(std::sync::Arc::clone(
+                                    &e.meter,
+                                ))));
                         }
                     }
                 }

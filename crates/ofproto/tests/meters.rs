@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use dp::Action;
+use dpif::Action;
 use ofproto::meter::{METER_ALL, METER_CONTROLLER};
 use ofproto::{Error, MeterBand, MeterCommand, MeterMod, OfError};
 
@@ -15,7 +15,7 @@ fn mm(command: MeterCommand, id: u32, rate: u32) -> MeterMod {
         meter_id: id,
         flags: ofproto::meter::meter_flags::PKTPS,
         bands: vec![MeterBand {
-            kind: dp::BandKind::Drop,
+            kind: dpif::BandKind::Drop,
             rate,
             burst: 0,
         }],

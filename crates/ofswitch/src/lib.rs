@@ -47,7 +47,7 @@ pub trait DatapathHooks: Send + Sync + 'static {
     fn packet_out(
         &self,
         in_port: Option<u32>,
-        actions: &[dp::Action],
+        actions: &[dpif::Action],
         frame: &[u8],
     ) -> Result<(), String>;
     /// Live counters and link state of the bridge's ports (for PORT_STATS / PORT_DESC).
