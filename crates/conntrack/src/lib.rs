@@ -74,6 +74,19 @@ pub const ZONES: usize = 65_536;
 /// Default global connection limit (as OVS).
 pub const DEFAULT_LIMIT: u32 = 3_000_000;
 
+/// Milliseconds on a monotonic clock shared by the process (since its first call): the `now`
+/// the datapath passes to [`Conntrack::execute`] and the sweeper to [`Conntrack::sweep`], so
+/// both agree on expiry times.
+pub fn clock_ms() -> u64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    // Starts at 1 s so that no connection ever expires at time 0.
+    EPOCH
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
+        + 1000
+}
+
 pub(crate) struct Counters {
     invalid: [AtomicU64; INVALID_REASONS],
     limit_global: AtomicU64,

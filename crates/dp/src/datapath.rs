@@ -83,6 +83,7 @@ struct Control {
 
 struct Inner {
     upcall: Arc<dyn Upcall>,
+    conntrack: Arc<conntrack::Conntrack>,
     policers: Arc<crate::police::Policers>,
     sync: Arc<DpSync>,
     ctl: Mutex<Control>,
@@ -137,6 +138,7 @@ impl Datapath {
         };
         let inner = Arc::new(Inner {
             upcall,
+            conntrack: Arc::new(conntrack::Conntrack::new()),
             policers: Arc::default(),
             sync: Arc::new(DpSync::default()),
             ctl: Mutex::new(ctl),
@@ -166,6 +168,13 @@ impl Datapath {
             .map_err(|e| DpError::Spawn(e.to_string()))?;
         *dp.housekeeper.lock().unwrap_or_else(|e| e.into_inner()) = Some(hk);
         Ok(dp)
+    }
+
+    /// The connection tracker of this datapath, shared by every PMD (`ct` actions) and by the
+    /// operations (`dump-conntrack`, `flush-conntrack`, `ct-stats`, `set-ct-limit`). One per
+    /// datapath, as OVS: every bridge's connections, told apart by zone.
+    pub fn conntrack(&self) -> &Arc<conntrack::Conntrack> {
+        &self.inner.conntrack
     }
 
     /// Per-port ingress/egress policing (set by the control thread, applied by PMDs).
@@ -489,6 +498,7 @@ impl Inner {
             },
             idle_sleep: self.tuning.idle_sleep,
             policers: self.policers.clone(),
+            conntrack: self.conntrack.clone(),
         };
         let t = pmd::spawn(shared.clone(), self.sync.clone(), self.upcall.clone(), opts)
             .map_err(|e| DpError::Spawn(e.to_string()))?;
@@ -793,6 +803,14 @@ fn housekeeper(inner: Weak<Inner>) {
         if inner.stop.load(SeqCst) {
             return;
         }
+        // Conntrack expiry: a sixteenth of the shards per 100 ms (every connection looked at
+        // within 1.6 s), each under its own read lock for one scan; no datapath lock held.
+        let now = conntrack::clock_ms();
+        inner
+            .conntrack
+            .sweep(now, conntrack::table::SHARDS.div_ceil(16));
+        // Fragments of datagrams that timed out are dropped (counted by conntrack).
+        drop(inner.conntrack.expire_frags(now));
         inner.housekeep();
     }
 }

@@ -27,13 +27,13 @@ use wire::FlowKey;
 pub const NO_STEAL: usize = usize::MAX;
 
 /// Index of the output that may take the packet itself: the last `Output` with no `Userspace`
-/// after it ([`NO_STEAL`] if none).
+/// or `Ct` after it ([`NO_STEAL`] if none).
 pub fn steal_index(actions: &[Action]) -> usize {
     let mut steal = NO_STEAL;
     for (i, a) in actions.iter().enumerate() {
         match a {
             Action::Output(_) => steal = i,
-            Action::Userspace(_) => steal = NO_STEAL,
+            Action::Userspace(_) | Action::Ct(_) => steal = NO_STEAL,
             _ => {}
         }
     }

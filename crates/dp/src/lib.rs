@@ -34,7 +34,7 @@ pub use config::{AutoLb, DpConfig, DpError, DpTuning};
 pub use datapath::Datapath;
 pub use dpif::meter::{BandConfig, BandKind, Meter, MeterConfig, MeterRef, MeterStats};
 pub use dpif::{action, meter};
-pub use dpif::{Action, Actions, Deps, FlowRef, Revalidate, Upcall, UpcallResult};
+pub use dpif::{Action, Actions, CtSpec, Deps, FlowRef, Revalidate, Upcall, UpcallResult};
 pub use sched::AssignMode;
 pub use stats::{MegaflowInfo, PmdStats, RxqInfo};
 pub use topology::Topology;

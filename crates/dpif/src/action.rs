@@ -44,6 +44,23 @@ pub enum Action {
     /// action list (the packet is dropped and counted by the meter), a DSCP remark band
     /// rewrites the packet's DSCP and goes on.
     Meter(crate::meter::MeterRef),
+    /// Run the packet through connection tracking (see [`CtSpec`]): sets the packet's
+    /// conntrack fields (`ct_state`, `ct_zone`, `ct_mark`, `ct_label`, the original tuple);
+    /// NAT rewrites the frame. With `recirc`, the packet is then classified again with those
+    /// fields and `recirc_id` set, and this action ends the list.
+    Ct(Box<CtSpec>),
+    /// Clear the packet's conntrack fields (`ct_clear`).
+    CtClear,
+}
+
+/// The parameters of [`Action::Ct`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CtSpec {
+    /// Zone, commit, force, NAT, mark and label to set (as the conntrack core takes them).
+    pub ct: conntrack::CtAction,
+    /// Recirculate with this `recirc_id` (non-zero), as `ct(table=N)` asks; the pipeline
+    /// maps the id back to where translation continues.
+    pub recirc: Option<u32>,
 }
 
 /// Shared, immutable action list.

@@ -35,7 +35,11 @@ pub fn modify(pkt: &mut Packet, a: &Action) {
         Action::SetTpDst(v) => {
             rewrite::set_tp_dst(pkt.data_mut(), *v);
         }
-        Action::Output(_) | Action::Userspace(_) | Action::Meter(_) => {}
+        Action::Output(_)
+        | Action::Userspace(_)
+        | Action::Meter(_)
+        | Action::Ct(_)
+        | Action::CtClear => {}
     }
 }
 

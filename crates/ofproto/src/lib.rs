@@ -16,6 +16,7 @@
 
 pub mod bridge;
 pub mod classifier;
+pub mod ctfields;
 pub mod format;
 pub mod group;
 pub mod mac;

@@ -311,7 +311,10 @@ impl FlowParser<'_> {
                 self.nw_proto = Some((tok.to_string(), parse_num::<u8>(tok, v)?.into()));
                 return Ok(());
             }
-            _ => return self.field_l3l4(tok, name, v),
+            _ => match crate::ctfields::parse_ct_field(m, tok, name, v) {
+                Some(r) => r?,
+                None => return self.field_l3l4(tok, name, v),
+            },
         };
         self.used.push((tok.to_string(), fields));
         Ok(())

@@ -492,7 +492,8 @@ impl<'a> Xlate<'a> {
             ofpp::CONTROLLER => {
                 self.commit_vlan();
                 let rule = self.cur_rule;
-                let table_miss = rule.is_some_and(|r| r.priority == 0 && r.match_.mask.w == [0; 9]);
+                let table_miss =
+                    rule.is_some_and(|r| r.priority == 0 && r.match_.mask == wire::FlowKey::ZERO);
                 let reason = if table_miss {
                     PacketInReason::NoMatch
                 } else {
