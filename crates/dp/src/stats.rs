@@ -252,6 +252,7 @@ pub fn actions_to_string(actions: &[Action]) -> String {
             Action::SetIpv4Src(v) => format!("set(ipv4_src={})", ip(v)),
             Action::SetIpv4Dst(v) => format!("set(ipv4_dst={})", ip(v)),
             Action::SetIpDscp(v) => format!("set(ip_dscp={v})"),
+            Action::SetIpTtl(v) => format!("set(ip_ttl={v})"),
             Action::SetTpSrc(v) => format!("set(tp_src={v})"),
             Action::SetTpDst(v) => format!("set(tp_dst={v})"),
             Action::Userspace(c) => format!("userspace(cookie=0x{c:x})"),

@@ -37,6 +37,8 @@ pub enum Action {
     SetTpSrc(u16),
     /// Set the TCP/UDP destination port (checksum updated).
     SetTpDst(u16),
+    /// Set the IPv4 TTL (checksum updated) or IPv6 hop limit (`dec_ttl`).
+    SetIpTtl(u8),
     /// Hand the packet to the pipeline's slow path (packet-in to a controller) with this
     /// opaque cookie, see [`Upcall::userspace`].
     Userspace(u64),

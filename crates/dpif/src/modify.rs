@@ -35,6 +35,9 @@ pub fn modify(pkt: &mut Packet, a: &Action) {
         Action::SetTpDst(v) => {
             rewrite::set_tp_dst(pkt.data_mut(), *v);
         }
+        Action::SetIpTtl(v) => {
+            rewrite::set_ip_ttl(pkt.data_mut(), *v);
+        }
         Action::Output(_)
         | Action::Userspace(_)
         | Action::Meter(_)

@@ -8,7 +8,7 @@
 //! Threads: mutated by the control thread under the bridge's table write lock; looked up by PMD
 //! threads (upcalls) under the read lock. No locks inside.
 
-use crate::types::{Instruction, Match, OfAction, OfPort};
+use crate::types::{Instruction, Match, OfAction, OfPort, Regs};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -214,19 +214,25 @@ fn stage_limits() -> [FlowKey; 2] {
 /// A set of stage-masked keys with reference counts (one per rule).
 type StageSet = HashMap<FlowKey, u32, KeyHash>;
 
+/// A subtable's identity and a rule's exact-match key: packet bits and register bits.
+type Masked = (FlowKey, Regs);
+
 struct Subtable {
     mask: FlowKey,
+    /// Register bits every rule here matches (not part of the megaflow: registers are
+    /// pipeline state).
+    regs_mask: Regs,
     /// Staged lookup (as OVS): if a packet's L2 (or L2+L3) bits match no rule here, only those
     /// bits enter the megaflow mask, not the subtable's L3/L4 bits. Stages that add no bits
     /// are left out.
     stages: Vec<(FlowKey, StageSet)>,
-    rules: HashMap<FlowKey, Bucket, KeyHash>,
+    rules: HashMap<Masked, Bucket, KeyHash>,
     /// priority -> number of rules with it (gives the max priority after removals).
     prios: BTreeMap<u16, u32>,
 }
 
 impl Subtable {
-    fn new(mask: FlowKey) -> Subtable {
+    fn new(mask: FlowKey, regs_mask: Regs) -> Subtable {
         let mut stages = Vec::new();
         let mut prev = FlowKey::ZERO;
         for limit in stage_limits() {
@@ -238,6 +244,7 @@ impl Subtable {
         }
         Subtable {
             mask,
+            regs_mask,
             stages,
             rules: HashMap::default(),
             prios: BTreeMap::new(),
@@ -268,7 +275,7 @@ impl Subtable {
 
     /// The best rule here for `key`, ORing into `wc` the bits consulted.
     #[inline]
-    fn lookup(&self, key: &FlowKey, wc: &mut FlowKey) -> Option<&Arc<Rule>> {
+    fn lookup(&self, key: &FlowKey, regs: &Regs, wc: &mut FlowKey) -> Option<&Arc<Rule>> {
         for (m, set) in &self.stages {
             if !set.contains_key(&key.masked(m)) {
                 *wc = wc.union(m);
@@ -276,7 +283,9 @@ impl Subtable {
             }
         }
         *wc = wc.union(&self.mask);
-        self.rules.get(&key.masked(&self.mask))?.first()
+        self.rules
+            .get(&(key.masked(&self.mask), regs.masked(&self.regs_mask)))?
+            .first()
     }
 }
 
@@ -285,7 +294,7 @@ impl Subtable {
 pub struct Table {
     slots: Vec<Option<Subtable>>,
     free: Vec<usize>,
-    by_mask: HashMap<FlowKey, usize, KeyHash>,
+    by_mask: HashMap<Masked, usize, KeyHash>,
     /// (max priority, slot), highest first: the probe order.
     order: Vec<(u16, usize)>,
     n_rules: usize,
@@ -307,9 +316,17 @@ impl Table {
         self.order.len()
     }
 
-    /// The highest-priority rule matching `key`; ORs every probed subtable's mask into `wc`.
+    /// The highest-priority rule matching `key` (and the all-zero register file); ORs every
+    /// probed subtable's mask into `wc`.
     #[inline]
     pub fn lookup(&self, key: &FlowKey, wc: &mut FlowKey) -> Option<&Arc<Rule>> {
+        self.lookup_regs(key, &Regs::ZERO, wc)
+    }
+
+    /// The highest-priority rule matching `key` and the register file `regs`; ORs every probed
+    /// subtable's packet mask into `wc` (register bits never enter it).
+    #[inline]
+    pub fn lookup_regs(&self, key: &FlowKey, regs: &Regs, wc: &mut FlowKey) -> Option<&Arc<Rule>> {
         let mut best: Option<&Arc<Rule>> = None;
         for &(max_prio, slot) in &self.order {
             if matches!(best, Some(b) if b.priority >= max_prio) {
@@ -318,7 +335,7 @@ impl Table {
             let Some(st) = self.slots[slot].as_ref() else {
                 continue;
             };
-            if let Some(r) = st.lookup(key, wc) {
+            if let Some(r) = st.lookup(key, regs, wc) {
                 if best.is_none_or(|b| r.priority > b.priority) {
                     best = Some(r);
                 }
@@ -329,7 +346,7 @@ impl Table {
 
     /// Inserts a rule; returns the rule it replaced (same match and priority), if any.
     pub fn insert(&mut self, rule: Arc<Rule>) -> Option<Arc<Rule>> {
-        let mask = rule.match_.mask;
+        let mask = (rule.match_.mask, rule.match_.regs_mask);
         let slot = match self.by_mask.get(&mask) {
             Some(&s) => s,
             None => self.new_subtable(mask),
@@ -339,7 +356,7 @@ impl Table {
         };
         let old_max = st.max_priority();
         let key = rule.match_.key;
-        let bucket = st.rules.entry(key).or_default();
+        let bucket = st.rules.entry((key, rule.match_.regs)).or_default();
         let prio = rule.priority;
         match bucket.binary_search_by(|r| prio.cmp(&r.priority)) {
             Ok(pos) => return Some(std::mem::replace(&mut bucket[pos], rule)),
@@ -355,8 +372,8 @@ impl Table {
         None
     }
 
-    fn new_subtable(&mut self, mask: FlowKey) -> usize {
-        let st = Subtable::new(mask);
+    fn new_subtable(&mut self, mask: Masked) -> usize {
+        let st = Subtable::new(mask.0, mask.1);
         let slot = match self.free.pop() {
             Some(s) => {
                 self.slots[s] = Some(st);
@@ -382,21 +399,21 @@ impl Table {
 
     /// The rule with exactly this match and priority.
     pub fn find_strict(&self, m: &Match, priority: u16) -> Option<&Arc<Rule>> {
-        let st = self.slots[*self.by_mask.get(&m.mask)?].as_ref()?;
-        let bucket = st.rules.get(&m.key)?;
+        let st = self.slots[*self.by_mask.get(&(m.mask, m.regs_mask))?].as_ref()?;
+        let bucket = st.rules.get(&(m.key, m.regs))?;
         bucket.iter().find(|r| r.priority == priority)
     }
 
     /// Removes the rule with exactly this match and priority.
     pub fn remove(&mut self, m: &Match, priority: u16) -> Option<Arc<Rule>> {
-        let slot = *self.by_mask.get(&m.mask)?;
+        let slot = *self.by_mask.get(&(m.mask, m.regs_mask))?;
         let st = self.slots[slot].as_mut()?;
         let old_max = st.max_priority();
-        let bucket = st.rules.get_mut(&m.key)?;
+        let bucket = st.rules.get_mut(&(m.key, m.regs))?;
         let pos = bucket.iter().position(|r| r.priority == priority)?;
         let rule = bucket.remove(pos);
         if bucket.is_empty() {
-            st.rules.remove(&m.key);
+            st.rules.remove(&(m.key, m.regs));
         }
         st.stages_remove(&m.key);
         if let Some(c) = st.prios.get_mut(&priority) {
@@ -407,7 +424,7 @@ impl Table {
         }
         self.n_rules -= 1;
         if st.rules.is_empty() {
-            self.by_mask.remove(&m.mask);
+            self.by_mask.remove(&(m.mask, m.regs_mask));
             self.slots[slot] = None;
             self.free.push(slot);
             self.order.retain(|&(_, s)| s != slot);

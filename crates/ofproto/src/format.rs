@@ -8,8 +8,8 @@
 
 use crate::classifier::Rule;
 use crate::types::{
-    ethertype, flags, ipproto, ofpp, Instruction, Match, OfAction, OfPort, SetField,
-    DEFAULT_PRIORITY, VLAN_PRESENT,
+    ethertype, flags, ipproto, ofpp, CtAction, CtZone, Instruction, Match, NatKind, NatSpec,
+    NxField, OfAction, OfPort, SetField, SubField, DEFAULT_PRIORITY, VLAN_PRESENT,
 };
 use std::fmt::Write;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -146,6 +146,106 @@ fn fmt_num(v: u64, m: u64, full: u64) -> String {
     }
 }
 
+/// `0` or `0x..` as ovs-ofctl prints register values.
+fn fmt_hex(v: u128) -> String {
+    if v == 0 {
+        "0".into()
+    } else {
+        format!("{v:#x}")
+    }
+}
+
+/// `VALUE` or `VALUE/MASK` (hex) as ovs-ofctl prints register matches.
+fn fmt_hex_masked(v: u128, m: u128, full: u128) -> String {
+    if m == full {
+        fmt_hex(v)
+    } else {
+        format!("{}/{}", fmt_hex(v), fmt_hex(m))
+    }
+}
+
+fn fmt_ip(a: std::net::IpAddr) -> String {
+    match a {
+        std::net::IpAddr::V4(a) => a.to_string(),
+        std::net::IpAddr::V6(a) => format!("[{a}]"),
+    }
+}
+
+/// `nat`, `nat(src)`, `nat(dst=A-B:P-Q,persistent,hash,random)`.
+pub fn format_nat(n: &NatSpec) -> String {
+    let Some(kind) = n.kind else {
+        return "nat".into();
+    };
+    let mut s = String::from(match kind {
+        NatKind::Src => "nat(src",
+        NatKind::Dst => "nat(dst",
+    });
+    if let Some(a) = n.addr_min {
+        let _ = write!(s, "={}", fmt_ip(a));
+        if let Some(b) = n.addr_max {
+            let _ = write!(s, "-{}", fmt_ip(b));
+        }
+    }
+    if let Some(p) = n.port_min {
+        if n.addr_min.is_none() {
+            s.push('=');
+        }
+        let _ = write!(s, ":{p}");
+        if let Some(q) = n.port_max {
+            let _ = write!(s, "-{q}");
+        }
+    }
+    for (on, name) in [
+        (n.persistent, ",persistent"),
+        (n.hash, ",hash"),
+        (n.random, ",random"),
+    ] {
+        if on {
+            s.push_str(name);
+        }
+    }
+    s.push(')');
+    s
+}
+
+/// `ct(commit,force,table=N,zone=Z,nat(..),exec(..),alg=..)` in ovs-ofctl's order.
+pub fn format_ct(ct: &CtAction) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if ct.commit {
+        parts.push("commit".into());
+    }
+    if ct.force {
+        parts.push("force".into());
+    }
+    if let Some(t) = ct.table {
+        parts.push(format!("table={t}"));
+    }
+    match ct.zone {
+        CtZone::Imm(0) => {}
+        CtZone::Imm(z) => parts.push(format!("zone={z}")),
+        CtZone::Field { field, ofs, nbits } => {
+            parts.push(format!("zone={}", SubField { field, ofs, nbits }.format()))
+        }
+    }
+    if let Some(n) = &ct.nat {
+        parts.push(format_nat(n));
+    }
+    if !ct.exec.is_empty() {
+        parts.push(format!("exec({})", format_list(&ct.exec)));
+    }
+    match ct.alg {
+        None => {}
+        Some(21) => parts.push("alg=ftp".into()),
+        Some(69) => parts.push("alg=tftp".into()),
+        Some(a) => parts.push(format!("alg={a}")),
+    }
+    format!("ct({})", parts.join(","))
+}
+
+fn format_nx_set(f: NxField, v: u128) -> String {
+    format!("set_field:{}->{}", fmt_hex(v), f.short_name())
+}
+
 fn protocol_name(m: &Match) -> Option<&'static str> {
     let et = m.exact(Field::EthType)? as u16;
     let proto = m.exact(Field::IpProto).map(|p| p as u8);
@@ -199,6 +299,26 @@ pub fn format_match(
     }
     let is_arp = m.exact(Field::EthType) == Some(ethertype::ARP.into());
     let is_icmp = matches!(m.exact(Field::IpProto), Some(1) | Some(58));
+    for i in 0..crate::nx::N_REGS {
+        let mask = m.regs_mask.reg[i];
+        if mask != 0 {
+            let v = m.regs.reg[i];
+            out.push(format!(
+                "reg{i}={}",
+                fmt_hex_masked(v.into(), mask.into(), u32::MAX.into())
+            ));
+        }
+    }
+    if m.regs_mask.metadata != 0 {
+        out.push(format!(
+            "metadata={}",
+            fmt_hex_masked(
+                m.regs.metadata.into(),
+                m.regs_mask.metadata.into(),
+                u64::MAX.into()
+            )
+        ));
+    }
     if let Some((v, _)) = m.get(Field::InPort) {
         let p = v as OfPort;
         out.push(format!(
@@ -298,6 +418,14 @@ fn format_l4(m: &Match, is_arp: bool, is_icmp: bool, out: &mut Vec<String>) {
     }
 }
 
+fn format_resubmit_port(p: OfPort) -> String {
+    match p {
+        ofpp::LOCAL => "LOCAL".into(),
+        ofpp::CONTROLLER => "CONTROLLER".into(),
+        p => p.to_string(),
+    }
+}
+
 fn format_port(p: OfPort) -> String {
     match p {
         ofpp::IN_PORT => "IN_PORT".into(),
@@ -313,6 +441,60 @@ fn format_port(p: OfPort) -> String {
 /// One action in `ovs-ofctl` syntax.
 pub fn format_action(a: &OfAction) -> String {
     match *a {
+        OfAction::Ct(ref ct) => format_ct(ct),
+        OfAction::CtClear => "ct_clear".into(),
+        OfAction::Resubmit { port, table } => match (port, table) {
+            (Some(p), None) => format!("resubmit:{}", format_resubmit_port(p)),
+            (p, t) => format!(
+                "resubmit({},{})",
+                p.map(format_resubmit_port).unwrap_or_default(),
+                t.map(|t| t.to_string()).unwrap_or_default()
+            ),
+        },
+        OfAction::RegLoad {
+            dst,
+            ofs,
+            nbits,
+            value,
+        } => format!(
+            "load:{}->{}",
+            fmt_hex(value),
+            SubField {
+                field: dst,
+                ofs,
+                nbits
+            }
+            .format()
+        ),
+        OfAction::RegMove {
+            src,
+            src_ofs,
+            dst,
+            dst_ofs,
+            nbits,
+        } => format!(
+            "move:{}->{}",
+            SubField {
+                field: src,
+                ofs: src_ofs,
+                nbits
+            }
+            .format(),
+            SubField {
+                field: dst,
+                ofs: dst_ofs,
+                nbits
+            }
+            .format()
+        ),
+        OfAction::DecTtl => "dec_ttl".into(),
+        OfAction::Note(ref b) => format!(
+            "note:{}",
+            b.iter()
+                .map(|x| format!("{x:02x}"))
+                .collect::<Vec<_>>()
+                .join(".")
+        ),
         OfAction::Output {
             port: ofpp::CONTROLLER,
             max_len,
@@ -333,6 +515,7 @@ pub fn format_action(a: &OfAction) -> String {
             SetField::TcpDst(p) => format!("set_field:{p}->tcp_dst"),
             SetField::UdpSrc(p) => format!("set_field:{p}->udp_src"),
             SetField::UdpDst(p) => format!("set_field:{p}->udp_dst"),
+            SetField::Nx(f, v) => format_nx_set(f, v),
         },
     }
 }

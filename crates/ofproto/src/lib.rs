@@ -22,9 +22,11 @@ pub mod group;
 pub mod mac;
 pub mod meter;
 pub mod normal;
+pub mod nx;
 mod ofapi;
 mod ofctl;
 pub mod parse;
+pub mod parse_nx;
 pub mod pipeline;
 pub mod revalidate;
 pub mod tables;
@@ -41,8 +43,9 @@ pub use parse::ParseError;
 pub use pipeline::{PacketIn, Pipeline, PipelineConfig, PortSpec, Translation};
 pub use revalidate::Changes;
 pub use types::{
-    flags, ofpp, FlowMod, FlowModCommand, Instruction, Match, OfAction, OfError, OfPort,
-    PacketInReason, RemovedFlow, RemovedReason, SetField,
+    flags, ofpp, CtAction, CtZone, FlowMod, FlowModCommand, Instruction, Match, NatKind, NatSpec,
+    NxField, OfAction, OfError, OfPort, PacketInReason, PktField, Regs, RemovedFlow, RemovedReason,
+    SetField, SubField,
 };
 
 use std::fmt;

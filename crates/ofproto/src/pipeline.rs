@@ -158,6 +158,8 @@ pub struct Pipeline {
     config: PipelineConfig,
     packet_ins: Mutex<VecDeque<PacketIn>>,
     packet_in_drops: AtomicU64,
+    /// Packets dropped because their translation exceeded a resubmit or work limit.
+    xlate_limit_drops: AtomicU64,
 }
 
 impl Default for Pipeline {
@@ -202,6 +204,7 @@ impl Pipeline {
             config,
             packet_ins: Mutex::new(VecDeque::new()),
             packet_in_drops: AtomicU64::new(0),
+            xlate_limit_drops: AtomicU64::new(0),
         }
     }
 
@@ -596,6 +599,9 @@ impl Pipeline {
         x.learn = mode == Walk::Upcall;
         x.refresh = mode == Walk::Credit;
         x.run();
+        if x.limit_hit && mode == Walk::Upcall {
+            self.xlate_limit_drops.fetch_add(1, Ordering::Relaxed);
+        }
         if mode != Walk::Check {
             for r in &x.hits {
                 r.stats.credit(packets, bytes, now, r.flags);
@@ -630,6 +636,12 @@ impl Pipeline {
         let mut q = lock(&self.packet_ins);
         let n = q.len().min(max);
         q.drain(..n).collect()
+    }
+
+    /// Translations that exceeded a limit (resubmit depth 64, 4096 resubmits, 4096 datapath
+    /// actions) and dropped their packet.
+    pub fn xlate_limit_drops(&self) -> u64 {
+        self.xlate_limit_drops.load(Ordering::Relaxed)
     }
 
     /// Packet-ins dropped because the queue was full.

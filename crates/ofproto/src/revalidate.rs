@@ -3,7 +3,7 @@
 //! groups, ports, liveness and fail mode), the re-check of one megaflow
 //! ([`Pipeline::still_valid_flow`], also `dpif::Upcall::still_valid`), and
 //! [`Pipeline::revalidate_datapath`], which hands them to the datapath (anything that
-//! implements [`dpif::Revalidate`]: `dp::Datapath` in the daemon).
+//! implements [`dpif::Revalidate`]: `dpif::Datapath` in the daemon).
 //!
 //! Threads: the control or housekeeping thread; re-checks take the bridge's table read lock
 //! and MAC mutex like an upcall, and change nothing (no learning, no counters).

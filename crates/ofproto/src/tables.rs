@@ -9,8 +9,8 @@ use crate::classifier::{Rule, RuleStats, Table};
 use crate::group::{GroupCommand, GroupMod, GroupTable, GROUP_MAX};
 use crate::meter::{MeterCommand, MeterMod, MeterTable};
 use crate::types::{
-    flags, ofpp, FlowMod, FlowModCommand, Instruction, OfAction, OfError, RemovedFlow,
-    RemovedReason, TABLE_ALL, TABLE_MAX,
+    flags, ofpp, FlowMod, FlowModCommand, Instruction, NxField, OfAction, OfError, RemovedFlow,
+    RemovedReason, SetField, SubField, TABLE_ALL, TABLE_MAX,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -72,8 +72,119 @@ pub(crate) fn check_action(a: &OfAction) -> Result<(), OfError> {
             "push_vlan ethertype must be 0x8100 or 0x88a8",
         )),
         OfAction::Group(g) if g > GROUP_MAX => Err(OfError::BadOutGroup(g)),
+        OfAction::Ct(_) | OfAction::CtClear => Err(OfError::Unsupported(
+            "ct/ct_clear: connection tracking is not in this datapath yet",
+        )),
+        OfAction::Resubmit { port, .. } => match port {
+            Some(p) if p == 0 || (p > ofpp::MAX && p != ofpp::IN_PORT && p != ofpp::LOCAL) => {
+                Err(OfError::BadOutPort(p))
+            }
+            _ => Ok(()),
+        },
+        OfAction::RegLoad {
+            dst,
+            ofs,
+            nbits,
+            value,
+        } => {
+            let sub = SubField {
+                field: dst,
+                ofs,
+                nbits,
+            };
+            check_dst(&sub)?;
+            if nbits < 128 && value >> nbits != 0 {
+                return Err(OfError::BadArgument(
+                    "load: value wider than the destination",
+                ));
+            }
+            Ok(())
+        }
+        OfAction::RegMove {
+            src,
+            src_ofs,
+            dst,
+            dst_ofs,
+            nbits,
+        } => {
+            let s = SubField {
+                field: src,
+                ofs: src_ofs,
+                nbits,
+            };
+            if !s.is_valid() {
+                return Err(OfError::BadArgument("move: source bits outside the field"));
+            }
+            if !readable(src) {
+                return Err(OfError::BadSetType("move: source field cannot be read"));
+            }
+            check_dst(&SubField {
+                field: dst,
+                ofs: dst_ofs,
+                nbits,
+            })
+        }
+        OfAction::SetField(SetField::Nx(f, _)) if !f.is_register() => Err(OfError::BadSetType(
+            "set_field: only registers and metadata (ct_mark/ct_label inside ct exec)",
+        )),
         _ => Ok(()),
     }
+}
+
+/// True if the pipeline can read the field (registers and packet header fields).
+fn readable(f: NxField) -> bool {
+    f.is_register() || matches!(f, NxField::Packet(_))
+}
+
+/// A `load`/`move` destination: in range, and a register or a packet field the datapath can
+/// rewrite.
+fn check_dst(sub: &SubField) -> Result<(), OfError> {
+    if !sub.is_valid() {
+        return Err(OfError::BadArgument("destination bits outside the field"));
+    }
+    match sub.field {
+        f if f.is_register() => Ok(()),
+        NxField::Packet(p) if crate::xlate::packet_set_field(p, 0).is_some() => Ok(()),
+        _ => Err(OfError::BadSetType(
+            "load/move may write registers, metadata, eth_src/dst, ip_src/dst, tcp/udp ports",
+        )),
+    }
+}
+
+/// The packet fields an action reads or writes must have their prerequisites in the match
+/// (OFPBAC_MATCH_INCONSISTENT otherwise, as OVS).
+fn check_action_prereqs(a: &OfAction, m: &crate::types::Match) -> Result<(), OfError> {
+    let fields: Vec<NxField> = match a {
+        OfAction::RegLoad { dst, .. } => vec![*dst],
+        OfAction::RegMove { src, dst, .. } => vec![*src, *dst],
+        _ => return Ok(()),
+    };
+    for f in fields {
+        let NxField::Packet(p) = f else { continue };
+        let (types, proto) = p.prerequisite();
+        let et = m.exact(wire::Field::EthType).map(|v| v as u16);
+        if !types.is_empty() && !et.is_some_and(|t| types.contains(&t)) {
+            return Err(OfError::MatchInconsistent(
+                "the field's eth_type is not in the match",
+            ));
+        }
+        if let Some(pr) = proto {
+            if m.exact(wire::Field::IpProto) != Some(u64::from(pr)) {
+                return Err(OfError::MatchInconsistent(
+                    "the field's ip_proto is not in the match",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks the actions of a rule against its match.
+pub(crate) fn check_prereqs(insts: &[Instruction], m: &crate::types::Match) -> Result<(), OfError> {
+    insts
+        .iter()
+        .flat_map(|i| i.actions())
+        .try_for_each(|a| check_action_prereqs(a, m))
 }
 
 /// Validates instructions and returns them sorted in execution order.
@@ -89,6 +200,26 @@ pub(crate) fn normalize_instructions(
         if let Instruction::GotoTable(t) = *inst {
             if t <= table_id || t > TABLE_MAX {
                 return Err(OfError::BadGotoTable(t));
+            }
+        }
+        if let Instruction::WriteActions(acts) = inst {
+            let nx = acts.iter().any(|a| {
+                matches!(
+                    a,
+                    OfAction::Ct(_)
+                        | OfAction::CtClear
+                        | OfAction::Resubmit { .. }
+                        | OfAction::RegLoad { .. }
+                        | OfAction::RegMove { .. }
+                        | OfAction::DecTtl
+                        | OfAction::Note(_)
+                        | OfAction::SetField(SetField::Nx(..))
+                )
+            });
+            if nx {
+                return Err(OfError::Unsupported(
+                    "Nicira extension actions are supported in apply-actions only",
+                ));
             }
         }
         inst.actions().iter().try_for_each(check_action)?;
@@ -210,7 +341,11 @@ impl FlowTables {
     }
 
     fn index(&mut self, rule: &Rule) {
-        if let Some(len) = rule.controller_max_len() {
+        let dec_ttl = rule.all_actions().any(|a| *a == OfAction::DecTtl);
+        let info = rule
+            .controller_max_len()
+            .or_else(|| dec_ttl.then_some(u16::MAX));
+        if let Some(len) = info {
             self.controller.insert(rule.serial, (rule.cookie, len));
         } else {
             self.controller.remove(&rule.serial);
@@ -256,6 +391,7 @@ impl FlowTables {
     fn add(&mut self, fm: FlowMod, now: Instant) -> Result<(), OfError> {
         fm.match_.check_prerequisites()?;
         let instructions = normalize_instructions(fm.table_id, fm.instructions)?;
+        check_prereqs(&instructions, &fm.match_)?;
         self.check_groups(&instructions)?;
         let table = &mut self.tables[usize::from(fm.table_id)];
         if fm.flags & flags::CHECK_OVERLAP != 0
@@ -333,6 +469,9 @@ impl FlowTables {
         let instructions = normalize_instructions(fm.table_id, fm.instructions.clone())?;
         self.check_groups(&instructions)?;
         let chosen = self.selected(&fm, strict, false);
+        for old in &chosen {
+            check_prereqs(&instructions, &old.match_)?;
+        }
         for old in &chosen {
             let stats = if fm.flags & flags::RESET_COUNTS != 0 {
                 RuleStats::new(old.stats.created, 0, 0)

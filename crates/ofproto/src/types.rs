@@ -11,6 +11,8 @@ use std::fmt;
 use std::time::Duration;
 use wire::{Field, FlowKey};
 
+pub use crate::nx::{CtAction, CtZone, NatKind, NatSpec, NxField, PktField, Regs, SubField};
+
 /// An OpenFlow port number.
 pub type OfPort = u32;
 
@@ -98,12 +100,19 @@ pub mod ipproto {
 /// IPV6_SRC/DST → [`Match::set_ipv6_src`] / [`Match::set_ipv6_dst`]. Other OXM fields
 /// (METADATA, IN_PHY_PORT, IPV6_FLABEL, ND_*, MPLS_*, PBB_ISID, TUNNEL_ID, IPV6_EXTHDR) have no
 /// place in the key: the codec answers them with OFPBMC_BAD_FIELD.
+///
+/// Registers (`reg0`..`reg15`, `xreg`, `metadata`) are pipeline state, not key bits: they are
+/// matched through `regs`/`regs_mask`, and matching on them never widens a megaflow.
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash, Debug)]
 pub struct Match {
     /// Values (in_port holds the OpenFlow port number).
     pub key: FlowKey,
     /// Which bits are matched.
     pub mask: FlowKey,
+    /// Register values (bits outside `regs_mask` are zero).
+    pub regs: Regs,
+    /// Which register bits are matched.
+    pub regs_mask: Regs,
 }
 
 impl Match {
@@ -111,7 +120,28 @@ impl Match {
     pub const ANY: Match = Match {
         key: FlowKey::ZERO,
         mask: FlowKey::ZERO,
+        regs: Regs::ZERO,
+        regs_mask: Regs::ZERO,
     };
+
+    /// Matches register-file bits `mask` of `field` (a register, xreg, xxreg or metadata) to
+    /// `value`; other bits of the field keep what they had.
+    pub fn set_reg(&mut self, field: NxField, value: u128, mask: u128) -> &mut Self {
+        field.set_reg(&mut self.regs_mask, u128::MAX, mask);
+        field.set_reg(&mut self.regs, value & mask, mask);
+        self
+    }
+
+    /// True if the match has no packet or register bits (a table-miss rule's match).
+    pub fn is_catchall(&self) -> bool {
+        self.mask == FlowKey::ZERO && self.regs_mask.is_zero()
+    }
+
+    /// True if the register file `r` satisfies the register part of the match.
+    #[inline]
+    pub fn regs_match(&self, r: &Regs) -> bool {
+        r.masked(&self.regs_mask) == self.regs
+    }
 
     /// Matches `field == value` exactly.
     pub fn set(&mut self, f: Field, value: u64) -> &mut Self {
@@ -198,16 +228,22 @@ impl Match {
         (0..wire::KEY_WORDS).all(|i| {
             self.mask.w[i] & !rule.mask.w[i] == 0
                 && (rule.key.w[i] & self.mask.w[i]) == self.key.w[i]
-        })
+        }) && self.regs_mask.masked(&rule.regs_mask) == self.regs_mask
+            && rule.regs.masked(&self.regs_mask) == self.regs
     }
 
     /// True if some packet matches both.
     pub fn overlaps(&self, other: &Match) -> bool {
         (0..wire::KEY_WORDS)
             .all(|i| (self.key.w[i] ^ other.key.w[i]) & self.mask.w[i] & other.mask.w[i] == 0)
+            && {
+                let both = self.regs_mask.masked(&other.regs_mask);
+                self.regs.masked(&both) == other.regs.masked(&both)
+            }
     }
 
-    /// True if the match accepts `key` (whose in_port holds the OpenFlow port).
+    /// True if the match accepts `key` (whose in_port holds the OpenFlow port), ignoring
+    /// registers.
     #[inline]
     pub fn matches(&self, key: &FlowKey) -> bool {
         self.key.matches(key, &self.mask)
@@ -303,6 +339,8 @@ pub enum SetField {
     UdpSrc(u16),
     /// UDP destination port.
     UdpDst(u16),
+    /// A register, `metadata`, `ct_mark` or `ct_label` (`set_field:V->reg0`), whole field.
+    Nx(NxField, u128),
 }
 
 impl SetField {
@@ -320,12 +358,13 @@ impl SetField {
             SetField::TcpDst(_) => 8,
             SetField::UdpSrc(_) => 9,
             SetField::UdpDst(_) => 10,
+            SetField::Nx(..) => 11,
         }
     }
 }
 
-/// An OpenFlow action.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// An OpenFlow action (standard, or a Nicira extension).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum OfAction {
     /// Output to a port (a number or one of [`ofpp`]); `max_len` matters for CONTROLLER.
     Output {
@@ -342,6 +381,48 @@ pub enum OfAction {
     SetField(SetField),
     /// Process the packet through a group.
     Group(u32),
+    /// `ct(...)`: send the packet through connection tracking (executed by task N's
+    /// datapath; until then refused at FLOW_MOD time).
+    Ct(CtAction),
+    /// `ct_clear`: forget the packet's connection-tracking state.
+    CtClear,
+    /// `resubmit(PORT,TABLE)`: look the packet up again in `table` (None: the current
+    /// table) as if it came in on `port` (None: its ingress port), run that rule, come back.
+    Resubmit {
+        /// Ingress port for the lookup (None: unchanged).
+        port: Option<OfPort>,
+        /// Table (None: the current one).
+        table: Option<u8>,
+    },
+    /// `load:VALUE->DST[OFS..OFS+NBITS-1]` (NXAST_REG_LOAD).
+    RegLoad {
+        /// Destination field.
+        dst: NxField,
+        /// First bit.
+        ofs: u8,
+        /// Number of bits.
+        nbits: u8,
+        /// Value (right-aligned, `nbits` wide).
+        value: u128,
+    },
+    /// `move:SRC[..]->DST[..]` (NXAST_REG_MOVE).
+    RegMove {
+        /// Source field.
+        src: NxField,
+        /// First source bit.
+        src_ofs: u8,
+        /// Destination field.
+        dst: NxField,
+        /// First destination bit.
+        dst_ofs: u8,
+        /// Bits copied.
+        nbits: u8,
+    },
+    /// `dec_ttl`: decrement the IPv4 TTL / IPv6 hop limit; at 0 or 1 the packet goes to the
+    /// controller (reason invalid_ttl) and the rule's remaining actions are skipped.
+    DecTtl,
+    /// `note:HEX`: kept with the rule, no effect.
+    Note(Vec<u8>),
 }
 
 impl OfAction {
@@ -510,6 +591,8 @@ pub enum PacketInReason {
     NoMatch = 0,
     /// An output:CONTROLLER action sent it.
     Action = 1,
+    /// `dec_ttl` met a TTL of 0 or 1 (`OFPR_INVALID_TTL`).
+    InvalidTtl = 2,
 }
 
 /// OpenFlow-level failures of a flow-mod, with the OF1.3 (type, code) they map to.
@@ -570,6 +653,14 @@ pub enum OfError {
     OutOfMeters,
     /// Too many bands.
     OutOfBands,
+    /// An action Vireo decodes but cannot execute yet (OFPBAC_BAD_TYPE).
+    Unsupported(&'static str),
+    /// An action's field needs a match the rule does not have (OFPBAC_MATCH_INCONSISTENT).
+    MatchInconsistent(&'static str),
+    /// A set-field / load / move destination that cannot be written (OFPBAC_BAD_SET_TYPE).
+    BadSetType(&'static str),
+    /// A match field the pipeline does not hold (OFPBMC_BAD_FIELD).
+    BadField(&'static str),
 }
 
 impl OfError {
@@ -603,6 +694,10 @@ impl OfError {
             OfError::BadRate => (12, 6),
             OfError::OutOfMeters => (12, 10),
             OfError::OutOfBands => (12, 11),
+            OfError::Unsupported(_) => (2, 0),
+            OfError::MatchInconsistent(_) => (2, 10),
+            OfError::BadSetType(_) => (2, 13),
+            OfError::BadField(_) => (4, 6),
         }
     }
 }
@@ -642,6 +737,10 @@ impl fmt::Display for OfError {
             OfError::BadRate => write!(f, "meter band rate must not be 0"),
             OfError::OutOfMeters => write!(f, "too many meters"),
             OfError::OutOfBands => write!(f, "too many meter bands (at most 8)"),
+            OfError::Unsupported(s) => write!(f, "unsupported action: {s}"),
+            OfError::MatchInconsistent(s) => write!(f, "action inconsistent with match: {s}"),
+            OfError::BadSetType(s) => write!(f, "cannot write field: {s}"),
+            OfError::BadField(s) => write!(f, "unsupported match field: {s}"),
         }
     }
 }

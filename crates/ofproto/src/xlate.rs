@@ -7,12 +7,21 @@
 //! specific than needed, never wrong. VLAN changes are committed lazily (pop/push emitted just
 //! before an output), so `mod_vlan_vid` + `mod_vlan_pcp` cost one pop+push.
 //!
+//! Nicira extensions: the register file ([`Regs`]) is translation state, not key bits: it
+//! starts at zero, rules match it without widening the megaflow, and a `move:` from a packet
+//! field marks the bits it copied in the mask (so two packets that differ there get different
+//! megaflows). `resubmit` nests at most [`MAX_RESUBMIT_DEPTH`] deep and
+//! [`MAX_RESUBMITS`] times per packet, and a translation may emit at most
+//! [`MAX_DP_ACTIONS`] datapath actions; past a limit the packet is dropped (an empty action
+//! list) and [`Xlate::limit_hit`] is set for the caller to count.
+//!
 //! Owns: [`Xlate`] (a per-upcall scratch context). Threads: runs on the PMD thread doing the
 //! upcall, under the bridge's table read lock; NORMAL takes the MAC table mutex briefly.
 
 use crate::bridge::BridgeState;
 use crate::classifier::Rule;
 use crate::group::{Bucket, Group, GroupType, MAX_GROUP_DEPTH};
+use crate::nx::{ones, NxField, Regs};
 use crate::tables::FlowTables;
 use crate::types::{ethertype, ofpp, Instruction, OfAction, OfPort, PacketInReason, SetField};
 use crate::types::{VLAN_PRESENT, VLAN_VID_MASK};
@@ -23,6 +32,13 @@ use wire::{Field, FlowKey};
 /// Datapath port number used for packets with no ingress port (PACKET_OUT from CONTROLLER).
 pub const NO_DP_PORT: u32 = u32::MAX;
 
+/// Deepest `resubmit` nesting (as OVS).
+pub const MAX_RESUBMIT_DEPTH: usize = 64;
+/// Most `resubmit`s (and goto-table steps) one translation may take (as OVS's 4096).
+pub const MAX_RESUBMITS: usize = 4096;
+/// Most datapath actions one translation may emit.
+pub const MAX_DP_ACTIONS: usize = 4096;
+
 /// Packs what a packet-in needs into a datapath userspace cookie:
 /// bits 0..32 rule serial, 32..40 table id, 40..48 reason, 48..64 bridge id.
 pub fn encode_cookie(bridge: u16, reason: PacketInReason, table: u8, serial: u32) -> u64 {
@@ -31,10 +47,10 @@ pub fn encode_cookie(bridge: u16, reason: PacketInReason, table: u8, serial: u32
 
 /// Inverse of [`encode_cookie`]: (bridge id, reason, table id, rule serial).
 pub fn decode_cookie(c: u64) -> (u16, PacketInReason, u8, u32) {
-    let reason = if (c >> 40) & 0xff == 0 {
-        PacketInReason::NoMatch
-    } else {
-        PacketInReason::Action
+    let reason = match (c >> 40) & 0xff {
+        0 => PacketInReason::NoMatch,
+        2 => PacketInReason::InvalidTtl,
+        _ => PacketInReason::Action,
     };
     ((c >> 48) as u16, reason, (c >> 32) as u8, c as u32)
 }
@@ -51,17 +67,20 @@ struct ActionSet {
 }
 
 impl ActionSet {
+    /// Merges write-actions (the table layer refuses Nicira actions there, see
+    /// `tables::normalize_instructions`; any that got here are ignored).
     fn write(&mut self, actions: &[OfAction]) {
         for a in actions {
-            match *a {
+            match a {
                 OfAction::PopVlan => self.pop = true,
-                OfAction::PushVlan(t) => self.push = Some(t),
+                OfAction::PushVlan(t) => self.push = Some(*t),
                 OfAction::SetField(sf) => {
                     self.sets.retain(|s| s.kind() != sf.kind());
-                    self.sets.push(sf);
+                    self.sets.push(*sf);
                 }
-                OfAction::Output { .. } => self.output = Some(*a),
-                OfAction::Group(g) => self.group = Some(g),
+                OfAction::Output { .. } => self.output = Some(a.clone()),
+                OfAction::Group(g) => self.group = Some(*g),
+                _ => {}
             }
         }
     }
@@ -97,6 +116,20 @@ pub struct Xlate<'a> {
     group_depth: usize,
     cur_table: u8,
     cur_rule: Option<&'a Rule>,
+    /// The register file (reg0..15, metadata): zero for every packet.
+    pub(crate) regs: Regs,
+    /// The OpenFlow action set of the walk.
+    aset: ActionSet,
+    /// Current resubmit nesting.
+    resubmit_depth: usize,
+    /// Resubmits and table steps taken so far.
+    work: usize,
+    /// A limit (depth, work, action count) was exceeded: the packet is dropped.
+    pub(crate) limit_hit: bool,
+    /// `dec_ttl` expired: skip the rest of the current rule.
+    stop: bool,
+    /// The top-level walk missed a table: the action set is not executed.
+    aset_dropped: bool,
 }
 
 impl<'a> Xlate<'a> {
@@ -132,6 +165,13 @@ impl<'a> Xlate<'a> {
             group_depth: 0,
             cur_table: 0,
             cur_rule: None,
+            regs: Regs::ZERO,
+            aset: ActionSet::default(),
+            resubmit_depth: 0,
+            work: 0,
+            limit_hit: false,
+            stop: false,
+            aset_dropped: false,
         }
     }
 
@@ -152,11 +192,37 @@ impl<'a> Xlate<'a> {
             crate::normal::xlate_normal(self);
             return;
         }
-        let mut table = 0u8;
-        let mut aset = ActionSet::default();
+        self.run_from(0);
+        let set = std::mem::take(&mut self.aset);
+        if !self.aset_dropped {
+            self.exec_set(set);
+        }
+        if self.limit_hit || self.out.len() > MAX_DP_ACTIONS {
+            // Too much work for one packet: drop it (the caller counts it).
+            self.limit_hit = true;
+            self.out.clear();
+        }
+    }
+
+    /// Looks the packet up in `table` and runs the rule found, following goto-table.
+    fn run_from(&mut self, mut table: u8) {
         loop {
-            let Some(rule) = self.tables.table(table).lookup(&self.key, &mut self.wc) else {
-                return; // table miss without a table-miss rule: drop (OF1.3)
+            self.work += 1;
+            if self.work > MAX_RESUBMITS {
+                self.limit_hit = true;
+                return;
+            }
+            let tables = self.tables;
+            let Some(rule) = tables
+                .table(table)
+                .lookup_regs(&self.key, &self.regs, &mut self.wc)
+            else {
+                // Table miss without a table-miss rule: drop (OF1.3), the action set too. A
+                // miss inside a resubmit just returns to the resubmitting rule (as OVS).
+                if self.resubmit_depth == 0 {
+                    self.aset_dropped = true;
+                }
+                return;
             };
             let rule: &'a Rule = rule;
             self.hits.push(rule);
@@ -164,10 +230,20 @@ impl<'a> Xlate<'a> {
             self.cur_rule = Some(rule);
             let mut next = None;
             for inst in &rule.instructions {
+                if self.stop || self.limit_hit {
+                    break;
+                }
                 match inst {
-                    Instruction::ApplyActions(acts) => acts.iter().for_each(|a| self.exec(a)),
-                    Instruction::ClearActions => aset = ActionSet::default(),
-                    Instruction::WriteActions(acts) => aset.write(acts),
+                    Instruction::ApplyActions(acts) => {
+                        for a in acts {
+                            if self.stop || self.limit_hit {
+                                break;
+                            }
+                            self.exec(a);
+                        }
+                    }
+                    Instruction::ClearActions => self.aset = ActionSet::default(),
+                    Instruction::WriteActions(acts) => self.aset.write(acts),
                     Instruction::GotoTable(t) => next = Some(*t),
                     Instruction::Meter(m) => {
                         if let Some(e) = self.tables.meters.get(*m) {
@@ -179,14 +255,69 @@ impl<'a> Xlate<'a> {
                     }
                 }
             }
+            if std::mem::take(&mut self.stop) {
+                return;
+            }
             match next {
-                Some(t) if t > table => table = t,
-                _ => break,
+                Some(t) if t > table && !self.limit_hit => table = t,
+                _ => return,
             }
         }
-        self.exec_set(aset);
     }
 
+    /// `resubmit(port,table)`: a nested lookup; the ingress port is restored afterwards.
+    fn resubmit(&mut self, port: Option<OfPort>, table: Option<u8>) {
+        if self.resubmit_depth >= MAX_RESUBMIT_DEPTH {
+            self.limit_hit = true;
+            return;
+        }
+        let table = table.unwrap_or(self.cur_table);
+        let (saved_in, saved_table, saved_rule) = (self.in_of, self.cur_table, self.cur_rule);
+        if let Some(p) = port {
+            let p = if p == ofpp::IN_PORT { self.in_of } else { p };
+            self.key.set(Field::InPort, u64::from(p));
+        }
+        self.resubmit_depth += 1;
+        self.run_from(table);
+        self.resubmit_depth -= 1;
+        self.key.set(Field::InPort, u64::from(saved_in));
+        self.cur_table = saved_table;
+        self.cur_rule = saved_rule;
+    }
+
+    /// Reads a field (register file or packet key); packet bits read enter the megaflow mask.
+    fn read_field(&mut self, f: NxField, mask: u128) -> u128 {
+        match f {
+            NxField::Packet(p) => {
+                p.unwildcard(&mut self.wc, mask);
+                p.get(&self.key)
+            }
+            f if f.is_register() => f.get_reg(&self.regs),
+            _ => 0,
+        }
+    }
+
+    /// Writes bits `mask` of `value` into a field. Packet fields go through set-field (the
+    /// field's other bits are read, so they enter the mask when the write is partial).
+    fn write_field(&mut self, f: NxField, value: u128, mask: u128) {
+        match f {
+            NxField::Packet(p) => {
+                let width = p.info().2;
+                let full = ones(width);
+                let old = if mask & full == full {
+                    0
+                } else {
+                    self.read_field(f, full & !mask)
+                };
+                let new = (old & !mask) | (value & mask);
+                if let Some(sf) = packet_set_field(p, new) {
+                    self.set_field(sf);
+                }
+            }
+            f if f.is_register() => f.set_reg(&mut self.regs, value, mask),
+            _ => {} // ct_mark/ct_label outside ct(): refused at FLOW_MOD time
+        }
+    }
     fn exec_set(&mut self, set: ActionSet) {
         if set.pop {
             self.exec(&OfAction::PopVlan);
@@ -213,9 +344,61 @@ impl<'a> Xlate<'a> {
         self.key.set(Field::VlanTci, u64::from(tci));
     }
 
+    /// `dec_ttl`: decrements the TTL; 0 or 1 sends a packet-in (reason invalid_ttl) and stops
+    /// the rule. A non-IP packet is left alone.
+    fn dec_ttl(&mut self) {
+        if !self.eth_type_is(&[ethertype::IPV4, ethertype::IPV6]) {
+            return;
+        }
+        self.wc.set_exact(Field::IpTtl);
+        let ttl = self.key.get(Field::IpTtl) as u8;
+        if ttl <= 1 {
+            if self.br.of_config(self.in_of) & crate::bridge::port_config::NO_PACKET_IN == 0 {
+                self.commit_vlan();
+                let serial = self.cur_rule.map_or(0, |r| r.serial);
+                let cookie = encode_cookie(
+                    self.br.id,
+                    PacketInReason::InvalidTtl,
+                    self.cur_table,
+                    serial,
+                );
+                self.out.push(Action::Userspace(cookie));
+            }
+            self.stop = true;
+            return;
+        }
+        self.key.set(Field::IpTtl, u64::from(ttl - 1));
+        self.out.push(Action::SetIpTtl(ttl - 1));
+    }
+
     /// Executes one OpenFlow action.
     pub(crate) fn exec(&mut self, a: &OfAction) {
         match *a {
+            OfAction::Resubmit { port, table } => self.resubmit(port, table),
+            OfAction::RegLoad {
+                dst,
+                ofs,
+                nbits,
+                value,
+            } => {
+                let mask = ones(u32::from(nbits)) << ofs;
+                self.write_field(dst, value << ofs, mask);
+            }
+            OfAction::RegMove {
+                src,
+                src_ofs,
+                dst,
+                dst_ofs,
+                nbits,
+            } => {
+                let m = ones(u32::from(nbits));
+                let v = (self.read_field(src, m << src_ofs) >> src_ofs) & m;
+                self.write_field(dst, v << dst_ofs, m << dst_ofs);
+            }
+            OfAction::DecTtl => self.dec_ttl(),
+            OfAction::Note(_) => {}
+            // Refused at FLOW_MOD time until the conntrack datapath is wired (task N).
+            OfAction::Ct(_) | OfAction::CtClear => {}
             OfAction::Output { port, .. } => self.output(port),
             OfAction::PushVlan(tpid) => {
                 self.wc.set_exact(Field::VlanTci);
@@ -270,6 +453,9 @@ impl<'a> Xlate<'a> {
     fn run_bucket(&mut self, b: &Bucket) {
         let saved = self.key;
         for a in &b.actions {
+            if self.limit_hit {
+                break;
+            }
             self.exec(a);
         }
         self.restore(&saved);
@@ -428,6 +614,12 @@ impl<'a> Xlate<'a> {
             SetField::TcpDst(p) if self.l4_is(TCP) => (Field::TpDst, p.into(), Action::SetTpDst(p)),
             SetField::UdpSrc(p) if self.l4_is(UDP) => (Field::TpSrc, p.into(), Action::SetTpSrc(p)),
             SetField::UdpDst(p) if self.l4_is(UDP) => (Field::TpDst, p.into(), Action::SetTpDst(p)),
+            SetField::Nx(f, v) => {
+                if f.is_register() {
+                    f.set_reg(&mut self.regs, v, ones(f.width()));
+                }
+                return;
+            }
             _ => return, // prerequisite not met for this packet: skip the action
         };
         self.key.set(field, value);
@@ -492,8 +684,7 @@ impl<'a> Xlate<'a> {
             ofpp::CONTROLLER => {
                 self.commit_vlan();
                 let rule = self.cur_rule;
-                let table_miss =
-                    rule.is_some_and(|r| r.priority == 0 && r.match_.mask == wire::FlowKey::ZERO);
+                let table_miss = rule.is_some_and(|r| r.priority == 0 && r.match_.is_catchall());
                 let reason = if table_miss {
                     PacketInReason::NoMatch
                 } else {
@@ -511,6 +702,22 @@ impl<'a> Xlate<'a> {
             }
         }
     }
+}
+
+/// The set-field that writes `v` into a packet field, if the datapath can write it.
+pub(crate) fn packet_set_field(p: crate::nx::PktField, v: u128) -> Option<SetField> {
+    use crate::nx::PktField as P;
+    Some(match p {
+        P::EthSrc => SetField::EthSrc(u64_to_mac(v as u64)),
+        P::EthDst => SetField::EthDst(u64_to_mac(v as u64)),
+        P::Ipv4Src => SetField::Ipv4Src(v as u32),
+        P::Ipv4Dst => SetField::Ipv4Dst(v as u32),
+        P::TcpSrc => SetField::TcpSrc(v as u16),
+        P::TcpDst => SetField::TcpDst(v as u16),
+        P::UdpSrc => SetField::UdpSrc(v as u16),
+        P::UdpDst => SetField::UdpDst(v as u16),
+        _ => return None,
+    })
 }
 
 fn u64_to_mac(v: u64) -> [u8; 6] {

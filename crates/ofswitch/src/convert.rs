@@ -8,8 +8,14 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+use crate::convert_nx::{
+    ct_to_wire, load_to_wire, move_to_wire, nx_to_pipeline, nxm_match_field, nxm_set_field,
+    regs_to_wire, resubmit_to_wire, set_nx_to_wire,
+};
+use ofproto::nx::NxField;
 use ofproto::types::{ethertype, ipproto};
 use ofproto::{Instruction as PInst, Match as PMatch, OfAction, SetField};
+use openflow::nx::NxAction;
 use openflow::oxm::OxmField as X;
 use openflow::{errors, Action as WAction, Instruction as WInst, OfError};
 use wire::{Field, FlowKey};
@@ -42,8 +48,13 @@ fn v4(a: Ipv4Addr, m: Option<Ipv4Addr>) -> (u64, u64) {
 pub fn match_to_pipeline(m: &openflow::Match) -> Result<PMatch, OfError> {
     let mut out = PMatch::ANY;
     for f in &m.fields {
-        if !l2_field(&mut out, f) && !l3_field(&mut out, f) {
-            return Err(errors::BAD_MATCH_BAD_FIELD);
+        match *f {
+            X::Nx(ref nx) => nxm_match_field(&mut out, nx)?,
+            X::Metadata(v, mk) => {
+                out.set_reg(NxField::Metadata, v.into(), mk.unwrap_or(u64::MAX).into());
+            }
+            _ if l2_field(&mut out, f) || l3_field(&mut out, f) => {}
+            _ => return Err(errors::BAD_MATCH_BAD_FIELD),
         }
     }
     Ok(out)
@@ -162,6 +173,7 @@ pub fn match_to_wire(m: &PMatch) -> openflow::Match {
         }
     }
     push_l4(m, proto, &mut f);
+    regs_to_wire(m, &mut f);
     if let Some(o) = m.exact(Field::ArpOp) {
         f.push(X::ArpOp(o as u16));
     }
@@ -241,13 +253,32 @@ fn set_field_to_pipeline(f: &X) -> Result<SetField, OfError> {
         X::TcpDst(p) => SetField::TcpDst(p),
         X::UdpSrc(p) => SetField::UdpSrc(p),
         X::UdpDst(p) => SetField::UdpDst(p),
+        X::Metadata(v, _) => SetField::Nx(NxField::Metadata, v.into()),
         _ => return Err(errors::BAD_ACTION_BAD_SET_TYPE),
     })
+}
+
+/// Wire action → pipeline actions (one, or several for a masked register set-field).
+/// Actions the datapath cannot execute give BAD_ACTION.
+pub fn action_to_pipeline_multi(a: &WAction) -> Result<Vec<OfAction>, OfError> {
+    match a {
+        WAction::Nx(nx) => nx_to_pipeline(nx),
+        WAction::SetField(X::Nx(f)) => nxm_set_field(f),
+        WAction::DecNwTtl => Ok(vec![OfAction::DecTtl]),
+        a => Ok(vec![action_to_pipeline(a)?]),
+    }
 }
 
 /// Wire action → pipeline action. Actions the datapath cannot execute give BAD_ACTION.
 pub fn action_to_pipeline(a: &WAction) -> Result<OfAction, OfError> {
     Ok(match a {
+        WAction::Nx(_) | WAction::SetField(X::Nx(_)) | WAction::DecNwTtl => {
+            let mut v = action_to_pipeline_multi(a)?;
+            if v.len() != 1 {
+                return Err(errors::BAD_ACTION_BAD_SET_ARGUMENT);
+            }
+            v.remove(0)
+        }
         WAction::Output { port, max_len } => OfAction::Output {
             port: *port,
             max_len: *max_len,
@@ -262,12 +293,35 @@ pub fn action_to_pipeline(a: &WAction) -> Result<OfAction, OfError> {
 
 /// A wire action list → pipeline actions.
 pub fn actions_to_pipeline(acts: &[WAction]) -> Result<Vec<OfAction>, OfError> {
-    acts.iter().map(action_to_pipeline).collect()
+    let mut out = Vec::with_capacity(acts.len());
+    for a in acts {
+        out.extend(action_to_pipeline_multi(a)?);
+    }
+    Ok(out)
 }
 
 /// Pipeline action → wire action.
 pub fn action_to_wire(a: &OfAction) -> WAction {
     match *a {
+        OfAction::Ct(ref ct) => ct_to_wire(ct),
+        OfAction::CtClear => WAction::Nx(NxAction::CtClear),
+        OfAction::Resubmit { port, table } => resubmit_to_wire(port, table),
+        OfAction::RegLoad {
+            dst,
+            ofs,
+            nbits,
+            value,
+        } => load_to_wire(dst, ofs, nbits, value),
+        OfAction::RegMove {
+            src,
+            src_ofs,
+            dst,
+            dst_ofs,
+            nbits,
+        } => move_to_wire(src, src_ofs, dst, dst_ofs, nbits),
+        OfAction::DecTtl => WAction::DecNwTtl,
+        OfAction::Note(ref b) => WAction::Nx(NxAction::Note(b.clone())),
+
         OfAction::Output { port, max_len } => WAction::Output { port, max_len },
         OfAction::PushVlan(t) => WAction::PushVlan(t),
         OfAction::PopVlan => WAction::PopVlan,
@@ -284,6 +338,7 @@ pub fn action_to_wire(a: &OfAction) -> WAction {
             SetField::TcpDst(p) => X::TcpDst(p),
             SetField::UdpSrc(p) => X::UdpSrc(p),
             SetField::UdpDst(p) => X::UdpDst(p),
+            SetField::Nx(f, v) => return set_nx_to_wire(f, v),
         }),
     }
 }
@@ -474,12 +529,12 @@ mod tests {
 
     #[test]
     fn unsupported_fields_and_actions_are_refused() {
-        let meta = openflow::Match::new(vec![X::Metadata(1, None)]);
-        assert_eq!(match_to_pipeline(&meta), Err(errors::BAD_MATCH_BAD_FIELD));
+        let tun = openflow::Match::new(vec![X::TunnelId(1, None)]);
+        assert_eq!(match_to_pipeline(&tun), Err(errors::BAD_MATCH_BAD_FIELD));
         let mpls = openflow::Match::new(vec![X::EthType(0x8847), X::MplsLabel(5)]);
         assert_eq!(match_to_pipeline(&mpls), Err(errors::BAD_MATCH_BAD_FIELD));
         assert_eq!(
-            action_to_pipeline(&WAction::DecNwTtl),
+            action_to_pipeline(&WAction::DecMplsTtl),
             Err(errors::BAD_ACTION_BAD_TYPE)
         );
         assert_eq!(

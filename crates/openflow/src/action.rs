@@ -4,6 +4,7 @@
 
 use crate::buf::{len_u16, Reader, Writer};
 use crate::error::{errors, OfError};
+use crate::nx::NxAction;
 use crate::oxm::OxmField;
 
 /// `ofp_action_type` values.
@@ -28,7 +29,7 @@ pub mod action_type {
 }
 
 /// One action.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Action {
     /// Output to a port; `max_len` bytes go to the controller for `OFPP_CONTROLLER`.
     Output {
@@ -51,6 +52,8 @@ pub enum Action {
     SetField(OxmField),
     PushPbb(u16),
     PopPbb,
+    /// A Nicira experimenter action (see [`crate::nx`]).
+    Nx(NxAction),
 }
 
 impl Action {
@@ -82,7 +85,7 @@ impl Action {
                 }
             }
             t::SET_FIELD => return decode_set_field(&mut a),
-            t::EXPERIMENTER => return Err(errors::BAD_ACTION_BAD_EXPERIMENTER),
+            t::EXPERIMENTER => Action::Nx(NxAction::decode(&mut a, len)?),
             _ => {
                 fixed(8)?;
                 decode_short(atype, &mut a)?
@@ -96,6 +99,10 @@ impl Action {
         use action_type as t;
         let start = out.len();
         let (atype, arg) = match *self {
+            Action::Nx(ref nx) => {
+                nx.encode(out);
+                return;
+            }
             Action::Output { port, max_len } => {
                 out.put_u16(t::OUTPUT);
                 out.put_u16(16);
@@ -425,8 +432,12 @@ mod tests {
             Err(errors::BAD_ACTION_BAD_LEN)
         );
         assert_eq!(
-            decode_one(&[0xff, 0xff, 0, 16, 0, 0, 0x23, 0x20, 0, 0, 0, 0, 0, 0, 0, 0]),
+            decode_one(&[0xff, 0xff, 0, 16, 0, 0, 0x23, 0x21, 0, 1, 0, 0, 0, 0, 0, 0]),
             Err(errors::BAD_ACTION_BAD_EXPERIMENTER)
+        );
+        assert_eq!(
+            decode_one(&[0xff, 0xff, 0, 16, 0, 0, 0x23, 0x20, 0, 0, 0, 0, 0, 0, 0, 0]),
+            Err(errors::BAD_ACTION_BAD_EXP_TYPE)
         );
         assert_eq!(
             decode_one(&[0, 17, 0, 8, 0x08, 0x00, 0, 0]),

@@ -44,6 +44,7 @@ pub mod buf;
 pub mod conn;
 pub mod error;
 pub mod msg;
+pub mod nx;
 pub mod oxm;
 pub mod version;
 

@@ -84,11 +84,14 @@ impl OxmValue for Ipv6Addr {
 macro_rules! oxm_fields {
     (exact { $($ev:ident = $en:literal => $et:ty),* $(,)? }
      masked { $($mv:ident = $mn:literal => $mt:ty),* $(,)? }) => {
-        /// One OXM TLV of the basic class. Maskable fields carry `Option<mask>`.
+        /// One OXM TLV of the basic class (maskable fields carry `Option<mask>`), or of a
+        /// Nicira class ([`OxmField::Nx`]).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum OxmField {
             $($ev($et),)*
             $($mv($mt, Option<$mt>),)*
+            /// An NXM / experimenter-class field (`reg0`, `xreg1`, `tun_src`, `ct_mark`...).
+            Nx(crate::nx::NxmField),
         }
 
         /// OXM field numbers (`oxm_ofb_match_fields`).
@@ -100,10 +103,12 @@ macro_rules! oxm_fields {
 
         impl OxmField {
             /// The OXM field number.
+            /// (For [`OxmField::Nx`]: its field number within its own class.)
             pub fn field_num(&self) -> u8 {
                 match self {
                     $(OxmField::$ev(..) => $en,)*
                     $(OxmField::$mv(..) => $mn,)*
+                    OxmField::Nx(f) => f.field,
                 }
             }
 
@@ -111,6 +116,7 @@ macro_rules! oxm_fields {
             pub fn has_mask(&self) -> bool {
                 match self {
                     $(OxmField::$mv(_, m) => m.is_some(),)*
+                    OxmField::Nx(f) => f.mask.is_some(),
                     _ => false,
                 }
             }
@@ -124,6 +130,7 @@ macro_rules! oxm_fields {
                             m.to_wire(out);
                         }
                     })*
+                    OxmField::Nx(_) => {}
                 }
             }
 
@@ -221,7 +228,8 @@ impl OxmField {
         let len = (hdr & 0xff) as usize;
         let payload = r.bytes(len).map_err(|_| errors::BAD_MATCH_BAD_LEN)?;
         if class != OXM_CLASS_BASIC {
-            return Err(errors::BAD_MATCH_BAD_FIELD);
+            return crate::nx::NxmField::decode_payload(class, num, has_mask, payload)
+                .map(OxmField::Nx);
         }
         let (width, maskable) = field_shape(num).ok_or(errors::BAD_MATCH_BAD_FIELD)?;
         if len != width * if has_mask { 2 } else { 1 } {
@@ -244,6 +252,10 @@ impl OxmField {
 
     /// Appends the TLV (header and payload).
     pub fn encode(&self, out: &mut Vec<u8>) {
+        if let OxmField::Nx(f) = self {
+            f.encode(out);
+            return;
+        }
         let num = self.field_num();
         let width = field_shape(num).map_or(0, |s| s.0);
         let len = if self.has_mask() { 2 * width } else { width };
@@ -287,9 +299,11 @@ impl Match {
         Self { fields }
     }
 
-    /// The field with number `num`, if present.
+    /// The basic-class field with number `num`, if present.
     pub fn get(&self, num: u8) -> Option<&OxmField> {
-        self.fields.iter().find(|f| f.field_num() == num)
+        self.fields
+            .iter()
+            .find(|f| !matches!(f, OxmField::Nx(_)) && f.field_num() == num)
     }
 
     /// Decodes an `ofp_match` including its trailing padding. Structural errors
@@ -311,8 +325,17 @@ impl Match {
         let mut oxms = body.sub(len - 4, errors::BAD_MATCH_BAD_LEN)?;
         let mut fields: Vec<OxmField> = Vec::new();
         let mut seen = 0u128;
+        let mut seen_nx: Vec<(u16, u8)> = Vec::new();
         while !oxms.is_empty() {
             let f = OxmField::decode(&mut oxms)?;
+            if let OxmField::Nx(nx) = f {
+                if seen_nx.contains(&(nx.class, nx.field)) {
+                    return Err(errors::BAD_MATCH_DUP_FIELD);
+                }
+                seen_nx.push((nx.class, nx.field));
+                fields.push(f);
+                continue;
+            }
             let bit = 1u128 << f.field_num();
             if seen & bit != 0 {
                 return Err(errors::BAD_MATCH_DUP_FIELD);
@@ -353,7 +376,7 @@ impl Match {
     /// OFPBMC_BAD_PREREQ if one is missing or does not have the required exact value.
     pub fn check_prereqs(&self) -> Result<(), OfError> {
         for f in &self.fields {
-            if !self.prereq_met(f.field_num()) {
+            if !matches!(f, OxmField::Nx(_)) && !self.prereq_met(f.field_num()) {
                 return Err(errors::BAD_MATCH_BAD_PREREQ);
             }
         }
@@ -489,10 +512,20 @@ mod tests {
             decode_raw(&[0x80, 0, 200, 0]),
             Err(errors::BAD_MATCH_BAD_FIELD)
         );
-        // NXM class.
+        // NXM_OF class (not a match field Vireo takes in OXM).
         assert_eq!(
-            decode_raw(&[0, 1, 0, 4, 0, 0, 0, 1]),
+            decode_raw(&[0, 0, 0, 4, 0, 0, 0, 1]),
             Err(errors::BAD_MATCH_BAD_FIELD)
+        );
+        // reg0 with a 5-byte payload.
+        assert_eq!(
+            decode_raw(&[0, 1, 0, 5, 0, 0, 0, 1, 0]),
+            Err(errors::BAD_MATCH_BAD_LEN)
+        );
+        // duplicate reg0.
+        assert_eq!(
+            decode_raw(&[0, 1, 0, 4, 0, 0, 0, 1, 0, 1, 0, 4, 0, 0, 0, 2]),
+            Err(errors::BAD_MATCH_DUP_FIELD)
         );
         // masked in_port.
         assert_eq!(

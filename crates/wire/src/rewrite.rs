@@ -118,6 +118,36 @@ pub fn set_ip_dscp(frame: &mut [u8], dscp: u8) -> bool {
     }
 }
 
+/// Sets the IPv4 TTL (updating the header checksum) or the IPv6 hop limit (`dec_ttl`).
+pub fn set_ip_ttl(frame: &mut [u8], ttl: u8) -> bool {
+    let Some((t, off)) = l3_offset(frame) else {
+        return false;
+    };
+    let b = &mut frame[off..];
+    match t {
+        ethertype::IPV4 => {
+            let Ok(ip) = Ipv4Packet::new_checked(&mut *b) else {
+                return false;
+            };
+            let b = ip.into_inner();
+            let old_word = be16(b, 8);
+            let new_word = (u16::from(ttl) << 8) | (old_word & 0x00ff);
+            put16(b, 8, new_word);
+            let mut ip = Ipv4Packet::new_unchecked(&mut *b);
+            ip.set_checksum(update16(ip.checksum(), old_word, new_word));
+            true
+        }
+        ethertype::IPV6 => {
+            if Ipv6Packet::new_checked(&*b).is_err() {
+                return false;
+            }
+            b[7] = ttl;
+            true
+        }
+        _ => false,
+    }
+}
+
 /// Sets the TCP or UDP source port, updating the transport checksum.
 pub fn set_tp_src(frame: &mut [u8], port: u16) -> bool {
     set_tp_port(frame, port, 0)

@@ -177,10 +177,36 @@ fn malformed_1_0_messages_get_1_0_errors() {
             (2, 1),
         ),
         (
-            "vendor action",
+            "Nicira vendor action of 8 bytes",
             flow_mod10(all, 0, 0, 0, &[0xff, 0xff, 0, 8, 0, 0, 0x23, 0x20]),
+            errors::BAD_ACTION_BAD_LEN,
+            (2, 1),
+        ),
+        (
+            "other vendor's action",
+            flow_mod10(
+                all,
+                0,
+                0,
+                0,
+                &[0xff, 0xff, 0, 16, 0, 0, 0x23, 0x21, 0, 14, 0, 0, 0, 0, 0, 0],
+            ),
             errors::BAD_ACTION_BAD_EXPERIMENTER,
             (2, 2),
+        ),
+        (
+            "Nicira action of an unknown subtype",
+            flow_mod10(
+                all,
+                0,
+                0,
+                0,
+                &[
+                    0xff, 0xff, 0, 16, 0, 0, 0x23, 0x20, 0x12, 0x34, 0, 0, 0, 0, 0, 0,
+                ],
+            ),
+            errors::BAD_ACTION_BAD_EXP_TYPE,
+            (2, 3),
         ),
         (
             "mod_tp_dst without a protocol",

@@ -380,7 +380,9 @@ pub fn decode_actions(r: &mut Reader<'_>, m: Option<&Match>) -> Result<Vec<Actio
                 v.push(Action::SetQueue(a.u32()?));
                 v.push(Action::Output { port, max_len: 0 });
             }
-            t::VENDOR => return Err(errors::BAD_ACTION_BAD_EXPERIMENTER),
+            // Nicira vendor actions have the same layout in 1.0 (ovs-ofctl writes resubmit,
+            // load, move, note... this way without `-O`).
+            t::VENDOR => v.push(Action::Nx(crate::nx::NxAction::decode(&mut a, len)?)),
             _ => return Err(errors::BAD_ACTION_BAD_TYPE),
         }
     }
@@ -450,6 +452,7 @@ pub fn encode_actions(actions: &[Action], out: &mut Vec<u8>) {
                 }
                 _ => {}
             },
+            Action::Nx(ref nx) => nx.encode(out),
             _ => {}
         }
         i += 1;
