@@ -190,7 +190,7 @@ pub(crate) fn parse_nx_action(
     }
     if let Some(arg) = lower.strip_prefix("note:") {
         let hex: String = arg.chars().filter(|c| *c != '.').collect();
-        if hex.len() % 2 != 0 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        if !hex.len().is_multiple_of(2) || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
             return err(tok, "note takes hex bytes (aa.bb.cc)");
         }
         let bytes = (0..hex.len())

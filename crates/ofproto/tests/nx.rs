@@ -133,7 +133,7 @@ fn resubmit_with_a_port_and_the_loop_limits() {
     ok.push("table=60,actions=output:3".into());
     let refs: Vec<&str> = ok.iter().map(String::as_str).collect();
     flows(&pl, &refs);
-    assert!(60 < MAX_RESUBMIT_DEPTH);
+    const { assert!(60 < MAX_RESUBMIT_DEPTH) };
     assert_eq!(xlate(&pl, &base()).actions, vec![o(3)]);
 
     // Exponential fan-out (each rule resubmits twice to the next table): cut by the total

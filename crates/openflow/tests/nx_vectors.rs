@@ -323,3 +323,14 @@ fn every_action_roundtrips() {
     assert_eq!(b.len() % 8, 0);
     assert_eq!(decode_action(&b).unwrap(), acts);
 }
+
+#[test]
+fn every_vector_is_a_fuzz_seed() {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/decode");
+    let v = vectors();
+    for (i, (flow, b)) in v.iter().enumerate() {
+        let seed = std::fs::read(dir.join(format!("nx-{i:02}-type14")))
+            .unwrap_or_else(|e| panic!("seed of {flow}: {e}"));
+        assert_eq!(&seed, b, "{flow}");
+    }
+}
