@@ -28,6 +28,7 @@ mod ofctl;
 pub mod parse;
 pub mod parse_nx;
 pub mod pipeline;
+pub mod recirc;
 pub mod revalidate;
 pub mod tables;
 pub mod types;

@@ -149,6 +149,8 @@ impl Topology {
 /// Every bridge's OpenFlow pipeline.
 pub struct Pipeline {
     topo: ArcSwap<Topology>,
+    /// Recirculation ids handed out by `ct(table=N)` (datapath-wide).
+    pub(crate) recirc: crate::recirc::RecircTable,
     ctl: Mutex<()>,
     pub(crate) generation: AtomicU64,
     /// Bumped by changes other than MAC learning: a translation that overlaps one is not
@@ -196,6 +198,7 @@ impl Pipeline {
     /// An empty pipeline (no bridges).
     pub fn new(config: PipelineConfig) -> Pipeline {
         Pipeline {
+            recirc: Default::default(),
             topo: ArcSwap::from_pointee(Topology::default()),
             ctl: Mutex::new(()),
             generation: AtomicU64::new(1),
@@ -596,6 +599,7 @@ impl Pipeline {
         };
         let tables = read(&br.shared.tables);
         let mut x = Xlate::new(br, &tables, key, *in_of, now);
+        x.recirc = Some(&self.recirc);
         x.learn = mode == Walk::Upcall;
         x.refresh = mode == Walk::Credit;
         x.run();

@@ -75,6 +75,7 @@ impl Pipeline {
         let tr = self.walk(key, 0, 0, Instant::now(), Walk::Check);
         let mut m = tr.mask;
         m.set_exact(Field::InPort);
+        m.set_exact(Field::RecircId);
         tr.actions == actions && m == *mask && *tr.deps.tags == *tags
     }
 }

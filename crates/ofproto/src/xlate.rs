@@ -18,6 +18,8 @@
 //! Owns: [`Xlate`] (a per-upcall scratch context). Threads: runs on the PMD thread doing the
 //! upcall, under the bridge's table read lock; NORMAL takes the MAC table mutex briefly.
 
+mod ct;
+
 use crate::bridge::BridgeState;
 use crate::classifier::Rule;
 use crate::group::{Bucket, Group, GroupType, MAX_GROUP_DEPTH};
@@ -130,6 +132,10 @@ pub struct Xlate<'a> {
     stop: bool,
     /// The top-level walk missed a table: the action set is not executed.
     aset_dropped: bool,
+    /// `ct(table=N)` froze the walk: nothing after it runs (see `xlate/ct.rs`).
+    frozen: bool,
+    /// The pipeline's recirculation ids (None: `ct(table=N)` drops).
+    pub(crate) recirc: Option<&'a crate::recirc::RecircTable>,
 }
 
 impl<'a> Xlate<'a> {
@@ -172,6 +178,8 @@ impl<'a> Xlate<'a> {
             limit_hit: false,
             stop: false,
             aset_dropped: false,
+            frozen: false,
+            recirc: None,
         }
     }
 
@@ -192,7 +200,10 @@ impl<'a> Xlate<'a> {
             crate::normal::xlate_normal(self);
             return;
         }
-        self.run_from(0);
+        let Some(table) = self.resume() else {
+            return;
+        };
+        self.run_from(table);
         let set = std::mem::take(&mut self.aset);
         if !self.aset_dropped {
             self.exec_set(set);
@@ -230,13 +241,13 @@ impl<'a> Xlate<'a> {
             self.cur_rule = Some(rule);
             let mut next = None;
             for inst in &rule.instructions {
-                if self.stop || self.limit_hit {
+                if self.stop || self.limit_hit || self.frozen {
                     break;
                 }
                 match inst {
                     Instruction::ApplyActions(acts) => {
                         for a in acts {
-                            if self.stop || self.limit_hit {
+                            if self.stop || self.limit_hit || self.frozen {
                                 break;
                             }
                             self.exec(a);
@@ -255,7 +266,7 @@ impl<'a> Xlate<'a> {
                     }
                 }
             }
-            if std::mem::take(&mut self.stop) {
+            if std::mem::take(&mut self.stop) || self.frozen {
                 return;
             }
             match next {
@@ -397,8 +408,8 @@ impl<'a> Xlate<'a> {
             }
             OfAction::DecTtl => self.dec_ttl(),
             OfAction::Note(_) => {}
-            // Refused at FLOW_MOD time until the conntrack datapath is wired (task N).
-            OfAction::Ct(_) | OfAction::CtClear => {}
+            OfAction::Ct(ref ct) => self.xlate_ct(ct),
+            OfAction::CtClear => self.xlate_ct_clear(),
             OfAction::Output { port, .. } => self.output(port),
             OfAction::PushVlan(tpid) => {
                 self.wc.set_exact(Field::VlanTci);

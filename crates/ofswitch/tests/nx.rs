@@ -2,7 +2,7 @@
 //! `ovs-ofctl -O OpenFlow13` (crates/openflow/tests/data) convert into the pipeline and print
 //! as ovs-ofctl prints them, and convert back to the same wire actions and match; real
 //! `ovs-ofctl` adds register / resubmit / move / load / dec_ttl / note rules to a `BridgeOf`,
-//! `dump-flows` prints them back unchanged, the translation follows them, and `ct` is refused
+//! `dump-flows` prints them back unchanged, the translation follows them, and `ct` is accepted
 //! with OFPBAC_BAD_TYPE until conntrack is wired.
 
 mod common;
@@ -143,16 +143,18 @@ fn ovs_ofctl_adds_and_dumps_extension_rules_and_translation_follows_them() {
         vec![dpif::Action::SetIpTtl(63), dpif::Action::Output(11)]
     );
 
-    // ct is decoded but refused until the datapath tracks connections.
+    // ct and ct_clear are accepted (the datapath tracks connections) and dump back.
     let o = ofctl(&h, "add-flow", &["table=5,ip,actions=ct(commit,table=6)"]);
-    assert!(!o.ok, "ct must be refused");
-    assert!(o.stderr.contains("OFPBAC_BAD_TYPE"), "{}", o.stderr);
-    let o = ofctl(&h, "add-flow", &["table=5,ip,actions=ct_clear"]);
-    assert!(o.stderr.contains("OFPBAC_BAD_TYPE"), "{}", o.stderr);
-    // Tunnel fields are refused too.
+    assert!(o.ok, "{}", o.stderr);
+    let o = ofctl(&h, "add-flow", &["table=5,ipv6,actions=ct_clear"]);
+    assert!(o.ok, "{}", o.stderr);
+    let d = dumped(&h);
+    assert!(d.iter().any(|l| l.contains("ct(commit,table=6)")), "{d:?}");
+    assert!(d.iter().any(|l| l.contains("actions=ct_clear")), "{d:?}");
+    // Tunnel fields are refused.
     let o = ofctl(&h, "add-flow", &["table=5,tun_id=5,actions=drop"]);
     assert!(o.stderr.contains("OFPBMC_BAD_FIELD"), "{}", o.stderr);
-    assert_eq!(dumped(&h).len(), flows.len() + 1);
+    assert_eq!(dumped(&h).len(), flows.len() + 3);
 }
 
 #[test]
