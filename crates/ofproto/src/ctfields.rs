@@ -217,14 +217,7 @@ pub fn format_ct_fields(m: &Match) -> String {
             wire::ct_state_string(v as u32, mk as u32)
         );
     }
-    let plain = [
-        (Field::CtZone, "ct_zone"),
-        (Field::CtMark, "ct_mark"),
-        (Field::CtNwProto, "ct_nw_proto"),
-        (Field::CtTpSrc, "ct_tp_src"),
-        (Field::CtTpDst, "ct_tp_dst"),
-    ];
-    for (f, n) in plain {
+    let num = |out: &mut String, f: Field, n: &str| {
         if let Some((v, mk)) = m.get(f) {
             let hex = f == Field::CtMark;
             let _ = match (mk == f.full(), hex) {
@@ -233,7 +226,10 @@ pub fn format_ct_fields(m: &Match) -> String {
                 (false, _) => write!(out, ",{n}={v:#x}/{mk:#x}"),
             };
         }
-    }
+    };
+    // ovs-ofctl's order: state, zone, mark, label, addresses, protocol, ports.
+    num(&mut out, Field::CtZone, "ct_zone");
+    num(&mut out, Field::CtMark, "ct_mark");
     if let Some((v, mk)) = m.ct_label() {
         let _ = if mk == u128::MAX {
             write!(out, ",ct_label={v:#x}")
@@ -275,6 +271,9 @@ pub fn format_ct_fields(m: &Match) -> String {
             }
         }
     }
+    num(&mut out, Field::CtNwProto, "ct_nw_proto");
+    num(&mut out, Field::CtTpSrc, "ct_tp_src");
+    num(&mut out, Field::CtTpDst, "ct_tp_dst");
     out
 }
 
@@ -329,8 +328,8 @@ mod tests {
         assert_eq!(m.get(Field::CtNwDst), Some((0x0a00_0000, 0xffff_ff00)));
         assert_eq!(
             format_ct_fields(&m),
-            ",ct_state=+est+trk,ct_zone=5,ct_mark=0x1/0xff,ct_nw_proto=6,ct_tp_src=1,\
-             ct_tp_dst=80,ct_label=0x2,ct_nw_src=10.0.0.1,ct_nw_dst=10.0.0.0/24"
+            ",ct_state=+est+trk,ct_zone=5,ct_mark=0x1/0xff,ct_label=0x2,ct_nw_src=10.0.0.1,\
+             ct_nw_dst=10.0.0.0/24,ct_nw_proto=6,ct_tp_src=1,ct_tp_dst=80"
         );
         let mut m6 = Match::ANY;
         m6.set(Field::EthType, 0x86dd);

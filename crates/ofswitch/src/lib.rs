@@ -21,6 +21,7 @@
 
 pub mod buffers;
 pub mod convert;
+pub mod convert_ct;
 pub mod convert_nx;
 mod handler;
 mod meters;
