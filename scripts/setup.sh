@@ -18,10 +18,11 @@ as_root() {
 # busybox for the guest's initramfs, iproute2 for namespaces, clang runtime for fuzzing,
 # iperf3/ethtool/tcpdump/iputils-ping as kernel endpoints for the kernel-port (af-packet,
 # tap, internal, af-xdp) tests; openvswitch-switch (ovs-vswitchd, userspace datapath) as the
-# far end of the VXLAN tunnel test.
+# far end of the VXLAN tunnel test and the reference in the OpenFlow capture test; tshark
+# decodes the captured OpenFlow sessions of every version.
 apt_pkgs=(build-essential pkg-config curl ca-certificates git python3 iproute2
           dpdk dpdk-dev openvswitch-common openvswitch-switch qemu-system-x86 busybox-static
-          linux-image-amd64 cpio iperf3 ethtool tcpdump iputils-ping)
+          linux-image-amd64 cpio iperf3 ethtool tcpdump iputils-ping tshark)
 [ "$want_bench" = 1 ] && apt_pkgs+=(openvswitch-switch-dpdk gnuplot-nox)
 
 missing=()

@@ -17,7 +17,8 @@ use std::time::Instant;
 
 /// Largest meter id a rule or meter-mod may name (`OFPM_MAX`).
 pub const METER_MAX: u32 = 0xffff_0000;
-/// The meter applied to packets sent to the slow path (`OFPM_SLOWPATH`; accepted, not applied).
+/// The meter applied to packets sent to the slow path (`OFPM_SLOWPATH`): upcalls, see
+/// [`crate::Pipeline::slowpath_allows`].
 pub const METER_SLOWPATH: u32 = 0xffff_fffd;
 /// The meter applied to packet-ins (`OFPM_CONTROLLER`).
 pub const METER_CONTROLLER: u32 = 0xffff_fffe;

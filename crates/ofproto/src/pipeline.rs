@@ -653,6 +653,23 @@ impl Pipeline {
         self.packet_in_drops.load(Ordering::Relaxed)
     }
 
+    /// Whether the `OFPM_SLOWPATH` meter of the packet's bridge (if it has one) lets one more
+    /// packet through the slow path. In Vireo the slow path is the upcall: a packet that missed
+    /// every datapath cache and needs a translation. The meter caps translations per second per
+    /// bridge, so a flood of new flows costs at most the meter's rate in translations; packets of
+    /// installed megaflows never see it.
+    pub fn slowpath_allows(&self, key: &FlowKey, len: usize) -> bool {
+        let topo = self.topo.load();
+        let Some((br, _)) = topo.by_dp.get(&(key.get(Field::InPort) as u32)) else {
+            return true;
+        };
+        let tables = read(&br.shared.tables);
+        match tables.meters().get(crate::meter::METER_SLOWPATH) {
+            Some(m) => m.meter.apply(len, dpif::meter::now_ns()) != dpif::meter::Verdict::Drop,
+            None => true,
+        }
+    }
+
     /// Builds the packet-in for a userspace cookie (None if the bridge is gone).
     pub fn packet_in_for(&self, cookie: u64, key: &FlowKey, frame: &[u8]) -> Option<PacketIn> {
         let (bid, reason, table_id, serial) = decode_cookie(cookie);
@@ -703,6 +720,18 @@ fn check_vlans(tag: Option<u16>, trunks: &[u16]) -> Result<(), Error> {
 
 impl Upcall for Pipeline {
     fn upcall(&self, key: &FlowKey, pkt: &Packet) -> UpcallResult {
+        if !self.slowpath_allows(key, pkt.len()) {
+            // Dropped by OFPM_SLOWPATH (counted by its band); not cached, so the flow's next
+            // packet is metered again rather than dropped for good.
+            let mut mask = FlowKey::ZERO;
+            mask.set_exact(Field::InPort);
+            return UpcallResult {
+                actions: Vec::new().into(),
+                mask,
+                install: false,
+                deps: Deps::new(self.generation(), Vec::new()),
+            };
+        }
         let tr = self.translate(key, pkt.len(), Instant::now());
         UpcallResult {
             actions: tr.actions.into(),

@@ -136,3 +136,44 @@ fn controller_meter_limits_packet_ins() {
     let s = pl.meter_stats("br0", METER_CONTROLLER).unwrap();
     assert_eq!((s[0].packets, s[0].bands[0].0), (100, 89));
 }
+
+#[test]
+fn slowpath_meter_limits_upcalls_not_installed_flows() {
+    use dpif::Upcall;
+    use ofproto::meter::METER_SLOWPATH;
+    let pl = pipeline();
+    flows(&pl, &["actions=output:2"]);
+    let pkt = packet::Packet::from_slice(&[0u8; 64]);
+    let translated = |pl: &ofproto::Pipeline| {
+        (0..100)
+            .filter(|_| {
+                let r = pl.upcall(&key(), &pkt);
+                assert_eq!(
+                    r.install,
+                    !r.actions.is_empty(),
+                    "a metered-out upcall is not cached"
+                );
+                !r.actions.is_empty()
+            })
+            .count()
+    };
+    assert_eq!(
+        translated(&pl),
+        100,
+        "no slow-path meter: every upcall translates"
+    );
+    let mut m = mm(MeterCommand::Add, METER_SLOWPATH, 1);
+    m.flags |= ofproto::meter::meter_flags::BURST;
+    m.bands[0].burst = 5;
+    pl.meter_mod("br0", m).unwrap();
+    // A burst of 5 (plus one, GCRA) at once; the rest dropped without a translation.
+    assert_eq!(translated(&pl), 6);
+    let s = pl.meter_stats("br0", METER_SLOWPATH).unwrap();
+    assert_eq!((s[0].packets, s[0].bands[0].0), (100, 94));
+    // Translating directly (packet-out, revalidation) is not the slow path: not metered.
+    assert_eq!(xlate(&pl, &key()).actions, vec![Action::Output(dp(2))]);
+    assert_eq!(
+        pl.meter_stats("br0", METER_SLOWPATH).unwrap()[0].packets,
+        100
+    );
+}

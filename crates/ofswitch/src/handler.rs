@@ -23,7 +23,7 @@ use tracing::{debug, warn};
 
 use crate::buffers::{BufferError, Buffers};
 use crate::convert::{self, of_error};
-use crate::{DatapathHooks, FailMode};
+use crate::{stats, DatapathHooks, FailMode};
 
 /// Tables the switch reports (ids 0..=254).
 pub const N_TABLES: u8 = 255;
@@ -238,10 +238,32 @@ impl Inner {
         if pm.config & pm.mask & !ofproto::bridge::port_config::ALL != 0 {
             return Err(errors::PORT_MOD_FAILED_BAD_CONFIG);
         }
+        let down = ofproto::bridge::port_config::PORT_DOWN;
+        if pm.mask & down != 0 {
+            // The interface itself goes down too (a kernel port), as with OVS.
+            self.hooks
+                .set_port_admin(&self.bridge, pm.port_no, pm.config & down == 0)
+                .map_err(|e| {
+                    warn!(bridge = %self.bridge, port = pm.port_no, error = %e, "PORT_MOD");
+                    errors::PORT_MOD_FAILED_EPERM
+                })?;
+        }
         self.pipeline
             .set_port_of_config(&self.bridge, pm.port_no, pm.config, pm.mask)
             .map_err(|e| of_error(&e))?;
         self.hooks.revalidate();
+        // Every controller hears of the change (OpenFlow 1.3 §7.4.3: PORT_STATUS on a change
+        // of config); the link state follows in another PORT_STATUS when the kernel reports it.
+        if let Some(report) = stats::ports(self)?
+            .into_iter()
+            .find(|r| r.ofport == pm.port_no)
+        {
+            let msg = Message::PortStatus(PortStatus {
+                reason: crate::PortReason::Modify as u8,
+                desc: stats::port_desc(self, &report),
+            });
+            self.send_async(&msg);
+        }
         Ok(())
     }
 

@@ -1,5 +1,6 @@
 //! One bridge's OpenFlow endpoint (versions 1.0, 1.3, 1.4, 1.5; see [`BridgeOf::set_protocols`]): [`BridgeOf`] listens on the bridge's management socket
-//! (`unix:RUN_DIR/BR.mgmt`, for `ovs-ofctl`), keeps the configured controller connections, and
+//! (`unix:RUN_DIR/BR.mgmt`, for `ovs-ofctl`) and its snoop socket (`unix:RUN_DIR/BR.snoop`, for
+//! `ovs-ofctl snoop`: copies of the controller sessions), keeps the configured controller connections, and
 //! maps OpenFlow messages onto the bridge's [`ofproto::Pipeline`] (the only flow table: nothing
 //! is duplicated here) and onto the datapath through [`DatapathHooks`].
 //!
@@ -23,6 +24,7 @@ pub mod buffers;
 pub mod convert;
 pub mod convert_ct;
 pub mod convert_nx;
+mod features;
 mod handler;
 mod meters;
 mod stats;
@@ -57,6 +59,12 @@ pub trait DatapathHooks: Send + Sync + 'static {
     /// Called after every change to the flow tables; returns once no packet follows an old
     /// decision.
     fn revalidate(&self);
+    /// Takes the interface behind OpenFlow port `ofport` of `bridge` administratively down or
+    /// back up (PORT_MOD with PORT_DOWN). The default does nothing (no interfaces: tests).
+    fn set_port_admin(&self, bridge: &str, ofport: u32, up: bool) -> Result<(), String> {
+        let _ = (bridge, ofport, up);
+        Ok(())
+    }
 }
 
 /// A port's identity, link state and counters.
@@ -170,7 +178,8 @@ pub struct BridgeOf {
     inner: Arc<Inner>,
     ctrl: OfSwitch,
     mgmt: OfSwitch,
-    _mgmt_listener: Mutex<Option<Listener>>,
+    /// The management socket and the snoop socket beside it (`BR.snoop`).
+    _mgmt_listener: Mutex<Option<(Listener, Listener)>>,
     targets: Arc<Mutex<Vec<Controller>>>,
     stop: Arc<AtomicBool>,
     monitor: Mutex<Option<JoinHandle<()>>>,
@@ -249,6 +258,11 @@ impl BridgeOf {
         let listener = mgmt
             .listen(&target)
             .map_err(|e| format!("cannot listen on {target}: {e}"))?;
+        // `ovs-ofctl snoop` sees the controllers' sessions (as with OVS's BR.snoop).
+        let snoop_target = format!("unix:{}", mgmt_socket.with_extension("snoop").display());
+        let snoop = ctrl
+            .snoop_listen(&snoop_target)
+            .map_err(|e| format!("cannot listen on {snoop_target}: {e}"))?;
         let targets = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let monitor = spawn_monitor(
@@ -262,7 +276,7 @@ impl BridgeOf {
             inner,
             ctrl,
             mgmt,
-            _mgmt_listener: Mutex::new(Some(listener)),
+            _mgmt_listener: Mutex::new(Some((listener, snoop))),
             targets,
             stop,
             monitor: Mutex::new(Some(monitor)),
@@ -404,6 +418,12 @@ impl BridgeOf {
     /// Ready controller sessions (management connections not counted).
     pub fn connected_controllers(&self) -> usize {
         self.ctrl.connections().iter().filter(|c| c.ready).count()
+    }
+
+    /// Clients of the snoop socket connected now, and the copies dropped because one of
+    /// them could not keep up.
+    pub fn snoop_clients(&self) -> (usize, u64) {
+        (self.ctrl.snoop().clients(), self.ctrl.snoop().dropped())
     }
 
     /// Stops listening and connecting, closes every connection and the monitor thread, and

@@ -48,7 +48,7 @@ pub(crate) fn reply_to(inner: &Inner, req: &MultipartRequest) -> Result<Vec<Mess
         Q::Table => reply(MultipartReplyBody::Table(tables(inner)?)),
         Q::TableFeatures(_) => reply(MultipartReplyBody::TableFeatures(
             (0..N_TABLES)
-                .map(|t| TableFeatures::standard(t, N_TABLES, 1_000_000))
+                .map(|t| crate::features::table_features(t, N_TABLES, 1_000_000))
                 .collect(),
         )),
         Q::PortStats(port) => reply(MultipartReplyBody::PortStats(port_stats(inner, *port)?)),

@@ -237,7 +237,9 @@ fn every_example_message_is_answered_without_harm() {
             continue;
         }
         xid += 1;
-        w.write_all(&m.encode(xid).unwrap()).unwrap();
+        // A 1.4-only example (the partial SET_ASYNC) has no 1.3 form.
+        let Ok(b) = m.encode(xid) else { continue };
+        w.write_all(&b).unwrap();
     }
     let last = xid + 1;
     w.write_all(&Message::BarrierRequest.encode(last).unwrap())

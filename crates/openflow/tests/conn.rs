@@ -491,6 +491,7 @@ fn get_set_async_per_connection_filters_by_role() {
         packet_in: [0, 0b001],
         port_status: [0, 0b111],
         flow_removed: [0, 0],
+        ..AsyncConfig::default()
     };
     a.send(2, &Message::SetAsync(cfg));
     a.send(3, &Message::GetAsyncRequest);

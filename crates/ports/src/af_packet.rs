@@ -408,6 +408,10 @@ impl Port for AfPacketPort {
         self.counters.snapshot()
     }
 
+    fn set_admin_up(&self, up: bool) -> Result<(), PortError> {
+        sys::set_admin(&self.ifname, up)
+    }
+
     fn maintain(&self) {
         if self.closed.load(Relaxed) {
             return;

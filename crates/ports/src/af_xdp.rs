@@ -192,6 +192,10 @@ impl Port for AfXdpPort {
         }
     }
 
+    fn set_admin_up(&self, up: bool) -> Result<(), PortError> {
+        crate::sys::set_admin(&self.ifname, up)
+    }
+
     fn stats(&self) -> PortStats {
         self.counters.snapshot()
     }

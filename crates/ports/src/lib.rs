@@ -64,6 +64,15 @@ pub trait Port: Send + Sync {
     /// never by a PMD: kernel ports notice their interface vanishing or coming back here.
     fn maintain(&self) {}
 
+    /// Takes the kernel interface behind the port administratively down (`up == false`) or
+    /// back up: an OpenFlow PORT_MOD with PORT_DOWN, as OVS does. Kinds with no interface of
+    /// their own (vhost-user, tunnels, dummy) have nothing to do: the pipeline already neither
+    /// forwards to nor receives from a port configured down. Control thread only.
+    fn set_admin_up(&self, up: bool) -> Result<(), PortError> {
+        let _ = up;
+        Ok(())
+    }
+
     /// Kind-specific state for `vireoctl show` (negotiated features, peer, ...).
     fn status(&self) -> serde_json::Value {
         serde_json::Value::Null

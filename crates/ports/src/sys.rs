@@ -190,13 +190,27 @@ pub fn if_flags(name: &str) -> io::Result<u32> {
 
 /// Brings the interface administratively up.
 pub fn if_up(name: &str) -> io::Result<()> {
+    set_if_up(name, true)
+}
+
+/// Sets or clears the interface's `IFF_UP` flag (administrative state).
+pub fn set_if_up(name: &str, up: bool) -> io::Result<()> {
     let s = ctl_socket()?;
     let mut r = ifreq(name)?;
     ioctl_ifreq(s.as_raw_fd(), libc::SIOCGIFFLAGS, &mut r)?;
     // SAFETY: SIOCGIFFLAGS filled the `ifru_flags` member of the union.
     let flags = unsafe { r.ifr_ifru.ifru_flags };
-    r.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
+    let bit = libc::IFF_UP as libc::c_short;
+    r.ifr_ifru.ifru_flags = if up { flags | bit } else { flags & !bit };
     ioctl_ifreq(s.as_raw_fd(), libc::SIOCSIFFLAGS, &mut r)
+}
+
+/// [`set_if_up`] for a port's `set_admin_up`, with the interface named in the error.
+pub fn set_admin(name: &str, up: bool) -> Result<(), crate::PortError> {
+    set_if_up(name, up).map_err(|e| {
+        let what = if up { "up" } else { "down" };
+        crate::PortError(format!("cannot take {name} {what}: {e}"))
+    })
 }
 
 /// The interface's MTU.

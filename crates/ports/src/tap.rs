@@ -220,7 +220,12 @@ impl Port for TapPort {
 
     fn link(&self) -> Link {
         match self.fd() {
-            Some(fd) if sys::tap_attached(fd.as_fd()) => Link::Up,
+            Some(fd)
+                if sys::tap_attached(fd.as_fd())
+                    && sys::if_flags(&self.name).is_ok_and(|f| f & libc::IFF_UP as u32 != 0) =>
+            {
+                Link::Up
+            }
             _ => Link::Down,
         }
     }

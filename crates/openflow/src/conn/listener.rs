@@ -1,5 +1,5 @@
 //! Passive OpenFlow endpoint: binds `unix:PATH` or `ptcp:PORT[:IP]` and serves each accepted
-//! peer on its own thread (`of-conn`). The accept loop runs on its own thread (`of-listen`),
+//! peer on its own thread (`of-conn`): an OpenFlow session, or a snoop client. The accept loop runs on its own thread (`of-listen`),
 //! polling the socket with a short timeout so that dropping the [`Listener`] stops it
 //! promptly (it is joined, and the unix socket file removed).
 
@@ -79,8 +79,18 @@ fn bind_unix(path: &PathBuf) -> io::Result<UnixListener> {
     UnixListener::bind(path)
 }
 
+/// What a listener does with each accepted peer (on that peer's own thread).
+pub(crate) type Serve = Arc<dyn Fn(Stream) + Send + Sync>;
+
 impl Listener {
     pub(crate) fn start(shared: Arc<Shared>, target: Target) -> io::Result<Listener> {
+        let serve: Serve = Arc::new(move |stream| {
+            session::run(shared.clone(), stream);
+        });
+        Listener::start_with(serve, target, "of-listen")
+    }
+
+    pub(crate) fn start_with(serve: Serve, target: Target, name: &str) -> io::Result<Listener> {
         let (sock, target) = match target {
             Target::Tcp(addr) => {
                 let l = TcpListener::bind(addr)?;
@@ -93,8 +103,8 @@ impl Listener {
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         let thread = thread::Builder::new()
-            .name("of-listen".into())
-            .spawn(move || accept_loop(shared, sock, stop2))?;
+            .name(name.into())
+            .spawn(move || accept_loop(serve, sock, stop2))?;
         Ok(Listener {
             target,
             stop,
@@ -116,19 +126,17 @@ impl Listener {
     }
 }
 
-fn accept_loop(shared: Arc<Shared>, sock: Sock, stop: Arc<AtomicBool>) {
+fn accept_loop(serve: Serve, sock: Sock, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::Acquire) {
         if !sock.ready() {
             continue;
         }
         match sock.accept() {
             Ok(stream) => {
-                let sh = shared.clone();
+                let serve = serve.clone();
                 let spawned = thread::Builder::new()
                     .name("of-conn".into())
-                    .spawn(move || {
-                        session::run(sh, stream);
-                    });
+                    .spawn(move || serve(stream));
                 if let Err(e) = spawned {
                     warn!(error = %e, "cannot spawn OpenFlow connection thread");
                 }

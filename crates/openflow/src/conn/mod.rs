@@ -30,11 +30,13 @@ mod connector;
 mod framing;
 mod listener;
 mod session;
+mod snoop;
 mod stream;
 
 pub use connector::Connector;
 pub use framing::{FrameError, FrameReader};
 pub use listener::Listener;
+pub use snoop::Snoop;
 pub use stream::{Stream, Target, DEFAULT_PORT};
 
 use std::collections::HashMap;
@@ -147,6 +149,8 @@ pub(crate) struct Shared {
     next_id: AtomicU64,
     /// Allowed versions (a [`Protocols`] bitmap), read at each HELLO.
     protocols: AtomicU32,
+    /// Clients of `ovs-ofctl snoop`, who get a copy of every frame of every connection.
+    snoop: Arc<Snoop>,
 }
 
 impl Shared {
@@ -251,6 +255,7 @@ impl OfSwitch {
             state: Mutex::new(State::default()),
             next_id: AtomicU64::new(0),
             protocols: AtomicU32::new(Protocols::ALL.bits()),
+            snoop: Arc::new(Snoop::default()),
         };
         OfSwitch {
             shared: Arc::new(shared),
@@ -262,6 +267,20 @@ impl OfSwitch {
     /// connections stay up).
     pub fn listen(&self, target: &str) -> io::Result<Listener> {
         Listener::start(self.shared.clone(), Target::parse_passive(target)?)
+    }
+
+    /// Listens on `unix:PATH` for `ovs-ofctl snoop` clients: each gets a copy of every message
+    /// this switch's connections send and receive (see [`Snoop`]).
+    pub fn snoop_listen(&self, target: &str) -> io::Result<Listener> {
+        let snoop = self.shared.snoop.clone();
+        let shared = self.shared.clone();
+        let serve = Arc::new(move |stream: Stream| snoop.serve(stream, shared.protocols()));
+        Listener::start_with(serve, Target::parse_passive(target)?, "of-snoop")
+    }
+
+    /// The snoop clients and their counters.
+    pub fn snoop(&self) -> &Snoop {
+        &self.shared.snoop
     }
 
     /// Keeps a connection to controller `tcp:IP[:PORT]` or `unix:PATH`, reconnecting with

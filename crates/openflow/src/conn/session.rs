@@ -16,7 +16,7 @@ use tracing::{debug, info, warn};
 
 use super::framing::{FrameError, FrameReader};
 use super::stream::Stream;
-use super::{ConnId, Shared};
+use super::{ConnId, Shared, Snoop};
 use crate::error::{errors, OfError};
 use crate::msg::{decode_versioned, msg_type, v10, ErrorMsg, Header, Message, Role, MAX_MSG_LEN};
 use crate::version::{version_name, OFP10, OFP13, SUPPORTED};
@@ -28,6 +28,8 @@ use crate::version::{version_name, OFP10, OFP13, SUPPORTED};
 struct Wire {
     out: Mutex<Stream>,
     queued: AtomicUsize,
+    /// Gets a copy of every frame written (`ovs-ofctl snoop`).
+    snoop: Arc<Snoop>,
 }
 
 impl Wire {
@@ -72,6 +74,7 @@ impl Outbox {
                     out.close();
                     return false;
                 }
+                self.wire.snoop.copy(&frame);
                 return true;
             }
         }
@@ -130,6 +133,7 @@ fn writer_loop(wire: Arc<Wire>, rx: Receiver<Vec<u8>>) {
             out.close();
             return;
         }
+        wire.snoop.copy(&frame);
     }
 }
 
@@ -172,6 +176,7 @@ pub(crate) fn run(shared: Arc<Shared>, stream: Stream) -> bool {
     let wire = Arc::new(Wire {
         out: Mutex::new(wstream),
         queued: AtomicUsize::new(0),
+        snoop: shared.snoop.clone(),
     });
     let w = wire.clone();
     let writer = thread::Builder::new()
@@ -228,6 +233,7 @@ impl Session {
                 Ok(frame) => {
                     self.last_rx = Instant::now();
                     self.echo_sent = None;
+                    self.shared.snoop.copy(&frame);
                     self.on_frame(&frame)
                 }
                 Err(e) if e.is_timeout() => self.on_idle(),
@@ -416,6 +422,13 @@ impl Session {
             // Allowed from slaves too (OpenFlow 1.3.1 §6.1.1): it only changes what this
             // connection receives. No reply on success.
             Message::SetAsync(c) => {
+                self.shared.set_async_config(self.id, c);
+                return Flow::Continue;
+            }
+            // 1.4+: only the properties the message carries change.
+            Message::SetAsyncProps(props) => {
+                let mut c = self.shared.async_config(self.id);
+                c.apply(&props);
                 self.shared.set_async_config(self.id, c);
                 return Flow::Continue;
             }

@@ -329,9 +329,12 @@ impl RoleMsg {
     }
 }
 
-/// GET_ASYNC_REPLY / SET_ASYNC body (OpenFlow 1.3 `ofp_async_config`): which asynchronous
-/// messages a connection receives, as bitmaps of reasons (bit N = reason N). Index 0 applies
-/// while the connection is master or equal, index 1 while it is slave.
+/// GET_ASYNC_REPLY / SET_ASYNC body: which asynchronous messages a connection receives, as
+/// bitmaps of reasons (bit N = reason N). Index 0 applies while the connection is master or
+/// equal, index 1 while it is slave. OpenFlow 1.3 (`ofp_async_config`) carries the first
+/// three pairs as six fixed words; 1.4 and 1.5 carry every pair as properties
+/// (`ofp_async_config_prop_reasons`, see [`AsyncProp`]), and add role status, table status and
+/// request-forward, which Vireo keeps and reports but never sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AsyncConfig {
     /// `ofp_packet_in_reason` bits.
@@ -340,20 +343,40 @@ pub struct AsyncConfig {
     pub port_status: [u32; 2],
     /// `ofp_flow_removed_reason` bits.
     pub flow_removed: [u32; 2],
+    /// `ofp_controller_role_reason` bits (1.4+).
+    pub role_status: [u32; 2],
+    /// `ofp_table_reason` bits (1.4+).
+    pub table_status: [u32; 2],
+    /// `ofp_requestforward_reason` bits (1.4+).
+    pub requestforward: [u32; 2],
 }
 
 impl Default for AsyncConfig {
     /// The spec's defaults (OpenFlow 1.3.1 §6.1.1, as Open vSwitch applies them): master and
     /// equal get packet-ins for no-match and action (not invalid-TTL), every port status and
-    /// every flow-removed; slaves get port status only.
+    /// every flow-removed; slaves get port status only. For the 1.4 additions: role status
+    /// for both (a demoted controller is the one that needs it), table vacancy events and
+    /// request-forward for master and equal.
     fn default() -> Self {
         AsyncConfig {
             packet_in: [0b011, 0],
             port_status: [0b111, 0b111],
             flow_removed: [0b1111, 0],
+            role_status: [0b111, 0b111],
+            table_status: [0b11000, 0],
+            requestforward: [0b11, 0],
         }
     }
 }
+
+/// One 1.4+ async-config property: `(type, mask)`. Types 0..=11 name a reason set and a role
+/// (even: slave, odd: master/equal) in the order packet-in, port status, flow removed, role
+/// status, table status, request-forward.
+pub type AsyncProp = (u16, u32);
+
+/// Number of reason-set property types (`OFPACPT_PACKET_IN_SLAVE` ..=
+/// `OFPACPT_REQUESTFORWARD_MASTER`).
+pub(crate) const ASYNC_PROP_TYPES: u16 = 12;
 
 impl AsyncConfig {
     /// Whether a connection in role `role` wants `msg` (true for every message that is not
@@ -369,11 +392,41 @@ impl AsyncConfig {
         reason < 32 && mask & (1 << reason) != 0
     }
 
+    fn slot(&mut self, prop_type: u16) -> Option<&mut u32> {
+        let role = usize::from(prop_type.is_multiple_of(2));
+        let set = match prop_type / 2 {
+            0 => &mut self.packet_in,
+            1 => &mut self.port_status,
+            2 => &mut self.flow_removed,
+            3 => &mut self.role_status,
+            4 => &mut self.table_status,
+            5 => &mut self.requestforward,
+            _ => return None,
+        };
+        Some(&mut set[role])
+    }
+
+    /// Applies 1.4+ properties (a SET_ASYNC changes only the properties it carries).
+    pub fn apply(&mut self, props: &[AsyncProp]) {
+        for &(t, mask) in props {
+            if let Some(m) = self.slot(t) {
+                *m = mask;
+            }
+        }
+    }
+
+    /// Every property, in type order (a GET_ASYNC_REPLY carries all of them).
+    pub fn props(&self) -> Vec<AsyncProp> {
+        let mut c = *self;
+        (0..ASYNC_PROP_TYPES)
+            .map(|t| (t, c.slot(t).map_or(0, |m| *m)))
+            .collect()
+    }
+
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self, OfError> {
         let mut c = AsyncConfig {
             packet_in: [r.u32()?, r.u32()?],
-            port_status: [0; 2],
-            flow_removed: [0; 2],
+            ..AsyncConfig::default()
         };
         c.port_status = [r.u32()?, r.u32()?];
         c.flow_removed = [r.u32()?, r.u32()?];
@@ -389,6 +442,41 @@ impl AsyncConfig {
         {
             out.put_u32(*m);
         }
+    }
+}
+
+/// Decodes 1.4+ async-config properties (the whole body). A property of another length is
+/// `OFPBPC_BAD_LEN`, an experimenter property `OFPBPC_BAD_EXPERIMENTER` (Vireo knows none),
+/// any other unknown type `OFPBPC_BAD_TYPE`, a type given twice `OFPBPC_DUP_TYPE`.
+pub(crate) fn decode_async_props(r: &mut Reader<'_>) -> Result<Vec<AsyncProp>, OfError> {
+    let mut props: Vec<AsyncProp> = Vec::new();
+    while r.remaining() > 0 {
+        let t = r.u16()?;
+        let len = r.u16()?;
+        if len != 8 {
+            return Err(errors::BAD_PROPERTY_BAD_LEN);
+        }
+        let mask = r.u32()?;
+        if t >= 0xfffe {
+            return Err(errors::BAD_PROPERTY_BAD_EXPERIMENTER);
+        }
+        if t >= ASYNC_PROP_TYPES {
+            return Err(errors::BAD_PROPERTY_BAD_TYPE);
+        }
+        if props.iter().any(|p| p.0 == t) {
+            return Err(errors::BAD_PROPERTY_DUP_TYPE);
+        }
+        props.push((t, mask));
+    }
+    Ok(props)
+}
+
+/// Encodes 1.4+ async-config properties.
+pub(crate) fn encode_async_props(props: &[AsyncProp], out: &mut Vec<u8>) {
+    for &(t, mask) in props {
+        out.put_u16(t);
+        out.put_u16(8);
+        out.put_u32(mask);
     }
 }
 

@@ -347,7 +347,9 @@ pub fn examples() -> Vec<Message> {
             packet_in: [0b111, 0b001],
             port_status: [0b001, 0],
             flow_removed: [0, 0b1000],
+            ..AsyncConfig::default()
         }),
+        Message::SetAsyncProps(vec![(1, 0b111), (4, 0b1000)]),
         Message::MeterMod(MeterMod {
             command: MeterModCommand::Add,
             flags: meter_flags::PKTPS | meter_flags::BURST | meter_flags::STATS,

@@ -121,7 +121,10 @@ pub enum Message {
     QueueGetConfigReply(u32),
     GetAsyncRequest,
     GetAsyncReply(AsyncConfig),
+    /// SET_ASYNC as 1.3 writes it: the whole configuration.
     SetAsync(AsyncConfig),
+    /// SET_ASYNC as 1.4 and 1.5 write it: only the properties it changes.
+    SetAsyncProps(Vec<AsyncProp>),
     MeterMod(MeterMod),
 }
 
@@ -243,7 +246,7 @@ impl Message {
             Message::QueueGetConfigReply(_) => t::QUEUE_GET_CONFIG_REPLY,
             Message::GetAsyncRequest => t::GET_ASYNC_REQUEST,
             Message::GetAsyncReply(_) => t::GET_ASYNC_REPLY,
-            Message::SetAsync(_) => t::SET_ASYNC,
+            Message::SetAsync(_) | Message::SetAsyncProps(_) => t::SET_ASYNC,
             Message::MeterMod(_) => t::METER_MOD,
         }
     }
@@ -277,6 +280,9 @@ impl Message {
                     self.encode_body(&mut out);
                 }
             }
+            OFP_VERSION if matches!(self, Message::SetAsyncProps(_)) => {
+                return Err(errors::BAD_REQUEST_BAD_TYPE)
+            }
             OFP_VERSION => self.encode_body(&mut out),
             _ => return Err(errors::BAD_REQUEST_BAD_VERSION),
         }
@@ -309,6 +315,8 @@ impl Message {
             Message::MultipartReply(m) => m.encode(out),
             Message::RoleRequest(r) | Message::RoleReply(r) => r.encode(out),
             Message::GetAsyncReply(c) | Message::SetAsync(c) => c.encode(out),
+            // Only 1.4+ can say "change these properties only" (refused in `encode_version`).
+            Message::SetAsyncProps(_) => {}
             Message::QueueGetConfigRequest(p) | Message::QueueGetConfigReply(p) => {
                 out.put_u32(*p);
                 out.pad(4);

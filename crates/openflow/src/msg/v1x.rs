@@ -6,8 +6,9 @@
 //! whose input port is a match (1.5), and 1.5 groups ([`super::group15`]).
 //! Everything else is shared with the 1.3 codec. Pure codec; runs on the decoding thread.
 
+use super::basic::{decode_async_props, encode_async_props};
 use super::multipart::multipart_type as mp;
-use super::{finish, msg_type, Header, Message, MultipartReply, MultipartReplyBody};
+use super::{finish, msg_type, AsyncConfig, Header, Message, MultipartReply, MultipartReplyBody};
 use super::{FlowRemoved, PortStats, PortStatus};
 use super::{FlowStats, MultipartRequest, MultipartRequestBody, PacketOut, Port, PortMod};
 use crate::action::{decode_actions, decode_instructions, encode_actions, encode_instructions};
@@ -54,13 +55,26 @@ pub(crate) fn decode_body(h: Header, r: &mut Reader<'_>) -> Result<Option<Messag
         }
         msg_type::GROUP_MOD if v15 => Message::GroupMod(super::group15::decode_group_mod(r)?),
         msg_type::MULTIPART_REPLY => return decode_reply(h, r),
-        // 1.4 turned the async configuration into properties; Vireo speaks it in 1.3 only.
+        // 1.4 turned the async configuration into properties: a reply carries all of them,
+        // a SET_ASYNC only those it changes.
+        msg_type::GET_ASYNC_REPLY => {
+            let mut c = AsyncConfig::default();
+            c.apply(&decode_async_props(r)?);
+            Message::GetAsyncReply(c)
+        }
+        // Every property present is the whole configuration (how 1.3's SET_ASYNC reads).
+        msg_type::SET_ASYNC => match decode_async_props(r)? {
+            p if p.len() == usize::from(super::basic::ASYNC_PROP_TYPES) => {
+                let mut c = AsyncConfig::default();
+                c.apply(&p);
+                Message::SetAsync(c)
+            }
+            p => Message::SetAsyncProps(p),
+        },
         // QUEUE_GET_CONFIG is gone from 1.4 (QUEUE_DESC replaced it).
-        msg_type::GET_ASYNC_REQUEST
-        | msg_type::GET_ASYNC_REPLY
-        | msg_type::SET_ASYNC
-        | msg_type::QUEUE_GET_CONFIG_REQUEST
-        | msg_type::QUEUE_GET_CONFIG_REPLY => return Err(errors::BAD_REQUEST_BAD_TYPE),
+        msg_type::QUEUE_GET_CONFIG_REQUEST | msg_type::QUEUE_GET_CONFIG_REPLY => {
+            return Err(errors::BAD_REQUEST_BAD_TYPE)
+        }
         _ => return Ok(None),
     }))
 }
@@ -107,11 +121,12 @@ pub(crate) fn encode_body(m: &Message, version: u8, out: &mut Vec<u8>) -> Result
         }
         Message::GroupMod(g) if v15 => super::group15::encode_group_mod(g, out),
         Message::MultipartReply(r) => return encode_reply(r, v15, out),
-        Message::GetAsyncRequest
-        | Message::GetAsyncReply(_)
-        | Message::SetAsync(_)
-        | Message::QueueGetConfigRequest(_)
-        | Message::QueueGetConfigReply(_) => return Err(errors::BAD_REQUEST_BAD_TYPE),
+        Message::GetAsyncReply(c) => encode_async_props(&c.props(), out),
+        Message::SetAsync(c) => encode_async_props(&c.props(), out),
+        Message::SetAsyncProps(p) => encode_async_props(p, out),
+        Message::QueueGetConfigRequest(_) | Message::QueueGetConfigReply(_) => {
+            return Err(errors::BAD_REQUEST_BAD_TYPE)
+        }
         _ => return Ok(false),
     }
     Ok(true)

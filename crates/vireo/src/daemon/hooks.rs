@@ -1,6 +1,6 @@
 //! What a bridge's OpenFlow endpoint needs from the rest of the switch: executing PACKET_OUT
-//! actions on the datapath, port counters for PORT_STATS / PORT_DESC, and revalidation after
-//! flow changes.
+//! actions on the datapath, port counters for PORT_STATS / PORT_DESC, revalidation after
+//! flow changes, and taking a port's interface down for PORT_MOD.
 //!
 //! Threads: called on OpenFlow connection threads. Holds only a weak reference to the runtime,
 //! so a bridge endpoint never keeps a stopped switch alive.
@@ -62,6 +62,25 @@ impl DatapathHooks for Hooks {
         if let Ok(shared) = self.shared() {
             shared.revalidate();
         }
+    }
+
+    fn set_port_admin(&self, bridge: &str, ofport: u32, up: bool) -> Result<(), String> {
+        let shared = self.shared()?;
+        let ofports = shared.pipeline.ports(bridge).map_err(|e| e.to_string())?;
+        let Some(pc) = ofports.iter().find(|p| p.ofport == ofport) else {
+            return Err(format!("no OpenFlow port {ofport} on {bridge}"));
+        };
+        let port = {
+            let ports = shared.ports.lock().unwrap_or_else(|e| e.into_inner());
+            match ports.get(&pc.name) {
+                Some(p) => p.port.clone(),
+                None => return Err(format!("port {} is not in the datapath", pc.name)),
+            }
+        };
+        port.set_admin_up(up).map_err(|e| e.0)?;
+        tracing::info!(port = %pc.name, up, "PORT_MOD: interface administratively {}",
+            if up { "up" } else { "down" });
+        Ok(())
     }
 }
 

@@ -3,10 +3,15 @@
 //! every second it credits the traffic the datapath's megaflows carried to the OpenFlow rules
 //! they came from (counters, idle timeouts), then expires flows (idle/hard timeouts) and
 //! reports them as FLOW_REMOVED; every 500 ms it lets each port do its upkeep
-//! (`Port::maintain`: kernel ports notice a deleted interface and re-open it when it is back).
+//! (`Port::maintain`: kernel ports notice a deleted interface and re-open it when it is back)
+//! and sends PORT_STATUS (modify) for every port whose link went up or down since the last
+//! look (which also updates fast-failover groups' liveness).
 //!
 //! Threads: its own; shares [`Shared`] with the control thread, never takes the `Switch` mutex.
 use super::runtime::Shared;
+use ofswitch::PortReason;
+use ports::Link;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -45,6 +50,7 @@ pub fn start(shared: Arc<Shared>) -> Result<Handle, String> {
 fn run(shared: &Shared, stop: &AtomicBool) {
     let mut last_expire = Instant::now();
     let mut last_maintain = Instant::now();
+    let mut links = BTreeMap::new();
     while !stop.load(Ordering::SeqCst) {
         std::thread::park_timeout(TICK);
         shared.revalidate_if_changed();
@@ -52,6 +58,7 @@ fn run(shared: &Shared, stop: &AtomicBool) {
         if last_maintain.elapsed() >= MAINTAIN_EVERY {
             last_maintain = Instant::now();
             maintain_ports(shared);
+            report_link_changes(shared, &mut links);
         }
         if last_expire.elapsed() >= EXPIRE_EVERY {
             last_expire = Instant::now();
@@ -79,6 +86,42 @@ fn maintain_ports(shared: &Shared) {
     for p in ports {
         p.maintain();
     }
+}
+
+/// PORT_STATUS (modify) for each port whose link state differs from `links` (the state at
+/// the previous call; a port seen for the first time is only recorded: its PORT_STATUS (add)
+/// was sent when it was added).
+fn report_link_changes(shared: &Shared, links: &mut BTreeMap<String, Link>) {
+    let bridges: Vec<(String, Arc<ofswitch::BridgeOf>)> = shared
+        .bridges
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|(n, b)| (n.clone(), b.clone()))
+        .collect();
+    let mut seen = BTreeMap::new();
+    for (br, of) in bridges {
+        let Ok(ofports) = shared.pipeline.ports(&br) else {
+            continue;
+        };
+        for pc in ofports {
+            let port = {
+                let ports = shared.ports.lock().unwrap_or_else(|e| e.into_inner());
+                match ports.get(&pc.name) {
+                    Some(p) => (p.no, p.port.clone()),
+                    None => continue,
+                }
+            };
+            let link = port.1.link();
+            if links.get(&pc.name).is_some_and(|l| *l != link) {
+                tracing::info!(port = %pc.name, ?link, "link changed");
+                let report = super::hooks::report(pc.ofport, &pc.name, port.0, port.1.as_ref());
+                of.port_status(PortReason::Modify, &report);
+            }
+            seen.insert(pc.name.clone(), link);
+        }
+    }
+    *links = seen;
 }
 
 fn deliver_packet_ins(shared: &Shared) {

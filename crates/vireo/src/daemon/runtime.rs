@@ -174,13 +174,15 @@ impl Runtime {
         self.pipeline.add_bridge(name).map_err(|e| e.to_string())?;
         let hooks = Arc::new(Hooks::new(Arc::downgrade(&self.shared)));
         let mgmt = self.run_dir.join(format!("{name}.mgmt"));
-        // vireod runs under umask 077, so the socket is created 0600 (no one else can
-        // connect) before it gets its mode and group here.
+        // vireod runs under umask 077, so the sockets (BR.mgmt and BR.snoop beside it) are
+        // created 0600 (no one else can connect) before they get their mode and group here.
         let made = BridgeOf::new(name, self.pipeline.clone(), hooks, &mgmt).and_then(|of| {
-            vhost::sockfile::apply(&mgmt, self.mgmt_access).map_err(|e| {
-                of.shutdown();
-                e.to_string()
-            })?;
+            for sock in [mgmt.clone(), mgmt.with_extension("snoop")] {
+                vhost::sockfile::apply(&sock, self.mgmt_access).map_err(|e| {
+                    of.shutdown();
+                    e.to_string()
+                })?;
+            }
             Ok(of)
         });
         let of = match made {

@@ -2,6 +2,7 @@
 //! against it.
 #![allow(dead_code)]
 pub mod host;
+pub mod ovs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -193,7 +193,8 @@ pub(crate) fn encode_body(m: &Message, out: &mut Vec<u8>) -> Result<(), OfError>
         | Message::RoleReply(_)
         | Message::GetAsyncRequest
         | Message::GetAsyncReply(_)
-        | Message::SetAsync(_) => return Err(errors::BAD_REQUEST_BAD_TYPE),
+        | Message::SetAsync(_)
+        | Message::SetAsyncProps(_) => return Err(errors::BAD_REQUEST_BAD_TYPE),
     };
     out[1] = mtype;
     Ok(())
