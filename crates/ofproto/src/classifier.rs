@@ -283,9 +283,12 @@ impl Subtable {
             }
         }
         *wc = wc.union(&self.mask);
-        self.rules
-            .get(&(key.masked(&self.mask), regs.masked(&self.regs_mask)))?
-            .first()
+        let r = if self.regs_mask.is_zero() {
+            Regs::ZERO
+        } else {
+            regs.masked(&self.regs_mask)
+        };
+        self.rules.get(&(key.masked(&self.mask), r))?.first()
     }
 }
 

@@ -260,7 +260,7 @@ fn parse_resubmit_port(
     }
     match parse_port(tok, s, ports)? {
         ofpp::IN_PORT => Ok(None),
-        p if p == 0 || (p > ofpp::MAX && p != ofpp::LOCAL) => {
+        p if p == 0 || (p > 0xfeff && p != ofpp::LOCAL) => {
             err(tok, format!("cannot resubmit as if from port `{s}`"))
         }
         p => Ok(Some(p)),

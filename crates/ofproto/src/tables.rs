@@ -74,8 +74,9 @@ pub(crate) fn check_action(a: &OfAction) -> Result<(), OfError> {
         OfAction::Group(g) if g > GROUP_MAX => Err(OfError::BadOutGroup(g)),
         OfAction::Ct(ref ct) => check_ct(ct),
         OfAction::CtClear => Ok(()),
+        // The wire form (NXAST_RESUBMIT_TABLE) holds a 16-bit port: 1..0xfeff or LOCAL.
         OfAction::Resubmit { port, .. } => match port {
-            Some(p) if p == 0 || (p > ofpp::MAX && p != ofpp::IN_PORT && p != ofpp::LOCAL) => {
+            Some(p) if p == 0 || (p > 0xfeff && p != ofpp::IN_PORT && p != ofpp::LOCAL) => {
                 Err(OfError::BadOutPort(p))
             }
             _ => Ok(()),

@@ -1,7 +1,7 @@
 //! Nicira extensions in the pipeline: registers (matches that do not widen the megaflow,
 //! loads, set_field, xreg/xxreg views), resubmit chains and their limits, move from packet
 //! fields (un-wildcarding what it copied), dec_ttl (rewrite, packet-in reason invalid_ttl),
-//! note, ct refused at FLOW_MOD time, and the ovs-ofctl text of all of them.
+//! note, extension actions refused in write_actions, and the ovs-ofctl text of all of them.
 mod common;
 
 use common::*;
@@ -343,6 +343,7 @@ fn text_syntax_errors_name_the_token() {
         ("ip,actions=ct(commit,exec(output:1))", "ct_mark"),
         ("ip,actions=ct(force)", "force needs commit"),
         ("actions=resubmit(,255)", "table"),
+        ("actions=resubmit(70000,1)", "cannot resubmit"),
         ("ip,actions=dec_ttl(1,2)", "controller ids"),
         ("tun_id=5,actions=drop", "tunnel"),
         ("reg0=0x100000000,actions=drop", "wider"),

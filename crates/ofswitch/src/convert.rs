@@ -268,6 +268,20 @@ fn set_field_to_pipeline(f: &X) -> Result<SetField, OfError> {
 pub fn action_to_pipeline_multi(a: &WAction) -> Result<Vec<OfAction>, OfError> {
     match a {
         WAction::Nx(nx) => nx_to_pipeline(nx),
+        // OpenFlow 1.5's copy-field is what NXAST_REG_MOVE is in 1.0-1.4.
+        WAction::CopyField {
+            n_bits,
+            src_ofs,
+            dst_ofs,
+            src,
+            dst,
+        } => nx_to_pipeline(&NxAction::RegMove {
+            n_bits: *n_bits,
+            src_ofs: *src_ofs,
+            dst_ofs: *dst_ofs,
+            src: *src,
+            dst: *dst,
+        }),
         WAction::SetField(X::Nx(f)) => nxm_set_field(f),
         WAction::DecNwTtl => Ok(vec![OfAction::DecTtl]),
         a => Ok(vec![action_to_pipeline(a)?]),
@@ -277,7 +291,10 @@ pub fn action_to_pipeline_multi(a: &WAction) -> Result<Vec<OfAction>, OfError> {
 /// Wire action → pipeline action. Actions the datapath cannot execute give BAD_ACTION.
 pub fn action_to_pipeline(a: &WAction) -> Result<OfAction, OfError> {
     Ok(match a {
-        WAction::Nx(_) | WAction::SetField(X::Nx(_)) | WAction::DecNwTtl => {
+        WAction::Nx(_)
+        | WAction::SetField(X::Nx(_))
+        | WAction::DecNwTtl
+        | WAction::CopyField { .. } => {
             let mut v = action_to_pipeline_multi(a)?;
             if v.len() != 1 {
                 return Err(errors::BAD_ACTION_BAD_SET_ARGUMENT);

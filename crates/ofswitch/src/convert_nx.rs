@@ -97,8 +97,8 @@ fn field_of_nxm(f: &NxmField) -> Option<NxField> {
     field_of_header(header(f.class, f.field, f.width() as u8)).ok()
 }
 
-/// An NXM match TLV into the match's register file; tunnel and ct fields are refused
-/// (`OFPBMC_BAD_FIELD`: tunnels are not in the pipeline; ct fields belong to conntrack).
+/// An NXM match TLV into the match's register file (ct fields go through `convert_ct`
+/// first); tunnel fields are refused (`OFPBMC_BAD_FIELD`: tunnels are not in the pipeline).
 pub fn nxm_match_field(out: &mut PMatch, f: &NxmField) -> Result<(), OfError> {
     match field_of_nxm(f) {
         Some(nf) if nf.is_register() => {
@@ -348,6 +348,7 @@ pub fn nx_to_pipeline(a: &NxAction) -> Result<Vec<OfAction>, OfError> {
         NxAction::Ct(ct) => OfAction::Ct(ct_from_wire(ct)?),
         NxAction::Nat(_) => return Err(errors::BAD_ACTION_BAD_ARGUMENT),
         NxAction::CtClear => OfAction::CtClear,
+        NxAction::DecTtl => OfAction::DecTtl,
     }])
 }
 

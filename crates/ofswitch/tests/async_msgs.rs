@@ -278,3 +278,72 @@ fn every_example_message_is_answered_without_harm() {
     let (_, sent) = inject(&h, 1, &frame(MAC_A, MAC_B, 0x0800, &[0x45]));
     assert_eq!(sent.iter().map(|(p, _)| *p).collect::<Vec<_>>(), vec![12]);
 }
+
+/// `dec_ttl` (OFPAT_DEC_NW_TTL, as ovs-ofctl writes it) on a TTL-1 packet: a packet-in with
+/// reason invalid_ttl (2), sent only to a controller whose async config asks for it (the
+/// default, as OVS's, leaves it out); a TTL-64 packet leaves with TTL 63.
+#[test]
+fn dec_ttl_sends_invalid_ttl_packet_ins_when_asked() {
+    let h = start();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    h.br.set_controllers(&[format!("ptcp:{port}:127.0.0.1")])
+        .unwrap();
+    let mut c = Client::connect(port);
+    c.expect(|_, m| matches!(m, Message::Hello(_)).then_some(()));
+    let mut fm = FlowMod::add(
+        10,
+        openflow::Match::new(vec![OxmField::EthType(0x0800)]),
+        vec![Instruction::ApplyActions(vec![
+            Action::DecNwTtl,
+            Action::Output {
+                port: 2,
+                max_len: 0,
+            },
+        ])],
+    );
+    fm.cookie = 0x77;
+    c.send(&Message::FlowMod(fm));
+    c.barrier();
+    assert!(wait_for(Duration::from_secs(5), || h.br.controllers()[0].connected));
+    let ip = |ttl: u8| {
+        let mut b = vec![
+            0x45, 0, 0, 20, 0, 0, 0, 0, ttl, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ];
+        let c = wire::checksum::compute(&b);
+        b[10..12].copy_from_slice(&c.to_be_bytes());
+        frame(MAC_A, MAC_B, 0x0800, &b)
+    };
+    let (t, sent) = inject(&h, 1, &ip(64));
+    assert_eq!(
+        t.actions,
+        vec![dpif::Action::SetIpTtl(63), dpif::Action::Output(12)]
+    );
+    assert_eq!(sent[0].1[22], 63);
+
+    // Default async config: no invalid-TTL packet-in (anything queued before the barrier
+    // reply would come first).
+    let (t, sent) = inject(&h, 1, &ip(1));
+    assert!(sent.is_empty(), "nothing leaves: {:?}", t.actions);
+    let x = c.send(&Message::BarrierRequest);
+    c.expect(|xid, m| match m {
+        Message::PacketIn(p) => panic!("unasked invalid-TTL packet-in: {p:?}"),
+        Message::BarrierReply if xid == x => Some(()),
+        _ => None,
+    });
+    // Ask for reason 2 as master.
+    c.send(&Message::SetAsync(AsyncConfig {
+        packet_in: [0b111, 0],
+        ..AsyncConfig::default()
+    }));
+    c.barrier();
+    inject(&h, 1, &ip(1));
+    let pin = c.expect(|_, m| match m {
+        Message::PacketIn(p) => Some(p),
+        _ => None,
+    });
+    assert_eq!((pin.reason, pin.cookie), (2, 0x77));
+    assert_eq!(pin.data[22], 1, "the packet as it came");
+}

@@ -25,6 +25,8 @@ pub mod action_type {
     pub const SET_FIELD: u16 = 25;
     pub const PUSH_PBB: u16 = 26;
     pub const POP_PBB: u16 = 27;
+    /// OpenFlow 1.5 `OFPAT_COPY_FIELD` (ovs-ofctl's `move` in 1.5).
+    pub const COPY_FIELD: u16 = 28;
     pub const EXPERIMENTER: u16 = 0xffff;
 }
 
@@ -54,6 +56,15 @@ pub enum Action {
     PopPbb,
     /// A Nicira experimenter action (see [`crate::nx`]).
     Nx(NxAction),
+    /// OpenFlow 1.5 `OFPAT_COPY_FIELD`: `n_bits` bits from `src` at `src_ofs` to `dst` at
+    /// `dst_ofs` (32-bit OXM/NXM headers), what `NXAST_REG_MOVE` is in 1.0-1.4.
+    CopyField {
+        n_bits: u16,
+        src_ofs: u16,
+        dst_ofs: u16,
+        src: u32,
+        dst: u32,
+    },
 }
 
 impl Action {
@@ -85,6 +96,20 @@ impl Action {
                 }
             }
             t::SET_FIELD => return decode_set_field(&mut a),
+            t::COPY_FIELD => {
+                fixed(24)?;
+                let n_bits = a.u16()?;
+                let src_ofs = a.u16()?;
+                let dst_ofs = a.u16()?;
+                a.skip(2)?;
+                Action::CopyField {
+                    n_bits,
+                    src_ofs,
+                    dst_ofs,
+                    src: a.u32()?,
+                    dst: a.u32()?,
+                }
+            }
             t::EXPERIMENTER => Action::Nx(NxAction::decode(&mut a, len)?),
             _ => {
                 fixed(8)?;
@@ -101,6 +126,24 @@ impl Action {
         let (atype, arg) = match *self {
             Action::Nx(ref nx) => {
                 nx.encode(out);
+                return;
+            }
+            Action::CopyField {
+                n_bits,
+                src_ofs,
+                dst_ofs,
+                src,
+                dst,
+            } => {
+                out.put_u16(t::COPY_FIELD);
+                out.put_u16(24);
+                out.put_u16(n_bits);
+                out.put_u16(src_ofs);
+                out.put_u16(dst_ofs);
+                out.pad(2);
+                out.put_u32(src);
+                out.put_u32(dst);
+                out.pad(4);
                 return;
             }
             Action::Output { port, max_len } => {
@@ -195,7 +238,9 @@ fn decode_set_field(a: &mut Reader<'_>) -> Result<Action, OfError> {
         errors::BAD_MATCH_BAD_LEN => errors::BAD_ACTION_BAD_SET_LEN,
         _ => errors::BAD_ACTION_BAD_SET_ARGUMENT,
     })?;
-    if f.has_mask() {
+    // Masks: only on Nicira-class fields (registers), as OpenFlow 1.5 and ovs-ofctl write
+    // `load` there; a basic field's set-field takes no mask in 1.3.
+    if f.has_mask() && !matches!(f, OxmField::Nx(_)) {
         return Err(errors::BAD_ACTION_BAD_SET_ARGUMENT);
     }
     // What remains is padding; it must be shorter than 8 bytes.
@@ -253,6 +298,14 @@ impl Instruction {
             Instruction::ApplyActions(_) => t::APPLY_ACTIONS,
             Instruction::ClearActions => t::CLEAR_ACTIONS,
             Instruction::Meter(_) => t::METER,
+        }
+    }
+
+    /// The actions of an apply / write instruction (empty for the others).
+    pub fn actions_ref(&self) -> &[Action] {
+        match self {
+            Instruction::ApplyActions(a) | Instruction::WriteActions(a) => a,
+            _ => &[],
         }
     }
 

@@ -25,6 +25,7 @@ pub mod subtype {
     pub const REG_LOAD: u16 = 7;
     pub const NOTE: u16 = 8;
     pub const RESUBMIT_TABLE: u16 = 14;
+    pub const DEC_TTL: u16 = 18;
     pub const DEC_TTL_CNT_IDS: u16 = 21;
     pub const REG_LOAD2: u16 = 33;
     pub const CT: u16 = 35;
@@ -258,6 +259,9 @@ pub enum NxAction {
     RegLoad2(NxmField),
     /// `NXAST_NOTE`: the bytes after the subtype (padding included, as OVS keeps it).
     Note(Vec<u8>),
+    /// `NXAST_DEC_TTL`: how ovs-ofctl writes `dec_ttl` in OpenFlow 1.0 (1.3 uses the
+    /// standard `OFPAT_DEC_NW_TTL`).
+    DecTtl,
     /// `NXAST_DEC_TTL_CNT_IDS`: dec_ttl naming controller ids.
     DecTtlCntIds(Vec<u16>),
     /// `NXAST_CT`.
@@ -379,6 +383,10 @@ impl NxAction {
                 exact(len, 16)?;
                 NxAction::CtClear
             }
+            s::DEC_TTL => {
+                exact(len, 16)?;
+                NxAction::DecTtl
+            }
             _ => return Err(errors::BAD_ACTION_BAD_EXP_TYPE),
         })
     }
@@ -451,6 +459,7 @@ impl NxAction {
                 encode_nat(n, out);
             }
             NxAction::CtClear => out.put_u16(s::CT_CLEAR),
+            NxAction::DecTtl => out.put_u16(s::DEC_TTL),
         }
         // Every Nicira action is at least 16 bytes and a multiple of 8.
         while out.len() - start < 16 {
@@ -533,4 +542,121 @@ fn encode_nat(n: &NxNat, out: &mut Vec<u8>) {
     for p in [n.proto_min, n.proto_max].into_iter().flatten() {
         out.put_u16(p);
     }
+}
+
+/// The actions as OpenFlow 1.5 writes them (OVS refuses `NXAST_REG_LOAD` / `NXAST_REG_MOVE`
+/// there): a load into a Nicira-class field becomes a masked set-field, a move becomes
+/// `OFPAT_COPY_FIELD`; inside `ct` too. Other actions are unchanged.
+pub fn actions_for_openflow15(acts: &[Action]) -> Vec<Action> {
+    acts.iter()
+        .map(|a| match a {
+            Action::Nx(NxAction::RegLoad {
+                ofs_nbits,
+                dst,
+                value,
+            }) => {
+                let (cls, field, _, _) = split_header(*dst);
+                let ofs = u32::from(ofs_nbits >> 6);
+                let nbits = u32::from(ofs_nbits & 0x3f) + 1;
+                let width = nxm_shape(cls, field).map_or(0, |s| s.0) as u32 * 8;
+                if (cls == class::NXM1 || cls == class::PKT_REG) && ofs + nbits <= width {
+                    let mask = (u128::MAX >> (128 - nbits)) << ofs;
+                    Action::SetField(crate::oxm::OxmField::Nx(NxmField {
+                        class: cls,
+                        field,
+                        value: (u128::from(*value) << ofs) & mask,
+                        mask: Some(mask),
+                    }))
+                } else {
+                    a.clone()
+                }
+            }
+            Action::Nx(NxAction::RegMove {
+                n_bits,
+                src_ofs,
+                dst_ofs,
+                src,
+                dst,
+            }) => Action::CopyField {
+                n_bits: *n_bits,
+                src_ofs: *src_ofs,
+                dst_ofs: *dst_ofs,
+                src: *src,
+                dst: *dst,
+            },
+            Action::Nx(NxAction::Ct(ct)) => Action::Nx(NxAction::Ct(NxCt {
+                actions: actions_for_openflow15(&ct.actions),
+                ..ct.clone()
+            })),
+            a => a.clone(),
+        })
+        .collect()
+}
+
+fn needs_15(acts: &[Action]) -> bool {
+    acts.iter().any(|a| match a {
+        Action::Nx(NxAction::RegLoad { .. } | NxAction::RegMove { .. }) => true,
+        Action::Nx(NxAction::Ct(ct)) => needs_15(&ct.actions),
+        _ => false,
+    })
+}
+
+fn insts_for_openflow15(insts: &mut [crate::action::Instruction]) {
+    use crate::action::Instruction as I;
+    for i in insts {
+        if let I::ApplyActions(a) | I::WriteActions(a) = i {
+            if needs_15(a) {
+                *a = actions_for_openflow15(a);
+            }
+        }
+    }
+}
+
+/// `m` as OpenFlow 1.5 writes its Nicira loads and moves (see [`actions_for_openflow15`]), or
+/// None when nothing in it changes (no copy is made then).
+pub fn message_for_openflow15(m: &crate::msg::Message) -> Option<crate::msg::Message> {
+    use crate::action::Instruction as I;
+    use crate::msg::{Message as M, MultipartReplyBody as B};
+    let insts_need = |insts: &[I]| insts.iter().any(|i| needs_15(i.actions_ref()));
+    let need = match m {
+        M::FlowMod(fm) => insts_need(&fm.instructions),
+        M::PacketOut(po) => needs_15(&po.actions),
+        M::GroupMod(gm) => gm.buckets.iter().any(|b| needs_15(&b.actions)),
+        M::MultipartReply(r) => match &r.body {
+            B::Flow(flows) => flows.iter().any(|f| insts_need(&f.instructions)),
+            B::GroupDesc(ds) => ds
+                .iter()
+                .any(|d| d.buckets.iter().any(|b| needs_15(&b.actions))),
+            _ => false,
+        },
+        _ => false,
+    };
+    if !need {
+        return None;
+    }
+    let mut out = m.clone();
+    match &mut out {
+        M::FlowMod(fm) => insts_for_openflow15(&mut fm.instructions),
+        M::PacketOut(po) => po.actions = actions_for_openflow15(&po.actions),
+        M::GroupMod(gm) => {
+            for b in &mut gm.buckets {
+                b.actions = actions_for_openflow15(&b.actions);
+            }
+        }
+        M::MultipartReply(r) => match &mut r.body {
+            B::Flow(flows) => {
+                for f in flows {
+                    insts_for_openflow15(&mut f.instructions);
+                }
+            }
+            B::GroupDesc(ds) => {
+                for b in ds.iter_mut().flat_map(|d| d.buckets.iter_mut()) {
+                    b.actions = actions_for_openflow15(&b.actions);
+                }
+            }
+            _ => {}
+        },
+        _ => {}
+    }
+    Some(out)
 }

@@ -46,7 +46,7 @@ fn malformed() -> Vec<(Vec<u8>, OfError)> {
     let mut unknown_action = flow_mod_raw(17, vec![]);
     unknown_action.extend_from_slice(&[0, 4, 0, 16, 0, 0, 0, 0, 0, 99, 0, 8, 0, 0, 0, 0]);
     let mut exp_action = flow_mod_raw(18, vec![]);
-    exp_action.extend_from_slice(&[0, 4, 0, 24, 0, 0, 0, 0, 0xff, 0xff, 0, 16, 0, 0, 0x23, 0x20]);
+    exp_action.extend_from_slice(&[0, 4, 0, 24, 0, 0, 0, 0, 0xff, 0xff, 0, 16, 0, 0, 0x23, 0x21]); // not Nicira
     exp_action.extend_from_slice(&[0; 8]);
     let mut unknown_field = flow_mod_raw(19, vec![OxmField::InPort(1)]);
     unknown_field[48 + 4 + 2] = 100 << 1;

@@ -165,9 +165,19 @@ fn registers_resubmit_move_and_dec_ttl_steer_real_frames() {
         "add-flow",
         &["priority=100,in_port=3,actions=resubmit(,1),output:1"],
     );
+    must(
+        &run,
+        None,
+        "add-flow",
+        &["priority=90,ip,in_port=3,actions=dec_ttl,output:2"],
+    );
     let dump10 = must(&run, None, "dump-flows", &[]);
     assert!(
         dump10.contains("priority=100,in_port=3 actions=resubmit(,1),output:1"),
+        "{dump10}"
+    );
+    assert!(
+        dump10.contains("priority=90,ip,in_port=3 actions=dec_ttl,output:2"),
         "{dump10}"
     );
 
@@ -189,6 +199,25 @@ fn registers_resubmit_move_and_dec_ttl_steer_real_frames() {
         ),
         "{dump}"
     );
+
+    // A resubmit loop: the packet is dropped and counted (`vireoctl show`'s JSON).
+    must(
+        &run,
+        v13,
+        "add-flow",
+        &["table=0,priority=200,in_port=3,actions=output:1,resubmit(,0)"],
+    );
+    let before = d.json(&["show"])["pipeline"]["xlate_limit_drops"]
+        .as_u64()
+        .unwrap();
+    let looped = ip_frame(0x0c, 0x0a, 64, 9);
+    d.ok(&["inject", "p3", &hex(&looped)]);
+    assert!(wait_for(|| d.json(&["show"])["pipeline"]
+        ["xlate_limit_drops"]
+        .as_u64()
+        .unwrap()
+        > before));
+    assert!(!captured(&d, "p1").contains(&hex(&looped)));
 
     // ct is decoded and installed (the datapath tracks connections: see conntrack.rs).
     let o = ofctl(

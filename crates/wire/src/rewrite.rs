@@ -276,4 +276,23 @@ mod tests {
         assert!(set_tp_dst(&mut f, 9));
         assert_eq!(be16(&f, 40), 0);
     }
+
+    #[test]
+    fn ttl_rewrite_keeps_the_ipv4_checksum_and_sets_the_ipv6_hop_limit() {
+        let mut f = udp_frame();
+        assert!(set_ip_ttl(&mut f, 63));
+        assert_eq!(f[22], 63);
+        assert!(udp_ok(&f));
+        let mut v6 = vec![0u8; 14 + 40];
+        v6[12..14].copy_from_slice(&[0x86, 0xdd]);
+        v6[14] = 0x60;
+        v6[21] = 64;
+        assert!(set_ip_ttl(&mut v6, 63));
+        assert_eq!(v6[21], 63);
+        let mut arp = vec![0u8; 42];
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        let before = arp.clone();
+        assert!(!set_ip_ttl(&mut arp, 1));
+        assert_eq!(arp, before);
+    }
 }

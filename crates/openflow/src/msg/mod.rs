@@ -275,7 +275,15 @@ impl Message {
         match version {
             _ if matches!(self, Message::Hello(_)) => self.encode_body(&mut out),
             OFP10 => v10::encode_body(self, &mut out)?,
-            OFP14 | OFP15 => {
+            OFP15 => {
+                // Nicira loads / moves as 1.5 writes them (masked set-field, copy-field).
+                let m15 = crate::nx::message_for_openflow15(self);
+                let m = m15.as_ref().unwrap_or(self);
+                if !v1x::encode_body(m, version, &mut out)? {
+                    m.encode_body(&mut out);
+                }
+            }
+            OFP14 => {
                 if !v1x::encode_body(self, version, &mut out)? {
                     self.encode_body(&mut out);
                 }

@@ -405,6 +405,12 @@ impl Switch {
             b["controllers"] = self.rt.controller_status(&name);
         }
         data["control"] = super::control::COUNTERS.json();
+        // Translations cut by a resubmit / work limit (their packets dropped), packet-ins
+        // dropped on a full queue.
+        data["pipeline"] = json!({
+            "xlate_limit_drops": self.rt.pipeline.xlate_limit_drops(),
+            "packet_in_drops": self.rt.pipeline.packet_in_drops(),
+        });
         Response::ok(format::show_text(&data), data)
     }
 

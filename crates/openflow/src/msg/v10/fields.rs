@@ -453,6 +453,8 @@ pub fn encode_actions(actions: &[Action], out: &mut Vec<u8>) {
                 _ => {}
             },
             Action::Nx(ref nx) => nx.encode(out),
+            // 1.0 has no DEC_NW_TTL: ovs-ofctl writes Nicira's.
+            Action::DecNwTtl => crate::nx::NxAction::DecTtl.encode(out),
             _ => {}
         }
         i += 1;
