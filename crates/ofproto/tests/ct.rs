@@ -146,3 +146,32 @@ fn ct_clear_translates_and_bad_ct_rules_are_refused() {
         assert!(pl.add_flow("br0", bad).is_err(), "{bad} must be refused");
     }
 }
+
+#[test]
+fn megaflows_after_recirculation_revalidate_like_any_other() {
+    let pl = pipeline();
+    flows(&pl, TUTORIAL);
+    let id = ct_of(&xlate(&pl, &base()).actions[0]).recirc.unwrap();
+    let est = recirculated(&base(), id, state::TRK | state::EST, 0);
+    // As the datapath installs it: in_port and recirc_id exact, the key masked.
+    let installed = |pl: &ofproto::Pipeline| {
+        let t = xlate(pl, &est);
+        let mut mask = t.mask;
+        mask.set_exact(Field::InPort);
+        mask.set_exact(Field::RecircId);
+        (est.masked(&mask), mask, t.actions, t.deps.tags.to_vec())
+    };
+    let (k, m, acts, tags) = installed(&pl);
+    assert_eq!(acts, vec![Action::Output(dp(2))]);
+    assert!(pl.still_valid_flow(&k, &m, &acts, &tags), "nothing changed");
+    // A change to the rule the recirculated walk used makes the megaflow stale.
+    pl.add_flow(
+        "br0",
+        "table=1,in_port=1,ip,ct_state=+trk+est,actions=output:3",
+    )
+    .unwrap();
+    assert!(!pl.still_valid_flow(&k, &m, &acts, &tags), "rule changed");
+    let (k2, m2, acts2, tags2) = installed(&pl);
+    assert_eq!(acts2, vec![Action::Output(dp(3))]);
+    assert!(pl.still_valid_flow(&k2, &m2, &acts2, &tags2));
+}
