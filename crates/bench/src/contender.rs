@@ -293,6 +293,8 @@ impl Contender for Ovs {
 
 /// Vireo: vireod with its PMD on the switch core, configured with vireoctl.
 pub struct Vireo {
+    /// `vireo`, or `vireo@DIR` for another build (A/B in the same rounds).
+    pub label: &'static str,
     core: usize,
     bin_dir: PathBuf,
     /// Use `vhost-user` server ports instead of `vhost-user-client`.
@@ -305,6 +307,7 @@ impl Vireo {
     /// vireod and vireoctl are taken from `bin_dir`.
     pub fn new(core: usize, bin_dir: PathBuf) -> Vireo {
         Vireo {
+            label: "vireo",
             core,
             bin_dir,
             server_ports: false,
@@ -321,9 +324,32 @@ impl Vireo {
     }
 }
 
+/// `add-br br0 internal=false` (no host interface on the bridge, nothing for the kernel to
+/// send into it); a vireod from before the internal port rejects the option and never makes
+/// one, so there the bridge is added again without it. Returns whether the option was taken.
+pub fn add_bridge(ctl: impl Fn(&[&str]) -> Result<String, String>) -> Result<bool, String> {
+    match ctl(&["add-br", "br0", "internal=false"]) {
+        Ok(_) => Ok(true),
+        Err(new) => match ctl(&["add-br", "br0"]) {
+            Ok(_) => {
+                eprintln!(
+                    "vireo-bench: this vireod refused internal=false ({}); bridge added without it (an older build)",
+                    new.trim()
+                );
+                Ok(false)
+            }
+            Err(old) => Err(format!(
+                "add-br failed: {} (and without internal=false: {})",
+                new.trim(),
+                old.trim()
+            )),
+        },
+    }
+}
+
 impl Contender for Vireo {
     fn name(&self) -> &'static str {
-        "vireo"
+        self.label
     }
     fn check(&self) -> Result<(), String> {
         for b in ["vireod", "vireoctl"] {
@@ -354,7 +380,7 @@ impl Contender for Vireo {
                 .unwrap_or_default();
             return Err(format!("vireod did not start: {tail}"));
         }
-        self.ctl(dir, &["add-br", "br0", "internal=false"])?;
+        add_bridge(|a| self.ctl(dir, a))?;
         let s = socks(dir);
         let ty = if self.server_ports {
             "type=vhost-user"
@@ -421,5 +447,38 @@ impl Contender for Vireo {
 impl Drop for Ovs {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    #[test]
+    fn add_bridge_falls_back_for_an_older_vireod() {
+        // A vireoctl from before the internal port: the option is an error, the plain form works.
+        let calls = RefCell::new(Vec::new());
+        let old = |a: &[&str]| {
+            calls.borrow_mut().push(a.join(" "));
+            if a.len() > 2 {
+                Err("vireoctl: unknown option internal=false".to_string())
+            } else {
+                Ok(String::new())
+            }
+        };
+        assert_eq!(add_bridge(old), Ok(false));
+        assert_eq!(*calls.borrow(), ["add-br br0 internal=false", "add-br br0"]);
+        // A current one takes it the first time.
+        calls.borrow_mut().clear();
+        let new = |a: &[&str]| {
+            calls.borrow_mut().push(a.join(" "));
+            Ok(String::new())
+        };
+        assert_eq!(add_bridge(new), Ok(true));
+        assert_eq!(calls.borrow().len(), 1);
+        // Both refused: one error naming both answers.
+        let e = add_bridge(|_| Err("no daemon".to_string())).unwrap_err();
+        assert!(e.contains("add-br failed: no daemon (and without"), "{e}");
     }
 }

@@ -114,12 +114,18 @@ fn leading_f64(s: &str) -> Option<f64> {
 
 /// Sums the PMD threads of OVS `dpif-netdev/pmd-stats-show` (the main thread is ignored).
 pub fn ovs_pmd_stats(out: &str) -> Option<PmdCycles> {
+    ovs_thread_stats(out, false)
+}
+
+/// Sums the PMD threads and, with `main`, the main thread (which polls the ports that are
+/// not PMD ports: `system` and `tap` in a netdev bridge).
+pub fn ovs_thread_stats(out: &str, main: bool) -> Option<PmdCycles> {
     let mut c = PmdCycles::default();
     let mut in_pmd = false;
     let mut any = false;
     for line in out.lines() {
         if !line.starts_with(' ') && !line.starts_with('\t') {
-            in_pmd = line.starts_with("pmd thread");
+            in_pmd = line.starts_with("pmd thread") || (main && line.starts_with("main thread"));
             any |= in_pmd;
             continue;
         }

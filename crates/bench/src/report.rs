@@ -31,6 +31,9 @@ pub struct Meta {
     pub trial_secs: f64,
     /// Contenders skipped, with the reason.
     pub skipped: BTreeMap<String, String>,
+    /// /proc/loadavg at the start (the machine may be shared).
+    #[serde(default)]
+    pub load: Option<String>,
 }
 
 /// One measurement: a contender, a scenario, a generator, a round.
@@ -66,6 +69,9 @@ pub struct Record {
     pub switch_cpu: Option<f64>,
     /// Share of a core the generator got while measuring.
     pub gen_cpu: Option<f64>,
+    /// What the generator sent, Mpps (kernel-port scenarios, where it is open-loop).
+    #[serde(default)]
+    pub offered_mpps: Option<f64>,
 }
 
 /// Median and spread of one metric.
@@ -115,6 +121,9 @@ pub fn metrics(r: &Record) -> Vec<(&'static str, f64)> {
             _ => continue,
         };
         v.push((name, s.rate_pps / 1e6));
+    }
+    if let Some(x) = r.offered_mpps {
+        v.push(("offered_mpps", x));
     }
     if let Some(x) = r.switch_cpu {
         v.push(("switch_cpu", x));
@@ -325,11 +334,16 @@ pub const END: &str = "<!-- END vireo-bench results -->";
 
 /// Replaces the text between the markers (appends the markers if missing).
 pub fn replace_section(doc: &str, body: &str) -> String {
-    match (doc.find(BEGIN), doc.find(END)) {
+    replace_marked(doc, BEGIN, END, body)
+}
+
+/// Replaces the text between `begin` and `end` (appends both if missing).
+pub fn replace_marked(doc: &str, begin: &str, end: &str, body: &str) -> String {
+    match (doc.find(begin), doc.find(end)) {
         (Some(b), Some(e)) if b < e => {
-            format!("{}{BEGIN}\n{body}{END}{}", &doc[..b], &doc[e + END.len()..])
+            format!("{}{begin}\n{body}{end}{}", &doc[..b], &doc[e + end.len()..])
         }
-        _ => format!("{doc}\n{BEGIN}\n{body}{END}\n"),
+        _ => format!("{doc}\n{begin}\n{body}{end}\n"),
     }
 }
 

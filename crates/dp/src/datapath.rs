@@ -431,6 +431,14 @@ impl Datapath {
     }
 
     /// Stops every PMD and the housekeeping thread. Idempotent; also run on drop.
+    /// Returns once every PMD has finished the iteration it was in (and so sent every packet
+    /// it had received before the call): the barrier of `vireoctl upgrade` between stopping
+    /// the guest tx rings and the guest rx rings.
+    pub fn quiesce(&self) -> Result<(), DpError> {
+        let ctl = self.inner.control()?;
+        self.inner.bump_and_wait(&ctl.pmds)
+    }
+
     pub fn shutdown(&self) {
         self.inner.stop.store(true, SeqCst);
         let hk = self

@@ -228,6 +228,47 @@ impl BridgeOf {
         mgmt_socket: &Path,
         config: BridgeOfConfig,
     ) -> Result<BridgeOf, String> {
+        Self::build(bridge, pipeline, hooks, mgmt_socket, None, config)
+    }
+
+    /// [`BridgeOf::new`] serving `mgmt`, the bridge's management socket handed over by the
+    /// vireod this one replaces (`vireoctl upgrade`), instead of binding `mgmt_socket`.
+    pub fn with_mgmt_listener(
+        bridge: &str,
+        pipeline: Arc<Pipeline>,
+        hooks: Arc<dyn DatapathHooks>,
+        mgmt_socket: &Path,
+        mgmt: std::os::unix::net::UnixListener,
+    ) -> Result<BridgeOf, String> {
+        Self::build(
+            bridge,
+            pipeline,
+            hooks,
+            mgmt_socket,
+            Some(mgmt),
+            BridgeOfConfig::default(),
+        )
+    }
+
+    /// A duplicate of the management socket, to hand it to the next vireod (the file stays
+    /// where it is: the process handing it over exits without removing it).
+    pub fn mgmt_socket(&self) -> Option<std::os::fd::OwnedFd> {
+        let l = lock(&self._mgmt_listener);
+        l.as_ref()?
+            .0
+            .socket()
+            .and_then(|fd| fd.try_clone_to_owned().ok())
+    }
+
+    fn build(
+        bridge: &str,
+        pipeline: Arc<Pipeline>,
+        hooks: Arc<dyn DatapathHooks>,
+        mgmt_socket: &Path,
+        handed: Option<std::os::unix::net::UnixListener>,
+        config: BridgeOfConfig,
+    ) -> Result<BridgeOf, String> {
+        let takeover = handed.is_some();
         pipeline
             .ports(bridge)
             .map_err(|e| format!("bridge {bridge}: {e}"))?;
@@ -255,11 +296,23 @@ impl BridgeOf {
         *lock(&inner.ctrl) = Some(ctrl.clone());
         *lock(&inner.mgmt) = Some(mgmt.clone());
         let target = format!("unix:{}", mgmt_socket.display());
-        let listener = mgmt
-            .listen(&target)
-            .map_err(|e| format!("cannot listen on {target}: {e}"))?;
+        let listener = match handed {
+            Some(l) => mgmt.listen_on(l, mgmt_socket),
+            None => mgmt.listen(&target),
+        }
+        .map_err(|e| format!("cannot listen on {target}: {e}"))?;
         // `ovs-ofctl snoop` sees the controllers' sessions (as with OVS's BR.snoop).
-        let snoop_target = format!("unix:{}", mgmt_socket.with_extension("snoop").display());
+        let snoop_path = mgmt_socket.with_extension("snoop");
+        if takeover {
+            // The vireod this one replaces still listens there until it exits (without
+            // removing the file): its snoop clients stay with it, new ones come here.
+            if std::fs::symlink_metadata(&snoop_path)
+                .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
+            {
+                let _ = std::fs::remove_file(&snoop_path);
+            }
+        }
+        let snoop_target = format!("unix:{}", snoop_path.display());
         let snoop = ctrl
             .snoop_listen(&snoop_target)
             .map_err(|e| format!("cannot listen on {snoop_target}: {e}"))?;

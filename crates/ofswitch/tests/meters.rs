@@ -149,3 +149,37 @@ fn meters_with_ovs_ofctl() {
         assert!(!out.contains("meter="), "{v}: {out}");
     }
 }
+
+/// OpenFlow 1.5 made the meter instruction an action (`OFPAT_METER`): `ovs-ofctl -O
+/// OpenFlow15` writes `meter:N` as the first action of apply-actions. The rule meters like one
+/// written in 1.3, and prints back the same way in both versions.
+#[test]
+fn openflow_1_5_meter_action() {
+    if !have_ofctl() {
+        return;
+    }
+    let h = start();
+    let v = "OpenFlow15";
+    must(
+        &h,
+        v,
+        "add-meter",
+        &["meter=3,pktps,bands=type=drop,rate=50"],
+    );
+    must(&h, v, "add-flow", &["priority=5,actions=meter:3,output:2"]);
+    let out = must(&h, v, "dump-flows", &[]);
+    assert!(out.contains("priority=5 actions=meter:3,output:2"), "{out}");
+    let out13 = must(&h, "OpenFlow13", "dump-flows", &[]);
+    assert!(
+        out13.contains("priority=5 actions=meter:3,output:2"),
+        "{out13}"
+    );
+    let f = frame(MAC_A, MAC_B, 0x0800, &[0x45; 46]);
+    let t = xlate(&h.pl, 1, &f);
+    let [Action::Meter(m), Action::Output(_)] = &t.actions[..] else {
+        panic!("{:?}", t.actions)
+    };
+    assert_eq!(m.0.id(), 3);
+    let s = must(&h, v, "dump-meters", &[]);
+    assert!(s.contains("flow_count=1") || s.contains("meter=3"), "{s}");
+}

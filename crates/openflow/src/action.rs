@@ -27,6 +27,8 @@ pub mod action_type {
     pub const POP_PBB: u16 = 27;
     /// OpenFlow 1.5 `OFPAT_COPY_FIELD` (ovs-ofctl's `move` in 1.5).
     pub const COPY_FIELD: u16 = 28;
+    /// OpenFlow 1.5 `OFPAT_METER` (the meter instruction of 1.3 and 1.4 became an action).
+    pub const METER: u16 = 29;
     pub const EXPERIMENTER: u16 = 0xffff;
 }
 
@@ -54,6 +56,11 @@ pub enum Action {
     SetField(OxmField),
     PushPbb(u16),
     PopPbb,
+    /// OpenFlow 1.5 `OFPAT_METER`. The model keeps meters as [`Instruction::Meter`]: the 1.5
+    /// codec moves a leading meter action of an apply-actions list into that instruction and
+    /// back ([`meter_action_to_instruction`], [`meter_instruction_to_action`]); anywhere else the
+    /// pipeline refuses it as an action it does not know.
+    Meter(u32),
     /// A Nicira experimenter action (see [`crate::nx`]).
     Nx(NxAction),
     /// OpenFlow 1.5 `OFPAT_COPY_FIELD`: `n_bits` bits from `src` at `src_ofs` to `dst` at
@@ -177,6 +184,7 @@ impl Action {
             Action::DecNwTtl => (t::DEC_NW_TTL, Arg::None),
             Action::PushPbb(v) => (t::PUSH_PBB, Arg::U16(v)),
             Action::PopPbb => (t::POP_PBB, Arg::None),
+            Action::Meter(v) => (t::METER, Arg::U32(v)),
         };
         out.put_u16(atype);
         out.put_u16(8);
@@ -208,6 +216,7 @@ fn decode_short(atype: u16, a: &mut Reader<'_>) -> Result<Action, OfError> {
     Ok(match atype {
         t::COPY_TTL_OUT => Action::CopyTtlOut,
         t::COPY_TTL_IN => Action::CopyTtlIn,
+        t::METER => Action::Meter(a.u32()?),
         t::SET_MPLS_TTL => Action::SetMplsTtl(a.u8()?),
         t::DEC_MPLS_TTL => Action::DecMplsTtl,
         t::PUSH_VLAN => Action::PushVlan(push_ethertype(a.u16()?, &[0x8100, 0x88a8])?),
@@ -264,6 +273,50 @@ pub fn encode_actions(actions: &[Action], out: &mut Vec<u8>) {
     for a in actions {
         a.encode(out);
     }
+}
+
+/// OpenFlow 1.5 → model: the meter action that starts an apply-actions list becomes the
+/// meter instruction (OVS writes `meter:N` there). A meter action anywhere else stays, and the
+/// pipeline refuses it.
+pub fn meter_action_to_instruction(insts: &mut Vec<Instruction>) {
+    let mut meter = None;
+    for inst in insts.iter_mut() {
+        if let Instruction::ApplyActions(acts) = inst {
+            if let Some(Action::Meter(m)) = acts.first() {
+                meter = Some(*m);
+                acts.remove(0);
+            }
+        }
+    }
+    if let Some(m) = meter {
+        if !insts.iter().any(|i| matches!(i, Instruction::Meter(_))) {
+            insts.insert(0, Instruction::Meter(m));
+        }
+    }
+}
+
+/// Model → OpenFlow 1.5: the meter instruction becomes a meter action at the start of the
+/// apply-actions list (one is made if the rule has none).
+pub fn meter_instruction_to_action(insts: &[Instruction]) -> Vec<Instruction> {
+    let Some(m) = insts.iter().find_map(|i| match i {
+        Instruction::Meter(m) => Some(*m),
+        _ => None,
+    }) else {
+        return insts.to_vec();
+    };
+    let mut out: Vec<Instruction> = insts
+        .iter()
+        .filter(|i| !matches!(i, Instruction::Meter(_)))
+        .cloned()
+        .collect();
+    match out
+        .iter_mut()
+        .find(|i| matches!(i, Instruction::ApplyActions(_)))
+    {
+        Some(Instruction::ApplyActions(acts)) => acts.insert(0, Action::Meter(m)),
+        _ => out.insert(0, Instruction::ApplyActions(vec![Action::Meter(m)])),
+    }
+    out
 }
 
 /// `ofp_instruction_type` values.

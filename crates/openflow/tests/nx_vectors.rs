@@ -328,6 +328,12 @@ fn every_action_roundtrips() {
 fn every_vector_is_a_fuzz_seed() {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/decode");
     let v = vectors();
+    // `OPENFLOW_WRITE_SEEDS=1` rewrites them (as `fuzz_seeds.rs` does for the examples).
+    if std::env::var_os("OPENFLOW_WRITE_SEEDS").is_some() {
+        for (i, (_, b)) in v.iter().enumerate() {
+            std::fs::write(dir.join(format!("nx-{i:02}-type14")), b).unwrap();
+        }
+    }
     for (i, (flow, b)) in v.iter().enumerate() {
         let seed = std::fs::read(dir.join(format!("nx-{i:02}-type14")))
             .unwrap_or_else(|e| panic!("seed of {flow}: {e}"));

@@ -257,6 +257,19 @@ pub fn tap_attached(fd: BorrowedFd<'_>) -> bool {
     ioctl_ifreq(fd.as_raw_fd(), TUNGETIFF, &mut r).is_ok()
 }
 
+/// The name of the tap behind `fd` (a tap fd handed over by another process).
+pub fn tap_name(fd: BorrowedFd<'_>) -> io::Result<String> {
+    let mut r = ifreq("x")?;
+    ioctl_ifreq(fd.as_raw_fd(), TUNGETIFF, &mut r)?;
+    let name: Vec<u8> = r
+        .ifr_name
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8)
+        .collect();
+    Ok(String::from_utf8_lossy(&name).into_owned())
+}
+
 /// What one message of [`recv_batch`] received.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RxInfo {

@@ -92,6 +92,37 @@ impl TapPort {
         }))
     }
 
+    /// Takes over tap `name` through `fd`, handed over by the vireod this one replaces
+    /// (`vireoctl upgrade`): the interface, its addresses and its queue stay as they are.
+    pub fn adopt(
+        name: &str,
+        kind: &'static str,
+        mtu: Option<u32>,
+        fd: OwnedFd,
+    ) -> Result<Arc<TapPort>, PortError> {
+        let got = sys::tap_name(fd.as_fd())
+            .map_err(|e| PortError(format!("handed-over tap {name}: {e}")))?;
+        if got != name {
+            return Err(PortError(format!(
+                "the handed-over fd is tap {got}, not {name}"
+            )));
+        }
+        Ok(Arc::new(TapPort {
+            name: name.to_string(),
+            kind,
+            mtu,
+            fd: RwLock::new(Some(Arc::new(fd))),
+            closed: AtomicBool::new(false),
+            counters: PortCounters::default(),
+            kc: KernelCounters::default(),
+        }))
+    }
+
+    /// A duplicate of the tap's fd, to hand it to the next vireod.
+    pub fn dup_fd(&self) -> Option<OwnedFd> {
+        self.fd()?.try_clone().ok()
+    }
+
     fn fd(&self) -> Option<Arc<OwnedFd>> {
         self.fd.read().unwrap_or_else(|e| e.into_inner()).clone()
     }

@@ -47,6 +47,21 @@ impl VhostUserPort {
         }))
     }
 
+    /// A port around an endpoint handed over by another vireod (`vireoctl upgrade`, see
+    /// `vhost::Endpoint::adopt`); its control thread starts with `Endpoint::resume`.
+    pub fn adopted(ep: Endpoint, mode: Mode) -> Arc<VhostUserPort> {
+        Arc::new(VhostUserPort {
+            ep,
+            mode,
+            counters: PortCounters::default(),
+        })
+    }
+
+    /// The endpoint, for a handover (park, export, resume).
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.ep
+    }
+
     /// A port listening on `path` (type `vhost-user`) with `queues` queue pairs (1..=32).
     /// A stale socket file at `path` is replaced; any other file is an error.
     pub fn server(path: &Path, queues: usize) -> Result<Arc<VhostUserPort>, PortError> {

@@ -26,6 +26,8 @@ use virtq::packed::{self, PackedQueue};
 use virtq::ring::{avail_ring_size, desc_table_size, used_ring_size, valid_size};
 use virtq::{NetFeatures, Queue, RingAddrs, VirtQueue};
 
+pub mod handover;
+
 /// Payload shape a request must carry (checked before the handler runs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Payload {
@@ -161,6 +163,8 @@ pub struct Backend {
     protocol: u64,
     owner: bool,
     mem: Option<Arc<GuestMemory>>,
+    /// The fds of the current memory table (kept for a handover to a new vireod).
+    mem_fds: Vec<OwnedFd>,
     vrings: Vec<Vring>,
 }
 
@@ -186,6 +190,7 @@ impl Backend {
             protocol: 0,
             owner: false,
             mem: None,
+            mem_fds: Vec::new(),
             vrings,
         }
     }
@@ -202,6 +207,7 @@ impl Backend {
             *v = Vring::default();
         }
         self.mem = None;
+        self.mem_fds.clear();
         self.dev.set_numa_node(None);
         self.acked = 0;
         self.features_set = false;
@@ -355,10 +361,15 @@ impl Backend {
 
     /// Starts every ring that is complete and not running. Returns the first failure.
     fn reconcile(&mut self) -> Result<(), MsgError> {
+        self.reconcile_where(&|_| true)
+    }
+
+    /// [`Backend::reconcile`] for the rings `which` selects.
+    fn reconcile_where(&mut self, which: &dyn Fn(usize) -> bool) -> Result<(), MsgError> {
         let mut res = Ok(());
         for i in 0..self.vrings.len() {
             let v = &self.vrings[i];
-            if v.running || v.failed || !self.wants_running(v) {
+            if v.running || v.failed || !which(i) || !self.wants_running(v) {
                 continue;
             }
             match self.activate(i) {
@@ -458,6 +469,7 @@ impl Backend {
         // The old table goes when the last queue holding it was dropped (all stopped above).
         self.dev.set_numa_node(mem.numa_node());
         self.mem = Some(Arc::new(mem));
+        self.mem_fds = std::mem::take(&mut m.fds);
         Ok(Reply::None)
     }
 

@@ -16,6 +16,16 @@
 //!
 //! Guest memory found lost (the frontend shrank its memory file; see `guestmem::lost`) ends the
 //! connection the same way, within one poll tick, with a warning naming the region.
+//!
+//! Handover (`vireoctl upgrade`): [`Endpoint::park`] asks the control thread to stop between
+//! two messages and leave its state (protocol state, listening socket, connection) in the
+//! endpoint's parking place; PMDs keep polling meanwhile. The old process exports it
+//! ([`Endpoint::handover`]), holds PMDs off the guest's tx rings ([`Endpoint::hold_rx`]) and
+//! takes the rings off ([`Endpoint::hand_over_rings`]); the new one builds a parked endpoint
+//! from it ([`Endpoint::adopt`]), installs the rings at the final indices
+//! ([`Endpoint::start_rings`]) and starts the thread ([`Endpoint::resume`]). A failed upgrade
+//! resumes the old endpoint as it was. Lock order: the parking place's mutex, then a ring slot.
+use crate::backend::handover::BackendState;
 use crate::backend::Backend;
 use crate::shared::{ConnState, Device};
 use crate::sock::{recv_msg, send_msg, set_send_timeout, RecvError, MSG_DEADLINE};
@@ -23,13 +33,13 @@ use crate::sockfile::{self, Access, FileId};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::net::{connect, socket_with, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const POLL_MS: u64 = 100;
 
@@ -51,8 +61,61 @@ pub struct Endpoint {
     stop: Arc<AtomicBool>,
     thread: Mutex<Option<JoinHandle<()>>>,
     path: PathBuf,
+    mode: Mode,
     /// The socket file we created (server mode), removed on stop if still ours.
     socket_file: Mutex<Option<FileId>>,
+    /// Where the control thread leaves what it owns when asked to park (handover).
+    park: Arc<Park>,
+}
+
+/// What the control thread owns: the protocol state, the listening socket (server mode) and
+/// the connection, if one is open. Held by [`Park`] while no control thread runs (parked for
+/// a handover, or handed over and not started yet).
+struct Owned {
+    backend: Backend,
+    listener: Option<UnixListener>,
+    conn: Option<UnixStream>,
+    /// A handed-over server socket's file: the endpoint owns it (removes it on stop) only
+    /// once resumed, so dropping a refused takeover never removes the old process's file.
+    file: Option<FileId>,
+}
+
+/// The parking place of a control thread (see [`Endpoint::park`]).
+#[derive(Default)]
+struct Park {
+    /// Someone wants the thread parked; it checks between messages and every poll tick.
+    want: AtomicBool,
+    /// The parked state. Lock order: after nothing; the thread takes it only to park.
+    slot: Mutex<Option<Owned>>,
+    parked: Condvar,
+}
+
+impl Park {
+    /// Control thread: parks `o` if still wanted (checked under the lock, so a caller that
+    /// gave up waiting never leaves a parked state behind with no thread); gives it back if not.
+    fn put(&self, o: Owned) -> Option<Owned> {
+        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.want.load(Relaxed) {
+            return Some(o);
+        }
+        *slot = Some(o);
+        self.parked.notify_all();
+        None
+    }
+}
+
+/// One handed-over endpoint: the connection state and the fd indices of its sockets (in the
+/// fd list sent beside it).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Handover {
+    /// Index of the listening socket (server mode).
+    pub listener: Option<usize>,
+    /// Index of the connected socket, if a frontend is connected.
+    pub conn: Option<usize>,
+    /// Connections made so far (kept across the handover: it made none).
+    pub connections: u64,
+    /// The connection's protocol state (features, memory table, rings).
+    pub backend: BackendState,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -109,41 +172,275 @@ impl Endpoint {
             ));
         }
         let dev = Arc::new(Device::new(pairs));
-        let stop = Arc::new(AtomicBool::new(false));
-        let name = format!(
-            "vhost:{}",
-            path.file_name()
-                .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
-        );
-        let (d, s, p) = (Arc::clone(&dev), Arc::clone(&stop), path.to_path_buf());
-        let builder = std::thread::Builder::new().name(name);
-        let (thread, socket_file) = match mode {
+        let (listener, socket_file) = match mode {
             Mode::Server => {
                 let (l, id) = bind(path, access)?;
                 dev.set_conn_state(ConnState::Listening);
-                match builder.spawn(move || run_server(l, &p, d, s)) {
-                    Ok(t) => (t, Some(id)),
-                    Err(e) => {
-                        sockfile::remove_if_ours(path, Some(id));
-                        return Err(e);
-                    }
-                }
+                (Some(l), Some(id))
             }
-            Mode::Client { reconnect_ms } => {
+            Mode::Client { .. } => {
                 dev.set_conn_state(ConnState::Connecting);
-                (
-                    builder.spawn(move || run_client(&p, reconnect_ms, d, s))?,
-                    None,
-                )
+                (None, None)
             }
         };
+        let ep = Endpoint {
+            dev: Arc::clone(&dev),
+            stop: Arc::new(AtomicBool::new(false)),
+            thread: Mutex::new(None),
+            path: path.to_path_buf(),
+            mode,
+            socket_file: Mutex::new(socket_file),
+            park: Arc::new(Park::default()),
+        };
+        let owned = Owned {
+            backend: Backend::new(dev),
+            listener,
+            conn: None,
+            file: None,
+        };
+        if let Err(e) = ep.spawn(owned, false) {
+            if let Some(id) = ep
+                .socket_file
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+            {
+                sockfile::remove_if_ours(path, Some(id));
+            }
+            return Err(e);
+        }
+        Ok(ep)
+    }
+
+    /// Starts the control thread on `owned` (`adopted`: its connection was made by another
+    /// process or before a park, and is not counted or logged as new).
+    fn spawn(&self, owned: Owned, adopted: bool) -> io::Result<()> {
+        let name = format!(
+            "vhost:{}",
+            self.path
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+        );
+        let (d, s, p, park, mode) = (
+            Arc::clone(&self.dev),
+            Arc::clone(&self.stop),
+            self.path.clone(),
+            Arc::clone(&self.park),
+            self.mode,
+        );
+        let t = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || run(mode, &p, owned, adopted, d, s, park))?;
+        *self.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+        Ok(())
+    }
+
+    /// Takes over a handed-over endpoint (the new process of `vireoctl upgrade`): maps the
+    /// memory table, keeps the sockets and eventfds (taken out of `fds` by the indices in
+    /// `h`), installs no ring and starts no thread: [`Endpoint::resume`] does, with the
+    /// final ring bases, at the switch-over. Dropping it before that closes what it took.
+    pub fn adopt(
+        path: &Path,
+        pairs: usize,
+        mode: Mode,
+        h: &Handover,
+        fds: &mut [Option<OwnedFd>],
+    ) -> Result<Endpoint, String> {
+        if pairs == 0 || pairs > 32 {
+            return Err("queue pairs must be 1..=32".into());
+        }
+        let mut take = |i: Option<usize>, what: &str| -> Result<Option<OwnedFd>, String> {
+            i.map(|i| {
+                fds.get_mut(i)
+                    .and_then(Option::take)
+                    .ok_or_else(|| format!("handover names {what} fd {i}, which did not come"))
+            })
+            .transpose()
+        };
+        let listener = take(h.listener, "listening socket")?.map(UnixListener::from);
+        let conn = take(h.conn, "connection")?.map(UnixStream::from);
+        match (mode, &listener) {
+            (Mode::Server, None) => return Err("server port handed over without its socket".into()),
+            (Mode::Client { .. }, Some(_)) => {
+                return Err("client port handed over with a listening socket".into())
+            }
+            _ => {}
+        }
+        if let Some(l) = &listener {
+            l.set_nonblocking(true).map_err(|e| e.to_string())?;
+        }
+        if let Some(c) = &conn {
+            c.set_nonblocking(false).map_err(|e| e.to_string())?;
+        }
+        let dev = Arc::new(Device::new(pairs));
+        let backend = if conn.is_some() {
+            Backend::import(Arc::clone(&dev), &h.backend, fds)?
+        } else {
+            Backend::new(Arc::clone(&dev))
+        };
+        dev.stats.connections.store(h.connections, Relaxed);
+        dev.set_conn_state(match (&conn, mode) {
+            (Some(_), _) => ConnState::Connected,
+            (None, Mode::Server) => ConnState::Listening,
+            (None, Mode::Client { .. }) => ConnState::Connecting,
+        });
+        // The socket file stays; this process removes it when the port is deleted (once
+        // resumed: see `Owned::file`).
+        let file = match mode {
+            Mode::Server => Some(
+                sockfile::identity(path).map_err(|e| format!("socket {}: {e}", path.display()))?,
+            ),
+            Mode::Client { .. } => None,
+        };
+        let park = Arc::new(Park::default());
+        park.want.store(true, Relaxed);
+        *park.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(Owned {
+            backend,
+            listener,
+            conn,
+            file,
+        });
         Ok(Endpoint {
             dev,
-            stop,
-            thread: Mutex::new(Some(thread)),
+            stop: Arc::new(AtomicBool::new(false)),
+            thread: Mutex::new(None),
             path: path.to_path_buf(),
-            socket_file: Mutex::new(socket_file),
+            mode,
+            socket_file: Mutex::new(None),
+            park,
         })
+    }
+
+    /// Asks the control thread to stop serving and leave what it owns here (between two
+    /// messages: a message being read or answered is finished first). PMDs go on polling the
+    /// running rings. Waits up to `timeout`; on a timeout the request is withdrawn and the
+    /// thread goes on as before.
+    pub fn park(&self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        let mut slot = self.park.slot.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_some() {
+            return Ok(());
+        }
+        self.park.want.store(true, Relaxed);
+        while slot.is_none() {
+            let now = Instant::now();
+            let alive = self
+                .thread
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .is_some_and(|t| !t.is_finished());
+            if now >= deadline || !alive || self.stop.load(Relaxed) {
+                self.park.want.store(false, Relaxed);
+                return Err(format!(
+                    "vhost-user {}: the control thread did not pause within {} ms",
+                    self.path.display(),
+                    timeout.as_millis()
+                ));
+            }
+            slot = self
+                .park
+                .parked
+                .wait_timeout(slot, (deadline - now).min(Duration::from_millis(50)))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        Ok(())
+    }
+
+    /// The parked connection's state, with duplicates of its fds appended to `fds`. `None`
+    /// if the endpoint is not parked.
+    pub fn handover(&self, fds: &mut Vec<OwnedFd>) -> Option<io::Result<Handover>> {
+        let slot = self.park.slot.lock().unwrap_or_else(|e| e.into_inner());
+        let o = slot.as_ref()?;
+        fn dup(f: &dyn AsFd, fds: &mut Vec<OwnedFd>) -> io::Result<usize> {
+            fds.push(f.as_fd().try_clone_to_owned()?);
+            Ok(fds.len() - 1)
+        }
+        let r = (|| {
+            let listener = o.listener.as_ref().map(|l| dup(l, fds)).transpose()?;
+            let conn = o.conn.as_ref().map(|c| dup(c, fds)).transpose()?;
+            Ok(Handover {
+                listener,
+                conn,
+                connections: self.dev.stats.connections.load(Relaxed),
+                backend: o.backend.export(fds)?,
+            })
+        })();
+        Some(r)
+    }
+
+    /// The switch-over, both processes: keeps PMDs from taking packets from the guest (`on`),
+    /// or lets them again. Sends to the guest go on, so what a PMD took from another port
+    /// before the hold is delivered. The old process holds every port, waits for every PMD to
+    /// finish its iteration, then hands over the rings; the new one installs every port's
+    /// rings held, and [`Endpoint::resume`] lifts the hold.
+    pub fn hold_rx(&self, on: bool) {
+        self.dev.hold_rx(on);
+    }
+
+    /// The switch-over in the old process: takes the parked connection's rings off the
+    /// device (each PMD finishes its burst first) and returns `(ring, base)` for each.
+    pub fn hand_over_rings(&self) -> Vec<(usize, u16)> {
+        let mut slot = self.park.slot.lock().unwrap_or_else(|e| e.into_inner());
+        slot.as_mut()
+            .map(|o| o.backend.stop_for_handover(&|_| true))
+            .unwrap_or_default()
+    }
+
+    /// The switch-over in the new process, before [`Endpoint::resume`]: installs the parked
+    /// connection's rings at their final `bases`, with PMDs held off the guest's tx rings
+    /// (see [`Endpoint::hold_rx`]) so that every port's rings are in place before any packet
+    /// moves. The control thread stays parked.
+    pub fn start_rings(&self, bases: &[(usize, u16)]) -> Result<(), String> {
+        let mut slot = self.park.slot.lock().unwrap_or_else(|e| e.into_inner());
+        match slot.as_mut() {
+            // Only a parked endpoint is held (no control thread runs to race the flags), and
+            // its `resume` lifts the hold.
+            Some(o) if o.conn.is_some() => {
+                self.dev.hold_rx(true);
+                o.backend.start_handed_over(bases, &|_| true)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// After a handover: the socket file belongs to the new process; stopping this endpoint
+    /// leaves it in place.
+    pub fn keep_socket_file(&self) {
+        self.socket_file
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+    }
+
+    /// Starts the control thread again on the parked state: after a failed upgrade (old
+    /// process, `bases` empty: its rings never stopped), or at the switch-over (new process,
+    /// with the final bases from the old one: the rings start at exactly those indices).
+    pub fn resume(&self, bases: &[(usize, u16)]) -> Result<(), String> {
+        let owned = {
+            let mut slot = self.park.slot.lock().unwrap_or_else(|e| e.into_inner());
+            self.park.want.store(false, Relaxed);
+            slot.take()
+        };
+        let Some(mut owned) = owned else {
+            return Ok(());
+        };
+        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = t.join();
+        }
+        if let Some(id) = owned.file.take() {
+            *self.socket_file.lock().unwrap_or_else(|e| e.into_inner()) = Some(id);
+        }
+        let started = if owned.conn.is_some() {
+            owned.backend.start_handed_over(bases, &|_| true)
+        } else {
+            Ok(())
+        };
+        self.dev.hold_rx(false);
+        self.spawn(owned, true)
+            .map_err(|e| format!("cannot start the control thread: {e}"))?;
+        started
     }
 
     /// The PMD-facing device.
@@ -224,63 +521,129 @@ fn sleep_unless_stopped(ms: u64, stop: &AtomicBool) {
     }
 }
 
-fn run_server(l: UnixListener, path: &Path, dev: Arc<Device>, stop: Arc<AtomicBool>) {
-    let mut backend = Backend::new(Arc::clone(&dev));
+/// The control thread: serves the connection it was given (if any), then accepts (server) or
+/// connects (client) and serves one connection at a time, until stopped or parked.
+fn run(
+    mode: Mode,
+    path: &Path,
+    mut o: Owned,
+    mut adopted: bool,
+    dev: Arc<Device>,
+    stop: Arc<AtomicBool>,
+    park: Arc<Park>,
+) {
     loop {
-        dev.set_conn_state(ConnState::Listening);
-        if !wait_readable(&l, &stop, &|| false) {
+        if let Some(s) = o.conn.take() {
+            match serve(&s, path, &mut o.backend, &dev, &stop, &park, adopted) {
+                End::Parked => {
+                    o.conn = Some(s);
+                    match park.put(o) {
+                        None => return,
+                        // The parking was withdrawn meanwhile: go on serving.
+                        Some(back) => {
+                            o = back;
+                            adopted = true;
+                            continue;
+                        }
+                    }
+                }
+                End::Closed => o.backend.end_connection(),
+            }
+        }
+        adopted = false;
+        if stop.load(Relaxed) {
             return;
         }
-        match l.accept() {
-            Ok((s, _)) => {
-                if s.set_nonblocking(false).is_ok() {
-                    serve(&s, path, &mut backend, &dev, &stop);
+        if park.want.load(Relaxed) {
+            match park.put(o) {
+                None => return,
+                Some(back) => o = back,
+            }
+        }
+        match mode {
+            Mode::Server => {
+                dev.set_conn_state(ConnState::Listening);
+                let Some(l) = o.listener.as_ref() else {
+                    return;
+                };
+                if !wait_readable(l, &stop, &|| park.want.load(Relaxed)) {
+                    continue;
                 }
-                backend.end_connection();
+                match l.accept() {
+                    Ok((s, _)) => {
+                        if s.set_nonblocking(false).is_ok() {
+                            o.conn = Some(s);
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(_) => sleep_unless_stopped(10, &stop),
+                }
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(_) => sleep_unless_stopped(10, &stop),
+            Mode::Client { reconnect_ms } => {
+                dev.set_conn_state(ConnState::Connecting);
+                match connect_now(path) {
+                    Ok(s) => o.conn = Some(s),
+                    Err(_) => sleep_unless_stopped(reconnect_ms.max(1), &stop),
+                }
+            }
         }
     }
 }
 
-fn run_client(path: &Path, reconnect_ms: u64, dev: Arc<Device>, stop: Arc<AtomicBool>) {
-    let mut backend = Backend::new(Arc::clone(&dev));
-    while !stop.load(Relaxed) {
-        dev.set_conn_state(ConnState::Connecting);
-        match connect_now(path) {
-            Ok(s) => {
-                serve(&s, path, &mut backend, &dev, &stop);
-                backend.end_connection();
-            }
-            Err(_) => sleep_unless_stopped(reconnect_ms.max(1), &stop),
-        }
-    }
+/// How serving a connection ended.
+#[derive(Debug, PartialEq, Eq)]
+enum End {
+    /// Closed (by the frontend, an error, lost memory or a stop): reset the device.
+    Closed,
+    /// Parked for a handover: the connection stays open and the rings keep running.
+    Parked,
 }
 
-/// Serves one connection until the frontend goes away, breaks the stream, or we stop; logs
-/// the connection and why it ended.
-fn serve(s: &UnixStream, path: &Path, backend: &mut Backend, dev: &Device, stop: &AtomicBool) {
-    tracing::info!(socket = %path.display(), "vhost-user: frontend connected");
-    let why = serve_messages(s, backend, dev, stop);
+/// Serves one connection until the frontend goes away, breaks the stream, we stop, or we are
+/// asked to park; logs the connection and why it ended.
+fn serve(
+    s: &UnixStream,
+    path: &Path,
+    backend: &mut Backend,
+    dev: &Device,
+    stop: &AtomicBool,
+    park: &Park,
+    adopted: bool,
+) -> End {
+    if adopted {
+        dev.set_conn_state(ConnState::Connected);
+    } else {
+        tracing::info!(socket = %path.display(), "vhost-user: frontend connected");
+        dev.set_conn_state(ConnState::Connected);
+        dev.stats.connections.fetch_add(1, Relaxed);
+    }
+    let why = match serve_messages(s, backend, dev, stop, &park.want) {
+        Ok(why) => why,
+        Err(End::Parked) => {
+            tracing::info!(socket = %path.display(), "vhost-user: connection parked for a handover");
+            return End::Parked;
+        }
+        Err(End::Closed) => "closed".into(),
+    };
     if dev.memory_lost() {
         tracing::warn!(socket = %path.display(), reason = why, "vhost-user: connection closed");
     } else {
         tracing::info!(socket = %path.display(), reason = why, "vhost-user: connection closed");
     }
+    End::Closed
 }
 
-/// The message loop of [`serve`]; returns why it ended.
+/// The message loop of [`serve`]; returns why the connection ended, or `Err(End::Parked)`
+/// when asked to park (between two messages).
 fn serve_messages(
     s: &UnixStream,
     backend: &mut Backend,
     dev: &Device,
     stop: &AtomicBool,
-) -> String {
-    dev.set_conn_state(ConnState::Connected);
-    dev.stats.connections.fetch_add(1, Relaxed);
+    park: &AtomicBool,
+) -> Result<String, End> {
     if let Err(e) = set_send_timeout(s, MSG_DEADLINE) {
-        return format!("socket error: {e}");
+        return Ok(format!("socket error: {e}"));
     }
     let lost = |backend: &Backend| {
         let why = backend.memory_lost()?;
@@ -289,11 +652,14 @@ fn serve_messages(
     };
     loop {
         if let Some(why) = lost(backend) {
-            return why;
+            return Ok(why);
         }
-        if !wait_readable(s, stop, &|| dev.memory_lost()) {
+        if !wait_readable(s, stop, &|| dev.memory_lost() || park.load(Relaxed)) {
             if let Some(why) = lost(backend) {
-                return why;
+                return Ok(why);
+            }
+            if !stop.load(Relaxed) && park.load(Relaxed) {
+                return Err(End::Parked);
             }
             break;
         }
@@ -302,7 +668,7 @@ fn serve_messages(
                 let reply = backend.handle(m);
                 // A message that touched lost memory (a ring activated in it) gets no reply.
                 if let Some(why) = lost(backend) {
-                    return why;
+                    return Ok(why);
                 }
                 if let Some(reply) = reply {
                     if let Err(e) = send_msg(s, &reply, &[]) {
@@ -311,31 +677,31 @@ fn serve_messages(
                             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                         ) {
                             dev.stats.protocol_errors.fetch_add(1, Relaxed);
-                            return format!(
+                            return Ok(format!(
                                 "reply not taken within {} ms",
                                 MSG_DEADLINE.as_millis()
-                            );
+                            ));
                         }
-                        return format!("reply not sent: {e}");
+                        return Ok(format!("reply not sent: {e}"));
                     }
                 }
             }
             Err(RecvError::Protocol(e)) => {
                 // The stream cannot be resynchronized: drop the connection.
                 dev.stats.protocol_errors.fetch_add(1, Relaxed);
-                return format!("unreadable message: {e:?}");
+                return Ok(format!("unreadable message: {e:?}"));
             }
             Err(RecvError::Timeout { got, want }) => {
                 dev.stats.protocol_errors.fetch_add(1, Relaxed);
-                return format!(
+                return Ok(format!(
                     "message incomplete after {} ms ({got} of {want} bytes)",
                     MSG_DEADLINE.as_millis()
-                );
+                ));
             }
-            Err(RecvError::Stopped) => return "port stopped".into(),
-            Err(RecvError::Closed) => return "closed by the frontend".into(),
-            Err(RecvError::Io(e)) => return format!("socket error: {e}"),
+            Err(RecvError::Stopped) => return Ok("port stopped".into()),
+            Err(RecvError::Closed) => return Ok("closed by the frontend".into()),
+            Err(RecvError::Io(e)) => return Ok(format!("socket error: {e}")),
         }
     }
-    "port stopped".into()
+    Ok("port stopped".into())
 }

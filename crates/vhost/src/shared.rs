@@ -264,12 +264,22 @@ impl Device {
         self.slots[vring].lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Control thread: runs `f` on the slot of `vring` with PMDs kept away.
+    /// Control thread: runs `f` on the slot of `vring` with PMDs kept away (a hold raised
+    /// with [`Device::hold_rx`] stays raised).
     fn with_slot<T>(&self, vring: usize, f: impl FnOnce(&mut Option<Running>) -> T) -> T {
-        self.wanted[vring].store(true, Relaxed);
+        let held = self.wanted[vring].swap(true, Relaxed);
         let r = f(&mut self.lock_slot(vring));
-        self.wanted[vring].store(false, Relaxed);
+        self.wanted[vring].store(held, Relaxed);
         r
+    }
+
+    /// Handover: keeps PMDs from taking anything from the guest's tx virtqueues (`on`) or lets
+    /// them again. Sends to the guest are not affected and the pairs stay running, so a
+    /// packet already taken from another port is still delivered.
+    pub(crate) fn hold_rx(&self, on: bool) {
+        for i in (1..self.wanted.len()).step_by(2) {
+            self.wanted[i].store(on, Relaxed);
+        }
     }
 
     /// Reads the slot of `vring` for a status report. Unlike [`Self::with_slot`] it does not

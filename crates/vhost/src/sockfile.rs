@@ -145,6 +145,23 @@ pub fn apply(path: &Path, access: Access) -> io::Result<FileId> {
     })
 }
 
+/// The identity of the socket file at `path` as it is now (a socket handed over by another
+/// process, to be removed later only if still that one). Fails if it is not a socket.
+pub fn identity(path: &Path) -> io::Result<FileId> {
+    let md = std::fs::symlink_metadata(path)?;
+    if !md.file_type().is_socket() {
+        return Err(refuse(
+            io::ErrorKind::InvalidInput,
+            format!("{} is not a socket", path.display()),
+        ));
+    }
+    Ok(FileId {
+        dev: md.dev(),
+        ino: md.ino(),
+        ctime: (md.ctime(), md.ctime_nsec()),
+    })
+}
+
 /// Removes the socket file at `path` if it is a socket and (when `id` is given) still the one
 /// we created; anything else is left alone.
 pub fn remove_if_ours(path: &Path, id: Option<FileId>) -> bool {

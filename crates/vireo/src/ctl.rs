@@ -26,6 +26,8 @@ OpenFlow:
   add-meter BR SPEC | mod-meter BR SPEC | del-meter BR [meter=N] | dump-meters BR
   set-controller BR TARGET... | del-controller BR | set-fail-mode BR standalone|secure
   set-bridge BR protocols=OpenFlow10,OpenFlow13,OpenFlow14,OpenFlow15
+daemon:
+  upgrade [--binary PATH]   replace vireod with no outage (default: the binary it started from)
 testing (dummy ports):
   inject PORT HEX | capture PORT
   version";

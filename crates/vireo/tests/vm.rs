@@ -1,7 +1,8 @@
 //! A real VM through vireod: QEMU (software emulation) boots Debian's kernel with the test
 //! initramfs on a vhost-user port of bridge br0, and its Linux virtio-net driver pings a testpmd
 //! endpoint (`--forward-mode=icmpecho`: answers ARP and ICMP echo) on a second port, through
-//! NORMAL. Skipped (with a message) only when QEMU, testpmd or a kernel image is missing.
+//! NORMAL; and a guest and a network namespace (an `af-packet` port) pinging each other.
+//! Skipped (with a message) only when QEMU, testpmd, a kernel image or root is missing.
 mod common;
 
 use common::peers::{build_initramfs, guest_kernel, missing, Guest, Testpmd, VirtioUser};
@@ -140,4 +141,90 @@ fn qemu_guest_pings_testpmd_through_normal() {
     );
     drop(guest);
     tp.quit();
+}
+
+/// A QEMU guest on a vhost-user port and a network namespace on an `af-packet` port of the
+/// same bridge (NORMAL): the guest pings the namespace, then the namespace pings the guest
+/// while it waits. Namespace `vmk-g-a-PID`, veth `vmkgaPID` (removed on drop).
+#[test]
+fn qemu_guest_and_a_namespace_ping_each_other_through_a_kernel_port() {
+    use common::host::{kernel_ok, Ns};
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !kernel_ok() {
+        return;
+    }
+    if let Some(m) = missing("qemu-system-x86_64") {
+        eprintln!("{m}");
+        return;
+    }
+    let Some(kernel) = guest_kernel() else {
+        testkit::missing_peer(
+            "a /boot/vmlinuz-* kernel for the guest",
+            "linux-image-amd64",
+        );
+        return;
+    };
+    let ns = Ns::create("vmk", 'g', 'a');
+    ns.exec(&["ip", "addr", "add", "10.0.0.2/24", "dev", &ns.ns_if]);
+    let ns_mac = ns.exec(&["cat", &format!("/sys/class/net/{}/address", ns.ns_if)]);
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let d = Daemon::start_with(&run, &["--pmd-cores", "0"]);
+    d.ok(&["add-br", "br0", "internal=false"]);
+    d.ok(&["add-port", "br0", "vm", "type=vhost-user"]);
+    d.ok(&[
+        "add-port",
+        "br0",
+        "k",
+        "type=af-packet",
+        &format!("ifname={}", ns.host_if),
+    ]);
+    let initrd = build_initramfs(dir.path());
+    let guest = Guest::boot(
+        &kernel,
+        &initrd,
+        &run.join("vm.sock"),
+        false,
+        GUEST_MAC,
+        "vireo.ip=10.0.0.1/24 vireo.ping=10.0.0.2 vireo.count=3 vireo.wait=60",
+    );
+    let done = wait_until(Duration::from_secs(200), || {
+        let o = guest.out.text();
+        o.contains("VIREO-PING-OK") || o.contains("VIREO-PING-FAIL") || o.contains("Kernel panic")
+    });
+    let console = guest.out.text();
+    assert!(done, "guest did not finish in time:\n{console}");
+    assert!(
+        console.contains("VIREO-PING-OK"),
+        "guest could not ping the namespace through vireod:\n{console}\n{}\n{}",
+        d.ok(&["port-stats"]),
+        d.ok(&["show"])
+    );
+    // The other way: the namespace pings the guest while it waits.
+    let out = ns.try_exec(&["ping", "-c", "3", "-i", "0.3", "-W", "3", "10.0.0.1"]);
+    assert!(
+        out.status.success(),
+        "namespace could not ping the guest: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // NORMAL learned the guest on the vhost-user port and the namespace on the kernel port,
+    // and both ports carried the pings.
+    let macs = d.json(&["dump-macs", "br0"]);
+    let port_of = |m: &str| {
+        macs.as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["mac"] == m)
+            .map(|e| e["port"].as_u64().unwrap())
+    };
+    assert_eq!(port_of(GUEST_MAC), Some(1), "{macs}");
+    assert_eq!(port_of(ns_mac.trim()), Some(2), "{macs}");
+    let stats = d.json(&["port-stats"]);
+    for row in stats.as_array().unwrap() {
+        assert!(
+            row["rx_packets"].as_u64().unwrap() >= 6 && row["tx_packets"].as_u64().unwrap() >= 6,
+            "{stats:#}"
+        );
+    }
+    drop(guest);
 }

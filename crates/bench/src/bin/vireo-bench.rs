@@ -1,12 +1,15 @@
 //! vireo-bench: installs what it needs, then runs each switch (Vireo, OVS-DPDK, DPDK testpmd
-//! vhost io) in turn with the same generator and pinning, interleaved over rounds, and writes
-//! results.json, results.md, PNG plots and (optionally) the section of BENCHMARKS.md.
+//! vhost io; for kernel ports Vireo, OVS's userspace datapath and the Linux bridge) in turn
+//! with the same generator and pinning, interleaved over rounds, and writes results.json,
+//! results.md, PNG plots and (optionally) the sections of BENCHMARKS.md.
 //!
 //! Threads: one; the switches and generators are child processes.
 use bench::contender::{Contender, Dpdk, Ovs, Ports, Vireo};
 use bench::genproc::{self, GenPlan};
+use bench::kernel::{self, KPlan, KScenario, KSwitch};
+use bench::kswitch::{LinuxBridge, NoSwitch, OvsNetdev, VireoK};
 use bench::proc::core_busy;
-use bench::report::{plots, replace_section, Meta, Record, Results};
+use bench::report::{plots, replace_marked, replace_section, Meta, Record, Results};
 use bench::scenario::{self, Scenario};
 use bench::testpmd::{generator_args, run_generator};
 use clap::Parser;
@@ -28,12 +31,23 @@ struct Args {
     /// Seconds per measurement (testpmd window, vireo-gen trial).
     #[arg(long)]
     trial_secs: Option<f64>,
-    /// Switches: vireo, ovs, dpdk.
+    /// Switches: vireo, ovs, dpdk, and vireo@DIR for another build of Vireo (vireod and
+    /// vireoctl in DIR) measured in the same rounds.
     #[arg(long, value_delimiter = ',', default_value = "vireo,ovs,dpdk")]
     contenders: Vec<String>,
     /// Scenarios, e.g. p2p:64,normal:64,flows1m:64,p2p:64:2q; or full, quick, sizes.
+    /// Kernel ports: kp:KIND:SIZE or kp:KIND:tcp (KIND af-packet, af-xdp, tap), or kernel
+    /// (all nine).
     #[arg(long)]
     scenarios: Option<String>,
+    /// Switches for the kernel-port scenarios: vireo, ovs-netdev, linux-bridge, none (the
+    /// generator alone over one veth pair: its ceiling).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "vireo,ovs-netdev,linux-bridge,none"
+    )]
+    kernel_contenders: Vec<String>,
     /// Generators: testpmd (saturation), vireo-gen (saturation + RFC 2544 + latency),
     /// vireo-gen-bare (saturation with frames left untouched, like testpmd's io forwarding:
     /// the cross-check against testpmd; single-flow scenarios only).
@@ -67,7 +81,8 @@ struct Args {
     /// Core of the generator.
     #[arg(long, default_value_t = 1)]
     gen_core: usize,
-    /// Directory holding vireod and vireoctl.
+    /// Directory holding vireod and vireoctl (an older build works too: a vireoctl that
+    /// rejects `add-br br0 internal=false` gets `add-br br0`).
     #[arg(long)]
     vireo_bin: Option<PathBuf>,
     /// Give Vireo vhost-user server ports (default: vhost-user-client, like OVS).
@@ -163,6 +178,7 @@ struct Plan {
     rounds: usize,
     trial_secs: f64,
     scenarios: Vec<Scenario>,
+    kernel: Vec<KScenario>,
     gen: GenPlan,
     warmup: Duration,
 }
@@ -179,10 +195,13 @@ fn plan(a: &Args) -> Result<Plan, String> {
             genproc::GENERATORS.join(", ")
         ));
     }
-    let scenarios = match &a.scenarios {
-        Some(s) => scenario::parse_list(s)?,
-        None if q => scenario::quick(),
-        None => scenario::full(),
+    let (scenarios, kernel) = match &a.scenarios {
+        Some(s) => {
+            let (k, rest) = kernel::split_list(s)?;
+            (scenario::parse_list(&rest)?, k)
+        }
+        None if q => (scenario::quick(), Vec::new()),
+        None => (scenario::full(), Vec::new()),
     };
     let trial_secs = a.trial_secs.unwrap_or(if q { 2.0 } else { 10.0 });
     let loss = a.loss_ppm.clone().unwrap_or(if q {
@@ -194,6 +213,7 @@ fn plan(a: &Args) -> Result<Plan, String> {
         rounds: a.rounds.unwrap_or(if q { 1 } else { 3 }),
         trial_secs,
         scenarios,
+        kernel,
         gen: GenPlan {
             trial_secs: if q { trial_secs.min(0.5) } else { trial_secs },
             loss_ppm: loss,
@@ -293,7 +313,7 @@ fn one(
     };
     let tag = format!(
         "r{round}-{}-{}-{gen}",
-        c.name(),
+        c.name().replace(['/', '@'], "_"),
         sc.name().replace(':', "-")
     );
     let dir = std::env::temp_dir()
@@ -316,6 +336,71 @@ fn one(
     rec
 }
 
+/// One kernel-port measurement in its own directory; logs kept under `runs/`.
+fn one_kernel(sw: &mut dyn KSwitch, sc: &KScenario, round: usize, p: &Plan, a: &Args) -> Record {
+    let gen = match sc.traffic {
+        kernel::Traffic::Udp(_) => "testpmd-af_xdp",
+        kernel::Traffic::Tcp => "iperf3",
+    };
+    let mut rec = Record {
+        round,
+        contender: sw.name().into(),
+        scenario: sc.name(),
+        generator: gen.into(),
+        size: sc.size(),
+        core_busy_before: core_busy(&[a.switch_core, a.gen_core], Duration::from_millis(200)),
+        ..Record::default()
+    };
+    let tag = format!("r{round}-{}-{}", sw.name(), sc.name().replace(':', "-"));
+    let dir = std::env::temp_dir()
+        .join(format!("vireo-bench.{}", std::process::id()))
+        .join(&tag);
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        rec.error = Some(e.to_string());
+        return rec;
+    }
+    let kp = KPlan {
+        warmup: p.warmup,
+        secs: p.trial_secs,
+        switch_core: a.switch_core,
+        gen_core: a.gen_core,
+    };
+    if let Err(e) = kernel::measure(sw, sc, &kp, &dir, &mut rec) {
+        rec.error = Some(e);
+    }
+    save_logs(&dir, &a.out.join("runs").join(&tag));
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Some(parent) = dir.parent() {
+        let _ = std::fs::remove_dir(parent);
+    }
+    rec
+}
+
+fn kernel_switches(a: &Args, meta: &mut Meta) -> Vec<Box<dyn KSwitch>> {
+    if let Err(why) = bench::kswitch::generators_ok() {
+        eprintln!("vireo-bench: no kernel-port scenarios: {why}");
+        meta.skipped.insert("kernel ports".into(), why);
+        return Vec::new();
+    }
+    let mut v: Vec<Box<dyn KSwitch>> = Vec::new();
+    for name in &a.kernel_contenders {
+        let c: Box<dyn KSwitch> = match name.as_str() {
+            "vireo" => Box::new(VireoK::new(a.switch_core, vireo_bin(a))),
+            "ovs-netdev" => Box::new(OvsNetdev::new(a.switch_core)),
+            "linux-bridge" => Box::new(LinuxBridge::new()),
+            "none" => Box::new(NoSwitch),
+            other => {
+                meta.skipped
+                    .insert(other.into(), "unknown kernel-port contender".into());
+                continue;
+            }
+        };
+        v.push(c);
+    }
+    v
+}
+
 fn contenders(a: &Args, meta: &mut Meta) -> Vec<Box<dyn Contender>> {
     let mut v: Vec<Box<dyn Contender>> = Vec::new();
     for name in &a.contenders {
@@ -327,6 +412,14 @@ fn contenders(a: &Args, meta: &mut Meta) -> Vec<Box<dyn Contender>> {
             }
             "ovs" => Box::new(Ovs::new(a.switch_core)),
             "dpdk" => Box::new(Dpdk::new(a.switch_core)),
+            // Another build of Vireo in the same rounds (e.g. an older commit's
+            // target/release): `vireo@DIR`.
+            other if other.starts_with("vireo@") => {
+                let mut c = Vireo::new(a.switch_core, PathBuf::from(&other["vireo@".len()..]));
+                c.label = Box::leak(other.to_string().into_boxed_str());
+                c.server_ports = a.vireo_server_ports;
+                Box::new(c)
+            }
             other => {
                 meta.skipped
                     .insert(other.into(), "unknown contender".into());
@@ -348,7 +441,15 @@ fn write_outputs(a: &Args, res: &mut Results) -> Result<(), String> {
     res.summarize();
     let json = serde_json::to_string_pretty(res).map_err(|e| e.to_string())?;
     std::fs::write(a.out.join("results.json"), json).map_err(|e| e.to_string())?;
-    std::fs::write(a.out.join("results.md"), res.benchmarks_section()).map_err(|e| e.to_string())
+    let (v, k) = kernel::split(res);
+    let mut md = String::new();
+    if !v.records.is_empty() {
+        md.push_str(&v.benchmarks_section());
+    }
+    if !k.records.is_empty() {
+        md.push_str(&kernel::section(&k));
+    }
+    std::fs::write(a.out.join("results.md"), md).map_err(|e| e.to_string())
 }
 
 /// `--from-results`: the outputs of an earlier run, made again from its results.json.
@@ -367,14 +468,24 @@ fn report(a: &Args, res: &mut Results) -> Result<(), String> {
     if let Err(e) = plots(&a.out, res) {
         eprintln!("vireo-bench: no plots: {e}");
     }
-    println!("{}", res.markdown());
+    let (v, k) = kernel::split(res);
+    if !v.records.is_empty() {
+        println!("{}", v.markdown());
+    }
+    if !k.records.is_empty() {
+        println!("{}", kernel::markdown(&k));
+    }
     if a.update_benchmarks {
-        let doc =
+        let mut doc =
             std::fs::read_to_string(&a.benchmarks_file).unwrap_or_else(|_| "# Benchmarks\n".into());
-        if let Err(e) = std::fs::write(
-            &a.benchmarks_file,
-            replace_section(&doc, &res.benchmarks_section()),
-        ) {
+        // Each section is rewritten only by a run that measured it.
+        if !v.records.is_empty() {
+            doc = replace_section(&doc, &v.benchmarks_section());
+        }
+        if !k.records.is_empty() {
+            doc = replace_marked(&doc, kernel::BEGIN, kernel::END, &kernel::section(&k));
+        }
+        if let Err(e) = std::fs::write(&a.benchmarks_file, doc) {
             eprintln!("vireo-bench: {}: {e}", a.benchmarks_file.display());
         }
     }
@@ -412,6 +523,9 @@ fn main() {
         cores: (a.switch_core, a.gen_core),
         rounds: p.rounds,
         trial_secs: p.trial_secs,
+        load: std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")),
         ..Meta::default()
     };
     let mut res = Results {
@@ -444,7 +558,20 @@ fn main() {
         "vireo".into(),
         format!("{git} ({})", vireo_bin(&a).display()),
     );
-    let mut cs = contenders(&a, &mut res.meta);
+    res.meta.versions.insert(
+        "ovs-netdev".into(),
+        version("dpkg-query", &["-W", "-f=${Version}", "openvswitch-switch"]),
+    );
+    let mut cs = if p.scenarios.is_empty() {
+        Vec::new()
+    } else {
+        contenders(&a, &mut res.meta)
+    };
+    let mut ks = if p.kernel.is_empty() {
+        Vec::new()
+    } else {
+        kernel_switches(&a, &mut res.meta)
+    };
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         let _ = signal_hook::flag::register(sig, std::sync::Arc::clone(&stop));
@@ -482,6 +609,39 @@ fn main() {
                     res.records.push(rec);
                     let _ = write_outputs(&a, &mut res);
                 }
+            }
+        }
+        for sc in &p.kernel {
+            let n = ks.len();
+            for i in 0..n {
+                let sw = &mut ks[(i + round) % n];
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    eprintln!("vireo-bench: interrupted; writing what was measured");
+                    break 'rounds;
+                }
+                if sw.check(sc.kind).is_err() {
+                    continue;
+                }
+                let rec = one_kernel(sw.as_mut(), sc, round, &p, &a);
+                match &rec.error {
+                    Some(e) => eprintln!(
+                        "vireo-bench: round {round} {} {}: FAILED: {e}",
+                        rec.contender, rec.scenario
+                    ),
+                    None => eprintln!(
+                        "vireo-bench: round {round} {} {}: {:.3} Mpps (offered {:.3}), {:.2} Gbit/s, {:.0} cycles/pkt, cpu share switch {:.2} gen {:.2}",
+                        rec.contender,
+                        rec.scenario,
+                        rec.mpps.unwrap_or(0.0),
+                        rec.offered_mpps.unwrap_or(0.0),
+                        rec.gbps.unwrap_or(0.0),
+                        rec.pmd.map_or(0.0, |x| x.busy_cycles_per_packet),
+                        rec.switch_cpu.unwrap_or(0.0),
+                        rec.gen_cpu.unwrap_or(0.0),
+                    ),
+                }
+                res.records.push(rec);
+                let _ = write_outputs(&a, &mut res);
             }
         }
     }

@@ -5,7 +5,7 @@
 
 use std::io;
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -56,6 +56,8 @@ pub struct Listener {
     target: Target,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    /// A duplicate of the listening socket, for handing it to another process.
+    fd: Option<OwnedFd>,
 }
 
 /// Binds a unix socket, replacing a stale socket file (one nobody listens on) but never
@@ -99,6 +101,25 @@ impl Listener {
             }
             Target::Unix(path) => (Sock::Unix(bind_unix(&path)?), Target::Unix(path)),
         };
+        Self::serve(serve, sock, target, name)
+    }
+
+    /// Serves a unix listening socket bound elsewhere (handed over by a previous process)
+    /// whose file is `path`.
+    pub(crate) fn adopt_unix(
+        shared: Arc<Shared>,
+        l: UnixListener,
+        path: PathBuf,
+    ) -> io::Result<Listener> {
+        l.set_nonblocking(false)?;
+        let serve: Serve = Arc::new(move |stream| {
+            session::run(shared.clone(), stream);
+        });
+        Self::serve(serve, Sock::Unix(l), Target::Unix(path), "of-listen")
+    }
+
+    fn serve(serve: Serve, sock: Sock, target: Target, name: &str) -> io::Result<Listener> {
+        let fd = Some(sock.fd().try_clone_to_owned()?);
         info!(?target, "OpenFlow listening");
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
@@ -109,7 +130,13 @@ impl Listener {
             target,
             stop,
             thread: Some(thread),
+            fd,
         })
+    }
+
+    /// The listening socket (a duplicate), for handing it to another process.
+    pub fn socket(&self) -> Option<BorrowedFd<'_>> {
+        self.fd.as_ref().map(|f| f.as_fd())
     }
 
     /// The bound address (with the real port for `ptcp:0`).

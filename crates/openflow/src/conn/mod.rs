@@ -283,6 +283,16 @@ impl OfSwitch {
         &self.shared.snoop
     }
 
+    /// Serves `l`, a unix listening socket handed over by a previous process, whose file is
+    /// `path` (as [`OfSwitch::listen`] does for a socket it binds).
+    pub fn listen_on(
+        &self,
+        l: std::os::unix::net::UnixListener,
+        path: &std::path::Path,
+    ) -> io::Result<Listener> {
+        Listener::adopt_unix(self.shared.clone(), l, path.to_path_buf())
+    }
+
     /// Keeps a connection to controller `tcp:IP[:PORT]` or `unix:PATH`, reconnecting with
     /// backoff. Dropping the [`Connector`] closes it.
     pub fn connect(&self, target: &str) -> io::Result<Connector> {

@@ -33,6 +33,11 @@ pub(crate) fn decode_body(h: Header, r: &mut Reader<'_>) -> Result<Option<Messag
             finish(r, Message::PortStatus(PortStatus { reason, desc }))?
         }
         msg_type::PORT_MOD => Message::PortMod(decode_port_mod(r)?),
+        msg_type::FLOW_MOD if v15 => {
+            let mut f = super::FlowMod::decode(r)?;
+            crate::action::meter_action_to_instruction(&mut f.instructions);
+            Message::FlowMod(f)
+        }
         msg_type::PACKET_OUT if v15 => Message::PacketOut(decode_packet_out15(r)?),
         msg_type::FLOW_REMOVED if v15 => Message::FlowRemoved(decode_flow_removed15(r)?),
         msg_type::MULTIPART_REQUEST if v15 => {
@@ -100,6 +105,11 @@ pub(crate) fn encode_body(m: &Message, version: u8, out: &mut Vec<u8>) -> Result
             out.put_u32(p.advertise);
         }
         Message::PacketOut(p) if v15 => encode_packet_out15(p, out),
+        Message::FlowMod(f) if v15 => {
+            let mut f = f.clone();
+            f.instructions = crate::action::meter_instruction_to_action(&f.instructions);
+            f.encode(out);
+        }
         Message::FlowRemoved(f) if v15 => encode_flow_removed15(f, out),
         Message::MultipartRequest(r)
             if v15
@@ -368,7 +378,10 @@ fn encode_flow_desc(f: &FlowStats, out: &mut Vec<u8>) {
         ],
         out,
     );
-    encode_instructions(&f.instructions, out);
+    encode_instructions(
+        &crate::action::meter_instruction_to_action(&f.instructions),
+        out,
+    );
     let len = len_u16(out, start);
     out.set_u16(start, len);
 }
@@ -412,6 +425,7 @@ fn decode_flow_desc(r: &mut Reader<'_>) -> Result<FlowStats, OfError> {
         }
     }
     f.instructions = decode_instructions(&mut e)?;
+    crate::action::meter_action_to_instruction(&mut f.instructions);
     Ok(f)
 }
 

@@ -405,3 +405,46 @@ fn nicira_flow_mod_table_id() {
         Err(errors::BAD_REQUEST_BAD_LEN)
     );
 }
+
+#[test]
+fn meter_is_an_action_in_1_5_and_an_instruction_before() {
+    use crate::action::{Action, Instruction};
+    let fm = FlowMod::add(
+        5,
+        crate::oxm::Match::default(),
+        vec![
+            Instruction::Meter(3),
+            Instruction::ApplyActions(vec![Action::Output {
+                port: 2,
+                max_len: 0,
+            }]),
+        ],
+    );
+    let m = Message::FlowMod(fm);
+    let b15 = m.encode_version(OFP15, 1).unwrap();
+    let b13 = m.encode_version(OFP_VERSION, 1).unwrap();
+    // 1.3: a METER instruction (type 6, length 8) before APPLY_ACTIONS.
+    assert!(b13.windows(8).any(|w| w == [0, 6, 0, 8, 0, 0, 0, 3]));
+    // 1.5: no meter instruction; APPLY_ACTIONS starts with OFPAT_METER (type 29, length 8).
+    assert!(!b15.windows(8).any(|w| w == [0, 6, 0, 8, 0, 0, 0, 3]));
+    assert!(b15.windows(8).any(|w| w == [0, 29, 0, 8, 0, 0, 0, 3]));
+    let (_, _, back) = decode_versioned(&b15).unwrap();
+    assert_eq!(back, m, "1.5 decodes back to the meter instruction");
+    // A 1.5 rule whose meter action is not first keeps it as an action (the pipeline refuses
+    // it as one it does not know).
+    let Message::FlowMod(mut odd) = m else {
+        unreachable!()
+    };
+    odd.instructions = vec![Instruction::ApplyActions(vec![
+        Action::Output {
+            port: 2,
+            max_len: 0,
+        },
+        Action::Meter(3),
+    ])];
+    let b = Message::FlowMod(odd.clone())
+        .encode_version(OFP15, 1)
+        .unwrap();
+    let (_, _, back) = decode_versioned(&b).unwrap();
+    assert_eq!(back, Message::FlowMod(odd));
+}

@@ -193,6 +193,12 @@ fn handle(stream: UnixStream, switch: Arc<Mutex<Switch>>) {
         if write_response(&stream, &resp).is_err() {
             return;
         }
+        if super::upgrade::EXIT_AFTER_REPLY.load(Ordering::SeqCst) {
+            // Upgraded: the new vireod serves everything now. Exit without destructors, so
+            // no socket file it took over is removed.
+            tracing::info!("vireod handed over; exiting");
+            std::process::exit(0);
+        }
     }
 }
 

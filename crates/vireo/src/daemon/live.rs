@@ -102,6 +102,58 @@ impl LivePort {
         }
     }
 
+    /// Takes over a vhost-user port (type `vhost-user` or `vhost-user-client`) whose
+    /// connection the previous vireod handed over (`vireoctl upgrade`); its control thread
+    /// and rings start at the switch-over (`Endpoint::resume`).
+    pub fn adopt(
+        name: &str,
+        pc: &PortConfig,
+        run_dir: &Path,
+        h: &vhost::Handover,
+        fds: &mut [Option<std::os::fd::OwnedFd>],
+    ) -> Result<LivePort, String> {
+        let opt = |k: &str| pc.options.get(k).map(String::as_str);
+        let queues = opt("queues").map_or(Ok(1), str::parse::<usize>);
+        let queues = queues.map_err(|_| "bad queues".to_string())?;
+        let (path, mode) = match pc.kind.as_str() {
+            "vhost-user" => (
+                opt("path").map_or_else(|| run_dir.join(format!("{name}.sock")), Into::into),
+                vhost::Mode::Server,
+            ),
+            "vhost-user-client" => {
+                let path = opt("path").ok_or("type vhost-user-client needs path=SOCKET")?;
+                let ms = opt("reconnect-ms").map_or(Ok(DEFAULT_RECONNECT_MS), str::parse::<u64>);
+                let reconnect_ms = ms.map_err(|_| "bad reconnect-ms".to_string())?;
+                (
+                    Path::new(path).to_path_buf(),
+                    vhost::Mode::Client { reconnect_ms },
+                )
+            }
+            other => {
+                return Err(format!(
+                    "a {other} port cannot take over a vhost-user connection"
+                ))
+            }
+        };
+        let ep = vhost::Endpoint::adopt(&path, queues, mode, h, fds)?;
+        Ok(LivePort::Vhost(VhostUserPort::adopted(ep, mode)))
+    }
+
+    /// Takes over a `tap` or `internal` port's interface through the fd the previous vireod
+    /// handed over (the interface is never re-created: its addresses stay).
+    pub fn adopt_tap(
+        name: &str,
+        pc: &PortConfig,
+        fd: std::os::fd::OwnedFd,
+    ) -> Result<LivePort, String> {
+        let kind = if pc.kind == "tap" { "tap" } else { "internal" };
+        let mtu = pc.options.get("mtu").map(|m| m.parse::<u32>()).transpose();
+        let mtu = mtu.map_err(|_| format!("port {name}: bad mtu"))?;
+        TapPort::adopt(name, kind, mtu, fd)
+            .map(LivePort::Tap)
+            .map_err(|e| format!("port {name}: {e}"))
+    }
+
     /// The port as the datapath sees it.
     pub fn port(&self) -> Arc<dyn Port> {
         match self {

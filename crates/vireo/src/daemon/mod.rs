@@ -1,5 +1,7 @@
 //! `vireod`: command-line flags, logging, the run directory and its lock, startup from the
-//! store, the control server, and a clean stop on SIGTERM/SIGINT.
+//! store, the control server, and a clean stop on SIGTERM/SIGINT. Started with `--takeover
+//! PATH` (by `vireoctl upgrade`, see [`upgrade`] and [`takeover`]) it takes the locks, the
+//! control socket and the live ports over from the running vireod instead.
 //!
 //! Threads: the main thread runs the control accept loop; a signal thread waits for
 //! SIGTERM/SIGINT; control connections get threads of their own (see [`control`]).
@@ -14,12 +16,15 @@ mod control;
 mod ctops;
 mod flows;
 mod format;
+mod handover;
 mod hooks;
 mod housekeeping;
 mod live;
 pub mod options;
 mod runtime;
 mod switch;
+mod takeover;
+mod upgrade;
 
 pub use switch::Switch;
 
@@ -55,6 +60,9 @@ pub struct Args {
     /// socket: its members may run vireoctl and ovs-ofctl [default: the daemon's group]
     #[arg(long)]
     pub socket_group: Option<String>,
+    /// Internal (`vireoctl upgrade`): take over the vireod listening on this handover socket
+    #[arg(long, hide = true)]
+    pub takeover: Option<PathBuf>,
 }
 
 /// How long SIGTERM may take to stop the daemon.
@@ -120,12 +128,6 @@ pub fn main() -> i32 {
     }
 }
 
-/// Holds the run directory's and the store's locks for the daemon's life.
-struct Locks {
-    _run: Flock<File>,
-    _db: Flock<File>,
-}
-
 fn lock_file(path: &Path, what: &str) -> Result<Flock<File>, String> {
     let f = OpenOptions::new()
         .create(true)
@@ -155,19 +157,41 @@ fn run(args: Args) -> Result<(), String> {
     // Before any thread exists: everything we create from here on is private until chmod'ed.
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let db = args.db.clone().unwrap_or_else(|| run_dir.join("conf.db"));
-    let mut run_lock = lock_file(&run_dir.join("vireod.pid"), "the run directory")?;
-    let db_lock = lock_file(
-        &db.with_extension("lock"),
-        &format!("store {}", db.display()),
-    )?;
-    let _ = run_lock.set_len(0);
-    let _ = writeln!(*run_lock, "{}", std::process::id());
-    let _locks = Locks {
-        _run: run_lock,
-        _db: db_lock,
+    // A takeover gets the locks (flock held) and the control socket from the old process.
+    let mut taken = match &args.takeover {
+        Some(p) => Some(takeover::Taken::receive(p)?),
+        None => None,
     };
+    // Held for the daemon's life (never unlocked explicitly: the lock goes with the last fd,
+    // which after an upgrade is the new process's).
+    let mut _flocks: Vec<Flock<File>> = Vec::new();
+    let locks: Vec<File> = match &mut taken {
+        Some(t) => std::mem::take(&mut t.locks),
+        None => {
+            _flocks.push(lock_file(&run_dir.join("vireod.pid"), "the run directory")?);
+            _flocks.push(lock_file(
+                &db.with_extension("lock"),
+                &format!("store {}", db.display()),
+            )?);
+            _flocks
+                .iter()
+                .map(|f| f.try_clone())
+                .collect::<Result<Vec<File>, _>>()
+                .map_err(|e| format!("lock files: {e}"))?
+        }
+    };
+    if locks.len() != 2 {
+        return Err(format!("{} lock files handed over, not 2", locks.len()));
+    }
+    if taken.is_none() {
+        write_pid(&locks[0]);
+    }
 
-    let mut store = Store::open(&db).map_err(|e| format!("{e}; refusing to start"))?;
+    let store = Store::open(&db).map_err(|e| format!("{e}; refusing to start"));
+    let mut store = match &taken {
+        Some(t) => t.or_refuse(store),
+        None => store?,
+    };
     if let Some(cores) = &args.pmd_cores {
         options::parse_cpu_list(cores).map_err(|e| format!("--pmd-cores: {e}"))?;
         store
@@ -177,13 +201,54 @@ fn run(args: Args) -> Result<(), String> {
             })
             .map_err(|e| e.to_string())?;
     }
-    tracing::info!(run_dir = %run_dir.display(), db = %db.display(), "vireod starting");
-    let switch = Arc::new(Mutex::new(Switch::new(store, run_dir.clone(), access)?));
+    tracing::info!(run_dir = %run_dir.display(), db = %db.display(), takeover = taken.is_some(), "vireod starting");
+    let built = Switch::build(store, run_dir.clone(), access, taken.as_mut());
+    let mut switch = match &taken {
+        Some(t) => t.or_refuse(built),
+        None => built?,
+    };
+    if let Some(t) = &taken {
+        switch.take_flows(t);
+    }
 
     let sock = run_dir.join(CTL_SOCKET);
-    // A stale socket left here is replaced; anything else (a symlink, a file) is refused.
-    let (listener, sock_id) = vhost::sockfile::bind_listener(&sock, access)
-        .map_err(|e| format!("cannot listen on {}: {e}", sock.display()))?;
+    let (listener, sock_id) = match taken.as_mut().and_then(|t| t.control.take()) {
+        Some(l) => {
+            let id =
+                vhost::sockfile::identity(&sock).map_err(|e| format!("{}: {e}", sock.display()));
+            let id = taken.as_ref().expect("taken").or_refuse(id);
+            (l, id)
+        }
+        // A stale socket left here is replaced; anything else (a symlink, a file) is refused.
+        None => vhost::sockfile::bind_listener(&sock, access)
+            .map_err(|e| format!("cannot listen on {}: {e}", sock.display()))?,
+    };
+    let dup = |l: &std::os::unix::net::UnixListener| l.try_clone();
+    let ctx_listener = dup(&listener).map_err(|e| format!("control socket: {e}"))?;
+    let ctx_locks = locks
+        .iter()
+        .map(File::try_clone)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("lock files: {e}"))?;
+    switch.upgrade_ctx = Some(upgrade::Ctx::new(ctx_listener, ctx_locks));
+    let switch = Arc::new(Mutex::new(switch));
+    if let Some(t) = &taken {
+        // The switch-over: the old process stops its rings and says where they stand.
+        let bases = t.ready();
+        switch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take_rings(&bases);
+        write_pid(&locks[0]);
+        t.started();
+        switch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .start_deferred();
+        tracing::info!("takeover done");
+    }
+    drop(taken);
+    let _locks = locks;
     let stop = Arc::new(AtomicBool::new(false));
     spawn_signal_thread(stop.clone(), sock.clone())?;
     tracing::info!(socket = %sock.display(), "vireod ready");
@@ -202,6 +267,14 @@ fn run(args: Args) -> Result<(), String> {
     }
     tracing::info!("vireod stopped");
     Ok(())
+}
+
+/// Writes our pid into the run directory's lock file.
+fn write_pid(f: &File) {
+    let mut f = f;
+    let _ = f.set_len(0);
+    let _ = std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(0));
+    let _ = writeln!(f, "{}", std::process::id());
 }
 
 fn spawn_signal_thread(stop: Arc<AtomicBool>, sock: PathBuf) -> Result<(), String> {

@@ -171,13 +171,34 @@ impl Runtime {
 
     /// Adds a bridge (default NORMAL rule, `BR.mgmt` socket, saved controllers and fail mode).
     pub fn add_bridge(&mut self, name: &str, cfg: &BridgeConfig) -> Result<(), String> {
+        self.add_bridge_with(name, cfg, None)
+    }
+
+    /// [`Runtime::add_bridge`]; `handed` is the `BR.mgmt` socket a previous vireod handed over
+    /// (`vireoctl upgrade`): it is served as it is instead of a new one being bound.
+    pub fn add_bridge_with(
+        &mut self,
+        name: &str,
+        cfg: &BridgeConfig,
+        handed: Option<std::os::unix::net::UnixListener>,
+    ) -> Result<(), String> {
         self.pipeline.add_bridge(name).map_err(|e| e.to_string())?;
         let hooks = Arc::new(Hooks::new(Arc::downgrade(&self.shared)));
         let mgmt = self.run_dir.join(format!("{name}.mgmt"));
         // vireod runs under umask 077, so the sockets (BR.mgmt and BR.snoop beside it) are
-        // created 0600 (no one else can connect) before they get their mode and group here.
-        let made = BridgeOf::new(name, self.pipeline.clone(), hooks, &mgmt).and_then(|of| {
-            for sock in [mgmt.clone(), mgmt.with_extension("snoop")] {
+        // created 0600 (no one else can connect) before they get their mode and group here;
+        // a handed-over BR.mgmt keeps the mode it has, the new BR.snoop gets it.
+        let fresh = handed.is_none();
+        let made = match handed {
+            Some(l) => BridgeOf::with_mgmt_listener(name, self.pipeline.clone(), hooks, &mgmt, l),
+            None => BridgeOf::new(name, self.pipeline.clone(), hooks, &mgmt),
+        }
+        .and_then(|of| {
+            let mut socks = vec![mgmt.with_extension("snoop")];
+            if fresh {
+                socks.push(mgmt.clone());
+            }
+            for sock in socks {
                 vhost::sockfile::apply(&sock, self.mgmt_access).map_err(|e| {
                     of.shutdown();
                     e.to_string()

@@ -46,10 +46,16 @@ pub struct Switch {
     run_dir: PathBuf,
     pub(super) live: BTreeMap<String, LivePort>,
     /// Ports whose creation failed at startup, with the reason (shown by `show`).
-    failed: BTreeMap<String, String>,
+    pub(super) failed: BTreeMap<String, String>,
     pub(super) rt: Runtime,
     /// Ports stopped but not yet joined: the caller joins them after releasing the mutex.
     retired: Vec<LivePort>,
+    /// What `upgrade` needs (binary, arguments, sockets, locks); set by the daemon's start.
+    pub(super) upgrade_ctx: Option<super::upgrade::Ctx>,
+    /// Kernel ports a takeover opens once the old process has exited.
+    pub(super) deferred: Vec<(String, String, PortConfig)>,
+    /// Taps a takeover adopts (with their handed-over fds) once the old process has exited.
+    pub(super) deferred_taps: Vec<(String, String, PortConfig, std::os::fd::OwnedFd)>,
 }
 
 impl Switch {
@@ -59,6 +65,17 @@ impl Switch {
         store: Store,
         run_dir: PathBuf,
         mgmt_access: vhost::sockfile::Access,
+    ) -> Result<Switch, String> {
+        Self::build(store, run_dir, mgmt_access, None)
+    }
+
+    /// [`Switch::new`], or during a takeover (`taken`) with the sockets and vhost-user
+    /// connections the old process handed over.
+    pub(super) fn build(
+        store: Store,
+        run_dir: PathBuf,
+        mgmt_access: vhost::sockfile::Access,
+        mut taken: Option<&mut super::takeover::Taken>,
     ) -> Result<Switch, String> {
         let cores = match &store.config().pmd_cores {
             Some(list) => options::parse_cpu_list(list)?,
@@ -77,19 +94,32 @@ impl Switch {
             failed: BTreeMap::new(),
             rt,
             retired: Vec::new(),
+            upgrade_ctx: None,
+            deferred: Vec::new(),
+            deferred_taps: Vec::new(),
         };
         let config = sw.store.config().clone();
         for (br, b) in &config.bridges {
             tracing::info!(bridge = %br, ports = b.ports.len(), "restoring bridge");
-            sw.rt.add_bridge(br, b)?;
+            let mgmt = taken.as_deref_mut().and_then(|t| t.mgmt(br));
+            sw.rt.add_bridge_with(br, b, mgmt)?;
             for (name, pc) in &b.ports {
-                if let Err(e) = sw.start_port(br, name, pc) {
-                    tracing::error!(port = %name, error = %e.0, "cannot restore port");
-                    sw.failed.insert(name.clone(), e.0);
+                let r = match taken.as_deref_mut() {
+                    Some(t) => sw.take_port(t, br, name, pc),
+                    None => sw.start_port(br, name, pc).map_err(|e| e.0),
+                };
+                if let Err(e) = r {
+                    tracing::error!(port = %name, error = %e, "cannot restore port");
+                    sw.failed.insert(name.clone(), e);
                 }
             }
         }
         Ok(sw)
+    }
+
+    /// The run directory.
+    pub(super) fn run_dir(&self) -> &std::path::Path {
+        &self.run_dir
     }
 
     /// The configuration.
@@ -133,6 +163,7 @@ impl Switch {
             "set-pmd-auto-lb" => {
                 arity(1, 1, "off|THRESHOLD%").and_then(|_| self.set_pmd_auto_lb(&args[0]))
             }
+            "upgrade" => self.upgrade(args),
             "inject" => arity(2, 2, "PORT HEX").and_then(|_| self.inject(&args[0], &args[1])),
             "capture" => arity(1, 1, "PORT").and_then(|_| self.capture(&args[0])),
             "add-flow" | "add-flows" | "mod-flows" | "del-flows" | "dump-flows"
@@ -473,8 +504,24 @@ impl Switch {
         Ok(Response::ok(format::lines(&frames), json!(frames)))
     }
 
-    fn start_port(&mut self, br: &str, name: &str, pc: &PortConfig) -> Result<(), CmdError> {
+    pub(super) fn start_port(
+        &mut self,
+        br: &str,
+        name: &str,
+        pc: &PortConfig,
+    ) -> Result<(), CmdError> {
         let lp = LivePort::create(name, pc, &self.run_dir)?;
+        self.attach_live(br, name, pc, lp)
+    }
+
+    /// Puts a live port into its bridge and the datapath (stopping it if that fails).
+    pub(super) fn attach_live(
+        &mut self,
+        br: &str,
+        name: &str,
+        pc: &PortConfig,
+        lp: LivePort,
+    ) -> Result<(), CmdError> {
         let place = options::Placement::of(&pc.options)?;
         let attach = Attach {
             bridge: br,

@@ -118,3 +118,27 @@ impl Drop for Bg {
         let _ = self.0.wait();
     }
 }
+
+/// (shared mappings — packet and AF_XDP rings are mapped shared from their sockets; private
+/// writable bytes — buffers and UMEMs) of process `pid`, from /proc/PID/maps.
+pub fn mappings(pid: u32) -> (usize, u64) {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let (mut shared, mut private) = (0, 0);
+    for l in maps.lines() {
+        let mut f = l.split_whitespace();
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
+            continue;
+        };
+        let Some((a, b)) = range.split_once('-') else {
+            continue;
+        };
+        let size =
+            u64::from_str_radix(b, 16).unwrap_or(0) - u64::from_str_radix(a, 16).unwrap_or(0);
+        if perms.ends_with('s') {
+            shared += 1;
+        } else if perms.starts_with("rw") {
+            private += size;
+        }
+    }
+    (shared, private)
+}

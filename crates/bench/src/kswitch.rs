@@ -1,0 +1,366 @@
+//! The switches of the kernel-port benchmark: Vireo (vireod with `af-packet`, `af-xdp` or
+//! `tap` ports), OVS 3.1's userspace datapath (Debian's plain `ovs-vswitchd`, bridge
+//! `datapath_type=netdev`, interfaces `system`, `afxdp`, `tap`), the Linux bridge, and `none`
+//! (the generator alone over one veth pair: its ceiling). Each is pinned to the switch core
+//! and stops completely.
+//!
+//! Threads: vireo-bench's main thread.
+use crate::contender::add_bridge;
+use crate::kernel::{ip, KSwitch, PortKind};
+use crate::parse::{ovs_thread_stats, vireo_pmd_stats, PmdCycles};
+use crate::proc::{command, kill_pidfile, run, wait_for_path, which, Proc};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+fn p2p(a: &str, b: &str) -> String {
+    format!("in_port={a},actions=output:{b}\nin_port={b},actions=output:{a}\n")
+}
+
+/// vireod on the switch core, two kernel ports and two p2p rules.
+pub struct VireoK {
+    core: usize,
+    bin_dir: PathBuf,
+    proc: Option<Proc>,
+    dir: Option<PathBuf>,
+}
+
+impl VireoK {
+    /// vireod and vireoctl from `bin_dir`.
+    pub fn new(core: usize, bin_dir: PathBuf) -> VireoK {
+        VireoK {
+            core,
+            bin_dir,
+            proc: None,
+            dir: None,
+        }
+    }
+
+    fn ctl(&self, dir: &Path, args: &[&str]) -> Result<String, String> {
+        run(Command::new(self.bin_dir.join("vireoctl"))
+            .arg("--run-dir")
+            .arg(dir)
+            .args(args))
+    }
+}
+
+impl KSwitch for VireoK {
+    fn name(&self) -> &'static str {
+        "vireo"
+    }
+    fn check(&self, _: PortKind) -> Result<(), String> {
+        for b in ["vireod", "vireoctl"] {
+            if !self.bin_dir.join(b).is_file() {
+                return Err(format!("{b} not found in {}", self.bin_dir.display()));
+            }
+        }
+        Ok(())
+    }
+    fn start(&mut self, dir: &Path, kind: PortKind, host: &[String; 2]) -> Result<(), String> {
+        let mut cmd = command("taskset");
+        cmd.args(["-c", &self.core.to_string()])
+            .arg(self.bin_dir.join("vireod"))
+            .arg("--run-dir")
+            .arg(dir)
+            .args(["--pmd-cores", &self.core.to_string()]);
+        self.proc = Some(Proc::spawn("vireod", &mut cmd, &dir.join("vireod.log"))?);
+        self.dir = Some(dir.to_path_buf());
+        if !wait_for_path(&dir.join("vireod.ctl"), Duration::from_secs(10)) {
+            let tail = self
+                .proc
+                .as_ref()
+                .map(|p| p.log_tail(8))
+                .unwrap_or_default();
+            return Err(format!("vireod did not start: {tail}"));
+        }
+        add_bridge(|a| self.ctl(dir, a))?;
+        let ty = format!("type={}", kind.name());
+        let mut names = Vec::new();
+        for (i, h) in host.iter().enumerate() {
+            let ifname = format!("ifname={h}");
+            let name = match kind {
+                PortKind::Tap => h.clone(),
+                _ => format!("p{i}"),
+            };
+            let mut a = vec!["add-port", "br0", name.as_str(), ty.as_str()];
+            if kind != PortKind::Tap {
+                a.push(&ifname);
+            }
+            self.ctl(dir, &a)?;
+            names.push(name);
+        }
+        let _ = self.ctl(dir, &["del-flows", "br0"]);
+        let rules = dir.join("rules.txt");
+        std::fs::write(&rules, p2p(&names[0], &names[1])).map_err(|e| e.to_string())?;
+        self.ctl(dir, &["add-flows", "br0", &rules.display().to_string()])?;
+        Ok(())
+    }
+    fn clear_stats(&mut self) {
+        if let Some(d) = self.dir.clone() {
+            let _ = self.ctl(&d, &["pmd-stats-clear"]);
+        }
+    }
+    fn pmd_cycles(&mut self) -> Option<PmdCycles> {
+        let d = self.dir.clone()?;
+        let out = self.ctl(&d, &["--json", "pmd-stats-show"]).ok()?;
+        let _ = std::fs::write(d.join("pmd-stats.json"), &out);
+        vireo_pmd_stats(&out)
+    }
+    fn pid(&self) -> Option<u32> {
+        self.proc.as_ref().map(Proc::pid)
+    }
+    fn stop(&mut self) {
+        if let Some(d) = &self.dir {
+            let _ = std::fs::write(
+                d.join("port-stats.json"),
+                self.ctl(d, &["--json", "port-stats"]).unwrap_or_default(),
+            );
+        }
+        if let Some(mut p) = self.proc.take() {
+            p.stop(Duration::from_secs(10));
+        }
+        self.dir = None;
+    }
+}
+
+/// Debian's plain (non-DPDK) ovs-vswitchd: the userspace datapath with kernel ports.
+pub const OVS_NETDEV: &str = "/usr/sbin/ovs-vswitchd";
+
+/// OVS's userspace datapath in a private run directory, everything on the switch core.
+pub struct OvsNetdev {
+    core: usize,
+    dir: Option<PathBuf>,
+}
+
+impl OvsNetdev {
+    /// PMD mask and the whole process on `core`.
+    pub fn new(core: usize) -> OvsNetdev {
+        OvsNetdev { core, dir: None }
+    }
+
+    fn cmd(dir: &Path, bin: &str) -> Command {
+        let mut c = Command::new(bin);
+        for k in ["OVS_RUNDIR", "OVS_LOGDIR", "OVS_DBDIR"] {
+            c.env(k, dir);
+        }
+        c
+    }
+
+    fn vsctl(dir: &Path, args: &[&str]) -> Result<String, String> {
+        let db = format!("--db=unix:{}", dir.join("db.sock").display());
+        run(Self::cmd(dir, "ovs-vsctl")
+            .arg(db)
+            .arg("--timeout=20")
+            .args(args))
+    }
+
+    fn appctl(dir: &Path, args: &[&str]) -> Result<String, String> {
+        let pid = std::fs::read_to_string(dir.join("vswitchd.pid")).map_err(|e| e.to_string())?;
+        let ctl = dir.join(format!("ovs-vswitchd.{}.ctl", pid.trim()));
+        run(Self::cmd(dir, "ovs-appctl").arg("-t").arg(ctl).args(args))
+    }
+
+    /// OVS's name of the kind.
+    pub fn iface_type(kind: PortKind) -> &'static str {
+        match kind {
+            PortKind::AfPacket => "system",
+            PortKind::AfXdp => "afxdp",
+            PortKind::Tap => "tap",
+        }
+    }
+}
+
+impl KSwitch for OvsNetdev {
+    fn name(&self) -> &'static str {
+        "ovs-netdev"
+    }
+    fn check(&self, _: PortKind) -> Result<(), String> {
+        if !Path::new(OVS_NETDEV).is_file() {
+            return Err(format!(
+                "{OVS_NETDEV} not found (Debian openvswitch-switch)"
+            ));
+        }
+        Ok(())
+    }
+    fn start(&mut self, dir: &Path, kind: PortKind, host: &[String; 2]) -> Result<(), String> {
+        self.dir = Some(dir.to_path_buf());
+        let d = dir.display();
+        let db = dir.join("conf.db");
+        run(Self::cmd(dir, "ovsdb-tool")
+            .arg("create")
+            .arg(&db)
+            .arg("/usr/share/openvswitch/vswitch.ovsschema"))?;
+        run(Self::cmd(dir, "ovsdb-server")
+            .arg(format!("--remote=punix:{d}/db.sock"))
+            .arg(format!("--pidfile={d}/ovsdb.pid"))
+            .arg("--detach")
+            .arg(format!("--log-file={d}/ovsdb.log"))
+            .arg(&db))?;
+        Self::vsctl(dir, &["--no-wait", "init"])?;
+        let pmd = format!("other_config:pmd-cpu-mask=0x{:x}", 1u64 << self.core);
+        Self::vsctl(dir, &["--no-wait", "set", "Open_vSwitch", ".", &pmd])?;
+        let mut c = command("taskset");
+        c.args(["-c", &self.core.to_string(), OVS_NETDEV])
+            .arg(format!("unix:{d}/db.sock"))
+            .arg(format!("--pidfile={d}/vswitchd.pid"))
+            .arg("--detach")
+            .arg(format!("--log-file={d}/vswitchd.log"));
+        for k in ["OVS_RUNDIR", "OVS_LOGDIR", "OVS_DBDIR"] {
+            c.env(k, dir);
+        }
+        run(&mut c)?;
+        Self::vsctl(
+            dir,
+            &[
+                "add-br",
+                "br0",
+                "--",
+                "set",
+                "bridge",
+                "br0",
+                "datapath_type=netdev",
+            ],
+        )?;
+        for (i, h) in host.iter().enumerate() {
+            let ty = format!("type={}", Self::iface_type(kind));
+            let ofp = format!("ofport_request={}", i + 1);
+            Self::vsctl(
+                dir,
+                &["add-port", "br0", h, "--", "set", "Interface", h, &ty, &ofp],
+            )?;
+            let st = Self::vsctl(dir, &["get", "Interface", h, "error"]).unwrap_or_default();
+            if st.trim() != "[]" && !st.trim().is_empty() {
+                return Err(format!("OVS refused {h} ({ty}): {}", st.trim()));
+            }
+        }
+        run(Self::cmd(dir, "ovs-ofctl").args(["del-flows", "br0"]))?;
+        let rules = dir.join("rules.txt");
+        std::fs::write(&rules, p2p("1", "2")).map_err(|e| e.to_string())?;
+        run(Self::cmd(dir, "ovs-ofctl")
+            .args(["add-flows", "br0"])
+            .arg(&rules))?;
+        Ok(())
+    }
+    fn clear_stats(&mut self) {
+        if let Some(d) = &self.dir {
+            let _ = Self::appctl(d, &["dpif-netdev/pmd-stats-clear"]);
+        }
+    }
+    fn pmd_cycles(&mut self) -> Option<PmdCycles> {
+        let d = self.dir.as_ref()?;
+        let out = Self::appctl(d, &["dpif-netdev/pmd-stats-show"]).ok()?;
+        let _ = std::fs::write(d.join("pmd-stats.txt"), &out);
+        ovs_thread_stats(&out, true)
+    }
+    fn pid(&self) -> Option<u32> {
+        let d = self.dir.as_ref()?;
+        std::fs::read_to_string(d.join("vswitchd.pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+    fn stop(&mut self) {
+        if let Some(d) = self.dir.take() {
+            let _ = Self::appctl(&d, &["exit", "--cleanup"]);
+            kill_pidfile(&d.join("vswitchd.pid"), Duration::from_secs(10));
+            kill_pidfile(&d.join("ovsdb.pid"), Duration::from_secs(5));
+        }
+    }
+}
+
+impl Drop for OvsNetdev {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The Linux bridge on the two host veth ends (it forwards in softirq on whichever core
+/// sent the frame: here the generator's).
+pub struct LinuxBridge {
+    name: Option<String>,
+}
+
+impl LinuxBridge {
+    /// Not started.
+    pub fn new() -> LinuxBridge {
+        LinuxBridge { name: None }
+    }
+}
+
+impl Default for LinuxBridge {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl KSwitch for LinuxBridge {
+    fn name(&self) -> &'static str {
+        "linux-bridge"
+    }
+    fn check(&self, kind: PortKind) -> Result<(), String> {
+        match kind {
+            PortKind::AfPacket => Ok(()),
+            _ => Err("the Linux bridge has no port kinds: it runs in the af-packet rows".into()),
+        }
+    }
+    fn start(&mut self, _: &Path, _: PortKind, host: &[String; 2]) -> Result<(), String> {
+        let br = format!("kb{}br", std::process::id());
+        let _ = ip(&["link", "del", &br]);
+        ip(&["link", "add", &br, "type", "bridge", "stp_state", "0"])?;
+        self.name = Some(br.clone());
+        for h in host {
+            ip(&["link", "set", h, "master", &br])?;
+        }
+        ip(&["link", "set", &br, "up"])?;
+        Ok(())
+    }
+    fn stop(&mut self) {
+        if let Some(b) = self.name.take() {
+            let _ = ip(&["link", "del", &b]);
+        }
+    }
+}
+
+impl Drop for LinuxBridge {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// No switch: the generator over one veth pair from namespace to namespace.
+pub struct NoSwitch;
+
+impl KSwitch for NoSwitch {
+    fn name(&self) -> &'static str {
+        "none"
+    }
+    fn check(&self, kind: PortKind) -> Result<(), String> {
+        match kind {
+            PortKind::AfPacket => Ok(()),
+            _ => Err("the generator's ceiling is measured once, in the af-packet rows".into()),
+        }
+    }
+    fn direct(&self) -> bool {
+        true
+    }
+    fn start(&mut self, _: &Path, _: PortKind, _: &[String; 2]) -> Result<(), String> {
+        Ok(())
+    }
+    fn stop(&mut self) {}
+}
+
+/// Whether the tools the generators need are here.
+pub fn generators_ok() -> Result<(), String> {
+    for (b, pkg) in [
+        (crate::testpmd::TESTPMD, "dpdk"),
+        ("iperf3", "iperf3"),
+        ("ethtool", "ethtool"),
+        ("ip", "iproute2"),
+    ] {
+        if which(b).is_none() {
+            return Err(format!("{b} not found (Debian {pkg})"));
+        }
+    }
+    Ok(())
+}

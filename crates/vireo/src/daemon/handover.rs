@@ -1,0 +1,258 @@
+//! The handover protocol between a running vireod and the one replacing it
+//! (`vireoctl upgrade`): the messages, their version, and their framing on the handover socket
+//! (`RUN_DIR/vireod.upgrade`, 0600), with fds passed as SCM_RIGHTS.
+//!
+//! ```text
+//! old                                         new (vireod ARGS --takeover RUN_DIR/vireod.upgrade)
+//!  <- connect (peer pid checked = the child we started)
+//!  Offer {version, sockets, locks, ports, flows} + fds ->
+//!                                             maps memory, builds bridges and ports, no ring runs
+//!  <- Ready            (or Refused {why}: unknown version, a state it cannot serve)
+//!  stops its rings (final bursts published)
+//!  Final {ring bases per port} ->
+//!                                             installs the rings at those bases, PMDs poll them
+//!  <- Started {pid}
+//!  answers vireoctl, exits without removing any socket file
+//! ```
+//!
+//! Framing: `len: u32 LE, nfds: u32 LE` then `len` bytes of JSON; the fds ride on the first
+//! `sendmsg` (at most [`FDS_PER_MSG`]) and on one-byte messages after it for the rest. Every read
+//! has a deadline (the socket's receive timeout).
+//!
+//! Threads: the old side runs on the control connection thread that took the `upgrade`
+//! command (holding the `Switch` mutex); the new side on the new daemon's main thread.
+use rustix::net::{
+    recvmsg, sendmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+/// The state format this build writes.
+pub const STATE_VERSION: u32 = 1;
+/// The state formats this build reads (each version must accept the one before it).
+pub const ACCEPTED_VERSIONS: &[u32] = &[1];
+/// The handover socket's name in the run directory.
+pub const SOCKET: &str = "vireod.upgrade";
+/// Fds per `sendmsg` (the kernel takes at most 253).
+const FDS_PER_MSG: usize = 200;
+/// Longest message accepted (the state of hundreds of ports is well under it).
+const MAX_LEN: u32 = 64 << 20;
+
+/// Everything the old process hands over. Fields are indices into the fds sent with it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Offer {
+    /// State format ([`STATE_VERSION`] of the sender).
+    pub version: u32,
+    /// The old process.
+    pub pid: u32,
+    /// The control socket `vireod.ctl`.
+    pub control: usize,
+    /// The run directory's and the store's lock files (flock held).
+    pub locks: Vec<usize>,
+    /// Each bridge's `BR.mgmt` socket.
+    pub mgmt: BTreeMap<String, usize>,
+    /// vhost-user ports by name.
+    pub vhost: BTreeMap<String, vhost::Handover>,
+    /// Each bridge's OpenFlow rules (ovs-ofctl syntax), live state the store does not hold.
+    pub flows: BTreeMap<String, Vec<String>>,
+    /// Each bridge's meters (`dump-meters` lines), live state too.
+    #[serde(default)]
+    pub meters: BTreeMap<String, Vec<String>>,
+    /// `tap` and `internal` ports by name: their tap fds (the interfaces live on).
+    #[serde(default)]
+    pub taps: BTreeMap<String, usize>,
+}
+
+/// The messages after the offer.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "msg", rename_all = "kebab-case")]
+pub enum Reply {
+    /// New: everything is mapped and built; ready to take the rings.
+    Ready,
+    /// New: cannot take this state; the old process keeps serving.
+    Refused {
+        /// One line for the operator.
+        why: String,
+    },
+    /// Old: its rings are stopped; here is where each one stands.
+    Final {
+        /// `(ring, base)` per vhost-user port.
+        bases: BTreeMap<String, Vec<(usize, u16)>>,
+    },
+    /// New: the rings run here now.
+    Started {
+        /// The new process.
+        pid: u32,
+    },
+}
+
+/// Sends one message with `fds`.
+pub fn send(s: &UnixStream, body: &[u8], fds: &[OwnedFd]) -> io::Result<()> {
+    let len = u32::try_from(body.len()).map_err(|_| io::Error::other("message too long"))?;
+    let mut hdr = [0u8; 8];
+    hdr[..4].copy_from_slice(&len.to_le_bytes());
+    hdr[4..].copy_from_slice(&(fds.len() as u32).to_le_bytes());
+    let mut chunks = fds.chunks(FDS_PER_MSG);
+    let first = chunks.next().unwrap_or(&[]);
+    send_with_fds(s, &hdr, first)?;
+    for c in chunks {
+        send_with_fds(s, &[0u8], c)?;
+    }
+    (&*s).write_all(body)
+}
+
+fn send_with_fds(s: &UnixStream, bytes: &[u8], fds: &[OwnedFd]) -> io::Result<()> {
+    let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+    let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FDS_PER_MSG))];
+    let mut cmsg = SendAncillaryBuffer::new(&mut space);
+    if !borrowed.is_empty() && !cmsg.push(SendAncillaryMessage::ScmRights(&borrowed)) {
+        return Err(io::Error::other("too many fds"));
+    }
+    let n = sendmsg(s, &[IoSlice::new(bytes)], &mut cmsg, SendFlags::NOSIGNAL)?;
+    if n < bytes.len() {
+        (&*s).write_all(&bytes[n..])?;
+    }
+    Ok(())
+}
+
+/// Receives `buf.len()` bytes, collecting any fds that come with them.
+fn recv_with_fds(s: &UnixStream, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FDS_PER_MSG))];
+        let mut cmsg = RecvAncillaryBuffer::new(&mut space);
+        let r = {
+            let mut iov = [IoSliceMut::new(&mut buf[got..])];
+            recvmsg(s, &mut iov, &mut cmsg, RecvFlags::CMSG_CLOEXEC)?
+        };
+        for m in cmsg.drain() {
+            if let RecvAncillaryMessage::ScmRights(it) = m {
+                fds.extend(it);
+            }
+        }
+        if r.bytes == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        got += r.bytes;
+    }
+    Ok(())
+}
+
+/// Receives one message within `deadline` (per read); returns its body and fds.
+pub fn recv(s: &UnixStream, deadline: Duration) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
+    s.set_read_timeout(Some(deadline))?;
+    let mut fds = Vec::new();
+    let mut hdr = [0u8; 8];
+    recv_with_fds(s, &mut hdr, &mut fds)?;
+    let len = u32::from_le_bytes(hdr[..4].try_into().expect("4 bytes"));
+    let nfds = u32::from_le_bytes(hdr[4..].try_into().expect("4 bytes")) as usize;
+    if len > MAX_LEN {
+        return Err(io::Error::other(format!("handover message of {len} bytes")));
+    }
+    while fds.len() < nfds {
+        let mut one = [0u8; 1];
+        recv_with_fds(s, &mut one, &mut fds)?;
+    }
+    if fds.len() != nfds {
+        return Err(io::Error::other(format!(
+            "{} fds came, the message announced {nfds}",
+            fds.len()
+        )));
+    }
+    let mut body = vec![0u8; len as usize];
+    (&*s).read_exact(&mut body)?;
+    Ok((body, fds))
+}
+
+/// Sends a [`Reply`].
+pub fn send_reply(s: &UnixStream, r: &Reply) -> io::Result<()> {
+    let body = serde_json::to_vec(r).map_err(io::Error::other)?;
+    send(s, &body, &[])
+}
+
+/// Receives a [`Reply`].
+pub fn recv_reply(s: &UnixStream, deadline: Duration) -> io::Result<Reply> {
+    let (body, _) = recv(s, deadline)?;
+    serde_json::from_slice(&body).map_err(|e| io::Error::other(format!("bad reply: {e}")))
+}
+
+/// Parses an offer: the version first (an unknown one is refused without reading the rest),
+/// then the whole of it.
+pub fn parse_offer(body: &[u8]) -> Result<Offer, String> {
+    let v: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| format!("unreadable handover state: {e}"))?;
+    let version = v.get("version").and_then(serde_json::Value::as_u64);
+    match version {
+        Some(n) if ACCEPTED_VERSIONS.contains(&(n as u32)) && n <= u64::from(u32::MAX) => {}
+        Some(n) => {
+            return Err(format!(
+                "handover state version {n} is not one this vireod reads ({ACCEPTED_VERSIONS:?})"
+            ))
+        }
+        None => return Err("handover state without a version".into()),
+    }
+    serde_json::from_value(v).map_err(|e| format!("unreadable handover state: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offer(version: u32) -> Vec<u8> {
+        serde_json::to_vec(&Offer {
+            version,
+            pid: 1,
+            control: 0,
+            locks: vec![1, 2],
+            mgmt: BTreeMap::new(),
+            vhost: BTreeMap::new(),
+            flows: BTreeMap::new(),
+            meters: BTreeMap::new(),
+            taps: BTreeMap::new(),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn versions_known_are_read_and_others_refused() {
+        assert_eq!(
+            parse_offer(&offer(STATE_VERSION)).unwrap().locks,
+            vec![1, 2]
+        );
+        for v in [0, STATE_VERSION + 1, 99] {
+            let e = parse_offer(&offer(v)).unwrap_err();
+            assert!(e.contains(&format!("version {v} ")), "{e}");
+        }
+        assert!(parse_offer(b"{}")
+            .unwrap_err()
+            .contains("without a version"));
+        assert!(parse_offer(b"nonsense").is_err());
+    }
+
+    #[test]
+    fn messages_carry_their_fds() {
+        let (a, b) = UnixStream::pair().unwrap();
+        // More fds than one sendmsg carries.
+        let fds: Vec<OwnedFd> = (0..250)
+            .map(|_| std::fs::File::open("/dev/null").unwrap().into())
+            .collect();
+        let body = b"{\"hello\":1}".to_vec();
+        let t = std::thread::spawn(move || send(&a, &body, &fds).unwrap());
+        let (got, fds) = recv(&b, Duration::from_secs(5)).unwrap();
+        t.join().unwrap();
+        assert_eq!(got, b"{\"hello\":1}");
+        assert_eq!(fds.len(), 250);
+        let r = Reply::Final {
+            bases: [("vm1".to_string(), vec![(0, 7), (1, 0x8003)])].into(),
+        };
+        let (a, b) = UnixStream::pair().unwrap();
+        send_reply(&a, &r).unwrap();
+        assert_eq!(recv_reply(&b, Duration::from_secs(1)).unwrap(), r);
+    }
+}

@@ -1,0 +1,302 @@
+//! The new process of `vireoctl upgrade` (`vireod ... --takeover PATH`): receives the old
+//! process's offer (see [`super::handover`]), builds its switch from the store with the
+//! handed-over sockets, locks and vhost-user connections (memory mapped, no ring running),
+//! answers ready, and at the switch-over installs each ring at the index the old process
+//! stopped it at. `tap` and `internal` ports are taken over through their handed-over fds
+//! once the old process has exited (the interfaces live on; frames wait in their queues);
+//! the other kernel ports (`af-packet`, `af-xdp`, tunnels) are opened afresh then (the old
+//! process holds their sockets until it exits): they see a short outage; vhost-user ports see
+//! none.
+//!
+//! Any failure before the switch-over answers `Refused` and exits at once with status 1,
+//! running no destructor: the sockets and files it took over still belong to the old process,
+//! which keeps serving.
+//!
+//! Threads: the daemon's main thread, before the control server starts.
+use super::handover::{self, Offer, Reply};
+use super::live::LivePort;
+use super::switch::Switch;
+use crate::store::PortConfig;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::time::Duration;
+
+/// How long the old process may take to send its offer, and its final ring indices.
+const OFFER_DEADLINE: Duration = Duration::from_secs(30);
+/// How long to wait for the old process to exit before opening kernel ports anyway.
+const EXIT_DEADLINE: Duration = Duration::from_secs(5);
+/// How long a kernel port may keep failing to open after the old process exited.
+const REOPEN_DEADLINE: Duration = Duration::from_secs(2);
+
+/// Port kinds whose kernel object the old process holds until it exits: opened afterwards.
+const DEFERRED_KINDS: &[&str] = &["af-xdp", "af-packet", "tap", "internal", "vxlan", "geneve"];
+
+/// What the old process handed over, being taken apart while the switch is built.
+pub struct Taken {
+    stream: UnixStream,
+    offer: Offer,
+    fds: Vec<Option<OwnedFd>>,
+    /// The control socket.
+    pub control: Option<UnixListener>,
+    /// The lock files (their flocks came along).
+    pub locks: Vec<File>,
+}
+
+impl Taken {
+    /// Connects to the old process and reads its offer; refuses (and exits) on a version or
+    /// state this build cannot read.
+    pub fn receive(path: &Path) -> Result<Taken, String> {
+        let stream =
+            UnixStream::connect(path).map_err(|e| format!("--takeover {}: {e}", path.display()))?;
+        let (body, fds) = handover::recv(&stream, OFFER_DEADLINE)
+            .map_err(|e| format!("--takeover: no state from the old vireod: {e}"))?;
+        let offer = match handover::parse_offer(&body) {
+            Ok(o) => o,
+            Err(why) => refuse(&stream, &why),
+        };
+        let mut t = Taken {
+            stream,
+            offer,
+            fds: fds.into_iter().map(Some).collect(),
+            control: None,
+            locks: Vec::new(),
+        };
+        let control = t.fd(t.offer.control, "control socket");
+        let control = t.or_refuse(control);
+        t.control = Some(UnixListener::from(control));
+        for i in t.offer.locks.clone() {
+            let f = t.fd(i, "lock file");
+            let f = t.or_refuse(f);
+            t.locks.push(File::from(f));
+        }
+        tracing::info!(
+            old_pid = t.offer.pid,
+            version = t.offer.version,
+            "takeover: state received"
+        );
+        Ok(t)
+    }
+
+    fn fd(&mut self, i: usize, what: &str) -> Result<OwnedFd, String> {
+        self.fds
+            .get_mut(i)
+            .and_then(Option::take)
+            .ok_or_else(|| format!("the state names {what} fd {i}, which did not come"))
+    }
+
+    /// The value, or `Refused` to the old process and exit.
+    pub fn or_refuse<T>(&self, r: Result<T, String>) -> T {
+        match r {
+            Ok(v) => v,
+            Err(why) => refuse(&self.stream, &why),
+        }
+    }
+
+    /// The bridge's management socket, if handed over.
+    pub fn mgmt(&mut self, bridge: &str) -> Option<UnixListener> {
+        let i = *self.offer.mgmt.get(bridge)?;
+        self.fd(i, "management socket").ok().map(UnixListener::from)
+    }
+
+    /// Tells the old process everything is ready and waits for the final ring indices.
+    pub fn ready(&self) -> BTreeMap<String, Vec<(usize, u16)>> {
+        let r = handover::send_reply(&self.stream, &Reply::Ready)
+            .map_err(|e| e.to_string())
+            .and_then(|()| {
+                handover::recv_reply(&self.stream, OFFER_DEADLINE).map_err(|e| e.to_string())
+            });
+        match r {
+            Ok(Reply::Final { bases }) => bases,
+            other => {
+                // The old process gave up (and resumed) or died: nothing here is ours.
+                tracing::error!(answer = ?other, "takeover: no switch-over; exiting");
+                eprintln!("vireod: takeover abandoned by the old vireod ({other:?})");
+                std::process::exit(1);
+            }
+        }
+    }
+
+    /// Confirms the switch-over, then waits (bounded) for the old process to exit. It is our
+    /// parent: once it has exited we have another one.
+    pub fn started(&self) {
+        let pid = std::process::id();
+        if let Err(e) = handover::send_reply(&self.stream, &Reply::Started { pid }) {
+            tracing::warn!(error = %e, "takeover: cannot confirm the switch-over");
+        }
+        let deadline = std::time::Instant::now() + EXIT_DEADLINE;
+        while std::os::unix::process::parent_id() == self.offer.pid {
+            if std::time::Instant::now() > deadline {
+                tracing::warn!(
+                    old_pid = self.offer.pid,
+                    "takeover: the old vireod has not exited"
+                );
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// Answers `Refused` and exits with status 1 (no destructor: nothing taken is released).
+fn refuse(s: &UnixStream, why: &str) -> ! {
+    tracing::error!(reason = %why, "takeover refused");
+    eprintln!("vireod: takeover refused: {why}");
+    let _ = handover::send_reply(s, &Reply::Refused { why: why.into() });
+    std::process::exit(1);
+}
+
+/// A dumped flow without its statistics (`duration=`, `n_packets=`, `n_bytes=`), as
+/// `add-flows` reads it.
+fn strip_stats(line: &str) -> String {
+    let mut s = line.to_string();
+    for key in ["duration=", "n_packets=", "n_bytes="] {
+        if let Some(a) = s.find(key) {
+            let end = s[a..].find(", ").map_or(s.len(), |e| a + e + 2);
+            s.replace_range(a..end, "");
+        }
+    }
+    s
+}
+
+impl Switch {
+    /// Creates a port of the store during a takeover: a handed-over vhost-user connection is
+    /// adopted (refusing the takeover if it cannot be), a kernel port waits for the old
+    /// process to exit, anything else starts as usual.
+    pub(super) fn take_port(
+        &mut self,
+        t: &mut Taken,
+        br: &str,
+        name: &str,
+        pc: &PortConfig,
+    ) -> Result<(), String> {
+        if let Some(i) = t.offer.taps.remove(name) {
+            let fd = t.fd(i, "tap");
+            let fd = t.or_refuse(fd);
+            self.deferred_taps
+                .push((br.to_string(), name.to_string(), pc.clone(), fd));
+            return Ok(());
+        }
+        if DEFERRED_KINDS.contains(&pc.kind.as_str()) {
+            self.deferred
+                .push((br.to_string(), name.to_string(), pc.clone()));
+            return Ok(());
+        }
+        let Some(h) = t.offer.vhost.remove(name) else {
+            return self.start_port(br, name, pc).map_err(|e| e.0);
+        };
+        let lp = LivePort::adopt(name, pc, self.run_dir(), &h, &mut t.fds)
+            .map_err(|e| format!("port {name}: {e}"));
+        let lp = t.or_refuse(lp);
+        self.attach_live(br, name, pc, lp).map_err(|e| e.0)
+    }
+
+    /// The switch-over in the new process: every adopted vhost-user port installs its rings at
+    /// the final bases and its control thread starts.
+    pub(super) fn take_rings(&mut self, bases: &BTreeMap<String, Vec<(usize, u16)>>) {
+        // Every port's rings first, with PMDs held off the guests' tx rings: a packet taken
+        // from one guest then always finds its destination running.
+        for (name, lp) in &self.live {
+            if let LivePort::Vhost(v) = lp {
+                let b = bases.get(name).map_or(&[][..], Vec::as_slice);
+                if let Err(e) = v.endpoint().start_rings(b) {
+                    tracing::error!(port = %name, error = %e, "takeover: rings did not start");
+                }
+            }
+        }
+        for (name, lp) in &self.live {
+            if let LivePort::Vhost(v) = lp {
+                let b = bases.get(name).map_or(&[][..], Vec::as_slice);
+                if let Err(e) = v.endpoint().resume(b) {
+                    tracing::error!(port = %name, error = %e, "takeover: port did not start");
+                }
+            }
+        }
+    }
+
+    /// Before the switch-over: the rules the old process had replace the default ones (a
+    /// rule that does not parse refuses the takeover: the old process keeps them).
+    pub(super) fn take_flows(&mut self, t: &Taken) {
+        use ofproto::meter::{parse_meter, MeterCommand};
+        for (br, lines) in &t.offer.meters {
+            if !self.config().bridges.contains_key(br) {
+                continue;
+            }
+            for line in lines {
+                // The spec, without the counters `dump-meters` appends after a space.
+                let spec = line.split(' ').next().unwrap_or_default();
+                let r = parse_meter(MeterCommand::Add, spec).and_then(|mm| {
+                    self.rt
+                        .pipeline
+                        .meter_mod(br, mm)
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                });
+                t.or_refuse(r.map_err(|e| format!("bridge {br}: meter {spec}: {e}")));
+            }
+        }
+        for (br, lines) in &t.offer.flows {
+            if !self.config().bridges.contains_key(br) {
+                continue;
+            }
+            let text: String = lines.iter().map(|l| strip_stats(l) + "\n").collect();
+            let pl = self.rt.pipeline.clone();
+            let r = pl
+                .del_flows(br, None, false)
+                .and_then(|_| pl.add_flows(br, &text));
+            let n = t.or_refuse(r.map_err(|e| format!("bridge {br}: rules: {e}")));
+            tracing::info!(bridge = %br, rules = n, "takeover: rules restored");
+        }
+        self.rt.revalidate();
+    }
+
+    /// After the old process exited: opens the kernel ports (retrying for a moment: the
+    /// kernel may still be tearing down the old process's interface).
+    pub(super) fn start_deferred(&mut self) {
+        // Taps handed over: the same interfaces (frames they received meanwhile wait in
+        // their queues).
+        for (br, name, pc, fd) in std::mem::take(&mut self.deferred_taps) {
+            let r = LivePort::adopt_tap(&name, &pc, fd)
+                .map_err(super::switch::CmdError)
+                .and_then(|lp| self.attach_live(&br, &name, &pc, lp));
+            if let Err(e) = r {
+                tracing::error!(port = %name, error = %e.0, "cannot take over tap");
+                self.failed.insert(name, e.0);
+            }
+        }
+        for (br, name, pc) in std::mem::take(&mut self.deferred) {
+            let deadline = std::time::Instant::now() + REOPEN_DEADLINE;
+            loop {
+                match self.start_port(&br, &name, &pc) {
+                    Ok(()) => break,
+                    Err(_) if std::time::Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    Err(e) => {
+                        tracing::error!(port = %name, error = %e.0, "cannot restore port");
+                        self.failed.insert(name, e.0);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::strip_stats;
+
+    #[test]
+    fn dumped_flows_lose_their_statistics() {
+        assert_eq!(
+            strip_stats(
+                "cookie=0x5, duration=1.250s, table=0, n_packets=7, n_bytes=420, \
+                 idle_timeout=60, priority=10,in_port=vm1 actions=output:vm2"
+            ),
+            "cookie=0x5, table=0, idle_timeout=60, priority=10,in_port=vm1 actions=output:vm2"
+        );
+    }
+}

@@ -1,0 +1,496 @@
+//! `vireoctl upgrade [--binary PATH]` in the running vireod: starts the new binary with this
+//! process's arguments plus `--takeover RUN_DIR/vireod.upgrade`, hands it every socket, lock
+//! and vhost-user connection with their live state (see [`super::handover`]), and exits once
+//! the new process runs the rings. Until the switch-over nothing here changes what the
+//! switch does: the vhost-user control threads are only paused (PMDs keep forwarding), and any
+//! failure (binary missing, new process exits or refuses the state, a deadline passes) resumes
+//! them and answers the command with the reason. After the switch-over (rings stopped here)
+//! a new process that does not confirm within [`STARTED_DEADLINE`] is killed and the rings are
+//! taken back at the indices they stopped at.
+//!
+//! Threads: the control connection thread that took the command, with the `Switch` mutex held
+//! for the whole upgrade (no other command changes the switch meanwhile).
+use super::handover::{self, Offer, Reply, STATE_VERSION};
+use super::live::LivePort;
+use super::switch::{CmdError, CmdResult, Switch};
+use crate::proto::Response;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fs::File;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long the new process may take to connect to the handover socket. (With the deadlines
+/// below, an upgrade answers within vireoctl's default 30 s timeout.)
+const CONNECT_DEADLINE: Duration = Duration::from_secs(10);
+/// How long it may take to build everything and answer the offer.
+const READY_DEADLINE: Duration = Duration::from_secs(10);
+/// How long it may take to confirm that its rings run, after the switch-over.
+pub const STARTED_DEADLINE: Duration = Duration::from_secs(5);
+/// How long one vhost-user control thread may take to pause (it finishes the message it is
+/// reading, which has a 1 s deadline).
+const PARK_DEADLINE: Duration = Duration::from_millis(2500);
+
+/// Set once the upgrade succeeded: the control connection exits the process after writing the
+/// answer (no destructor runs: socket files stay for the new process).
+pub static EXIT_AFTER_REPLY: AtomicBool = AtomicBool::new(false);
+
+/// What the daemon kept from its start for an upgrade.
+pub struct Ctx {
+    /// The binary it was started from (`/proc/self/exe` at start).
+    pub exe: PathBuf,
+    /// Its arguments (without `--takeover`).
+    pub args: Vec<OsString>,
+    /// The control socket (a duplicate).
+    pub control: UnixListener,
+    /// The run directory's and the store's lock files (duplicates: the flock comes along).
+    pub locks: Vec<File>,
+}
+
+impl Ctx {
+    /// The daemon's own start: binary and arguments as given, minus any `--takeover`.
+    pub fn new(control: UnixListener, locks: Vec<File>) -> Ctx {
+        let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"));
+        Ctx {
+            exe,
+            args: strip_takeover(std::env::args_os().skip(1)),
+            control,
+            locks,
+        }
+    }
+}
+
+/// Arguments without `--takeover X` / `--takeover=X`.
+pub fn strip_takeover(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
+    let mut out = Vec::new();
+    let mut skip = false;
+    for a in args {
+        if skip {
+            skip = false;
+            continue;
+        }
+        let s = a.to_string_lossy();
+        if s == "--takeover" {
+            skip = true;
+        } else if !s.starts_with("--takeover=") {
+            out.push(a);
+        }
+    }
+    out
+}
+
+/// The upgrade's options.
+struct Opts {
+    binary: Option<PathBuf>,
+    version: u32,
+}
+
+fn parse(args: &[String]) -> Result<Opts, CmdError> {
+    let mut o = Opts {
+        binary: None,
+        version: STATE_VERSION,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = |name: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| CmdError(format!("{name} needs a value")))
+        };
+        match a.as_str() {
+            "--binary" => o.binary = Some(val("--binary")?.into()),
+            // For tests: offer the state under another version number.
+            "--state-version" => {
+                o.version = val("--state-version")?
+                    .parse()
+                    .map_err(|_| CmdError("--state-version needs a number".into()))?
+            }
+            other => {
+                return Err(CmdError(format!(
+                    "usage: upgrade [--binary PATH] (unknown argument {other:?})"
+                )))
+            }
+        }
+    }
+    Ok(o)
+}
+
+fn check_binary(p: &Path) -> Result<(), String> {
+    let md = std::fs::metadata(p).map_err(|e| format!("binary {}: {e}", p.display()))?;
+    if !md.is_file() || md.permissions().mode() & 0o111 == 0 {
+        return Err(format!("{} is not an executable file", p.display()));
+    }
+    Ok(())
+}
+
+/// The answer to a failed upgrade.
+fn failed(why: &str) -> CmdError {
+    tracing::warn!(reason = %why, "upgrade failed; this vireod keeps serving");
+    CmdError(format!(
+        "upgrade failed, vireod {} keeps serving: {why}",
+        std::process::id()
+    ))
+}
+
+/// The new process and the handover socket, cleaned up on failure.
+struct Attempt {
+    child: Child,
+    sock: PathBuf,
+    sock_id: Option<vhost::sockfile::FileId>,
+}
+
+impl Attempt {
+    /// Why the new process is gone, if it is.
+    fn exited(&mut self) -> Option<String> {
+        match self.child.try_wait() {
+            Ok(Some(st)) => Some(format!(
+                "the new vireod exited ({st}) before the switch-over"
+            )),
+            _ => None,
+        }
+    }
+
+    /// Kills the new process (ours, by pid) and removes the handover socket.
+    fn abandon(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+        vhost::sockfile::remove_if_ours(&self.sock, self.sock_id.take());
+    }
+}
+
+/// Waits for the new process to connect (or die); checks the peer is that process.
+fn accept(l: &UnixListener, a: &mut Attempt) -> Result<UnixStream, String> {
+    let deadline = Instant::now() + CONNECT_DEADLINE;
+    loop {
+        match l.accept() {
+            Ok((s, _)) => {
+                let cred =
+                    nix::sys::socket::getsockopt(&s, nix::sys::socket::sockopt::PeerCredentials)
+                        .map_err(|e| format!("handover socket: {e}"))?;
+                if cred.pid() as u32 != a.child.id() {
+                    tracing::warn!(
+                        pid = cred.pid(),
+                        "upgrade: refused a handover connection from another process"
+                    );
+                    continue;
+                }
+                s.set_nonblocking(false).map_err(|e| e.to_string())?;
+                return Ok(s);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(format!("handover socket: {e}")),
+        }
+        if let Some(why) = a.exited() {
+            return Err(why);
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the new vireod did not connect within {} s",
+                CONNECT_DEADLINE.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn dup(f: impl AsFd, fds: &mut Vec<OwnedFd>) -> Result<usize, String> {
+    fds.push(f.as_fd().try_clone_to_owned().map_err(|e| e.to_string())?);
+    Ok(fds.len() - 1)
+}
+
+impl Switch {
+    /// `upgrade [--binary PATH]`.
+    pub(super) fn upgrade(&mut self, args: &[String]) -> CmdResult {
+        let opts = parse(args)?;
+        let (binary, start_args) = {
+            let ctx = self
+                .upgrade_ctx
+                .as_ref()
+                .ok_or_else(|| CmdError("this vireod cannot upgrade".into()))?;
+            (
+                opts.binary.clone().unwrap_or_else(|| ctx.exe.clone()),
+                ctx.args.clone(),
+            )
+        };
+        check_binary(&binary).map_err(|e| failed(&e))?;
+        self.check_handover_able().map_err(|e| failed(&e))?;
+        let sock = self.run_dir().join(handover::SOCKET);
+        let access = vhost::sockfile::Access {
+            mode: 0o600,
+            gid: None,
+        };
+        let (listener, sock_id) = vhost::sockfile::bind_listener(&sock, access)
+            .map_err(|e| failed(&format!("{}: {e}", sock.display())))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| CmdError(e.to_string()))?;
+        let child = Command::new(&binary)
+            .args(&start_args)
+            .arg("--takeover")
+            .arg(&sock)
+            .stdin(Stdio::null())
+            .spawn();
+        let child = match child {
+            Ok(c) => c,
+            Err(e) => {
+                vhost::sockfile::remove_if_ours(&sock, Some(sock_id));
+                return Err(failed(&format!("cannot start {}: {e}", binary.display())));
+            }
+        };
+        let mut a = Attempt {
+            child,
+            sock,
+            sock_id: Some(sock_id),
+        };
+        tracing::info!(binary = %binary.display(), pid = a.child.id(), "upgrade: new vireod started");
+        match self.hand_over(&listener, &mut a, opts.version) {
+            Ok(pid) => {
+                vhost::sockfile::remove_if_ours(&a.sock, a.sock_id.take());
+                EXIT_AFTER_REPLY.store(true, Ordering::SeqCst);
+                tracing::info!(new_pid = pid, "upgrade: done, this vireod exits");
+                let old = std::process::id();
+                Ok(Response::ok(
+                    format!("vireod upgraded: pid {old} -> {pid} ({})", binary.display()),
+                    json!({ "old_pid": old, "pid": pid, "binary": binary }),
+                ))
+            }
+            Err(why) => {
+                a.abandon();
+                Err(failed(&why))
+            }
+        }
+    }
+
+    /// Live state the handover does not carry yet refuses the upgrade before anything starts.
+    fn check_handover_able(&self) -> Result<(), String> {
+        for br in self.config().bridges.keys() {
+            let groups = self
+                .rt
+                .pipeline
+                .group_descs(br)
+                .map_err(|e| e.to_string())?;
+            if !groups.is_empty() {
+                return Err(format!(
+                    "bridge {br} has {} OpenFlow group(s), which an upgrade does not hand over \
+                     yet (delete them, or restart vireod and let the controller reinstall them)",
+                    groups.len()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn vhost_ports(&self) -> Vec<(String, std::sync::Arc<ports::vhost_user::VhostUserPort>)> {
+        self.live
+            .iter()
+            .filter_map(|(n, lp)| match lp {
+                LivePort::Vhost(v) => Some((n.clone(), v.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Everything between the new process's start and its confirmation; returns its pid.
+    fn hand_over(
+        &mut self,
+        l: &UnixListener,
+        a: &mut Attempt,
+        version: u32,
+    ) -> Result<u32, String> {
+        let s = accept(l, a)?;
+        let ports = self.vhost_ports();
+        let mut parked = Vec::new();
+        let resume = |parked: &[std::sync::Arc<ports::vhost_user::VhostUserPort>]| {
+            for p in parked {
+                if let Err(e) = p.endpoint().resume(&[]) {
+                    tracing::error!(error = %e, "upgrade: cannot resume a vhost-user port");
+                }
+            }
+        };
+        for (name, p) in &ports {
+            if let Err(e) = p.endpoint().park(PARK_DEADLINE) {
+                resume(&parked);
+                return Err(format!("port {name}: {e}"));
+            }
+            parked.push(p.clone());
+        }
+        let offer = self.offer(&ports, version);
+        let (offer, fds) = match offer {
+            Ok(o) => o,
+            Err(e) => {
+                resume(&parked);
+                return Err(e);
+            }
+        };
+        let body = serde_json::to_vec(&offer).map_err(|e| e.to_string())?;
+        let step = handover::send(&s, &body, &fds)
+            .map_err(|e| format!("cannot send the state: {e}"))
+            .and_then(|()| {
+                handover::recv_reply(&s, READY_DEADLINE).map_err(|e| {
+                    a.exited()
+                        .unwrap_or_else(|| format!("no answer from the new vireod: {e}"))
+                })
+            });
+        drop(fds);
+        match step {
+            Ok(Reply::Ready) => {}
+            Ok(Reply::Refused { why }) => {
+                resume(&parked);
+                return Err(format!("the new vireod refused the state: {why}"));
+            }
+            Ok(other) => {
+                resume(&parked);
+                return Err(format!("unexpected answer from the new vireod: {other:?}"));
+            }
+            Err(e) => {
+                resume(&parked);
+                return Err(e);
+            }
+        }
+        // The switch-over: from here the rings stop in this process.
+        let t0 = Instant::now();
+        // Nothing more is taken from the guests; once every PMD has sent what it had taken
+        // (sends still go through), the rings stop.
+        for (_, p) in &ports {
+            p.endpoint().hold_rx(true);
+        }
+        if let Err(e) = self.rt.dp.quiesce() {
+            tracing::warn!(error = %e, "upgrade: PMDs did not quiesce; packets in flight may be lost");
+        }
+        let bases: BTreeMap<String, Vec<(usize, u16)>> = ports
+            .iter()
+            .map(|(n, p)| (n.clone(), p.endpoint().hand_over_rings()))
+            .collect();
+        let step = handover::send_reply(&s, &Reply::Final { bases })
+            .map_err(|e| e.to_string())
+            .and_then(|()| handover::recv_reply(&s, STARTED_DEADLINE).map_err(|e| e.to_string()));
+        match step {
+            Ok(Reply::Started { pid }) => {
+                for (_, p) in &ports {
+                    p.endpoint().keep_socket_file();
+                }
+                tracing::info!(
+                    us = t0.elapsed().as_micros() as u64,
+                    "upgrade: rings handed over"
+                );
+                Ok(pid)
+            }
+            other => {
+                // Kill the new process before this one touches the rings again.
+                a.abandon();
+                resume(&parked);
+                Err(format!(
+                    "the new vireod did not confirm the switch-over ({other:?}); this vireod took \
+                     its rings back"
+                ))
+            }
+        }
+    }
+
+    /// The offer and its fds.
+    fn offer(
+        &self,
+        ports: &[(String, std::sync::Arc<ports::vhost_user::VhostUserPort>)],
+        version: u32,
+    ) -> Result<(Offer, Vec<OwnedFd>), String> {
+        let ctx = self.upgrade_ctx.as_ref().ok_or("no upgrade context")?;
+        let mut fds = Vec::new();
+        let control = dup(&ctx.control, &mut fds)?;
+        let mut locks = Vec::new();
+        for f in &ctx.locks {
+            locks.push(dup(f, &mut fds)?);
+        }
+        let mut mgmt = BTreeMap::new();
+        let bridges: Vec<(String, std::sync::Arc<ofswitch::BridgeOf>)> = self
+            .rt
+            .bridges
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(n, b)| (n.clone(), b.clone()))
+            .collect();
+        for (name, b) in &bridges {
+            if let Some(fd) = b.mgmt_socket() {
+                fds.push(fd);
+                mgmt.insert(name.clone(), fds.len() - 1);
+            }
+        }
+        let mut taps = BTreeMap::new();
+        for (name, lp) in &self.live {
+            if let LivePort::Tap(t) = lp {
+                if let Some(fd) = t.dup_fd() {
+                    fds.push(fd);
+                    taps.insert(name.clone(), fds.len() - 1);
+                }
+            }
+        }
+        let mut vhost = BTreeMap::new();
+        for (name, p) in ports {
+            let h = p
+                .endpoint()
+                .handover(&mut fds)
+                .ok_or_else(|| format!("port {name} is not paused"))?
+                .map_err(|e| format!("port {name}: {e}"))?;
+            vhost.insert(name.clone(), h);
+        }
+        let (mut flows, mut meters) = (BTreeMap::new(), BTreeMap::new());
+        for br in self.config().bridges.keys() {
+            let pl = &self.rt.pipeline;
+            let lines = pl
+                .dump_flows_text(br, None)
+                .map_err(|e| format!("bridge {br}: {e}"))?;
+            flows.insert(br.clone(), lines);
+            let lines = pl
+                .dump_meters_text(br)
+                .map_err(|e| format!("bridge {br}: {e}"))?;
+            meters.insert(br.clone(), lines);
+        }
+        Ok((
+            Offer {
+                version,
+                pid: std::process::id(),
+                control,
+                locks,
+                mgmt,
+                vhost,
+                flows,
+                meters,
+                taps,
+            },
+            fds,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn takeover_argument_is_not_passed_on() {
+        let a = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+        assert_eq!(
+            strip_takeover(
+                a(&[
+                    "--run-dir",
+                    "r",
+                    "--takeover",
+                    "x",
+                    "--takeover=y",
+                    "--pmd-cores",
+                    "0"
+                ])
+                .into_iter()
+            ),
+            a(&["--run-dir", "r", "--pmd-cores", "0"])
+        );
+    }
+}
