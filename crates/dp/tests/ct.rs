@@ -443,3 +443,47 @@ fn fragments_are_held_then_forwarded_as_they_came_with_the_verdict() {
         assert_eq!(r.w.pool().stats().allocated, r.w.pool().free_count() as u64);
     }
 }
+
+/// Ethernet + IPv6 + TCP SYN fd00::1 → fd00::2, with a valid checksum.
+fn tcp6_syn(sport: u16, dport: u16) -> Vec<u8> {
+    let (s, d) = (
+        0xfd00_0000_0000_0000_0000_0000_0000_0001u128.to_be_bytes(),
+        0xfd00_0000_0000_0000_0000_0000_0000_0002u128.to_be_bytes(),
+    );
+    let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x86, 0xdd];
+    f.extend_from_slice(&[0x60, 0, 0, 0, 0, 20, 6, 64]);
+    f.extend_from_slice(&s);
+    f.extend_from_slice(&d);
+    let mut t = Vec::new();
+    t.extend_from_slice(&sport.to_be_bytes());
+    t.extend_from_slice(&dport.to_be_bytes());
+    t.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, SYN, 0xff, 0xff, 0, 0, 0, 0]);
+    let c = !checksum::fold(checksum::sum(&t, checksum::pseudo_v6(&s, &d, 6, 20)));
+    t[16..18].copy_from_slice(&c.to_be_bytes());
+    f.extend_from_slice(&t);
+    f
+}
+
+#[test]
+fn ipv6_connections_fill_the_ct_ipv6_fields_of_the_recirculated_key() {
+    let fw = Firewall::new();
+    let mut r = rig(fw.clone());
+    assert_eq!(
+        r.send(1, vec![tcp6_syn(4321, 443)]).len(),
+        1,
+        "new from A passes"
+    );
+    let seen = fw.seen.lock().unwrap();
+    let k = seen
+        .iter()
+        .find(|k| k.get(Field::RecircId) == 1)
+        .expect("the recirculated key was translated");
+    assert_eq!(k.get(Field::CtState) as u32, state::TRK | state::NEW);
+    assert_eq!(k.get(Field::CtIpv6SrcHi), 0xfd00_0000_0000_0000);
+    assert_eq!(k.get(Field::CtIpv6SrcLo), 1);
+    assert_eq!(k.get(Field::CtIpv6DstLo), 2);
+    assert_eq!((k.get(Field::CtTpSrc), k.get(Field::CtTpDst)), (4321, 443));
+    assert_eq!(k.get(Field::CtNwProto), 6);
+    drop(seen);
+    assert_eq!(r.ct.len(), 1);
+}
