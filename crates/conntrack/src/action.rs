@@ -52,7 +52,7 @@ impl Default for Timeouts {
 }
 
 /// NAT requested by a `ct` action.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Nat {
     /// No NAT.
     #[default]
@@ -64,7 +64,7 @@ pub enum Nat {
 }
 
 /// One `ct` action's parameters.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct CtAction {
     /// Zone.
     pub zone: u16,

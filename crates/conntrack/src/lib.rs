@@ -3,7 +3,7 @@
 //! Owns: [`Conntrack`], the connection table of one datapath with its zones, limits, timeout
 //! policies, NAT and fragment reassembly, and the operations API (dump, flush, stats, limits).
 //!
-//! Intended use from a PMD thread (wiring into `dp`/`ofproto` is a later change): for each
+//! Use from a PMD thread (`dp::execute`, for the datapath's `Action::Ct`): for each
 //! packet a `ct(zone=Z, commit?, force?, nat(...)?, exec(set_field mark/label)?)` action
 //! reaches, call [`Conntrack::execute`] with the frame, a [`CtAction`] and the current time in
 //! ms; put the returned [`CtResult`]'s `state`, `zone`, `mark`, `label` into the packet's
@@ -11,7 +11,8 @@
 //! rewrites the frame in place (checksums updated incrementally). A fragment returns
 //! [`Outcome::Held`] (the tracker keeps a copy; drop the buffer) until its datagram is complete,
 //! then [`Outcome::Released`] gives the held originals back, to be forwarded with the verdict.
-//! The control thread calls [`Conntrack::sweep`] periodically (a few shards per call) and
+//! The datapath's housekeeping thread calls [`Conntrack::sweep`] every 100 ms (a sixteenth of the
+//! shards per call, times from [`clock_ms`]) and
 //! [`Conntrack::expire_frags`].
 //!
 //! Threads: `Conntrack` is `Sync`; every PMD shares one (`Arc`). Lookups of existing
@@ -73,6 +74,19 @@ pub const ZONES: usize = 65_536;
 
 /// Default global connection limit (as OVS).
 pub const DEFAULT_LIMIT: u32 = 3_000_000;
+
+/// Milliseconds on a monotonic clock shared by the process (since its first call): the `now`
+/// the datapath passes to [`Conntrack::execute`] and the sweeper to [`Conntrack::sweep`], so
+/// both agree on expiry times.
+pub fn clock_ms() -> u64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    // Starts at 1 s so that no connection ever expires at time 0.
+    EPOCH
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
+        + 1000
+}
 
 pub(crate) struct Counters {
     invalid: [AtomicU64; INVALID_REASONS],

@@ -20,7 +20,7 @@ use crate::table::{Key, Table};
 pub const MAX_TRIES: usize = 256;
 
 /// Which side is translated.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NatDir {
     /// Source (SNAT).
     Src,
@@ -29,7 +29,7 @@ pub enum NatDir {
 }
 
 /// Port selection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum PortSel {
     /// Start from a hash of the tuple (OVS's default).
     #[default]
@@ -39,7 +39,7 @@ pub enum PortSel {
 }
 
 /// A parsed NAT specification.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct NatSpec {
     /// Side translated.
     pub dir: NatDir,

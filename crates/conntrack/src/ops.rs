@@ -1,7 +1,7 @@
 //! The operations API: dump, flush, statistics, limits, policies, expiry sweeps.
 //!
 //! Owns: [`ConnDump`], [`Stats`], [`SweepReport`] and the `Conntrack` methods a control thread
-//! (later: `vireoctl dpctl/dump-conntrack`, `flush-conntrack`, `ct-set-limits`) calls.
+//! (`vireoctl dump-conntrack`, `flush-conntrack`, `ct-stats`, `set-ct-limit`) calls.
 //!
 //! Threads: the control thread. Everything here walks the table one shard at a time under
 //! that shard's read lock (removal takes the write locks of one connection's two shards), so a
@@ -194,6 +194,11 @@ impl Conntrack {
     /// Sets a zone's connection limit (0 = none).
     pub fn set_zone_limit(&self, zone: u16, n: u32) {
         self.zone_limit[usize::from(zone)].store(n, Ordering::Relaxed);
+    }
+
+    /// A zone's connection limit (0 = none).
+    pub fn zone_limit(&self, zone: u16) -> u32 {
+        self.zone_limit[usize::from(zone)].load(Ordering::Relaxed)
     }
 
     /// Connections in a zone.

@@ -21,7 +21,7 @@ use crate::action::Upcall;
 use crate::config::{AutoLb, DpConfig, DpError, DpTuning};
 use crate::pmd::{self, DpSync, PmdConfig, PmdOptions, PmdShared, RxqPoll, RxqStats};
 use crate::sched::{self, AssignMode, PmdDesc, RxqDesc};
-use crate::stats::{actions_to_string, MegaflowInfo, PmdStats, RawPmdStats, RxqInfo};
+use crate::stats::RawPmdStats;
 use crate::worker::WorkerConfig;
 use ports::Port;
 use std::collections::{BTreeMap, HashMap};
@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+mod report;
 mod revalidate;
 
 type RxqKey = (u32, usize);
@@ -83,6 +84,7 @@ struct Control {
 
 struct Inner {
     upcall: Arc<dyn Upcall>,
+    conntrack: Arc<conntrack::Conntrack>,
     policers: Arc<crate::police::Policers>,
     sync: Arc<DpSync>,
     ctl: Mutex<Control>,
@@ -137,6 +139,7 @@ impl Datapath {
         };
         let inner = Arc::new(Inner {
             upcall,
+            conntrack: Arc::new(conntrack::Conntrack::new()),
             policers: Arc::default(),
             sync: Arc::new(DpSync::default()),
             ctl: Mutex::new(ctl),
@@ -166,6 +169,13 @@ impl Datapath {
             .map_err(|e| DpError::Spawn(e.to_string()))?;
         *dp.housekeeper.lock().unwrap_or_else(|e| e.into_inner()) = Some(hk);
         Ok(dp)
+    }
+
+    /// The connection tracker of this datapath, shared by every PMD (`ct` actions) and by the
+    /// operations (`dump-conntrack`, `flush-conntrack`, `ct-stats`, `set-ct-limit`). One per
+    /// datapath, as OVS: every bridge's connections, told apart by zone.
+    pub fn conntrack(&self) -> &Arc<conntrack::Conntrack> {
+        &self.inner.conntrack
     }
 
     /// Per-port ingress/egress policing (set by the control thread, applied by PMDs).
@@ -275,72 +285,6 @@ impl Datapath {
         self.inner.auto_lb_check(&mut ctl, &lb)
     }
 
-    /// `pmd-stats-show`.
-    pub fn pmd_stats(&self) -> Vec<PmdStats> {
-        let ctl = self.inner.lock();
-        ctl.pmds
-            .iter()
-            .map(|h| {
-                let s = h.shared.counters.snapshot().since(&h.base);
-                let flows = h
-                    .shared
-                    .registry
-                    .lock()
-                    .map_or(0, |r| r.iter().flatten().count());
-                let rxqs = h.shared.cfg.load().rxqs.len();
-                PmdStats::new(h.shared.core, h.shared.numa, &s, flows, rxqs)
-            })
-            .collect()
-    }
-
-    /// `pmd-stats-clear`.
-    pub fn clear_pmd_stats(&self) {
-        let mut ctl = self.inner.lock();
-        for h in &mut ctl.pmds {
-            h.base = h.shared.counters.snapshot();
-        }
-    }
-
-    /// `pmd-rxq-show`.
-    pub fn rxq_show(&self) -> Vec<RxqInfo> {
-        let ctl = self.inner.lock();
-        let mut out = Vec::new();
-        for h in &ctl.pmds {
-            let busy = h.shared.counters.snapshot().busy_cycles;
-            for r in h.shared.cfg.load().rxqs.iter() {
-                let Some(e) = ctl.ports.get(&r.port_no) else {
-                    continue;
-                };
-                let at = ctl.assigned_at.get(&(r.port_no, r.qid)).copied();
-                let at = at.unwrap_or(AssignedAt {
-                    rxq_cycles: 0,
-                    pmd_busy: 0,
-                });
-                let spent = r.stats.cycles.load(Relaxed).saturating_sub(at.rxq_cycles);
-                let total = busy.saturating_sub(at.pmd_busy);
-                let pct = if total == 0 {
-                    0.0
-                } else {
-                    (spent as f64 * 100.0 / total as f64).min(100.0)
-                };
-                out.push(RxqInfo {
-                    core: h.shared.core,
-                    numa: h.shared.numa,
-                    port: e.name.clone(),
-                    port_no: r.port_no,
-                    rxq: r.qid,
-                    port_numa: e.port.rxq_numa(r.qid),
-                    pinned: e
-                        .affinity
-                        .iter()
-                        .any(|&(q, c)| q == r.qid && c == h.shared.core),
-                    busy_pct: pct,
-                });
-            }
-        }
-        out
-    }
-
     /// Runs `actions` on one frame from the control thread (OpenFlow PACKET_OUT). `in_port` is
     /// the datapath port the frame counts as arriving on (for `Userspace` and the flow key).
     /// Outputs use tx queue 0 of each port; ports serialize tx per queue, so this is safe next
@@ -383,42 +327,6 @@ impl Datapath {
             }
         }
         Ok(())
-    }
-
-    /// `dump-megaflows`: every PMD's megaflows with their counters.
-    pub fn megaflows(&self) -> Vec<MegaflowInfo> {
-        let ctl = self.inner.lock();
-        let mut out = Vec::new();
-        for h in &ctl.pmds {
-            for f in h.registered_flows() {
-                out.push(MegaflowInfo {
-                    core: h.shared.core,
-                    match_: f.key.match_string(&f.mask),
-                    actions: actions_to_string(&f.actions),
-                    packets: f.packets(),
-                    bytes: f.bytes(),
-                });
-            }
-        }
-        out
-    }
-
-    /// Every megaflow that was hit since the previous call, with the packets and bytes of those
-    /// hits: `(masked key, mask, packets, bytes)`. The pipeline credits them to its rules
-    /// (OpenFlow counters, idle timeouts); hits of a megaflow removed between two calls are
-    /// not reported.
-    pub fn take_flow_stats(&self) -> Vec<(wire::FlowKey, wire::FlowKey, u64, u64)> {
-        let ctl = self.inner.lock();
-        let mut out = Vec::new();
-        for h in &ctl.pmds {
-            for f in h.registered_flows() {
-                let (p, b) = f.take_delta();
-                if p > 0 {
-                    out.push((f.key, f.mask, p, b));
-                }
-            }
-        }
-        out
     }
 
     /// Stops every PMD and the housekeeping thread. Idempotent; also run on drop.
@@ -497,6 +405,7 @@ impl Inner {
             },
             idle_sleep: self.tuning.idle_sleep,
             policers: self.policers.clone(),
+            conntrack: self.conntrack.clone(),
         };
         let t = pmd::spawn(shared.clone(), self.sync.clone(), self.upcall.clone(), opts)
             .map_err(|e| DpError::Spawn(e.to_string()))?;
@@ -801,6 +710,14 @@ fn housekeeper(inner: Weak<Inner>) {
         if inner.stop.load(SeqCst) {
             return;
         }
+        // Conntrack expiry: a sixteenth of the shards per 100 ms (every connection looked at
+        // within 1.6 s), each under its own read lock for one scan; no datapath lock held.
+        let now = conntrack::clock_ms();
+        inner
+            .conntrack
+            .sweep(now, conntrack::table::SHARDS.div_ceil(16));
+        // Fragments of datagrams that timed out are dropped (counted by conntrack).
+        drop(inner.conntrack.expire_frags(now));
         inner.housekeep();
     }
 }

@@ -6,14 +6,18 @@
 //! it; every other output sends a copy taken from the PMD's pool. Nothing here allocates once
 //! the pool is warm.
 //! Threads: PMD thread only; no locks (ports serialize tx internally if they must).
-use crate::action::{Action, Upcall};
+use crate::action::{Action, CtSpec, Upcall};
+use crate::flow::NO_STEAL;
 use crate::meter::{remark_dscp, Verdict};
 use crate::stats::Tally;
+use conntrack::{Conntrack, CtResult, Outcome};
 use packet::{Batch, Packet, Pool};
 use ports::Port;
 use std::sync::Arc;
 use wire::ethernet::ethertype;
-use wire::{rewrite, FlowKey};
+use wire::{rewrite, Field, FlowKey};
+
+pub use dpif::modify::{modify, pop_vlan, push_vlan};
 
 /// Port numbers below this are found by direct index; others by a scan.
 const DIRECT_PORTS: usize = 4096;
@@ -152,7 +156,20 @@ pub struct ExecCtx<'a> {
     /// The time meters see for this burst ([`crate::meter::now_ns`]); 0 until the first meter
     /// of the burst reads the clock (a burst with no meter never does).
     pub now_ns: u64,
+    /// The datapath's connection tracker (`None`: a `ct` action marks packets `+trk+inv`).
+    pub ct: Option<&'a Conntrack>,
+    /// The time conntrack sees for this burst ([`conntrack::clock_ms`]); 0 until read.
+    pub now_ms: u64,
+    /// Packets to classify again after this pass (`ct(table=N)`), with their keys: held
+    /// fragments released by conntrack go here directly; the others return [`RECIRC`].
+    pub recirc: &'a mut Batch,
+    /// Keys of `recirc`, by index (conntrack words and `recirc_id` set).
+    pub recirc_keys: &'a mut Vec<FlowKey>,
 }
+
+/// [`execute`]'s answer for a packet to classify again (`ct(table=N)`): the caller moves it
+/// to the recirculation batch with its key.
+pub const RECIRC: u32 = u32::MAX - 1;
 
 /// Port number meaning "the packet itself goes nowhere" (consumed or dropped).
 pub const NO_PORT: u32 = u32::MAX;
@@ -166,7 +183,7 @@ pub fn execute(
     pkt: &mut Packet,
     actions: &[Action],
     steal: usize,
-    key: &FlowKey,
+    key: &mut FlowKey,
     cx: &mut ExecCtx,
 ) -> u32 {
     for (j, a) in actions.iter().enumerate() {
@@ -186,10 +203,119 @@ pub fn execute(
                 Verdict::Pass { remark: 0 } => {}
                 Verdict::Pass { remark: r } => remark(pkt, key, r),
             },
+            Action::Ct(spec) => {
+                if let Some(to) = ct(pkt, spec, &actions[j + 1..], key, cx) {
+                    return to;
+                }
+            }
+            Action::CtClear => clear_ct(key),
             other => modify(pkt, other),
         }
     }
     NO_PORT
+}
+
+/// Zeroes a key's conntrack words (`ct_clear`), keeping `recirc_id`.
+pub fn clear_ct(key: &mut FlowKey) {
+    let recirc = key.get(Field::RecircId);
+    for w in &mut key.w[CT_WORDS] {
+        *w = 0;
+    }
+    key.set(Field::RecircId, recirc);
+}
+
+/// Key words that hold `recirc_id` and the conntrack fields (see `wire::flow`).
+pub const CT_WORDS: std::ops::Range<usize> = 9..wire::KEY_WORDS;
+
+/// Writes a conntrack verdict into a key's conntrack fields.
+pub fn set_ct_fields(key: &mut FlowKey, r: &CtResult) {
+    let recirc = key.get(Field::RecircId);
+    for w in &mut key.w[CT_WORDS] {
+        *w = 0;
+    }
+    key.set(Field::RecircId, recirc);
+    key.set(Field::CtState, u64::from(r.state));
+    key.set(Field::CtZone, u64::from(r.zone));
+    key.set(Field::CtMark, u64::from(r.mark));
+    key.set(Field::CtLabelHi, (r.label >> 64) as u64);
+    key.set(Field::CtLabelLo, r.label as u64);
+    if let Some(t) = &r.orig {
+        key.set(Field::CtNwProto, u64::from(t.proto));
+        key.set(Field::CtTpSrc, u64::from(t.sport));
+        key.set(Field::CtTpDst, u64::from(t.dport));
+        if t.v6 {
+            let (s, d) = (u128::from_be_bytes(t.src), u128::from_be_bytes(t.dst));
+            key.set(Field::CtIpv6SrcHi, (s >> 64) as u64);
+            key.set(Field::CtIpv6SrcLo, s as u64);
+            key.set(Field::CtIpv6DstHi, (d >> 64) as u64);
+            key.set(Field::CtIpv6DstLo, d as u64);
+        } else {
+            let v4 = |a: &[u8; 16]| u64::from(u32::from_be_bytes([a[0], a[1], a[2], a[3]]));
+            key.set(Field::CtNwSrc, v4(&t.src));
+            key.set(Field::CtNwDst, v4(&t.dst));
+        }
+    }
+}
+
+/// The `ct` action on one packet. `None`: go on with the rest of the list; `Some(to)`: the
+/// list ends here with [`execute`]'s answer `to` (recirculation, or a fragment conntrack holds).
+/// Out of line: conntrack costs far more than a call.
+#[inline(never)]
+fn ct(
+    pkt: &mut Packet,
+    spec: &CtSpec,
+    rest: &[Action],
+    key: &mut FlowKey,
+    cx: &mut ExecCtx,
+) -> Option<u32> {
+    let Some(tracker) = cx.ct else {
+        let r = CtResult {
+            state: conntrack::state::TRK | conntrack::state::INV,
+            zone: spec.ct.zone,
+            ..CtResult::default()
+        };
+        set_ct_fields(key, &r);
+        return spec.recirc.map(|id| recirculate(key, id));
+    };
+    if cx.now_ms == 0 {
+        cx.now_ms = conntrack::clock_ms();
+    }
+    let (result, held) = match tracker.execute(pkt.data_mut(), &spec.ct, cx.now_ms) {
+        Outcome::Done(r) => (r, Vec::new()),
+        Outcome::Held => return Some(NO_PORT),
+        Outcome::Released { result, held } => (result, held),
+    };
+    set_ct_fields(key, &result);
+    if let Some(id) = spec.recirc {
+        recirculate(key, id);
+    }
+    // Earlier fragments of a datagram conntrack just released go on with the same verdict:
+    // to the recirculation batch, or through the rest of this list (copies at every output).
+    for frame in held {
+        let mut c = cx.pool.get();
+        c.set_frame(&frame);
+        c.meta = pkt.meta;
+        let mut k = *key;
+        if spec.recirc.is_some() {
+            if cx.recirc.is_full() {
+                cx.tally.recirc_drops += 1;
+                cx.pool.put(c);
+            } else {
+                cx.recirc_keys.push(k);
+                let _ = cx.recirc.push(c);
+            }
+        } else {
+            execute(&mut c, rest, NO_STEAL, &mut k, cx);
+            cx.pool.put(c);
+        }
+    }
+    spec.recirc.map(|_| RECIRC)
+}
+
+/// Marks a key for recirculation with `id` (its conntrack words already set).
+fn recirculate(key: &mut FlowKey, id: u32) -> u32 {
+    key.set(Field::RecircId, u64::from(id));
+    RECIRC
 }
 
 /// The burst's clock for meters, read once per burst.
@@ -215,40 +341,6 @@ fn remark(pkt: &mut Packet, key: &FlowKey, levels: u8) {
     }
 }
 
-/// Applies one packet-modifying action (not `Output` or `Userspace`, which need a context).
-#[inline(always)]
-pub fn modify(pkt: &mut Packet, a: &Action) {
-    match a {
-        Action::PushVlan(tci) => push_vlan(pkt, *tci),
-        Action::PopVlan => pop_vlan(pkt),
-        Action::SetEthSrc(m) => {
-            rewrite::set_eth_src(pkt.data_mut(), *m);
-        }
-        Action::SetEthDst(m) => {
-            rewrite::set_eth_dst(pkt.data_mut(), *m);
-        }
-        Action::SetIpv4Src(v) => {
-            rewrite::set_ipv4_src(pkt.data_mut(), *v);
-        }
-        Action::SetIpv4Dst(v) => {
-            rewrite::set_ipv4_dst(pkt.data_mut(), *v);
-        }
-        Action::SetIpDscp(v) => {
-            rewrite::set_ip_dscp(pkt.data_mut(), *v);
-        }
-        Action::SetTpSrc(v) => {
-            rewrite::set_tp_src(pkt.data_mut(), *v);
-        }
-        Action::SetTpDst(v) => {
-            rewrite::set_tp_dst(pkt.data_mut(), *v);
-        }
-        Action::SetIpTtl(v) => {
-            rewrite::set_ip_ttl(pkt.data_mut(), *v);
-        }
-        Action::Output(_) | Action::Userspace(_) | Action::Meter(_) => {}
-    }
-}
-
 /// Sends `pkt` to `port` (from [`execute`]'s answer), or recycles it for [`NO_PORT`].
 #[inline(always)]
 pub fn finish(pkt: Packet, port: u32, cx: &mut ExecCtx) {
@@ -256,27 +348,6 @@ pub fn finish(pkt: Packet, port: u32, cx: &mut ExecCtx) {
         cx.pool.put(pkt);
     } else {
         cx.tx.send(port, pkt, cx.pool, cx.tally);
-    }
-}
-
-/// Inserts an 802.1Q tag (TPID 0x8100) after the MAC addresses. As in OVS, bit 0x1000 of
-/// `tci` is the flow key's "tag present" marker (the pipeline passes key-style TCIs) and is not
-/// written to the frame; PCP and VID are written as given.
-pub fn push_vlan(pkt: &mut Packet, tci: u16) {
-    if pkt.len() < 12 {
-        return;
-    }
-    if let Some(gap) = pkt.insert_at(12, 4) {
-        let t = (tci & !wire::extract::VLAN_PRESENT).to_be_bytes();
-        gap.copy_from_slice(&[0x81, 0x00, t[0], t[1]]);
-    }
-}
-
-/// Removes the outermost VLAN tag, if the frame has one.
-pub fn pop_vlan(pkt: &mut Packet) {
-    let d = pkt.data();
-    if d.len() >= 18 && ethertype::is_vlan(u16::from_be_bytes([d[12], d[13]])) {
-        pkt.remove_at(12, 4);
     }
 }
 
@@ -334,11 +405,15 @@ mod tests {
             upcall: &NoUpcall,
             tally: &mut tally,
             now_ns: 0,
+            ct: None,
+            now_ms: 0,
+            recirc: &mut Batch::new(),
+            recirc_keys: &mut Vec::new(),
         };
         let acts = [Action::Meter(one(BandKind::Drop)), Action::Output(3)];
         let mut pkt = Packet::from_slice(&[0u8; 60]);
         let got: Vec<u32> = (0..4)
-            .map(|_| execute(&mut pkt, &acts, 1, &FlowKey::ZERO, &mut cx))
+            .map(|_| execute(&mut pkt, &acts, 1, &mut { FlowKey::ZERO }, &mut cx))
             .collect();
         assert_eq!(got, [3, 3, NO_PORT, NO_PORT], "burst 1 (+1), then dropped");
         // An IPv4 frame with DSCP AF11 (10): over the rate it leaves as AF12 (12).
@@ -355,7 +430,7 @@ mod tests {
         ];
         let mut pkt = Packet::from_slice(&f);
         for _ in 0..3 {
-            assert_eq!(execute(&mut pkt, &acts, 1, &key, &mut cx), 3);
+            assert_eq!(execute(&mut pkt, &acts, 1, &mut key.clone(), &mut cx), 3);
         }
         assert_eq!(pkt.data()[15] >> 2, 12);
     }
@@ -376,6 +451,10 @@ mod tests {
             upcall: &NoUpcall,
             tally: &mut tally,
             now_ns: 0,
+            ct: None,
+            now_ms: 0,
+            recirc: &mut Batch::new(),
+            recirc_keys: &mut Vec::new(),
         };
         let acts = [
             Action::Output(1),
@@ -384,7 +463,7 @@ mod tests {
             Action::Output(9),
         ];
         let mut pkt = Packet::from_slice(&[0xaa; 20]);
-        let to = execute(&mut pkt, &acts, 2, &FlowKey::ZERO, &mut cx);
+        let to = execute(&mut pkt, &acts, 2, &mut { FlowKey::ZERO }, &mut cx);
         assert_eq!(to, 5000);
         finish(pkt, to, &mut cx);
         tx.flush(&mut pool, &mut tally);
@@ -400,9 +479,19 @@ mod tests {
             upcall: &NoUpcall,
             tally: &mut tally,
             now_ns: 0,
+            ct: None,
+            now_ms: 0,
+            recirc: &mut Batch::new(),
+            recirc_keys: &mut Vec::new(),
         };
         let mut pkt = Packet::from_slice(&[1; 20]);
-        let to = execute(&mut pkt, &[Action::Output(9)], 0, &FlowKey::ZERO, &mut cx);
+        let to = execute(
+            &mut pkt,
+            &[Action::Output(9)],
+            0,
+            &mut { FlowKey::ZERO },
+            &mut cx,
+        );
         finish(pkt, to, &mut cx);
         assert_eq!(tally.lost, 1);
     }
@@ -421,10 +510,14 @@ mod tests {
                 upcall: &NoUpcall,
                 tally: &mut tally,
                 now_ns: 0,
+                ct: None,
+                now_ms: 0,
+                recirc: &mut Batch::new(),
+                recirc_keys: &mut Vec::new(),
             };
             let acts = [Action::Output(1), Action::Output(1)];
             let mut pkt = Packet::from_slice(&[i; 14]);
-            let to = execute(&mut pkt, &acts, 1, &FlowKey::ZERO, &mut cx);
+            let to = execute(&mut pkt, &acts, 1, &mut { FlowKey::ZERO }, &mut cx);
             finish(pkt, to, &mut cx);
         }
         tx.flush(&mut pool, &mut tally);

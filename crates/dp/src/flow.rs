@@ -17,50 +17,23 @@
 //! flows for revalidation, is stamped on each flow installed (under the same lock), so a PMD
 //! can tell which flows a revalidation scan did not see. Lock order: the datapath control
 //! lock, then a registry lock.
+pub use crate::action::Deps;
 use crate::action::{Action, Actions};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use wire::FlowKey;
 
-/// What a translation depended on, as the pipeline names it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Deps {
-    /// The pipeline's version when the translation started: a flow translated before a change
-    /// and installed after a revalidation scan is found by this (see `Worker::revalidate`).
-    pub version: u64,
-    /// Opaque tags (e.g. a hash of bridge, VLAN and learned MAC): a change to anything a tag
-    /// names invalidates the megaflows carrying it. Sorted, no duplicates.
-    pub tags: Box<[u64]>,
-}
-
-impl Deps {
-    /// Dependencies with `tags` sorted and deduplicated.
-    pub fn new(version: u64, mut tags: Vec<u64>) -> Deps {
-        tags.sort_unstable();
-        tags.dedup();
-        Deps {
-            version,
-            tags: tags.into_boxed_slice(),
-        }
-    }
-
-    /// True if any tag is in `changed` (sorted).
-    pub fn touches(&self, changed: &[u64]) -> bool {
-        self.tags.iter().any(|t| changed.binary_search(t).is_ok())
-    }
-}
-
 /// Sentinel for "no action moves the packet": every output copies it.
 pub const NO_STEAL: usize = usize::MAX;
 
 /// Index of the output that may take the packet itself: the last `Output` with no `Userspace`
-/// after it ([`NO_STEAL`] if none).
+/// or `Ct` after it ([`NO_STEAL`] if none).
 pub fn steal_index(actions: &[Action]) -> usize {
     let mut steal = NO_STEAL;
     for (i, a) in actions.iter().enumerate() {
         match a {
             Action::Output(_) => steal = i,
-            Action::Userspace(_) => steal = NO_STEAL,
+            Action::Userspace(_) | Action::Ct(_) => steal = NO_STEAL,
             _ => {}
         }
     }

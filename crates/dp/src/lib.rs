@@ -2,6 +2,9 @@
 //! (EMC, SMC, megaflow classifier), ask the pipeline on a miss, and execute actions; meters
 //! ([`meter`]) and per-port policing ([`police`]) limit rates on the fast path.
 //!
+//! The action and upcall contract with the pipeline, and meters, live in the leaf crate `dpif`
+//! (re-exported here as [`action`] and [`meter`]).
+//!
 //! Modules, from the packet up: [`emc`], [`smc`], [`dpcls`] (caches), [`flow`] (megaflows),
 //! [`execute`] (actions, tx batching), [`worker`] (one PMD's burst pipeline), `pmd` (the thread
 //! loop), [`sched`] (rx queue assignment), [`topology`] (NUMA), [`stats`], and [`Datapath`]
@@ -12,7 +15,6 @@
 //! read in `cycles`.
 #![deny(unsafe_code)]
 
-pub mod action;
 pub mod config;
 pub mod cycles;
 mod datapath;
@@ -20,7 +22,6 @@ pub mod dpcls;
 pub mod emc;
 pub mod execute;
 pub mod flow;
-pub mod meter;
 mod pmd;
 pub mod police;
 pub mod sched;
@@ -29,10 +30,11 @@ pub mod stats;
 pub mod topology;
 pub mod worker;
 
-pub use action::{Action, Actions, Upcall, UpcallResult};
 pub use config::{AutoLb, DpConfig, DpError, DpTuning};
 pub use datapath::Datapath;
-pub use meter::{BandConfig, BandKind, Meter, MeterConfig, MeterRef, MeterStats};
+pub use dpif::meter::{BandConfig, BandKind, Meter, MeterConfig, MeterRef, MeterStats};
+pub use dpif::{action, meter};
+pub use dpif::{Action, Actions, CtSpec, Deps, FlowRef, Revalidate, Upcall, UpcallResult};
 pub use sched::AssignMode;
 pub use stats::{MegaflowInfo, PmdStats, RxqInfo};
 pub use topology::Topology;

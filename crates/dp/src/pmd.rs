@@ -102,6 +102,7 @@ pub(crate) struct PmdOptions {
     pub worker: WorkerConfig,
     pub idle_sleep: Duration,
     pub policers: Arc<crate::police::Policers>,
+    pub conntrack: Arc<conntrack::Conntrack>,
 }
 
 /// Starts the PMD thread for `shared`.
@@ -193,6 +194,7 @@ fn run(shared: Arc<PmdShared>, sync: Arc<DpSync>, upcall: Arc<dyn Upcall>, opts:
     let mut worker = Worker::new(upcall, wcfg, shared.registry.clone());
     worker.set_activity(shared.activity.clone());
     worker.set_policers(opts.policers.clone());
+    worker.set_conntrack(opts.conntrack.clone());
     let hz = cycles::hz();
     let (idle_after, hk_every) = (hz / 1000, hz);
     let mut cfg = shared.cfg.load_full();

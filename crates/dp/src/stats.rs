@@ -24,6 +24,11 @@ pub struct Tally {
     pub misses: u64,
     /// Packets or copies that were not sent: tx refused them or the output port is gone.
     pub lost: u64,
+    /// Packets re-classified after a `ct(table=N)` (each pass counts).
+    pub recirculations: u64,
+    /// Packets dropped because they recirculated more than `MAX_RECIRC_DEPTH` times (or
+    /// released fragments found the recirculation batch full).
+    pub recirc_drops: u64,
 }
 
 /// A PMD's live counters (single writer: the PMD).
@@ -35,6 +40,8 @@ pub struct PmdCounters {
     megaflow_hits: AtomicU64,
     misses: AtomicU64,
     lost: AtomicU64,
+    recirculations: AtomicU64,
+    recirc_drops: AtomicU64,
     busy_cycles: AtomicU64,
     idle_cycles: AtomicU64,
 }
@@ -66,6 +73,8 @@ impl PmdCounters {
         bump(&self.megaflow_hits, t.megaflow_hits);
         bump(&self.misses, t.misses);
         bump(&self.lost, t.lost);
+        bump(&self.recirculations, t.recirculations);
+        bump(&self.recirc_drops, t.recirc_drops);
         // Last, with release: a reader that sees these packets also sees their outcomes.
         self.packets
             .store(self.packets.load(Relaxed).wrapping_add(t.packets), Release);
@@ -89,6 +98,8 @@ impl PmdCounters {
                 megaflow_hits: self.megaflow_hits.load(Relaxed),
                 misses: self.misses.load(Relaxed),
                 lost: self.lost.load(Relaxed),
+                recirculations: self.recirculations.load(Relaxed),
+                recirc_drops: self.recirc_drops.load(Relaxed),
             },
             busy_cycles: self.busy_cycles.load(Relaxed),
             idle_cycles: self.idle_cycles.load(Relaxed),
@@ -108,6 +119,8 @@ impl RawPmdStats {
                 megaflow_hits: a.megaflow_hits.saturating_sub(b.megaflow_hits),
                 misses: a.misses.saturating_sub(b.misses),
                 lost: a.lost.saturating_sub(b.lost),
+                recirculations: a.recirculations.saturating_sub(b.recirculations),
+                recirc_drops: a.recirc_drops.saturating_sub(b.recirc_drops),
             },
             busy_cycles: self.busy_cycles.saturating_sub(base.busy_cycles),
             idle_cycles: self.idle_cycles.saturating_sub(base.idle_cycles),
@@ -134,6 +147,10 @@ pub struct PmdStats {
     pub misses: u64,
     /// Packets not sent (tx refused, or output port gone).
     pub lost: u64,
+    /// Re-classifications after `ct(table=N)`.
+    pub recirculations: u64,
+    /// Packets dropped past the recirculation depth limit.
+    pub recirc_drops: u64,
     /// Busy TSC cycles.
     pub busy_cycles: u64,
     /// Idle TSC cycles.
@@ -159,6 +176,8 @@ impl PmdStats {
             megaflow_hits: t.megaflow_hits,
             misses: t.misses,
             lost: t.lost,
+            recirculations: t.recirculations,
+            recirc_drops: t.recirc_drops,
             busy_cycles: s.busy_cycles,
             idle_cycles: s.idle_cycles,
             cycles_per_packet: if t.packets == 0 {
@@ -238,9 +257,42 @@ pub fn actions_to_string(actions: &[Action]) -> String {
             Action::SetTpDst(v) => format!("set(tp_dst={v})"),
             Action::Userspace(c) => format!("userspace(cookie=0x{c:x})"),
             Action::Meter(m) => format!("meter({})", m.0.id()),
+            Action::Ct(c) => ct_string(c),
+            Action::CtClear => "ct_clear".into(),
         })
         .collect();
     parts.join(",")
+}
+
+/// `ct(commit,zone=5,nat(src=...),mark=0x1/0xff,recirc(0x3))`, as `dump-megaflows` shows it.
+fn ct_string(c: &crate::action::CtSpec) -> String {
+    let a = &c.ct;
+    let mut parts = Vec::new();
+    if a.commit {
+        parts.push("commit".to_string());
+    }
+    if a.force {
+        parts.push("force".to_string());
+    }
+    if a.zone != 0 {
+        parts.push(format!("zone={}", a.zone));
+    }
+    if let Some((v, m)) = a.mark {
+        parts.push(format!("mark=0x{v:x}/0x{m:x}"));
+    }
+    if let Some((v, m)) = a.label {
+        parts.push(format!("label=0x{v:x}/0x{m:x}"));
+    }
+    match a.nat {
+        conntrack::Nat::Off => {}
+        conntrack::Nat::Existing => parts.push("nat".into()),
+        conntrack::Nat::Set(n) => parts.push(format!("nat({n:?})")),
+    }
+    let mut s = format!("ct({})", parts.join(","));
+    if let Some(id) = c.recirc {
+        s.push_str(&format!(",recirc(0x{id:x})"));
+    }
+    s
 }
 
 #[cfg(test)]
@@ -257,6 +309,8 @@ mod tests {
             megaflow_hits: 1,
             misses: 1,
             lost: 0,
+            recirculations: 2,
+            recirc_drops: 1,
         };
         c.publish(&t);
         c.cycles(1000, 50);

@@ -1,5 +1,13 @@
 //! The per-PMD packet pipeline: rx burst → extract → EMC → SMC → dpcls → upcall → execute → tx.
 //!
+//! Recirculation: a packet whose actions end in `ct(table=N)` (`Action::Ct` with `recirc`)
+//! comes back from `execute` as `RECIRC` with its key's conntrack words and `recirc_id` set;
+//! after the pass, those packets are classified and executed again as a burst of their own
+//! (re-extracted, since NAT may have rewritten them, with the conntrack words carried over),
+//! so an established connection hits the caches on its recirculated key too and never
+//! upcalls per packet. A packet recirculating more than [`MAX_RECIRC_DEPTH`] times is dropped
+//! and counted (`recirc_drops`).
+//!
 //! Owns: [`Worker`], everything one PMD thread needs to move packets: its caches, flow table,
 //! buffer pool, scratch arrays for a burst, and transmit batches. A burst is processed in
 //! stages (all keys, then all lookups, then all actions, then one `tx_burst` per output port),
@@ -11,7 +19,7 @@
 use crate::action::{Actions, Upcall};
 use crate::dpcls::{Dpcls, NO_FLOW};
 use crate::emc::Emc;
-use crate::execute::{execute, finish, ExecCtx, TxTable, NO_PORT};
+use crate::execute::{execute, finish, ExecCtx, TxTable, CT_WORDS, NO_PORT, RECIRC};
 pub use crate::flow::Deps;
 use crate::flow::{steal_index, FlowTable, Megaflow, Registry};
 use crate::smc::Smc;
@@ -24,6 +32,9 @@ use wire::{Field, FlowKey};
 
 /// Decision for a packet whose upcall result was not installed (see `Worker::adhoc`).
 const ADHOC: u32 = u32::MAX - 1;
+
+/// Passes through the classifier one packet may make after its first (as OVS's datapath).
+pub const MAX_RECIRC_DEPTH: usize = 6;
 
 /// Flows installed since the last revalidation that a worker remembers by id; past this it
 /// checks every flow at the next revalidation instead.
@@ -106,6 +117,11 @@ pub struct Worker {
     fresh_overflow: bool,
     /// Per-port policing (ingress here, egress in the tx table).
     policers: Option<Arc<crate::police::Policers>>,
+    /// The datapath's connection tracker, shared by every PMD.
+    ct: Option<Arc<conntrack::Conntrack>>,
+    /// Packets to classify again after this pass, and their keys.
+    recirc: Batch,
+    recirc_keys: Vec<FlowKey>,
 }
 
 /// What the control thread may read about a worker without waiting for it, so revalidation can
@@ -153,7 +169,15 @@ impl Worker {
             fresh: Vec::new(),
             fresh_overflow: false,
             policers: None,
+            ct: None,
+            recirc: Batch::new(),
+            recirc_keys: Vec::with_capacity(BATCH_SIZE),
         }
+    }
+
+    /// Shares the datapath's connection tracker with this worker (`ct` actions).
+    pub fn set_conntrack(&mut self, ct: Arc<conntrack::Conntrack>) {
+        self.ct = Some(ct);
     }
 
     /// Shares this worker's [`Activity`] with the control thread.
@@ -201,7 +225,36 @@ impl Worker {
         }
         self.classify(n);
         self.execute_all();
+        if !self.recirc.is_empty() {
+            self.recirculate();
+        }
         self.tx.flush(&mut self.pool, &mut self.tally);
+    }
+
+    /// Classifies and executes again the packets the last pass sent back (`ct(table=N)`), up
+    /// to [`MAX_RECIRC_DEPTH`] passes; what would go round once more is dropped and counted.
+    #[cold]
+    fn recirculate(&mut self) {
+        for _ in 0..MAX_RECIRC_DEPTH {
+            if self.recirc.is_empty() {
+                return;
+            }
+            std::mem::swap(&mut self.rx, &mut self.recirc);
+            let n = self.rx.len().min(BATCH_SIZE);
+            self.tally.recirculations += n as u64;
+            for (i, p) in self.rx.as_mut_slice().iter_mut().enumerate() {
+                let mut k = wire::extract(p.data(), p.meta.in_port);
+                k.w[CT_WORDS].copy_from_slice(&self.recirc_keys[i].w[CT_WORDS]);
+                p.meta.hash = k.hash();
+                self.keys[i] = k;
+            }
+            self.recirc_keys.clear();
+            self.classify(n);
+            self.execute_all();
+        }
+        self.tally.recirc_drops += self.recirc.len() as u64;
+        self.pool.put_batch(&mut self.recirc);
+        self.recirc_keys.clear();
     }
 
     #[inline]
@@ -314,6 +367,7 @@ impl Worker {
         }
         let mut mask = res.mask;
         mask.set_exact(Field::InPort);
+        mask.set_exact(Field::RecircId);
         self.activity.holds_flows.store(true, SeqCst);
         let flow = Megaflow::with_deps(&key, &mask, res.actions, res.deps);
         // This packet was counted by the pipeline's upcall; only later hits are credited.
@@ -345,6 +399,9 @@ impl Worker {
             adhoc,
             upcall,
             tally,
+            ct,
+            recirc,
+            recirc_keys,
             ..
         } = self;
         let mut cx = ExecCtx {
@@ -353,12 +410,16 @@ impl Worker {
             upcall: &**upcall,
             tally,
             now_ns: 0,
+            ct: ct.as_deref(),
+            now_ms: 0,
+            recirc,
+            recirc_keys,
         };
         let (mut run_id, mut run_pkts, mut run_bytes) = (NO_FLOW, 0u64, 0u64);
         let pkts = rx.as_mut_slice();
         let n = pkts.len().min(BATCH_SIZE);
         for i in 0..n {
-            let (pkt, id, key) = (&mut pkts[i], ids[i], &keys[i]);
+            let (pkt, id, key) = (&mut pkts[i], ids[i], &mut keys[i]);
             dest[i] = if id == ADHOC {
                 let acts = adhoc.iter().find(|(j, _)| *j == i).map(|(_, a)| &a[..]);
                 let acts = acts.unwrap_or(&[]);
@@ -380,8 +441,18 @@ impl Worker {
         if let Some(prev) = flows.get(run_id) {
             prev.hit(run_pkts, run_bytes);
         }
-        for (pkt, &to) in rx.drain().zip(dest.iter()) {
-            finish(pkt, to, &mut cx);
+        for (i, (pkt, &to)) in rx.drain().zip(dest.iter()).enumerate() {
+            if to == RECIRC {
+                if cx.recirc.is_full() {
+                    cx.tally.recirc_drops += 1;
+                    cx.pool.put(pkt);
+                } else {
+                    cx.recirc_keys.push(keys[i]);
+                    let _ = cx.recirc.push(pkt);
+                }
+            } else {
+                finish(pkt, to, &mut cx);
+            }
         }
         adhoc.clear();
     }

@@ -80,8 +80,8 @@ impl Upcall for TestPipeline {
     }
 
     /// Valid while the flow's actions are the ones the test set now.
-    fn still_valid(&self, flow: &dp::flow::Megaflow) -> bool {
-        flow.actions == *self.actions.lock().unwrap()
+    fn still_valid(&self, flow: &dp::FlowRef<'_>) -> bool {
+        *flow.actions == **self.actions.lock().unwrap()
     }
 
     fn userspace(&self, cookie: u64, key: &FlowKey, _pkt: &Packet) {

@@ -290,6 +290,9 @@ pub fn format_match(
     if priority != DEFAULT_PRIORITY {
         out.push(format!("priority={priority}"));
     }
+    // Conntrack fields come first, as ovs-ofctl writes them.
+    let ct = crate::ctfields::format_ct_fields(m);
+    out.extend(ct.split(',').filter(|s| !s.is_empty()).map(String::from));
     let proto = protocol_name(m);
     if let Some(p) = proto {
         out.push(p.into());

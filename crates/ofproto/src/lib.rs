@@ -2,7 +2,7 @@
 //!
 //! Owns: bridges and ports ([`bridge`]), flow tables with tuple-space lookup ([`classifier`],
 //! [`tables`]), groups ([`group`]), meters ([`meter`]), MAC learning ([`mac`]), translation of a datapath miss into a megaflow
-//! ([`xlate`], [`normal`]), the [`Pipeline`] that implements [`dp::Upcall`], per-flow
+//! ([`xlate`], [`normal`]), the [`Pipeline`] that implements [`dpif::Upcall`], per-flow
 //! revalidation (what changed, and the re-check of one megaflow: [`revalidate`]), and the
 //! `ovs-ofctl` flow syntax ([`parse`], [`format`]), and the structured API an OpenFlow
 //! endpoint uses (group-mods, port liveness, fail-open, flow stats filters, PACKET_OUT). Independent of the OpenFlow wire codec: the
@@ -16,6 +16,7 @@
 
 pub mod bridge;
 pub mod classifier;
+pub mod ctfields;
 pub mod format;
 pub mod group;
 pub mod mac;
@@ -27,6 +28,7 @@ mod ofctl;
 pub mod parse;
 pub mod parse_nx;
 pub mod pipeline;
+pub mod recirc;
 pub mod revalidate;
 pub mod tables;
 pub mod types;

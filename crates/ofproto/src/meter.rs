@@ -1,7 +1,7 @@
 //! One bridge's OpenFlow meters: the meter table, METER_MOD semantics (add, modify, delete,
 //! `OFPM_ALL`) and the per-meter configuration and statistics the multipart replies need.
-//! The token buckets themselves are `dp::Meter`s: a rule's meter instruction translates to a
-//! `dp::Action::Meter` carrying the bucket, so metered megaflows stay in the datapath.
+//! The token buckets themselves are `dpif::Meter`s: a rule's meter instruction translates to a
+//! `dpif::Action::Meter` carrying the bucket, so metered megaflows stay in the datapath.
 //!
 //! Owns: [`MeterTable`]. Threads: the control thread mutates it under the bridge's table
 //! write lock (it lives in `FlowTables`, beside the rules that name meters, so a flow-mod and
@@ -9,8 +9,8 @@
 //! packet-ins.
 
 use crate::types::OfError;
-use dp::meter::Meter;
-use dp::{BandConfig, BandKind, MeterConfig};
+use dpif::meter::Meter;
+use dpif::{BandConfig, BandKind, MeterConfig};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;

@@ -25,7 +25,7 @@ pub struct PacketOutPlan {
     /// unknown port).
     pub in_dp: Option<u32>,
     /// Datapath actions to execute on the frame (may contain `Userspace` for CONTROLLER).
-    pub actions: Vec<dp::Action>,
+    pub actions: Vec<dpif::Action>,
 }
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -337,7 +337,10 @@ impl FlowParser<'_> {
                     m.set_reg(f, val, mask);
                     return Ok(());
                 }
-                return self.field_l3l4(tok, name, v);
+                match crate::ctfields::parse_ct_field(m, tok, name, v) {
+                    Some(r) => r?,
+                    None => return self.field_l3l4(tok, name, v),
+                }
             }
         };
         self.used.push((tok.to_string(), fields));

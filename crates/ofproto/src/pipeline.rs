@@ -1,5 +1,5 @@
 //! The pipeline of every bridge: topology (bridges, ports, datapath port → bridge), the control
-//! API the daemon calls, and the [`dp::Upcall`] implementation PMD threads call on a miss.
+//! API the daemon calls, and the [`dpif::Upcall`] implementation PMD threads call on a miss.
 //!
 //! Publication: the topology is an immutable [`Topology`] behind an `ArcSwap`; control changes
 //! build a new one and swap it (serialized by `ctl`). Flow tables and MAC tables live in each
@@ -29,8 +29,7 @@ use crate::types::{
 use crate::xlate::{decode_cookie, Xlate};
 use crate::Error;
 use arc_swap::ArcSwap;
-use dp::flow::{Deps, Megaflow};
-use dp::{Action, Upcall, UpcallResult};
+use dpif::{Action, Deps, FlowRef, Upcall, UpcallResult};
 use packet::Packet;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -150,6 +149,8 @@ impl Topology {
 /// Every bridge's OpenFlow pipeline.
 pub struct Pipeline {
     topo: ArcSwap<Topology>,
+    /// Recirculation ids handed out by `ct(table=N)` (datapath-wide).
+    pub(crate) recirc: crate::recirc::RecircTable,
     ctl: Mutex<()>,
     pub(crate) generation: AtomicU64,
     /// Bumped by changes other than MAC learning: a translation that overlaps one is not
@@ -197,6 +198,7 @@ impl Pipeline {
     /// An empty pipeline (no bridges).
     pub fn new(config: PipelineConfig) -> Pipeline {
         Pipeline {
+            recirc: Default::default(),
             topo: ArcSwap::from_pointee(Topology::default()),
             ctl: Mutex::new(()),
             generation: AtomicU64::new(1),
@@ -597,6 +599,7 @@ impl Pipeline {
         };
         let tables = read(&br.shared.tables);
         let mut x = Xlate::new(br, &tables, key, *in_of, now);
+        x.recirc = Some(&self.recirc);
         x.learn = mode == Walk::Upcall;
         x.refresh = mode == Walk::Credit;
         x.run();
@@ -662,7 +665,7 @@ impl Pipeline {
         };
         let tables = read(&br.shared.tables);
         match tables.meters().get(crate::meter::METER_SLOWPATH) {
-            Some(m) => m.meter.apply(len, dp::meter::now_ns()) != dp::meter::Verdict::Drop,
+            Some(m) => m.meter.apply(len, dpif::meter::now_ns()) != dpif::meter::Verdict::Drop,
             None => true,
         }
     }
@@ -676,7 +679,7 @@ impl Pipeline {
             let tables = read(&br.shared.tables);
             // OFPM_CONTROLLER meters every packet-in of the bridge.
             if let Some(m) = tables.meters().get(crate::meter::METER_CONTROLLER) {
-                if m.meter.apply(frame.len(), dp::meter::now_ns()) == dp::meter::Verdict::Drop {
+                if m.meter.apply(frame.len(), dpif::meter::now_ns()) == dpif::meter::Verdict::Drop {
                     return None;
                 }
             }
@@ -738,8 +741,8 @@ impl Upcall for Pipeline {
         }
     }
 
-    fn still_valid(&self, flow: &Megaflow) -> bool {
-        self.still_valid_flow(&flow.key, &flow.mask, &flow.actions, &flow.deps.tags)
+    fn still_valid(&self, flow: &FlowRef<'_>) -> bool {
+        self.still_valid_flow(flow.key, flow.mask, flow.actions, &flow.deps.tags)
     }
 
     fn userspace(&self, cookie: u64, key: &FlowKey, pkt: &Packet) {

@@ -1,14 +1,15 @@
 //! Per-flow revalidation on the pipeline's side: the changes recorded since the datapath was
 //! last revalidated ([`Changes`]: tags of MAC table entries that changed, or `full` for rules,
 //! groups, ports, liveness and fail mode), the re-check of one megaflow
-//! ([`Pipeline::still_valid_flow`], also `dp::Upcall::still_valid`), and
-//! [`Pipeline::revalidate_datapath`], which hands them to the datapath.
+//! ([`Pipeline::still_valid_flow`], also `dpif::Upcall::still_valid`), and
+//! [`Pipeline::revalidate_datapath`], which hands them to the datapath (anything that
+//! implements [`dpif::Revalidate`]: `dpif::Datapath` in the daemon).
 //!
 //! Threads: the control or housekeeping thread; re-checks take the bridge's table read lock
 //! and MAC mutex like an upcall, and change nothing (no learning, no counters).
 
 use crate::pipeline::{lock, Pipeline, Walk};
-use dp::{Action, Datapath, DpError};
+use dpif::{Action, Revalidate};
 use std::time::Instant;
 use wire::{Field, FlowKey};
 
@@ -46,7 +47,11 @@ impl Pipeline {
     /// Revalidates `dp` with the changes recorded since the last call: tags only (MAC learning
     /// and aging) remove the megaflows carrying them; anything else, or `full`, re-checks every
     /// megaflow. Returns how many megaflows were found stale (0 if nothing changed).
-    pub fn revalidate_datapath(&self, dp: &Datapath, full: bool) -> Result<usize, DpError> {
+    pub fn revalidate_datapath<D: Revalidate + ?Sized>(
+        &self,
+        dp: &D,
+        full: bool,
+    ) -> Result<usize, D::Error> {
         let ch = self.take_changes();
         if full || ch.full {
             dp.revalidate_all(ch.version)
@@ -70,6 +75,7 @@ impl Pipeline {
         let tr = self.walk(key, 0, 0, Instant::now(), Walk::Check);
         let mut m = tr.mask;
         m.set_exact(Field::InPort);
+        m.set_exact(Field::RecircId);
         tr.actions == actions && m == *mask && *tr.deps.tags == *tags
     }
 }

@@ -72,9 +72,8 @@ pub(crate) fn check_action(a: &OfAction) -> Result<(), OfError> {
             "push_vlan ethertype must be 0x8100 or 0x88a8",
         )),
         OfAction::Group(g) if g > GROUP_MAX => Err(OfError::BadOutGroup(g)),
-        OfAction::Ct(_) | OfAction::CtClear => Err(OfError::Unsupported(
-            "ct/ct_clear: connection tracking is not in this datapath yet",
-        )),
+        OfAction::Ct(ref ct) => check_ct(ct),
+        OfAction::CtClear => Ok(()),
         // The wire form (NXAST_RESUBMIT_TABLE) holds a 16-bit port: 1..0xfeff or LOCAL.
         OfAction::Resubmit { port, .. } => match port {
             Some(p) if p == 0 || (p > 0xfeff && p != ofpp::IN_PORT && p != ofpp::LOCAL) => {
@@ -226,6 +225,36 @@ pub(crate) fn normalize_instructions(
         inst.actions().iter().try_for_each(check_action)?;
     }
     Ok(insts)
+}
+
+/// `ct(...)`: a table that exists, NAT addresses of one family (low ≤ high), ports
+/// low ≤ high, `exec` only with `commit` (as OVS).
+fn check_ct(ct: &crate::nx::CtAction) -> Result<(), OfError> {
+    use std::net::IpAddr;
+    if ct.table.is_some_and(|t| t > TABLE_MAX) {
+        return Err(OfError::BadArgument("ct: table out of range"));
+    }
+    if !ct.exec.is_empty() && !ct.commit {
+        return Err(OfError::BadArgument("ct: exec() needs commit"));
+    }
+    if let Some(n) = &ct.nat {
+        let order = match (n.addr_min, n.addr_max) {
+            (Some(IpAddr::V4(a)), Some(IpAddr::V4(b))) => a <= b,
+            (Some(IpAddr::V6(a)), Some(IpAddr::V6(b))) => a <= b,
+            (Some(_), Some(_)) => false,
+            (None, Some(_)) => false,
+            _ => true,
+        };
+        let ports = match (n.port_min, n.port_max) {
+            (Some(a), Some(b)) => a <= b,
+            (None, Some(_)) => false,
+            _ => true,
+        };
+        if !order || !ports {
+            return Err(OfError::BadArgument("nat: bad address or port range"));
+        }
+    }
+    Ok(())
 }
 
 impl FlowTables {

@@ -290,6 +290,15 @@ impl Match {
                 self.requires(Field::EthType, &[u64::from(IPV6)], "ipv6_dst needs ipv6")?;
             }
         }
+        if uses(Field::CtNwSrc) || uses(Field::CtNwDst) {
+            let what = "ct_nw_src/ct_nw_dst need ip";
+            self.requires(Field::EthType, &[u64::from(IPV4)], what)?;
+        }
+        let ct6 = [Field::CtIpv6SrcLo, Field::CtIpv6DstHi, Field::CtIpv6DstLo];
+        if ct6.into_iter().any(uses) || (uses(Field::CtIpv6SrcHi) && !uses(Field::CtNwSrc)) {
+            let what = "ct_ipv6_src/ct_ipv6_dst need ipv6";
+            self.requires(Field::EthType, &[u64::from(IPV6)], what)?;
+        }
         if uses(Field::TpSrc) || uses(Field::TpDst) || uses(Field::TcpFlags) {
             let l4 = [6, 17, 1, 58, 132];
             self.requires(

@@ -18,6 +18,8 @@
 //! Owns: [`Xlate`] (a per-upcall scratch context). Threads: runs on the PMD thread doing the
 //! upcall, under the bridge's table read lock; NORMAL takes the MAC table mutex briefly.
 
+mod ct;
+
 use crate::bridge::BridgeState;
 use crate::classifier::Rule;
 use crate::group::{Bucket, Group, GroupType, MAX_GROUP_DEPTH};
@@ -25,7 +27,7 @@ use crate::nx::{ones, Regs};
 use crate::tables::FlowTables;
 use crate::types::{ethertype, ofpp, Instruction, OfAction, OfPort, PacketInReason, SetField};
 use crate::types::{VLAN_PRESENT, VLAN_VID_MASK};
-use dp::Action;
+use dpif::Action;
 use std::time::Instant;
 use wire::{Field, FlowKey};
 
@@ -133,6 +135,10 @@ pub struct Xlate<'a> {
     stop: bool,
     /// The top-level walk missed a table: the action set is not executed.
     aset_dropped: bool,
+    /// `ct(table=N)` froze the walk: nothing after it runs (see `xlate/ct.rs`).
+    frozen: bool,
+    /// The pipeline's recirculation ids (None: `ct(table=N)` drops).
+    pub(crate) recirc: Option<&'a crate::recirc::RecircTable>,
 }
 
 impl<'a> Xlate<'a> {
@@ -175,6 +181,8 @@ impl<'a> Xlate<'a> {
             limit_hit: false,
             stop: false,
             aset_dropped: false,
+            frozen: false,
+            recirc: None,
         }
     }
 
@@ -195,7 +203,10 @@ impl<'a> Xlate<'a> {
             crate::normal::xlate_normal(self);
             return;
         }
-        self.run_from(0);
+        let Some(table) = self.resume() else {
+            return;
+        };
+        self.run_from(table);
         let set = std::mem::take(&mut self.aset);
         if !self.aset_dropped {
             self.exec_set(set);
@@ -233,13 +244,13 @@ impl<'a> Xlate<'a> {
             self.cur_rule = Some(rule);
             let mut next = None;
             for inst in &rule.instructions {
-                if self.stop || self.limit_hit {
+                if self.stop || self.limit_hit || self.frozen {
                     break;
                 }
                 match inst {
                     Instruction::ApplyActions(acts) => {
                         for a in acts {
-                            if self.stop || self.limit_hit {
+                            if self.stop || self.limit_hit || self.frozen {
                                 break;
                             }
                             self.exec(a);
@@ -251,12 +262,14 @@ impl<'a> Xlate<'a> {
                     Instruction::Meter(m) => {
                         if let Some(e) = self.tables.meters.get(*m) {
                             self.out
-                                .push(Action::Meter(dp::MeterRef(std::sync::Arc::clone(&e.meter))));
+                                .push(Action::Meter(dpif::MeterRef(std::sync::Arc::clone(
+                                    &e.meter,
+                                ))));
                         }
                     }
                 }
             }
-            if std::mem::take(&mut self.stop) {
+            if std::mem::take(&mut self.stop) || self.frozen {
                 return;
             }
             match next {
@@ -318,8 +331,8 @@ impl<'a> Xlate<'a> {
             }
             OfAction::DecTtl => self.dec_ttl(),
             OfAction::Note(_) => {}
-            // Refused at FLOW_MOD time until the conntrack datapath is wired (task N).
-            OfAction::Ct(_) | OfAction::CtClear => {}
+            OfAction::Ct(ref ct) => self.xlate_ct(ct),
+            OfAction::CtClear => self.xlate_ct_clear(),
             OfAction::Output { port, .. } => self.output(port),
             OfAction::PushVlan(tpid) => {
                 self.wc.set_exact(Field::VlanTci);

@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use dp::Action;
+use dpif::Action;
 use ofproto::xlate::decode_cookie;
 use ofproto::PacketInReason;
 use wire::{Field, FlowKey};
@@ -67,7 +67,7 @@ fn controller_action_encodes_reason_table_and_cookie() {
     let (_, reason, table, _) = decode_cookie(c);
     assert_eq!((reason, table), (PacketInReason::Action, 3));
     let pkt = packet::Packet::from_slice(&[0u8; 200]);
-    dp::Upcall::userspace(&pl, c, &base(), &pkt);
+    dpif::Upcall::userspace(&pl, c, &base(), &pkt);
     let pis = pl.take_packet_ins(10);
     assert_eq!(pis.len(), 1);
     assert_eq!(

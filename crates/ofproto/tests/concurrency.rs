@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use dp::{Action, Upcall};
+use dpif::{Action, Upcall};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;

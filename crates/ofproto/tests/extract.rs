@@ -2,7 +2,7 @@
 mod common;
 
 use common::*;
-use dp::Action;
+use dpif::Action;
 use std::collections::HashSet;
 use wire::{extract, Field};
 

@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use dp::Action;
+use dpif::Action;
 use ofproto::parse::parse_flow;
 use ofproto::FlowModCommand;
 use wire::{Field, FlowKey};

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use dp::Action;
+use dpif::Action;
 use ofproto::{Bucket, GroupCommand, GroupMod, GroupType, OfAction, OfError};
 use wire::Field;
 

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use dp::Action;
+use dpif::Action;
 use ofproto::meter::{METER_ALL, METER_CONTROLLER};
 use ofproto::{Error, MeterBand, MeterCommand, MeterMod, OfError};
 
@@ -15,7 +15,7 @@ fn mm(command: MeterCommand, id: u32, rate: u32) -> MeterMod {
         meter_id: id,
         flags: ofproto::meter::meter_flags::PKTPS,
         bands: vec![MeterBand {
-            kind: dp::BandKind::Drop,
+            kind: dpif::BandKind::Drop,
             rate,
             burst: 0,
         }],
@@ -139,7 +139,7 @@ fn controller_meter_limits_packet_ins() {
 
 #[test]
 fn slowpath_meter_limits_upcalls_not_installed_flows() {
-    use dp::Upcall;
+    use dpif::Upcall;
     use ofproto::meter::METER_SLOWPATH;
     let pl = pipeline();
     flows(&pl, &["actions=output:2"]);

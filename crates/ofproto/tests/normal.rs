@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use dp::Action;
+use dpif::Action;
 use ofproto::PipelineConfig;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};

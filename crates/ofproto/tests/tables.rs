@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use dp::Action;
+use dpif::Action;
 use ofproto::{flags, Error, FlowModCommand, OfError, RemovedReason};
 use std::time::{Duration, Instant};
 use wire::{Field, FlowKey};

@@ -49,7 +49,11 @@ pub fn match_to_pipeline(m: &openflow::Match) -> Result<PMatch, OfError> {
     let mut out = PMatch::ANY;
     for f in &m.fields {
         match *f {
-            X::Nx(ref nx) => nxm_match_field(&mut out, nx)?,
+            X::Nx(ref nx) => match crate::convert_ct::ct_match_field(&mut out, nx) {
+                Some(true) => {}
+                Some(false) => return Err(errors::BAD_MATCH_BAD_VALUE),
+                None => nxm_match_field(&mut out, nx)?,
+            },
             X::Metadata(v, mk) => {
                 out.set_reg(NxField::Metadata, v.into(), mk.unwrap_or(u64::MAX).into());
             }
@@ -174,6 +178,7 @@ pub fn match_to_wire(m: &PMatch) -> openflow::Match {
     }
     push_l4(m, proto, &mut f);
     regs_to_wire(m, &mut f);
+    crate::convert_ct::ct_to_wire(m, &mut f);
     if let Some(o) = m.exact(Field::ArpOp) {
         f.push(X::ArpOp(o as u16));
     }

@@ -97,8 +97,8 @@ fn field_of_nxm(f: &NxmField) -> Option<NxField> {
     field_of_header(header(f.class, f.field, f.width() as u8)).ok()
 }
 
-/// An NXM match TLV into the match's register file; tunnel and ct fields are refused
-/// (`OFPBMC_BAD_FIELD`: tunnels are not in the pipeline; ct fields belong to conntrack).
+/// An NXM match TLV into the match's register file (ct fields go through `convert_ct`
+/// first); tunnel fields are refused (`OFPBMC_BAD_FIELD`: tunnels are not in the pipeline).
 pub fn nxm_match_field(out: &mut PMatch, f: &NxmField) -> Result<(), OfError> {
     match field_of_nxm(f) {
         Some(nf) if nf.is_register() => {

@@ -161,6 +161,7 @@ mod tests {
         ] {
             assert!(m.contains(&want), "{want} missing from {m:?}");
         }
+        // metadata is matchable since the Nicira extensions (a register-file field).
         for never in [f::MplsLabel, f::TunnelId, f::Ipv6Flabel] {
             assert!(!m.contains(&never), "{never} in {m:?}");
         }

@@ -22,6 +22,7 @@
 
 pub mod buffers;
 pub mod convert;
+pub mod convert_ct;
 pub mod convert_nx;
 mod features;
 mod handler;
@@ -50,7 +51,7 @@ pub trait DatapathHooks: Send + Sync + 'static {
     fn packet_out(
         &self,
         in_port: Option<u32>,
-        actions: &[dp::Action],
+        actions: &[dpif::Action],
         frame: &[u8],
     ) -> Result<(), String>;
     /// Live counters and link state of the bridge's ports (for PORT_STATS / PORT_DESC).

@@ -28,8 +28,8 @@ pub fn meter_mod_to_pipeline(mm: &MeterMod) -> ofproto::MeterMod {
             .iter()
             .map(|b| ofproto::MeterBand {
                 kind: match b.action {
-                    BandAction::Drop => dp::BandKind::Drop,
-                    BandAction::DscpRemark(p) => dp::BandKind::DscpRemark(p),
+                    BandAction::Drop => dpif::BandKind::Drop,
+                    BandAction::DscpRemark(p) => dpif::BandKind::DscpRemark(p),
                 },
                 rate: b.rate,
                 burst: b.burst_size,
@@ -41,8 +41,8 @@ pub fn meter_mod_to_pipeline(mm: &MeterMod) -> ofproto::MeterMod {
 fn band_to_wire(b: &ofproto::MeterBand) -> MeterBand {
     MeterBand {
         action: match b.kind {
-            dp::BandKind::Drop => BandAction::Drop,
-            dp::BandKind::DscpRemark(p) => BandAction::DscpRemark(p),
+            dpif::BandKind::Drop => BandAction::Drop,
+            dpif::BandKind::DscpRemark(p) => BandAction::DscpRemark(p),
         },
         rate: b.rate,
         burst_size: b.burst,

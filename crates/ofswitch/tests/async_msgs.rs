@@ -119,7 +119,7 @@ fn packet_in_buffers_flow_removed_port_status_and_errors() {
     let sent = h.hooks.take_sent();
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].frame, f);
-    assert_eq!(sent[0].actions, vec![dp::Action::Output(12)]);
+    assert_eq!(sent[0].actions, vec![dpif::Action::Output(12)]);
     // A buffer is used once.
     let x = c.send(&Message::PacketOut(po));
     let err = c.expect(|xid, m| match m {
@@ -149,7 +149,7 @@ fn packet_in_buffers_flow_removed_port_status_and_errors() {
     assert_eq!(sent.len(), 1);
     assert_eq!(
         (sent[0].in_port, &sent[0].actions),
-        (Some(13), &vec![dp::Action::Output(14)])
+        (Some(13), &vec![dpif::Action::Output(14)])
     );
 
     // Deleting the table-miss rule sends FLOW_REMOVED (it has SEND_FLOW_REM).
@@ -319,7 +319,7 @@ fn dec_ttl_sends_invalid_ttl_packet_ins_when_asked() {
     let (t, sent) = inject(&h, 1, &ip(64));
     assert_eq!(
         t.actions,
-        vec![dp::Action::SetIpTtl(63), dp::Action::Output(12)]
+        vec![dpif::Action::SetIpTtl(63), dpif::Action::Output(12)]
     );
     assert_eq!(sent[0].1[22], 63);
 

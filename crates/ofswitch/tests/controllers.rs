@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-use dp::Action;
+use dpif::Action;
 
 use testkit::{free_port, venv_file, Proc};
 

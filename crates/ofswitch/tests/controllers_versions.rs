@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-use dp::Action;
+use dpif::Action;
 use testkit::{free_port, venv_file, Proc};
 
 const T: Duration = Duration::from_secs(30);

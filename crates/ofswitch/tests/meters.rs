@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use dp::Action;
+use dpif::Action;
 use testkit::have_ofctl;
 
 fn run(h: &Harness, v: &str, cmd: &str, args: &[&str]) -> testkit::Out {
@@ -81,7 +81,7 @@ fn meters_with_ovs_ofctl() {
         assert_eq!(m.0.id(), 1);
         // Packets through the datapath's meter show in meter-stats.
         for _ in 0..5 {
-            m.0.apply(100, dp::meter::now_ns());
+            m.0.apply(100, dpif::meter::now_ns());
         }
         let stats = must(&h, v, "meter-stats", &["meter=1"]);
         assert!(

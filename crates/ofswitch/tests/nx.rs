@@ -2,7 +2,7 @@
 //! `ovs-ofctl -O OpenFlow13` (crates/openflow/tests/data) convert into the pipeline and print
 //! as ovs-ofctl prints them, and convert back to the same wire actions and match; real
 //! `ovs-ofctl` adds register / resubmit / move / load / dec_ttl / note rules to a `BridgeOf`,
-//! `dump-flows` prints them back unchanged, the translation follows them, and `ct` is refused
+//! `dump-flows` prints them back unchanged, the translation follows them, and `ct` is accepted
 //! with OFPBAC_BAD_TYPE until conntrack is wired.
 
 mod common;
@@ -140,19 +140,21 @@ fn ovs_ofctl_adds_and_dumps_extension_rules_and_translation_follows_them() {
     let t = xlate(&h.pl, 4, &frame(MAC_A, MAC_B, 0x0800, &ip));
     assert_eq!(
         t.actions,
-        vec![dp::Action::SetIpTtl(63), dp::Action::Output(11)]
+        vec![dpif::Action::SetIpTtl(63), dpif::Action::Output(11)]
     );
 
-    // ct is decoded but refused until the datapath tracks connections.
+    // ct and ct_clear are accepted (the datapath tracks connections) and dump back.
     let o = ofctl(&h, "add-flow", &["table=5,ip,actions=ct(commit,table=6)"]);
-    assert!(!o.ok, "ct must be refused");
-    assert!(o.stderr.contains("OFPBAC_BAD_TYPE"), "{}", o.stderr);
-    let o = ofctl(&h, "add-flow", &["table=5,ip,actions=ct_clear"]);
-    assert!(o.stderr.contains("OFPBAC_BAD_TYPE"), "{}", o.stderr);
-    // Tunnel fields are refused too.
+    assert!(o.ok, "{}", o.stderr);
+    let o = ofctl(&h, "add-flow", &["table=5,ipv6,actions=ct_clear"]);
+    assert!(o.ok, "{}", o.stderr);
+    let d = dumped(&h);
+    assert!(d.iter().any(|l| l.contains("ct(commit,table=6)")), "{d:?}");
+    assert!(d.iter().any(|l| l.contains("actions=ct_clear")), "{d:?}");
+    // Tunnel fields are refused.
     let o = ofctl(&h, "add-flow", &["table=5,tun_id=5,actions=drop"]);
     assert!(o.stderr.contains("OFPBMC_BAD_FIELD"), "{}", o.stderr);
-    assert_eq!(dumped(&h).len(), flows.len() + 1);
+    assert_eq!(dumped(&h).len(), flows.len() + 3);
 }
 
 #[test]
@@ -175,8 +177,9 @@ fn resubmit_loop_is_cut_and_counted() {
 }
 
 /// Every captured flow the pipeline executes, added with real `ovs-ofctl -O OpenFlow13` and
-/// dumped back with it, prints as `ovs-ofctl parse-flow` printed it (ct, tunnel fields and
-/// dec_ttl with controller ids are refused instead, with the error ovs-ofctl shows).
+/// dumped back with it, prints as `ovs-ofctl parse-flow` printed it (ct and ct_clear
+/// included; tunnel fields and dec_ttl with controller ids are refused instead, with the
+/// error ovs-ofctl shows).
 #[test]
 fn every_captured_flow_round_trips_through_ovs_ofctl() {
     if !have_ofctl() {
@@ -189,9 +192,7 @@ fn every_captured_flow_round_trips_through_ovs_ofctl() {
         let (flow, ovs_text) = (cols[0], cols[2]);
         testkit::ofctl_must(&h.sock, "del-flows", &[]);
         let o = ofctl(&h, "add-flow", &[flow]);
-        let refused = if flow.contains("ct(") || flow.contains("ct_clear") {
-            Some("OFPBAC_BAD_TYPE")
-        } else if flow.contains("tun_src") || flow.contains("tun_id=") {
+        let refused = if flow.contains("tun_src") || flow.contains("tun_id=") {
             Some("OFPBMC_BAD_FIELD")
         } else if flow.contains("->tun_id") {
             Some("OFPBAC_BAD_SET_TYPE")

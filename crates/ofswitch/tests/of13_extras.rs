@@ -184,7 +184,7 @@ fn port_mod_config_bits_apply_with_ovs_ofctl() {
     let userspace = |t: &ofproto::Translation| {
         t.actions
             .iter()
-            .any(|a| matches!(a, dp::Action::Userspace(_)))
+            .any(|a| matches!(a, dpif::Action::Userspace(_)))
     };
     must(&h, v, "del-flows", &[]);
     must(&h, v, "add-flow", &["in_port=1,actions=output:2,output:3"]);

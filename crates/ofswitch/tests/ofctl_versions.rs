@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use dp::Action;
+use dpif::Action;
 use testkit::{have_ofctl, Out};
 
 /// The versions under test: `-O` argument (None = ovs-ofctl's default, 1.0) and the tag

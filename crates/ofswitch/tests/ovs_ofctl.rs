@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::atomic::Ordering;
 
 use common::*;
-use dp::Action;
+use dpif::Action;
 
 use testkit::{have_ofctl, Out};
 

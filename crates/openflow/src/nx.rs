@@ -52,8 +52,17 @@ pub mod nxm1 {
     pub const TUN_ID: u8 = 16;
     pub const TUN_IPV4_SRC: u8 = 31;
     pub const TUN_IPV4_DST: u8 = 32;
+    pub const CT_STATE: u8 = 105;
+    pub const CT_ZONE: u8 = 106;
     pub const CT_MARK: u8 = 107;
     pub const CT_LABEL: u8 = 108;
+    pub const CT_NW_PROTO: u8 = 119;
+    pub const CT_NW_SRC: u8 = 120;
+    pub const CT_NW_DST: u8 = 121;
+    pub const CT_IPV6_SRC: u8 = 122;
+    pub const CT_IPV6_DST: u8 = 123;
+    pub const CT_TP_SRC: u8 = 124;
+    pub const CT_TP_DST: u8 = 125;
     /// `NXM_NX_XXREG0`; `xxreg N` is `XXREG0 + N`.
     pub const XXREG0: u8 = 111;
 }
@@ -80,8 +89,14 @@ pub fn nxm_shape(class: u16, field: u8) -> Option<(usize, bool)> {
         (class::NXM1, 0..=15) => Some((4, true)),
         (class::NXM1, nxm1::TUN_ID) => Some((8, true)),
         (class::NXM1, nxm1::TUN_IPV4_SRC | nxm1::TUN_IPV4_DST) => Some((4, true)),
+        (class::NXM1, nxm1::CT_STATE) => Some((4, true)),
+        (class::NXM1, nxm1::CT_ZONE) => Some((2, false)),
         (class::NXM1, nxm1::CT_MARK) => Some((4, true)),
         (class::NXM1, nxm1::CT_LABEL) => Some((16, true)),
+        (class::NXM1, nxm1::CT_NW_PROTO) => Some((1, false)),
+        (class::NXM1, nxm1::CT_NW_SRC | nxm1::CT_NW_DST) => Some((4, true)),
+        (class::NXM1, nxm1::CT_IPV6_SRC | nxm1::CT_IPV6_DST) => Some((16, true)),
+        (class::NXM1, nxm1::CT_TP_SRC | nxm1::CT_TP_DST) => Some((2, true)),
         (class::NXM1, 111..=114) => Some((16, true)),
         (class::PKT_REG, 0..=7) => Some((8, true)),
         _ => None,

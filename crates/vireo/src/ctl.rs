@@ -18,6 +18,9 @@ datapath:
   pmd-stats-show | pmd-stats-clear | pmd-rxq-show | dump-megaflows | dump-macs BR
   set-pmd-cores LIST | set-pmd-rxq-assign roundrobin|cycles|group | set-pmd-auto-lb off|PCT
   set-mac-numa MAC NODE | del-mac-numa MAC | dump-mac-numa   (af-xdp xdp-steering=on)
+conntrack (one table per datapath; zones tell bridges and tenants apart):
+  dump-conntrack [zone=N] | flush-conntrack [zone=N] [TUPLE] | ct-stats
+  set-ct-limit [zone=N] LIMIT
 OpenFlow:
   add-flow BR FLOW | add-flows BR FILE | mod-flows [--strict] BR FLOW
   del-flows [--strict] BR [MATCH] | dump-flows BR [MATCH]

@@ -14,6 +14,19 @@
 //! | 6 | ipv6_src low 64 bits; ARP: 0..48 arp_tha |
 //! | 7 | ipv6_dst high 64 bits |
 //! | 8 | ipv6_dst low 64 bits |
+//! | 9 | 0..32 recirc_id, 32..40 ct_state, 40..48 ct_nw_proto, 48..64 ct_zone |
+//! | 10 | 0..32 ct_mark, 32..48 ct_tp_src, 48..64 ct_tp_dst |
+//! | 11 | ct_label high 64 bits |
+//! | 12 | ct_label low 64 bits |
+//! | 13 | ct_ipv6_src high 64 bits; IPv4: 0..32 ct_nw_src, 32..64 ct_nw_dst |
+//! | 14 | ct_ipv6_src low 64 bits |
+//! | 15 | ct_ipv6_dst high 64 bits |
+//! | 16 | ct_ipv6_dst low 64 bits |
+//!
+//! Words 9-16 are metadata, not headers: zero on a packet from a port; the datapath's `ct`
+//! action sets the conntrack words and recirculation sets `recirc_id` (see `dp::worker`).
+//! `ct_nw_src/dst` and `ct_ipv6_src` share word 13 the way ARP and IPv6 share words 5 and 6:
+//! a mask that uses them always includes eth_type.
 //!
 //! MAC addresses are stored as the 48-bit big-endian number of their six bytes; IPv4 addresses
 //! as the 32-bit big-endian number. The same struct serves as a mask (a set bit means "this bit
@@ -21,7 +34,7 @@
 //! eth_type, so the overlap is never ambiguous.
 
 /// Number of 64-bit words in a key.
-pub const KEY_WORDS: usize = 9;
+pub const KEY_WORDS: usize = 17;
 
 /// A flow key, or a mask over one.
 #[derive(Clone, Copy, Default, Eq, Debug)]
@@ -75,11 +88,26 @@ pub enum Field {
     Ipv6SrcLo,
     Ipv6DstHi,
     Ipv6DstLo,
+    RecircId,
+    CtState,
+    CtNwProto,
+    CtZone,
+    CtMark,
+    CtTpSrc,
+    CtTpDst,
+    CtLabelHi,
+    CtLabelLo,
+    CtNwSrc,
+    CtNwDst,
+    CtIpv6SrcHi,
+    CtIpv6SrcLo,
+    CtIpv6DstHi,
+    CtIpv6DstLo,
 }
 
 impl Field {
     /// Every field, in layout order.
-    pub const ALL: [Field; 21] = [
+    pub const ALL: [Field; 36] = [
         Field::InPort,
         Field::EthType,
         Field::VlanTci,
@@ -101,6 +129,21 @@ impl Field {
         Field::Ipv6SrcLo,
         Field::Ipv6DstHi,
         Field::Ipv6DstLo,
+        Field::RecircId,
+        Field::CtState,
+        Field::CtNwProto,
+        Field::CtZone,
+        Field::CtMark,
+        Field::CtTpSrc,
+        Field::CtTpDst,
+        Field::CtLabelHi,
+        Field::CtLabelLo,
+        Field::CtNwSrc,
+        Field::CtNwDst,
+        Field::CtIpv6SrcHi,
+        Field::CtIpv6SrcLo,
+        Field::CtIpv6DstHi,
+        Field::CtIpv6DstLo,
     ];
 
     /// (word, first bit, width).
@@ -128,6 +171,21 @@ impl Field {
             Field::Ipv6SrcLo => (6, 0, 64),
             Field::Ipv6DstHi => (7, 0, 64),
             Field::Ipv6DstLo => (8, 0, 64),
+            Field::RecircId => (9, 0, 32),
+            Field::CtState => (9, 32, 8),
+            Field::CtNwProto => (9, 40, 8),
+            Field::CtZone => (9, 48, 16),
+            Field::CtMark => (10, 0, 32),
+            Field::CtTpSrc => (10, 32, 16),
+            Field::CtTpDst => (10, 48, 16),
+            Field::CtLabelHi => (11, 0, 64),
+            Field::CtLabelLo => (12, 0, 64),
+            Field::CtNwSrc => (13, 0, 32),
+            Field::CtNwDst => (13, 32, 32),
+            Field::CtIpv6SrcHi => (13, 0, 64),
+            Field::CtIpv6SrcLo => (14, 0, 64),
+            Field::CtIpv6DstHi => (15, 0, 64),
+            Field::CtIpv6DstLo => (16, 0, 64),
         }
     }
 
@@ -188,10 +246,14 @@ impl FlowKey {
         out
     }
 
-    /// True if `self` and `other` agree on every bit of `mask`.
+    /// True if `self` and `other` agree on every bit of `mask` (branch-free over the words).
     #[inline]
     pub fn matches(&self, other: &FlowKey, mask: &FlowKey) -> bool {
-        (0..KEY_WORDS).all(|i| (self.w[i] ^ other.w[i]) & mask.w[i] == 0)
+        let mut d = 0u64;
+        for i in 0..KEY_WORDS {
+            d |= (self.w[i] ^ other.w[i]) & mask.w[i];
+        }
+        d == 0
     }
 
     /// A MAC address as stored in the key.
@@ -239,14 +301,14 @@ fn fmul(a: u64, b: u64) -> u64 {
 }
 
 /// Hash constants: fixed odd constants mixed once with a per-process random seed.
-fn hash_keys() -> &'static [u64; 11] {
-    static KEYS: std::sync::OnceLock<[u64; 11]> = std::sync::OnceLock::new();
+fn hash_keys() -> &'static [u64; HASH_KEYS] {
+    static KEYS: std::sync::OnceLock<[u64; HASH_KEYS]> = std::sync::OnceLock::new();
     KEYS.get_or_init(|| {
         use std::hash::{BuildHasher, Hasher};
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
         h.write_u64(0x5eed);
         let seed = h.finish();
-        let mut k = [0u64; 11];
+        let mut k = [0u64; HASH_KEYS];
         let mut x = seed | 1;
         for (i, o) in k.iter_mut().enumerate() {
             x = fmul(x ^ 0x9e37_79b9_7f4a_7c15, 0xbf58_476d_1ce4_e5b9 + i as u64);
@@ -256,7 +318,13 @@ fn hash_keys() -> &'static [u64; 11] {
     })
 }
 
-/// Five independent folded multiplies (they run in parallel) and one to combine them.
+/// Number of hash constants: one per word, one to pad the odd word, one to combine.
+const HASH_KEYS: usize = KEY_WORDS + 2;
+
+/// Independent folded multiplies over pairs of words (they run in parallel) and one to combine
+/// them. The metadata words (9..17: `recirc_id` and conntrack) are zero on every packet that
+/// has not been through `ct`, so they are folded in only when one is set (a branch that a
+/// burst of plain traffic always predicts), and then with one multiply per pair.
 #[inline(always)]
 fn hash_words(w: &[u64; KEY_WORDS]) -> u32 {
     let k = hash_keys();
@@ -264,9 +332,22 @@ fn hash_words(w: &[u64; KEY_WORDS]) -> u32 {
     let b = fmul(w[2] ^ k[2], w[3] ^ k[3]);
     let c = fmul(w[4] ^ k[4], w[5] ^ k[5]);
     let d = fmul(w[6] ^ k[6], w[7] ^ k[7]);
-    let e = fmul(w[8] ^ k[8], k[9]);
-    let h = fmul(a ^ c ^ e ^ k[10], b.wrapping_add(d));
+    let meta = w[9] | w[10] | w[11] | w[12] | w[13] | w[14] | w[15] | w[16];
+    let e = if meta == 0 {
+        fmul(w[8] ^ k[8], k[9])
+    } else {
+        hash_meta(w, k)
+    };
+    let h = fmul(a ^ c ^ e ^ k[KEY_WORDS + 1], b.wrapping_add(d));
     (h ^ (h >> 32)) as u32
+}
+
+/// Word 8 and the metadata words, for a key with metadata.
+#[inline(never)]
+fn hash_meta(w: &[u64; KEY_WORDS], k: &[u64; HASH_KEYS]) -> u64 {
+    let m1 = fmul(w[9] ^ k[9], w[10] ^ k[10]) ^ fmul(w[11] ^ k[11], w[12] ^ k[12]);
+    let m2 = fmul(w[13] ^ k[13], w[14] ^ k[14]) ^ fmul(w[15] ^ k[15], w[16] ^ k[16]);
+    fmul(w[8] ^ k[8], m1.wrapping_add(m2) ^ k[KEY_WORDS])
 }
 
 #[cfg(test)]
@@ -282,6 +363,8 @@ mod tests {
                     | (Field::Ipv6SrcHi, Field::ArpSha)
                     | (Field::ArpTha, Field::Ipv6SrcLo)
                     | (Field::Ipv6SrcLo, Field::ArpTha)
+                    | (Field::CtNwSrc | Field::CtNwDst, Field::CtIpv6SrcHi)
+                    | (Field::CtIpv6SrcHi, Field::CtNwSrc | Field::CtNwDst)
             )
         };
         for a in Field::ALL {

@@ -28,6 +28,18 @@ fn name(f: Field, arp: bool) -> &'static str {
         Field::ArpTha => "arp_tha",
         Field::Ipv6SrcHi | Field::Ipv6SrcLo => "ipv6_src",
         Field::Ipv6DstHi | Field::Ipv6DstLo => "ipv6_dst",
+        Field::RecircId => "recirc_id",
+        Field::CtState => "ct_state",
+        Field::CtNwProto => "ct_nw_proto",
+        Field::CtZone => "ct_zone",
+        Field::CtMark => "ct_mark",
+        Field::CtTpSrc => "ct_tp_src",
+        Field::CtTpDst => "ct_tp_dst",
+        Field::CtLabelHi | Field::CtLabelLo => "ct_label",
+        Field::CtNwSrc => "ct_nw_src",
+        Field::CtNwDst => "ct_nw_dst",
+        Field::CtIpv6SrcHi | Field::CtIpv6SrcLo => "ct_ipv6_src",
+        Field::CtIpv6DstHi | Field::CtIpv6DstLo => "ct_ipv6_dst",
     }
 }
 
@@ -54,6 +66,7 @@ fn v6(key: &FlowKey, mask: &FlowKey, hi: Field, lo: Field) -> String {
 /// `name=value[/mask]` for every field `mask` touches, comma-separated; `*` if none.
 pub(crate) fn format_match(key: &FlowKey, mask: &FlowKey) -> String {
     let arp = mask.get(Field::EthType) == 0xffff && key.get(Field::EthType) == 0x0806;
+    let ip6 = mask.get(Field::EthType) == 0xffff && key.get(Field::EthType) == 0x86dd;
     let mut out = String::new();
     for f in Field::ALL {
         let m = mask.get(f);
@@ -62,6 +75,13 @@ pub(crate) fn format_match(key: &FlowKey, mask: &FlowKey) -> String {
             Field::Ipv6SrcHi | Field::Ipv6DstHi => arp,
             Field::Ipv6SrcLo => arp || mask.get(Field::Ipv6SrcHi) != 0,
             Field::Ipv6DstLo => arp || mask.get(Field::Ipv6DstHi) != 0,
+            // Every megaflow matches recirc_id exactly; shown only when not 0.
+            Field::RecircId => key.get(Field::RecircId) & m == 0,
+            Field::CtNwSrc | Field::CtNwDst => ip6,
+            Field::CtIpv6SrcHi => !ip6,
+            Field::CtIpv6SrcLo => !ip6 || mask.get(Field::CtIpv6SrcHi) != 0,
+            Field::CtIpv6DstLo => mask.get(Field::CtIpv6DstHi) != 0,
+            Field::CtLabelLo => mask.get(Field::CtLabelHi) != 0,
             _ => false,
         };
         if m == 0 || skip {
@@ -80,10 +100,10 @@ pub(crate) fn format_match(key: &FlowKey, mask: &FlowKey) -> String {
             Field::EthDst | Field::EthSrc | Field::ArpSha | Field::ArpTha => {
                 write!(out, "{}/{}", mac(v), mac(m))
             }
-            Field::Ipv4Src | Field::Ipv4Dst if exact => {
+            Field::Ipv4Src | Field::Ipv4Dst | Field::CtNwSrc | Field::CtNwDst if exact => {
                 write!(out, "{}", Ipv4Addr::from(v as u32))
             }
-            Field::Ipv4Src | Field::Ipv4Dst => {
+            Field::Ipv4Src | Field::Ipv4Dst | Field::CtNwSrc | Field::CtNwDst => {
                 write!(
                     out,
                     "{}/{}",
@@ -99,15 +119,70 @@ pub(crate) fn format_match(key: &FlowKey, mask: &FlowKey) -> String {
                 out.push_str(&v6(key, mask, Field::Ipv6DstHi, Field::Ipv6DstLo));
                 Ok(())
             }
+            Field::CtIpv6SrcHi | Field::CtIpv6SrcLo => {
+                out.push_str(&v6(key, mask, Field::CtIpv6SrcHi, Field::CtIpv6SrcLo));
+                Ok(())
+            }
+            Field::CtIpv6DstHi | Field::CtIpv6DstLo => {
+                out.push_str(&v6(key, mask, Field::CtIpv6DstHi, Field::CtIpv6DstLo));
+                Ok(())
+            }
+            Field::CtLabelHi | Field::CtLabelLo => {
+                let join = |k: &FlowKey| {
+                    u128::from(k.get(Field::CtLabelHi)) << 64 | u128::from(k.get(Field::CtLabelLo))
+                };
+                let (v, m) = (join(&key.masked(mask)), join(mask));
+                if m == u128::MAX {
+                    write!(out, "0x{v:x}")
+                } else {
+                    write!(out, "0x{v:x}/0x{m:x}")
+                }
+            }
+            Field::CtState => {
+                out.push_str(&ct_state_string(v as u32, m as u32));
+                Ok(())
+            }
             Field::EthType if exact => write!(out, "0x{v:04x}"),
-            Field::VlanTci | Field::TcpFlags if exact => write!(out, "0x{v:x}"),
-            Field::VlanTci | Field::TcpFlags | Field::EthType => write!(out, "0x{v:x}/0x{m:x}"),
+            Field::VlanTci | Field::TcpFlags | Field::CtMark if exact => write!(out, "0x{v:x}"),
+            Field::VlanTci | Field::TcpFlags | Field::EthType | Field::CtMark => {
+                write!(out, "0x{v:x}/0x{m:x}")
+            }
             _ if exact => write!(out, "{v}"),
             _ => write!(out, "{v}/0x{m:x}"),
         };
     }
     if out.is_empty() {
         out.push('*');
+    }
+    out
+}
+
+/// `ct_state` bits by name, in OVS's order of bits.
+pub const CT_STATE_NAMES: [(&str, u32); 8] = [
+    ("new", 0x01),
+    ("est", 0x02),
+    ("rel", 0x04),
+    ("rpl", 0x08),
+    ("inv", 0x10),
+    ("trk", 0x20),
+    ("snat", 0x40),
+    ("dnat", 0x80),
+];
+
+/// `ct_state` as ovs-ofctl writes it: `+flag` for each matched bit that is set, `-flag` for
+/// each matched bit that is clear (e.g. `+trk+est-new`); bits without a name in hex.
+pub fn ct_state_string(value: u32, mask: u32) -> String {
+    let mut out = String::new();
+    let mut rest = mask;
+    for (n, bit) in CT_STATE_NAMES {
+        if mask & bit != 0 {
+            out.push(if value & bit != 0 { '+' } else { '-' });
+            out.push_str(n);
+            rest &= !bit;
+        }
+    }
+    if rest != 0 {
+        let _ = write!(out, "0x{:x}/0x{rest:x}", value & rest);
     }
     out
 }

@@ -28,6 +28,7 @@ pub mod udp;
 
 pub use extract::{extract, l3_offset};
 pub use flow::{Field, FlowKey, KEY_WORDS};
+pub use format::{ct_state_string, CT_STATE_NAMES};
 
 /// Why a header view refused a buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

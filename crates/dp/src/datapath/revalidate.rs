@@ -47,7 +47,14 @@ impl Datapath {
     /// those whose translation changed. Same guarantee as [`Datapath::revalidate_tags`].
     pub fn revalidate_all(&self, version: u64) -> Result<usize, DpError> {
         let up = self.inner.upcall.clone();
-        self.revalidate_where(version, &|f| !up.still_valid(f))
+        self.revalidate_where(version, &|f| {
+            !up.still_valid(&crate::FlowRef {
+                key: &f.key,
+                mask: &f.mask,
+                actions: &f.actions,
+                deps: &f.deps,
+            })
+        })
     }
 
     fn revalidate_where(
@@ -74,5 +81,15 @@ impl Datapath {
         self.inner
             .bump_and_wait_filtered(&ctl.pmds, self.inner.tuning.ack_timeout, true)?;
         Ok(found)
+    }
+}
+
+impl crate::Revalidate for Datapath {
+    type Error = DpError;
+    fn revalidate_tags(&self, version: u64, changed: &[u64]) -> Result<usize, DpError> {
+        Datapath::revalidate_tags(self, version, changed)
+    }
+    fn revalidate_all(&self, version: u64) -> Result<usize, DpError> {
+        Datapath::revalidate_all(self, version)
     }
 }

@@ -8,7 +8,7 @@
 use super::{encode_cookie, Xlate, MAX_RESUBMIT_DEPTH};
 use crate::nx::{ones, NxField};
 use crate::types::{ethertype, ofpp, OfPort, PacketInReason, SetField};
-use dp::Action;
+use dpif::Action;
 use wire::Field;
 
 impl<'a> Xlate<'a> {

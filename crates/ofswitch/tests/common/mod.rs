@@ -20,7 +20,7 @@ pub const BCAST: [u8; 6] = [0xff; 6];
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sent {
     pub in_port: Option<u32>,
-    pub actions: Vec<dp::Action>,
+    pub actions: Vec<dpif::Action>,
     pub frame: Vec<u8>,
 }
 
@@ -36,7 +36,7 @@ impl DatapathHooks for Hooks {
     fn packet_out(
         &self,
         in_port: Option<u32>,
-        actions: &[dp::Action],
+        actions: &[dpif::Action],
         frame: &[u8],
     ) -> Result<(), String> {
         self.sent.lock().unwrap().push(Sent {
@@ -158,7 +158,7 @@ pub fn outputs(t: &ofproto::Translation) -> Vec<u32> {
     t.actions
         .iter()
         .filter_map(|a| match a {
-            dp::Action::Output(p) => Some(*p),
+            dpif::Action::Output(p) => Some(*p),
             _ => None,
         })
         .collect()
@@ -169,17 +169,17 @@ pub fn outputs(t: &ofproto::Translation) -> Vec<u32> {
 pub fn execute(
     pl: &Pipeline,
     key: &wire::FlowKey,
-    actions: &[dp::Action],
+    actions: &[dpif::Action],
     frame: &[u8],
 ) -> Vec<(u32, Vec<u8>)> {
-    use dp::Upcall;
+    use dpif::Upcall;
     let mut pkt = packet::Packet::from_slice(frame);
     let mut out = Vec::new();
     for a in actions {
         match a {
-            dp::Action::Output(p) => out.push((*p, pkt.data().to_vec())),
-            dp::Action::Userspace(c) => pl.userspace(*c, key, &pkt),
-            a => dp::execute::modify(&mut pkt, a),
+            dpif::Action::Output(p) => out.push((*p, pkt.data().to_vec())),
+            dpif::Action::Userspace(c) => pl.userspace(*c, key, &pkt),
+            a => dpif::modify::modify(&mut pkt, a),
         }
     }
     out

@@ -13,6 +13,7 @@
 //! a clean stop normally takes well under it, and if one ever does not, the process exits
 //! anyway with a logged error (the store is always consistent on disk).
 mod control;
+mod ctops;
 mod flows;
 mod format;
 mod handover;

@@ -178,6 +178,9 @@ impl Switch {
             | "set-controller" | "del-controller" | "set-fail-mode" | "set-bridge"
             | "dump-macs" | "add-meter" | "mod-meter" | "del-meter" | "del-meters"
             | "dump-meters" => self.dispatch_dp(command, args),
+            "dump-conntrack" | "flush-conntrack" | "ct-stats" | "set-ct-limit" => {
+                self.dispatch_ct(command, args)
+            }
             "version" => arity(0, 0, "").map(|_| {
                 let v = env!("CARGO_PKG_VERSION");
                 Response::ok(format!("vireod {v}"), json!({ "vireod": v }))

@@ -2,17 +2,47 @@
 //! one port removes no other port's megaflows, a MAC move removes exactly the megaflows that
 //! looked at that MAC, a rule change removes only the megaflows whose translation it changes,
 //! and the per-port MAC limit keeps a churning port from learning (or revalidating) at all.
-mod common;
+//!
+//! Lives here (not in `ofproto`) because it needs the datapath: `ofproto` depends only on the
+//! leaf crate `dpif`.
 
-use common::{dp as dpno, pipeline, MAC_A, MAC_B, MAC_C};
 use dp::{AssignMode, Datapath, DpConfig, DpTuning, MegaflowInfo, Topology};
-use ofproto::Pipeline;
+use ofproto::{Pipeline, PipelineConfig, PortSpec};
 use ports::dummy::DummyPort;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+const MAC_A: [u8; 6] = [0, 0, 0, 0, 0, 0x0a];
+const MAC_B: [u8; 6] = [0, 0, 0, 0, 0, 0x0b];
+const MAC_C: [u8; 6] = [0, 0, 0, 0, 0, 0x0c];
 const MAC_D: [u8; 6] = [0, 0, 0, 0, 0, 0x0d];
 const BCAST: [u8; 6] = [0xff; 6];
+
+/// Datapath port of OpenFlow port `n` (p1..p4 → 11..14).
+fn dpno(n: u32) -> u32 {
+    10 + n
+}
+
+/// br0 with p1..p4, all trunks of every VLAN.
+fn pipeline() -> Pipeline {
+    let pl = Pipeline::new(PipelineConfig::default());
+    pl.add_bridge("br0").unwrap();
+    for n in 1..=4 {
+        pl.add_port(
+            "br0",
+            PortSpec {
+                name: format!("p{n}"),
+                dp_port: dpno(n),
+                ofport: Some(n),
+                tag: None,
+                trunks: vec![],
+                mac_limit: None,
+            },
+        )
+        .unwrap();
+    }
+    pl
+}
 
 struct Rig {
     pl: Arc<Pipeline>,

@@ -5,8 +5,11 @@
 //! key bit it consulted; the datapath installs `(key & mask, mask) -> actions` as a megaflow,
 //! so later packets that agree on those bits never reach the pipeline. The answer also names
 //! what it depended on ([`Deps`]), so a later change removes only the megaflows it affects;
-//! [`Upcall::still_valid`] lets a control thread re-check a megaflow after a rule change.
-use crate::flow::{Deps, Megaflow};
+//! [`Upcall::still_valid`] lets a control thread re-check a megaflow after a rule change, and
+//! [`Revalidate`] is the datapath side of that, as the pipeline calls it.
+//!
+//! Threads: `upcall` and `userspace` run on PMD threads; `still_valid` and [`Revalidate`] on
+//! control threads.
 use packet::Packet;
 use std::sync::Arc;
 use wire::FlowKey;
@@ -43,6 +46,23 @@ pub enum Action {
     /// action list (the packet is dropped and counted by the meter), a DSCP remark band
     /// rewrites the packet's DSCP and goes on.
     Meter(crate::meter::MeterRef),
+    /// Run the packet through connection tracking (see [`CtSpec`]): sets the packet's
+    /// conntrack fields (`ct_state`, `ct_zone`, `ct_mark`, `ct_label`, the original tuple);
+    /// NAT rewrites the frame. With `recirc`, the packet is then classified again with those
+    /// fields and `recirc_id` set, and this action ends the list.
+    Ct(Box<CtSpec>),
+    /// Clear the packet's conntrack fields (`ct_clear`).
+    CtClear,
+}
+
+/// The parameters of [`Action::Ct`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CtSpec {
+    /// Zone, commit, force, NAT, mark and label to set (as the conntrack core takes them).
+    pub ct: conntrack::CtAction,
+    /// Recirculate with this `recirc_id` (non-zero), as `ct(table=N)` asks; the pipeline
+    /// maps the id back to where translation continues.
+    pub recirc: Option<u32>,
 }
 
 /// Shared, immutable action list.
@@ -78,8 +98,63 @@ pub trait Upcall: Send + Sync {
     /// change): true if translating it now gives the same actions, mask and tags. Must not
     /// change the pipeline's state (no learning, no counters). The default answers false, so
     /// a pipeline that cannot tell loses every megaflow on a revalidation (always correct).
-    fn still_valid(&self, flow: &Megaflow) -> bool {
+    fn still_valid(&self, flow: &FlowRef<'_>) -> bool {
         let _ = flow;
         false
     }
+}
+
+/// An installed megaflow as [`Upcall::still_valid`] sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct FlowRef<'a> {
+    /// The masked key.
+    pub key: &'a FlowKey,
+    /// The mask (with `in_port` exact, as the datapath installs it).
+    pub mask: &'a FlowKey,
+    /// The cached actions.
+    pub actions: &'a [Action],
+    /// What the translation depended on.
+    pub deps: &'a Deps,
+}
+
+/// What a translation depended on, as the pipeline names it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Deps {
+    /// The pipeline's version when the translation started: a flow translated before a change
+    /// and installed after a revalidation scan is found by this (see `Worker::revalidate`).
+    pub version: u64,
+    /// Opaque tags (e.g. a hash of bridge, VLAN and learned MAC): a change to anything a tag
+    /// names invalidates the megaflows carrying it. Sorted, no duplicates.
+    pub tags: Box<[u64]>,
+}
+
+impl Deps {
+    /// Dependencies with `tags` sorted and deduplicated.
+    pub fn new(version: u64, mut tags: Vec<u64>) -> Deps {
+        tags.sort_unstable();
+        tags.dedup();
+        Deps {
+            version,
+            tags: tags.into_boxed_slice(),
+        }
+    }
+
+    /// True if any tag is in `changed` (sorted).
+    pub fn touches(&self, changed: &[u64]) -> bool {
+        self.tags.iter().any(|t| changed.binary_search(t).is_ok())
+    }
+}
+
+/// The datapath's revalidation entry points as the pipeline calls them
+/// (`ofproto::Pipeline::revalidate_datapath`); implemented by `dp::Datapath`. Both return once
+/// every PMD has removed the megaflows found stale, with how many they were.
+pub trait Revalidate {
+    /// Why a revalidation could not finish.
+    type Error;
+    /// Removes the megaflows whose [`Deps::tags`] include one of `changed`, and those installed
+    /// during the scan that were translated before pipeline version `version`.
+    fn revalidate_tags(&self, version: u64, changed: &[u64]) -> Result<usize, Self::Error>;
+    /// Re-checks every megaflow with [`Upcall::still_valid`] and removes those whose
+    /// translation changed (and, as above, those translated before `version`).
+    fn revalidate_all(&self, version: u64) -> Result<usize, Self::Error>;
 }

@@ -1,0 +1,112 @@
+//! What the datapath reports to the control thread: `pmd-stats-show` and its reset,
+//! `pmd-rxq-show`, `dump-megaflows` and the per-megaflow counters the daemon credits to rules.
+//!
+//! Threads: control threads, under the datapath's control mutex; each PMD's registry lock is
+//! held only to copy its flows.
+use super::{AssignedAt, Datapath};
+use crate::stats::{actions_to_string, MegaflowInfo, PmdStats, RxqInfo};
+use std::sync::atomic::Ordering::*;
+
+impl Datapath {
+    /// `pmd-stats-show`.
+    pub fn pmd_stats(&self) -> Vec<PmdStats> {
+        let ctl = self.inner.lock();
+        ctl.pmds
+            .iter()
+            .map(|h| {
+                let s = h.shared.counters.snapshot().since(&h.base);
+                let flows = h
+                    .shared
+                    .registry
+                    .lock()
+                    .map_or(0, |r| r.iter().flatten().count());
+                let rxqs = h.shared.cfg.load().rxqs.len();
+                PmdStats::new(h.shared.core, h.shared.numa, &s, flows, rxqs)
+            })
+            .collect()
+    }
+
+    /// `pmd-stats-clear`.
+    pub fn clear_pmd_stats(&self) {
+        let mut ctl = self.inner.lock();
+        for h in &mut ctl.pmds {
+            h.base = h.shared.counters.snapshot();
+        }
+    }
+
+    /// `pmd-rxq-show`.
+    pub fn rxq_show(&self) -> Vec<RxqInfo> {
+        let ctl = self.inner.lock();
+        let mut out = Vec::new();
+        for h in &ctl.pmds {
+            let busy = h.shared.counters.snapshot().busy_cycles;
+            for r in h.shared.cfg.load().rxqs.iter() {
+                let Some(e) = ctl.ports.get(&r.port_no) else {
+                    continue;
+                };
+                let at = ctl.assigned_at.get(&(r.port_no, r.qid)).copied();
+                let at = at.unwrap_or(AssignedAt {
+                    rxq_cycles: 0,
+                    pmd_busy: 0,
+                });
+                let spent = r.stats.cycles.load(Relaxed).saturating_sub(at.rxq_cycles);
+                let total = busy.saturating_sub(at.pmd_busy);
+                let pct = if total == 0 {
+                    0.0
+                } else {
+                    (spent as f64 * 100.0 / total as f64).min(100.0)
+                };
+                out.push(RxqInfo {
+                    core: h.shared.core,
+                    numa: h.shared.numa,
+                    port: e.name.clone(),
+                    port_no: r.port_no,
+                    rxq: r.qid,
+                    port_numa: e.port.rxq_numa(r.qid),
+                    pinned: e
+                        .affinity
+                        .iter()
+                        .any(|&(q, c)| q == r.qid && c == h.shared.core),
+                    busy_pct: pct,
+                });
+            }
+        }
+        out
+    }
+
+    /// `dump-megaflows`: every PMD's megaflows with their counters.
+    pub fn megaflows(&self) -> Vec<MegaflowInfo> {
+        let ctl = self.inner.lock();
+        let mut out = Vec::new();
+        for h in &ctl.pmds {
+            for f in h.registered_flows() {
+                out.push(MegaflowInfo {
+                    core: h.shared.core,
+                    match_: f.key.match_string(&f.mask),
+                    actions: actions_to_string(&f.actions),
+                    packets: f.packets(),
+                    bytes: f.bytes(),
+                });
+            }
+        }
+        out
+    }
+
+    /// Every megaflow that was hit since the previous call, with the packets and bytes of those
+    /// hits: `(masked key, mask, packets, bytes)`. The pipeline credits them to its rules
+    /// (OpenFlow counters, idle timeouts); hits of a megaflow removed between two calls are
+    /// not reported.
+    pub fn take_flow_stats(&self) -> Vec<(wire::FlowKey, wire::FlowKey, u64, u64)> {
+        let ctl = self.inner.lock();
+        let mut out = Vec::new();
+        for h in &ctl.pmds {
+            for f in h.registered_flows() {
+                let (p, b) = f.take_delta();
+                if p > 0 {
+                    out.push((f.key, f.mask, p, b));
+                }
+            }
+        }
+        out
+    }
+}
