@@ -15,6 +15,7 @@
 pub mod mock;
 #[cfg(any(test, feature = "mock"))]
 pub mod mock_packed;
+mod copy;
 pub mod packed;
 pub mod queue;
 pub mod ring;
@@ -27,6 +28,8 @@ pub use vq::VirtQueue;
 
 #[cfg(test)]
 mod budget_tests;
+#[cfg(test)]
+mod offload_tests;
 #[cfg(test)]
 mod packed_tests;
 #[cfg(test)]
