@@ -102,13 +102,24 @@ impl Endpoint {
         mode: Mode,
         access: Access,
     ) -> io::Result<Endpoint> {
+        Endpoint::start_opts(path, pairs, mode, access, true)
+    }
+
+    /// [`Endpoint::start_with`], offering checksum and TSO offloads only if `offloads`.
+    pub fn start_opts(
+        path: &Path,
+        pairs: usize,
+        mode: Mode,
+        access: Access,
+        offloads: bool,
+    ) -> io::Result<Endpoint> {
         if pairs == 0 || pairs > 32 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "queue pairs must be 1..=32",
             ));
         }
-        let dev = Arc::new(Device::new(pairs));
+        let dev = Arc::new(Device::with_offloads(pairs, offloads));
         let stop = Arc::new(AtomicBool::new(false));
         let name = format!(
             "vhost:{}",

@@ -36,6 +36,8 @@ impl LivePort {
         let opt = |k: &str| pc.options.get(k).map(String::as_str);
         let queues = opt("queues").map_or(Ok(1), str::parse::<usize>);
         let queues = queues.map_err(|_| "bad queues".to_string())?;
+        let offloads =
+            super::options::parse_offloads(opt("offloads")).map_err(|e| format!("port {name}: {e}"))?;
         match pc.kind.as_str() {
             "dummy" => Ok(LivePort::Dummy(Arc::new(DummyPort::new()))),
             "vhost-user" => {
@@ -43,7 +45,7 @@ impl LivePort {
                     opt("path").map_or_else(|| run_dir.join(format!("{name}.sock")), Into::into);
                 let access = super::options::socket_access(opt("socket-mode"), opt("socket-group"))
                     .map_err(|e| format!("port {name}: {e}"))?;
-                VhostUserPort::server_with(&path, queues, access)
+                VhostUserPort::server_opts(&path, queues, access, offloads)
                     .map(LivePort::Vhost)
                     .map_err(|e| format!("port {name}: {e}"))
             }
@@ -53,7 +55,7 @@ impl LivePort {
                 })?;
                 let ms = opt("reconnect-ms").map_or(Ok(DEFAULT_RECONNECT_MS), str::parse::<u64>);
                 let ms = ms.map_err(|_| "bad reconnect-ms".to_string())?;
-                VhostUserPort::client(Path::new(path), queues, ms)
+                VhostUserPort::client_opts(Path::new(path), queues, ms, offloads)
                     .map(LivePort::Vhost)
                     .map_err(|e| format!("port {name}: {e}"))
             }
@@ -81,7 +83,7 @@ impl LivePort {
                 }
                 let mtu = opt("mtu").map(str::parse::<u32>).transpose();
                 let mtu = mtu.map_err(|_| format!("port {name}: bad mtu"))?;
-                TapPort::create(name, kind, mtu)
+                TapPort::create_opts(name, kind, mtu, offloads)
                     .map(LivePort::Tap)
                     .map_err(|e| format!("port {name}: {e}"))
             }

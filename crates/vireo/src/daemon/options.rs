@@ -39,12 +39,12 @@ pub const KINDS: &[KindSpec] = &[
     },
     KindSpec {
         name: "vhost-user",
-        options: &["path", "queues", "socket-mode", "socket-group"],
+        options: &["path", "queues", "socket-mode", "socket-group", "offloads"],
         built: true,
     },
     KindSpec {
         name: "vhost-user-client",
-        options: &["path", "queues", "reconnect-ms"],
+        options: &["path", "queues", "reconnect-ms", "offloads"],
         built: true,
     },
     KindSpec {
@@ -59,12 +59,12 @@ pub const KINDS: &[KindSpec] = &[
     },
     KindSpec {
         name: "tap",
-        options: &["mtu"],
+        options: &["mtu", "offloads"],
         built: true,
     },
     KindSpec {
         name: "internal",
-        options: &["mtu"],
+        options: &["mtu", "offloads"],
         built: true,
     },
     KindSpec {
@@ -157,6 +157,7 @@ fn check_value(key: &str, v: &str) -> Result<(), String> {
                 "{v:?} is not a number of milliseconds (1..3600000)"
             )),
         },
+        "offloads" => parse_offloads(Some(v)).map(|_| ()),
         "xdp-mode" => match v {
             "best-effort" | "native" | "generic" => Ok(()),
             _ => Err(format!("{v:?} is not one of best-effort, native, generic")),
@@ -187,6 +188,17 @@ fn check_value(key: &str, v: &str) -> Result<(), String> {
             ports::tunnel::check_option(key, v)
         }
         _ => Ok(()),
+    }
+}
+
+/// The `offloads` option (vhost-user, tap, internal): `true` (the default: checksum and TSO
+/// offloads negotiated with the guest or declared to the kernel) or `false` (none; the
+/// datapath finishes them in software, for debugging and for the benchmark's off case).
+pub fn parse_offloads(v: Option<&str>) -> Result<bool, String> {
+    match v {
+        None | Some("") | Some("true") => Ok(true),
+        Some("false") => Ok(false),
+        Some(v) => Err(format!("{v:?} is not true or false")),
     }
 }
 
