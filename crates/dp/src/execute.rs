@@ -136,8 +136,7 @@ impl TxTable {
             pool.put(pkt);
             return;
         };
-        if pkt.meta.offload.is_some() && !self.slots[s].port.tx_offloads().takes(pkt.meta.offload)
-        {
+        if pkt.meta.offload.is_some() && !self.slots[s].port.tx_offloads().takes(pkt.meta.offload) {
             match pkt.meta.offload {
                 Offload::Tso { mss, .. } => return self.send_segments(s, pkt, mss, pool, tally),
                 _ => {
@@ -155,7 +154,14 @@ impl TxTable {
     /// Cuts a GSO frame into checksummed segments of at most `mss` payload bytes and queues
     /// them for slot `s` (software TSO for a port that does not take it).
     #[cold]
-    fn send_segments(&mut self, s: usize, pkt: Packet, mss: u16, pool: &mut Pool, tally: &mut Tally) {
+    fn send_segments(
+        &mut self,
+        s: usize,
+        pkt: Packet,
+        mss: u16,
+        pool: &mut Pool,
+        tally: &mut Tally,
+    ) {
         let mut seg = std::mem::take(&mut self.seg);
         let mut meta = pkt.meta;
         meta.offload = Offload::None;
@@ -658,7 +664,13 @@ mod tests {
         };
         let mut p = Packet::from_slice(&f);
         p.meta.offload = csum;
-        run(p, &[Action::Output(2), Action::Output(1)], 1, &mut tx, &mut pool);
+        run(
+            p,
+            &[Action::Output(2), Action::Output(1)],
+            1,
+            &mut tx,
+            &mut pool,
+        );
         let got = off.0.lock().unwrap().drain(..).collect::<Vec<_>>();
         assert_eq!(got, vec![(f.clone(), csum)], "passed as is");
         let done = plain.take_captured();
@@ -674,9 +686,19 @@ mod tests {
         };
         let mut p = Packet::from_slice_large(&big);
         p.meta.offload = tso;
-        run(p, &[Action::Output(1), Action::Output(2)], 1, &mut tx, &mut pool);
+        run(
+            p,
+            &[Action::Output(1), Action::Output(2)],
+            1,
+            &mut tx,
+            &mut pool,
+        );
         let got = off.0.lock().unwrap().drain(..).collect::<Vec<_>>();
-        assert_eq!(got, vec![(big.clone(), tso)], "the copy is a large buffer too");
+        assert_eq!(
+            got,
+            vec![(big.clone(), tso)],
+            "the copy is a large buffer too"
+        );
         let segs = plain.take_captured();
         assert_eq!(segs.len(), 20_000usize.div_ceil(1448));
         let mut stream = Vec::new();

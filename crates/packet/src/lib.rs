@@ -75,7 +75,11 @@ impl Offload {
                 start: mv(start)?,
                 offset,
             },
-            Offload::Tso { v6, mss, l4 } => Offload::Tso { v6, mss, l4: mv(l4)? },
+            Offload::Tso { v6, mss, l4 } => Offload::Tso {
+                v6,
+                mss,
+                l4: mv(l4)?,
+            },
         })
     }
 }
@@ -562,7 +566,13 @@ mod tests {
             start: 34,
             offset: 6,
         };
-        assert_eq!(c.shifted(12, -4), Some(Offload::Csum { start: 30, offset: 6 }));
+        assert_eq!(
+            c.shifted(12, -4),
+            Some(Offload::Csum {
+                start: 30,
+                offset: 6
+            })
+        );
         assert_eq!(c.shifted(40, 4), None, "an offset inside the moved bytes");
     }
 

@@ -286,7 +286,10 @@ mod tests {
     #[test]
     fn plain_and_partial_frames() {
         let f = tcp(false, 100);
-        assert_eq!(Hdr::default().validate(&f, Offloads::ALL), Ok(Offload::None));
+        assert_eq!(
+            Hdr::default().validate(&f, Offloads::ALL),
+            Ok(Offload::None)
+        );
         let h = Hdr {
             flags: F_NEEDS_CSUM,
             csum_start: 34,
@@ -301,10 +304,7 @@ mod tests {
             })
         );
         // Not negotiated.
-        assert_eq!(
-            h.validate(&f, Offloads::default()),
-            Err(VnetError::BadCsum)
-        );
+        assert_eq!(h.validate(&f, Offloads::default()), Err(VnetError::BadCsum));
     }
 
     #[test]
@@ -317,8 +317,14 @@ mod tests {
             ..Hdr::default()
         };
         assert!(at(40, 18).validate(&f, Offloads::ALL).is_ok());
-        assert_eq!(at(40, 19).validate(&f, Offloads::ALL), Err(VnetError::BadCsum));
-        assert_eq!(at(59, 0).validate(&f, Offloads::ALL), Err(VnetError::BadCsum));
+        assert_eq!(
+            at(40, 19).validate(&f, Offloads::ALL),
+            Err(VnetError::BadCsum)
+        );
+        assert_eq!(
+            at(59, 0).validate(&f, Offloads::ALL),
+            Err(VnetError::BadCsum)
+        );
         assert_eq!(
             at(u16::MAX, u16::MAX).validate(&f, Offloads::ALL),
             Err(VnetError::BadCsum)

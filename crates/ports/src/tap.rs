@@ -365,7 +365,12 @@ impl Port for TapPort {
     fn status(&self) -> serde_json::Value {
         let mut v = self.kc.json();
         v["ifname"] = self.name.clone().into();
-        v["offloads"] = if self.offloads { "csum,tso4,tso6" } else { "none" }.into();
+        v["offloads"] = if self.offloads {
+            "csum,tso4,tso6"
+        } else {
+            "none"
+        }
+        .into();
         v["mtu"] = self.mtu.into();
         v
     }

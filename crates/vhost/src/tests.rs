@@ -661,7 +661,14 @@ fn offloads_are_offered_negotiated_and_can_be_turned_off() {
         crate::backend::OFFLOAD_FEATURES
     );
     let names = feat::names(f);
-    for n in ["csum", "guest_csum", "host_tso4", "host_tso6", "guest_tso4", "guest_tso6"] {
+    for n in [
+        "csum",
+        "guest_csum",
+        "host_tso4",
+        "host_tso6",
+        "guest_tso4",
+        "guest_tso6",
+    ] {
         assert!(names.iter().any(|x| x == n), "{n} not in {names:?}");
     }
     assert_eq!(dev.guest_offloads(), packet::vnet::Offloads::ALL);

@@ -158,7 +158,9 @@ fn tap_peer(d: &Daemon, dir: &std::path::Path, side: char, ip: &str, opts: &[&st
             .expect("spawn"))
     };
     let tcpdump = spawn(
-        ns.cmd(&["tcpdump", "-i", &tap, "-nn", "-vv", "-l", "tcp", "port", "5001"]),
+        ns.cmd(&[
+            "tcpdump", "-i", &tap, "-nn", "-vv", "-l", "tcp", "port", "5001",
+        ]),
         &dump,
     );
     let nc = spawn(ns.cmd(&["busybox", "nc", "-l", "-p", "5001"]), &rx);
@@ -238,16 +240,11 @@ fn guest_tso_reaches_namespaces_through_taps_with_and_without_tap_offloads() {
     });
     let console = guest.out.text();
     eprintln!("guest finished in {:.0?}", t0.elapsed());
-    let diag = || {
-        format!(
-            "{console}\n{}\n{}",
-            d.ok(&["port-stats"]),
-            d.ok(&["show"])
-        )
-    };
+    let diag = || format!("{console}\n{}\n{}", d.ok(&["port-stats"]), d.ok(&["show"]));
     assert!(done, "guest did not finish in time:\n{}", diag());
     assert!(
-        console.contains("VIREO-SEND-OK 10.213.0.2") && console.contains("VIREO-SEND-OK 10.213.0.3"),
+        console.contains("VIREO-SEND-OK 10.213.0.2")
+            && console.contains("VIREO-SEND-OK 10.213.0.3"),
         "{}",
         diag()
     );
@@ -257,7 +254,13 @@ fn guest_tso_reaches_namespaces_through_taps_with_and_without_tap_offloads() {
             std::fs::metadata(&peer.rx).is_ok_and(|m| m.len() >= len)
         });
         let got = std::fs::read(&peer.rx).unwrap_or_default();
-        assert!(ok, "{}: {} of {len} bytes\n{}", peer.ns.name, got.len(), diag());
+        assert!(
+            ok,
+            "{}: {} of {len} bytes\n{}",
+            peer.ns.name,
+            got.len(),
+            diag()
+        );
         let sum = must(&["md5sum", peer.rx.to_str().unwrap()]);
         assert!(sum.starts_with(&md5), "{}: content differs", peer.ns.name);
     }
@@ -280,9 +283,17 @@ fn guest_tso_reaches_namespaces_through_taps_with_and_without_tap_offloads() {
     // Tap offloads off: Vireo segmented and completed checksums.
     let big = b.iter().filter(|(l, _)| *l > 1500).count();
     let bad: Vec<_> = b.iter().filter(|(_, v)| v != "correct").collect();
-    assert!(b.len() as u64 > len / 1500, "too few packets seen: {}", b.len());
+    assert!(
+        b.len() as u64 > len / 1500,
+        "too few packets seen: {}",
+        b.len()
+    );
     assert_eq!(big, 0, "segments above the MTU on the non-offloading tap");
-    assert!(bad.is_empty(), "bad checksums: {:?}", &bad[..bad.len().min(5)]);
+    assert!(
+        bad.is_empty(),
+        "bad checksums: {:?}",
+        &bad[..bad.len().min(5)]
+    );
     // The guest handed Vireo GSO frames: more than an MTU-sized frame per packet on average.
     let vm = port_stats(&d, "vm");
     let (rxp, rxb) = (
@@ -293,7 +304,9 @@ fn guest_tso_reaches_namespaces_through_taps_with_and_without_tap_offloads() {
     assert!(rxb / rxp.max(1) > 1514, "no TSO from the guest: {vm}");
     let drops = port_stats(&d, "vm")["drops"].clone();
     assert!(
-        drops.as_object().is_none_or(|m| !m.keys().any(|k| k.starts_with("vnet-"))),
+        drops
+            .as_object()
+            .is_none_or(|m| !m.keys().any(|k| k.starts_with("vnet-"))),
         "{drops}"
     );
 }
@@ -318,8 +331,7 @@ fn guest_tso_reaches_a_second_guest_unsegmented() {
         "vireo.ip=10.214.0.2/24 vireo.listen=5001",
     );
     assert!(
-        rx.out
-            .wait_for("VIREO-LISTENING", Duration::from_secs(200)),
+        rx.out.wait_for("VIREO-LISTENING", Duration::from_secs(200)),
         "receiver did not come up:\n{}",
         rx.out.text()
     );
@@ -344,13 +356,7 @@ fn guest_tso_reaches_a_second_guest_unsegmented() {
         o.contains("VIREO-RECV") || o.contains("Kernel panic")
     });
     let console = format!("{}\n---\n{}", tx.out.text(), rx.out.text());
-    let diag = || {
-        format!(
-            "{console}\n{}\n{}",
-            d.ok(&["port-stats"]),
-            d.ok(&["show"])
-        )
-    };
+    let diag = || format!("{console}\n{}\n{}", d.ok(&["port-stats"]), d.ok(&["show"]));
     assert!(done, "nothing received in time:\n{}", diag());
     let want = format!("VIREO-RECV {len} {md5}");
     assert!(rx.out.text().contains(&want), "want {want}\n{}", diag());

@@ -31,7 +31,12 @@ fn buffer_for(len: usize, h: Option<&Hdr>, pool: &mut Pool) -> Result<Packet, Ch
 
 /// Checks the header copy against the frame now in `p` and records the offload.
 #[inline]
-fn finish(mut p: Packet, h: &Hdr, feat: &NetFeatures, pool: &mut Pool) -> Result<Packet, ChainError> {
+fn finish(
+    mut p: Packet,
+    h: &Hdr,
+    feat: &NetFeatures,
+    pool: &mut Pool,
+) -> Result<Packet, ChainError> {
     match h.validate(p.data(), feat.host) {
         Ok(o) => {
             p.meta.offload = o;

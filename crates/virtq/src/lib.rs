@@ -11,11 +11,11 @@
 //! [`queue`]. No unsafe code: guest memory is reached only through `guestmem`.
 #![deny(unsafe_code)]
 
+mod copy;
 #[cfg(any(test, feature = "mock"))]
 pub mod mock;
 #[cfg(any(test, feature = "mock"))]
 pub mod mock_packed;
-mod copy;
 pub mod packed;
 pub mod queue;
 pub mod ring;

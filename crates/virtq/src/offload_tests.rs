@@ -14,8 +14,16 @@ fn feat(on: bool) -> NetFeatures {
         mrg_rxbuf: true,
         indirect: true,
         event_idx: false,
-        host: if on { Offloads::ALL } else { Offloads::default() },
-        guest: if on { Offloads::ALL } else { Offloads::default() },
+        host: if on {
+            Offloads::ALL
+        } else {
+            Offloads::default()
+        },
+        guest: if on {
+            Offloads::ALL
+        } else {
+            Offloads::default()
+        },
     }
 }
 
@@ -43,8 +51,11 @@ fn hdr(flags: u8, gso_type: u8, gso_size: u16, start: u16, off: u16) -> [u8; 12]
     h
 }
 
-/// The cases every layout must agree on: `(header, frame, expected outcome)`.
-fn cases() -> Vec<([u8; 12], Vec<u8>, Result<Offload, VnetError>)> {
+/// One case: header, frame, expected outcome.
+type Case = ([u8; 12], Vec<u8>, Result<Offload, VnetError>);
+
+/// The cases every layout must agree on.
+fn cases() -> Vec<Case> {
     let small = tcp4(200);
     let big = tcp4(40_000);
     vec![
@@ -67,11 +78,27 @@ fn cases() -> Vec<([u8; 12], Vec<u8>, Result<Offload, VnetError>)> {
             }),
         ),
         // Checksum field past the end (CVE-2022-2132's class).
-        (hdr(1, 0, 0, 250, 16), small.clone(), Err(VnetError::BadCsum)),
-        (hdr(1, 0, 0, 0xffff, 0xffff), small.clone(), Err(VnetError::BadCsum)),
+        (
+            hdr(1, 0, 0, 250, 16),
+            small.clone(),
+            Err(VnetError::BadCsum),
+        ),
+        (
+            hdr(1, 0, 0, 0xffff, 0xffff),
+            small.clone(),
+            Err(VnetError::BadCsum),
+        ),
         // UDP GSO, ECN: never offered.
-        (hdr(1, 3, 1448, 34, 16), big.clone(), Err(VnetError::BadGsoType)),
-        (hdr(1, 0x81, 1448, 34, 16), big.clone(), Err(VnetError::BadGsoType)),
+        (
+            hdr(1, 3, 1448, 34, 16),
+            big.clone(),
+            Err(VnetError::BadGsoType),
+        ),
+        (
+            hdr(1, 0x81, 1448, 34, 16),
+            big.clone(),
+            Err(VnetError::BadGsoType),
+        ),
         // Zero MSS, offsets that are not the TCP checksum.
         (hdr(1, 1, 0, 34, 16), big.clone(), Err(VnetError::BadGso)),
         (hdr(1, 1, 1448, 20, 16), big.clone(), Err(VnetError::BadGso)),
@@ -153,7 +180,11 @@ fn without_offloads_the_header_is_ignored_and_large_frames_are_too_big() {
     let mut q = Queue::new(drv.mem(), drv.addrs(), feat(false), 0, 0).unwrap();
     // A hostile header is never read: the frame passes with no offload.
     drv.send_with_hdr(&hdr(1, 0, 0, 0xffff, 0xffff), &tcp4(100), TxLayout::Single);
-    drv.send_with_hdr(&hdr(1, 1, 1448, 34, 16), &tcp4(40_000), TxLayout::Chained(4));
+    drv.send_with_hdr(
+        &hdr(1, 1, 1448, 34, 16),
+        &tcp4(40_000),
+        TxLayout::Chained(4),
+    );
     let mut pool = Pool::new(0, 8);
     let mut out = Batch::new();
     let b = q.dequeue(&mut pool, &mut out);
@@ -199,6 +230,10 @@ fn enqueue_writes_the_header_the_offload_calls_for() {
             assert_eq!(h.validate(&g[12..], Offloads::ALL), Ok(p.meta.offload));
         }
         let h = packet::vnet::Hdr::parse(got[0].1[..10].try_into().unwrap());
-        assert_eq!((h.hdr_len, h.gso_size), (54, 1448), "hdr_len computed by us");
+        assert_eq!(
+            (h.hdr_len, h.gso_size),
+            (54, 1448),
+            "hdr_len computed by us"
+        );
     }
 }

@@ -36,8 +36,8 @@ impl LivePort {
         let opt = |k: &str| pc.options.get(k).map(String::as_str);
         let queues = opt("queues").map_or(Ok(1), str::parse::<usize>);
         let queues = queues.map_err(|_| "bad queues".to_string())?;
-        let offloads =
-            super::options::parse_offloads(opt("offloads")).map_err(|e| format!("port {name}: {e}"))?;
+        let offloads = super::options::parse_offloads(opt("offloads"))
+            .map_err(|e| format!("port {name}: {e}"))?;
         match pc.kind.as_str() {
             "dummy" => Ok(LivePort::Dummy(Arc::new(DummyPort::new()))),
             "vhost-user" => {
