@@ -364,14 +364,15 @@ pub fn recv_batch(
     Ok(got)
 }
 
-/// `sendmmsg` of `frames` (at most [`MAX_BATCH`]), each after `vnet`. Returns how many the
-/// kernel took (it stops at the first error; the error is returned when none was sent).
+/// `sendmmsg` of `frames` (at most [`MAX_BATCH`]), frame `i` after `vnets[i]`. Returns how
+/// many the kernel took (it stops at the first error; the error is returned when none was
+/// sent).
 pub fn send_batch(
     fd: BorrowedFd<'_>,
-    vnet: &[u8; VNET_HDR_LEN],
+    vnets: &[[u8; VNET_HDR_LEN]],
     frames: &[&[u8]],
 ) -> io::Result<usize> {
-    let n = frames.len().min(MAX_BATCH);
+    let n = frames.len().min(vnets.len()).min(MAX_BATCH);
     if n == 0 {
         return Ok(0);
     }
@@ -382,7 +383,7 @@ pub fn send_batch(
     for i in 0..n {
         iov[i] = [
             libc::iovec {
-                iov_base: vnet.as_ptr() as *mut libc::c_void,
+                iov_base: vnets[i].as_ptr() as *mut libc::c_void,
                 iov_len: VNET_HDR_LEN,
             },
             libc::iovec {
@@ -393,7 +394,7 @@ pub fn send_batch(
         hdrs[i].msg_hdr.msg_iov = iov[i].as_mut_ptr();
         hdrs[i].msg_hdr.msg_iovlen = 2;
     }
-    // Every pointer in `hdrs` points into `vnet`, `frames` or `iov`, which outlive the call.
+    // Every pointer in `hdrs` points into `vnets`, `frames` or `iov`, which outlive the call.
     // SAFETY: the kernel only reads through the iovecs of a send, all in live buffers.
     let rc = unsafe {
         libc::sendmmsg(

@@ -164,10 +164,7 @@ impl TapPort {
                     let why = match e {
                         _ if len < 14 => DropReason::Malformed,
                         _ if len >= room => DropReason::TooBig,
-                        VnetError::BadCsum => DropReason::VnetBadCsum,
-                        VnetError::BadGsoType => DropReason::VnetBadGsoType,
-                        VnetError::BadGso => DropReason::VnetBadGso,
-                        VnetError::GsoTooBig => DropReason::VnetGsoTooBig,
+                        e => crate::af_packet::vnet_reason(Some(e)),
                     };
                     self.counters.drop(why, 1);
                     self.counters.rx_error(1);

@@ -70,7 +70,7 @@ impl LivePort {
             "af-packet" => {
                 let ifname = opt("ifname")
                     .ok_or_else(|| format!("port {name}: type af-packet needs ifname=IF"))?;
-                AfPacketPort::open(ifname)
+                AfPacketPort::open_opts(ifname, offloads)
                     .map(LivePort::AfPacket)
                     .map_err(|e| format!("port {name}: {e}"))
             }

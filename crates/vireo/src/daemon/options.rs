@@ -54,7 +54,7 @@ pub const KINDS: &[KindSpec] = &[
     },
     KindSpec {
         name: "af-packet",
-        options: &["ifname"],
+        options: &["ifname", "offloads"],
         built: true,
     },
     KindSpec {
