@@ -42,8 +42,8 @@ fn partial_field(o: Offload) -> Option<usize> {
 /// action moved the headers under them).
 #[inline]
 fn complete_in_place(pkt: &mut Packet) -> bool {
-    if let Offload::Csum { start, offset } = pkt.meta.offload {
-        pkt.meta.offload = Offload::None;
+    if let Offload::Csum { start, offset } = pkt.meta.offload() {
+        pkt.meta.set_offload(Offload::None);
         return offload::complete_partial(pkt.data_mut(), usize::from(start), usize::from(offset))
             .is_ok();
     }
@@ -136,8 +136,8 @@ impl TxTable {
             pool.put(pkt);
             return;
         };
-        if pkt.meta.offload.is_some() && !self.slots[s].port.tx_offloads().takes(pkt.meta.offload) {
-            match pkt.meta.offload {
+        if pkt.meta.has_offload() && !self.slots[s].port.tx_offloads().takes(pkt.meta.offload()) {
+            match pkt.meta.offload() {
                 Offload::Tso { mss, .. } => return self.send_segments(s, pkt, mss, pool, tally),
                 _ => {
                     if !complete_in_place(&mut pkt) {
@@ -164,7 +164,7 @@ impl TxTable {
     ) {
         let mut seg = std::mem::take(&mut self.seg);
         let mut meta = pkt.meta;
-        meta.offload = Offload::None;
+        meta.set_offload(Offload::None);
         let r = offload::segment_tcp(pkt.data(), usize::from(mss), MAX_FRAME, &mut seg, |f| {
             let mut q = pool.get();
             q.set_frame(f);
@@ -260,8 +260,9 @@ pub fn execute(
     for (j, a) in actions.iter().enumerate() {
         match a {
             Action::Output(p) => {
-                if matches!(pkt.meta.offload, Offload::Csum { .. })
-                    && !cx.tx.takes(*p, pkt.meta.offload)
+                if pkt.meta.has_offload()
+                    && matches!(pkt.meta.offload(), Offload::Csum { .. })
+                    && !cx.tx.takes(*p, pkt.meta.offload())
                 {
                     // Completed once, on the packet itself: later outputs take it complete.
                     if !complete_in_place(pkt) {
@@ -350,7 +351,7 @@ pub fn modify(pkt: &mut Packet, a: &Action) {
 /// field the final checksum will cover from the frame itself (a port), the field is restored.
 #[inline(always)]
 fn keep_partial(pkt: &mut Packet, pseudo: bool, f: impl FnOnce(&mut [u8])) {
-    let at = match partial_field(pkt.meta.offload) {
+    let at = match partial_field(pkt.meta.offload()) {
         Some(at) if at + 2 <= pkt.len() => at,
         _ => return f(pkt.data_mut()),
     };
@@ -388,9 +389,9 @@ pub fn push_vlan(pkt: &mut Packet, tci: u16) {
     if let Some(gap) = pkt.insert_at(12, 4) {
         let t = (tci & !wire::extract::VLAN_PRESENT).to_be_bytes();
         gap.copy_from_slice(&[0x81, 0x00, t[0], t[1]]);
-        if pkt.meta.offload.is_some() {
-            let o = pkt.meta.offload;
-            pkt.meta.offload = o.shifted(12, 4).unwrap_or(o);
+        if pkt.meta.has_offload() {
+            let o = pkt.meta.offload();
+            pkt.meta.set_offload(o.shifted(12, 4).unwrap_or(o));
         }
     }
 }
@@ -400,9 +401,9 @@ pub fn pop_vlan(pkt: &mut Packet) {
     let d = pkt.data();
     if d.len() >= 18 && ethertype::is_vlan(u16::from_be_bytes([d[12], d[13]])) {
         pkt.remove_at(12, 4);
-        if pkt.meta.offload.is_some() {
-            let o = pkt.meta.offload;
-            pkt.meta.offload = o.shifted(16, -4).unwrap_or(o);
+        if pkt.meta.has_offload() {
+            let o = pkt.meta.offload();
+            pkt.meta.set_offload(o.shifted(16, -4).unwrap_or(o));
         }
     }
 }
@@ -576,7 +577,7 @@ mod tests {
         fn tx_burst(&self, _: usize, pkts: &mut packet::Batch) -> usize {
             let mut v = self.0.lock().unwrap();
             for p in pkts.as_slice() {
-                v.push((p.data().to_vec(), p.meta.offload));
+                v.push((p.data().to_vec(), p.meta.offload()));
             }
             pkts.len()
         }
@@ -663,7 +664,7 @@ mod tests {
             offset: 16,
         };
         let mut p = Packet::from_slice(&f);
-        p.meta.offload = csum;
+        p.meta.set_offload(csum);
         run(
             p,
             &[Action::Output(2), Action::Output(1)],
@@ -685,7 +686,7 @@ mod tests {
             l4: 34,
         };
         let mut p = Packet::from_slice_large(&big);
-        p.meta.offload = tso;
+        p.meta.set_offload(tso);
         run(
             p,
             &[Action::Output(1), Action::Output(2)],
@@ -730,7 +731,7 @@ mod tests {
         for tso in [false, true] {
             let f = partial_tcp4(if tso { 5000 } else { 500 });
             let mut p = Packet::from_slice_large(&f);
-            p.meta.offload = if tso {
+            p.meta.set_offload(if tso {
                 Offload::Tso {
                     v6: false,
                     mss: 1000,
@@ -741,7 +742,7 @@ mod tests {
                     start: 34,
                     offset: 16,
                 }
-            };
+            });
             run(p, &acts, 5, &mut tx, &mut pool);
             // The port that takes the offload gets the partial field moved by exactly the
             // pseudo-header change and the offsets moved by the tag: completing it now gives

@@ -339,11 +339,11 @@ impl AfPacketPort {
             pool.put(p);
             return;
         }
-        p.meta.offload = if vlan.is_some() {
+        p.meta.set_offload(if vlan.is_some() {
             o.shifted(12, 4).unwrap_or(o)
         } else {
             o
-        };
+        });
         st.pending.push_back(p);
     }
 }
@@ -451,8 +451,8 @@ impl Port for AfPacketPort {
         let mut vnets = [[0u8; VNET_HDR_LEN]; MAX_BATCH];
         if self.offloads {
             for (v, p) in vnets.iter_mut().zip(pkts.as_slice()) {
-                if p.meta.offload.is_some() {
-                    packet::vnet::write_hdr(p.meta.offload, p.data(), v);
+                if p.meta.has_offload() {
+                    packet::vnet::write_hdr(p.meta.offload(), p.data(), v);
                 }
             }
         }

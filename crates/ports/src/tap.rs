@@ -180,7 +180,7 @@ impl TapPort {
             } else {
                 p
             };
-            p.meta.offload = offload;
+            p.meta.set_offload(offload);
             bytes += len as u64;
             let _ = out.push(p);
             n += 1;
@@ -288,7 +288,7 @@ impl Port for TapPort {
         for p in pkts.as_slice() {
             if self.offloads {
                 // The kernel finishes what the packet still needs (checksum, segmentation).
-                packet::vnet::write_hdr(p.meta.offload, p.data(), &mut vnet);
+                packet::vnet::write_hdr(p.meta.offload(), p.data(), &mut vnet);
             }
             let iov = [IoSlice::new(&vnet), IoSlice::new(p.data())];
             match nix::sys::uio::writev(fd.as_fd(), &iov) {

@@ -691,7 +691,7 @@ fn offloads_are_offered_negotiated_and_can_be_turned_off() {
         start: 34,
         offset: 16,
     };
-    assert_eq!(out.as_slice()[0].meta.offload, csum);
+    assert_eq!(out.as_slice()[0].meta.offload(), csum);
     // To the guest: the header carries the partial checksum.
     g.rings[0].post_rx(8, 2048);
     assert_eq!(dev.tx_burst(0, &out).unwrap().packets, 1);

@@ -372,3 +372,59 @@ fn guest_tso_reaches_a_second_guest_unsegmented() {
     eprintln!("vb port: {txp} packets, {txb} bytes to the receiving guest");
     assert!(txb / txp.max(1) > 1514, "frames were segmented: {vb}");
 }
+
+/// TCP throughput guest → namespace through a tap, offloads on (guest TSO, tap takes the GSO
+/// frames) against `offloads=false` on both ports, in one run: a benchmark, not a check
+/// (`cargo test -p vireo --test vm_offload -- --ignored --nocapture tcp_throughput`). The
+/// guest is software-emulated, so absolute rates are low; the ratio is the figure.
+#[test]
+#[ignore]
+fn tcp_throughput_guest_to_namespace_offloads_on_vs_off() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(kernel) = peers_ok() else { return };
+    if !kernel_ok() {
+        return;
+    }
+    const N: u64 = 3_000_000; // 20.9 MB
+    let (len, md5) = expected(N);
+    let mut rates = Vec::new();
+    for (round, offloads) in [(0u8, true), (1, false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run");
+        let d = Daemon::start_with(&run, &["--pmd-cores", "0"]);
+        d.ok(&["add-br", "br0", "internal=false"]);
+        let opt = format!("offloads={offloads}");
+        d.ok(&["add-port", "br0", "vm", "type=vhost-user", &opt]);
+        let side = (b'c' + round) as char;
+        let peer = tap_peer(&d, dir.path(), side, "10.215.0.2/24", &[opt.as_str()]);
+        let initrd = build_initramfs(dir.path());
+        let guest = Guest::boot(
+            &kernel,
+            &initrd,
+            &run.join("vm.sock"),
+            false,
+            MAC_A,
+            &format!("vireo.ip=10.215.0.1/24 vireo.send=10.215.0.2:5001:{N}"),
+        );
+        let size = || std::fs::metadata(&peer.rx).map_or(0, |m| m.len());
+        assert!(
+            wait_until(Duration::from_secs(400), || size() > 0),
+            "nothing received:\n{}",
+            guest.out.text()
+        );
+        let t0 = Instant::now();
+        let ok = wait_until(Duration::from_secs(600), || size() >= len);
+        let secs = t0.elapsed().as_secs_f64();
+        assert!(ok, "{} of {len} bytes:\n{}", size(), guest.out.text());
+        let sum = must(&["md5sum", peer.rx.to_str().unwrap()]);
+        assert!(sum.starts_with(&md5), "content differs");
+        let mbps = len as f64 * 8.0 / secs / 1e6;
+        let vm = port_stats(&d, "vm");
+        eprintln!(
+            "offloads={offloads}: {len} bytes in {secs:.2} s = {mbps:.1} Mbit/s; vm port rx {} packets",
+            vm["rx_packets"]
+        );
+        rates.push(mbps);
+    }
+    eprintln!("ratio on/off: {:.2}", rates[0] / rates[1]);
+}

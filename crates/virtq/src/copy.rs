@@ -39,7 +39,7 @@ fn finish(
 ) -> Result<Packet, ChainError> {
     match h.validate(p.data(), feat.host) {
         Ok(o) => {
-            p.meta.offload = o;
+            p.meta.set_offload(o);
             Ok(p)
         }
         Err(e) => {

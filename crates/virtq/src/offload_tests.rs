@@ -115,7 +115,7 @@ fn check(b: &Burst, out: &mut Batch, want: &[(Vec<u8>, Result<Offload, VnetError
     let got: Vec<Packet> = out.drain().collect();
     for (p, (f, o)) in got.iter().zip(&ok) {
         assert_eq!(p.data(), &f[..]);
-        assert_eq!(Ok(p.meta.offload), *o);
+        assert_eq!(Ok(p.meta.offload()), *o);
         assert_eq!(p.is_large(), f.len() > MAX_FRAME);
     }
     for e in [
@@ -189,7 +189,7 @@ fn without_offloads_the_header_is_ignored_and_large_frames_are_too_big() {
     let mut out = Batch::new();
     let b = q.dequeue(&mut pool, &mut out);
     assert_eq!((b.packets, b.too_big), (1, 1));
-    assert_eq!(out.as_slice()[0].meta.offload, Offload::None);
+    assert_eq!(out.as_slice()[0].meta.offload(), Offload::None);
 }
 
 #[test]
@@ -201,12 +201,12 @@ fn enqueue_writes_the_header_the_offload_calls_for() {
     };
     let big = tcp4(30_000);
     let mut p = Packet::from_slice_large(&big);
-    p.meta.offload = tso;
+    p.meta.set_offload(tso);
     let mut c = Packet::from_slice(&tcp4(100));
-    c.meta.offload = Offload::Csum {
+    c.meta.set_offload(Offload::Csum {
         start: 34,
         offset: 16,
-    };
+    });
     let plain = Packet::from_slice(&tcp4(10));
     let pkts = [p, c, plain];
     // Split and packed, mergeable buffers of 4 KB.
@@ -227,7 +227,7 @@ fn enqueue_writes_the_header_the_offload_calls_for() {
         for ((_, g), p) in got.iter().zip(&pkts) {
             let h = packet::vnet::Hdr::parse(g[..10].try_into().unwrap());
             assert_eq!(&g[12..], p.data());
-            assert_eq!(h.validate(&g[12..], Offloads::ALL), Ok(p.meta.offload));
+            assert_eq!(h.validate(&g[12..], Offloads::ALL), Ok(p.meta.offload()));
         }
         let h = packet::vnet::Hdr::parse(got[0].1[..10].try_into().unwrap());
         assert_eq!(

@@ -59,12 +59,12 @@ fuzz_target!(|data: &[u8]| {
         assert!(out.as_slice().iter().all(|p| {
             // A frame above a standard buffer only as a checked GSO frame.
             p.len() <= packet::MAX_FRAME
-                || matches!(p.meta.offload, packet::Offload::Tso { .. })
+                || matches!(p.meta.offload(), packet::Offload::Tso { .. })
                     && p.len() <= packet::MAX_LARGE_FRAME
         }));
         // Every offload a packet carries lies inside it.
         for p in out.as_slice() {
-            match p.meta.offload {
+            match p.meta.offload() {
                 packet::Offload::None => {}
                 packet::Offload::Csum { start, offset } => {
                     assert!(usize::from(start) + usize::from(offset) + 2 <= p.len())

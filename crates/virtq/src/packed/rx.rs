@@ -181,7 +181,7 @@ impl PackedQueue {
             if self.feat.guest.any() {
                 // The driver takes offloads: say what this packet still needs (nothing, a
                 // partial checksum, or TSO with the MSS), computed by us from the packet.
-                packet::vnet::write_hdr(p.meta.offload, p.data(), &mut hdr[..10]);
+                packet::vnet::write_hdr(p.meta.offload(), p.data(), &mut hdr[..10]);
             }
             let Err(stop) = self.enqueue_one(p.data(), &mut hdr, &mut pos, &mut b) else {
                 continue;
