@@ -1,7 +1,9 @@
 //! Packet buffers, bursts and buffer pools.
 //!
-//! Owns: [`Packet`] (one fixed-size buffer with headroom for pushed headers), [`Batch`] (a burst
-//! of up to [`BATCH_SIZE`] packets) and [`Pool`] (a free list of buffers tied to one NUMA node).
+//! Owns: [`Packet`] (one fixed-size buffer with headroom for pushed headers: standard, or large
+//! for GSO frames), [`Batch`] (a burst of up to [`BATCH_SIZE`] packets), [`Pool`] (free lists of
+//! buffers tied to one NUMA node), the packet's metadata ([`Meta`], with the [`Offload`] it
+//! still needs) and the virtio-net header rules ([`vnet`]).
 //!
 //! Threads: a `Pool` and the `Batch`es it feeds belong to one PMD thread and are never shared,
 //! so nothing here locks. Buffers are allocated only while a pool warms up (or grows after
