@@ -546,6 +546,30 @@ mod tests {
     }
 
     #[test]
+    fn offloads_option_is_a_boolean_on_the_kinds_that_have_offloads() {
+        let o = |v: &str| BTreeMap::from([("offloads".to_string(), v.to_string())]);
+        for k in [
+            "vhost-user",
+            "vhost-user-client",
+            "af-packet",
+            "tap",
+            "internal",
+        ] {
+            let spec = kind(k).unwrap();
+            assert!(validate(spec, &o("true")).is_ok(), "{k}");
+            assert!(validate(spec, &o("false")).is_ok(), "{k}");
+            let e = validate(spec, &o("off")).unwrap_err();
+            assert!(e.contains("not true or false"), "{k}: {e}");
+        }
+        for k in ["af-xdp", "vxlan", "dummy"] {
+            let e = validate(kind(k).unwrap(), &o("false")).unwrap_err();
+            assert!(e.contains("unknown option \"offloads\""), "{k}: {e}");
+        }
+        assert_eq!(parse_offloads(None), Ok(true));
+        assert_eq!(parse_offloads(Some("false")), Ok(false));
+    }
+
+    #[test]
     fn socket_options_are_checked() {
         let spec = kind("vhost-user").unwrap();
         let o = |k: &str, v: &str| BTreeMap::from([(k.to_string(), v.to_string())]);
