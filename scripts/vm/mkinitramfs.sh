@@ -3,6 +3,11 @@
 # host's Debian kernel. The guest's /init reads its job from the kernel command line:
 #   vireo.ip=ADDR/LEN   address for eth0
 #   vireo.ping=ADDR     ping this peer (vireo.count=N times) and print VIREO-PING-OK/FAIL
+#   vireo.listen=PORT   receive one TCP stream on PORT (busybox nc), print
+#                       VIREO-RECV <bytes> <md5>
+#   vireo.send=ADDR:PORT:N[,ADDR:PORT:N...]  send the output of `seq 1 N` over TCP to each
+#                       ADDR:PORT in turn (retried while the peer is not listening yet),
+#                       print VIREO-SEND-OK/FAIL ADDR
 #   vireo.wait=SECS     then stay up this long answering pings (default 0)
 # and powers off. Output: a gzipped cpio archive.
 #   mkinitramfs.sh OUT.cpio.gz [KERNEL-VERSION]
@@ -15,7 +20,7 @@ trap 'rm -rf "$root"' EXIT
 
 mkdir -p "$root"/{bin,sbin,proc,sys,dev,modules,tmp}
 cp /bin/busybox "$root/bin/busybox"
-for app in sh mount insmod ip ping sleep cat poweroff echo grep sed tr; do
+for app in sh mount insmod ip ping sleep cat poweroff echo grep sed tr nc seq wc md5sum cut; do
     ln -s busybox "$root/bin/$app"
 done
 # Load order: dependencies first.
@@ -57,10 +62,29 @@ if [ -n "$peer" ]; then
     cat /tmp/ping.log
     [ "$ok" = 1 ] && echo "VIREO-PING-OK" || echo "VIREO-PING-FAIL"
 fi
+lport=$(arg listen)
+if [ -n "$lport" ]; then
+    echo "VIREO-LISTENING $lport"
+    nc -l -p "$lport" -e /bin/rx-to-file
+    echo "VIREO-RECV $(wc -c < /tmp/rx) $(md5sum < /tmp/rx | cut -d' ' -f1)"
+fi
+for send in $(arg send | tr ',' ' '); do
+    to=${send%%:*}; rest=${send#*:}; sport=${rest%%:*}; n=${rest#*:}
+    ok=0
+    # Made first: the sender then writes as fast as TCP takes it (TSO needs a backlog).
+    seq 1 "$n" > /tmp/tx
+    for i in $(seq 1 60); do
+        if nc "$to" "$sport" < /tmp/tx; then ok=1; break; fi
+        sleep 1
+    done
+    [ "$ok" = 1 ] && echo "VIREO-SEND-OK $to" || echo "VIREO-SEND-FAIL $to"
+done
 w=$(arg wait); [ -n "$w" ] && sleep "$w"
 echo "VIREO-GUEST-DONE"
 poweroff -f
 INIT
 chmod +x "$root/init"
+printf '#!/bin/sh\ncat > /tmp/rx\n' > "$root/bin/rx-to-file"
+chmod +x "$root/bin/rx-to-file"
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$out"
 echo "$out"

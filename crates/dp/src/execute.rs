@@ -5,22 +5,44 @@
 //! list on one packet. The packet itself goes to the last output when nothing after it needs
 //! it; every other output sends a copy taken from the PMD's pool. Nothing here allocates once
 //! the pool is warm.
+//!
+//! Offloads: a packet whose metadata says its checksum is partial or that it is a TCP GSO
+//! frame (`packet::Offload`, set by the port it came from) is sent as is to a port whose
+//! `tx_offloads` take it; for any other port it is finished in software at output
+//! ([`TxTable::send`]): a partial checksum is completed in place on the packet itself before
+//! its first copy is taken, so once per packet whatever the number of outputs; a GSO frame is
+//! cut into checksummed segments (`wire::offload::segment_tcp`) for that port. Packets with
+//! no offload pay one comparison. Rewrites of L3/L4 fields keep a partial checksum right
+//! ([`modify`]).
 //! Threads: PMD thread only; no locks (ports serialize tx internally if they must).
 use crate::action::{Action, CtSpec, Upcall};
 use crate::flow::NO_STEAL;
 use crate::meter::{remark_dscp, Verdict};
 use crate::stats::Tally;
 use conntrack::{Conntrack, CtResult, Outcome};
-use packet::{Batch, Packet, Pool};
+use packet::{Batch, Offload, Packet, Pool, MAX_FRAME};
 use ports::Port;
 use std::sync::Arc;
 use wire::ethernet::ethertype;
-use wire::{rewrite, Field, FlowKey};
+use wire::{offload, rewrite, Field, FlowKey};
 
-pub use dpif::modify::{modify, pop_vlan, push_vlan};
+pub use dpif::modify::{modify, partial_field, pop_vlan, push_vlan};
 
 /// Port numbers below this are found by direct index; others by a scan.
 const DIRECT_PORTS: usize = 4096;
+
+/// Completes a partial checksum in place (`Offload::Csum` only) and clears the offload.
+/// Returns false if the offsets were bad (they were checked at input; cannot happen unless an
+/// action moved the headers under them).
+#[inline]
+fn complete_in_place(pkt: &mut Packet) -> bool {
+    if let Offload::Csum { start, offset } = pkt.meta.offload() {
+        pkt.meta.set_offload(Offload::None);
+        return offload::complete_partial(pkt.data_mut(), usize::from(start), usize::from(offset))
+            .is_ok();
+    }
+    true
+}
 
 struct TxSlot {
     port_no: u32,
@@ -36,6 +58,8 @@ pub struct TxTable {
     txq: usize,
     /// Per-port egress policing, if the datapath has any.
     pub(crate) policers: Option<Arc<crate::police::Policers>>,
+    /// Scratch for software segmentation (one segment at a time).
+    seg: Vec<u8>,
 }
 
 impl TxTable {
@@ -47,6 +71,7 @@ impl TxTable {
             dirty: Vec::new(),
             txq,
             policers: None,
+            seg: Vec::new(),
         }
     }
 
@@ -89,14 +114,67 @@ impl TxTable {
         }
     }
 
-    /// Queues `pkt` for `port_no`; a full batch is sent first. Unknown ports drop (lost).
+    /// Whether `port_no` takes `pkt`'s offload as is (true for unknown ports: nothing to do).
+    #[inline]
+    fn takes(&self, port_no: u32, o: Offload) -> bool {
+        self.slot_of(port_no)
+            .is_none_or(|s| self.slots[s].port.tx_offloads().takes(o))
+    }
+
+    /// Queues `pkt` for `port_no`; a full batch is sent first. Unknown ports drop (lost). A
+    /// packet carrying an offload the port does not take is finished in software first.
     #[inline(always)]
-    pub fn send(&mut self, port_no: u32, pkt: Packet, pool: &mut Pool, tally: &mut Tally) {
+    pub fn send(&mut self, port_no: u32, mut pkt: Packet, pool: &mut Pool, tally: &mut Tally) {
         let Some(s) = self.slot_of(port_no) else {
             tally.lost += 1;
             pool.put(pkt);
             return;
         };
+        if pkt.meta.has_offload() && !self.slots[s].port.tx_offloads().takes(pkt.meta.offload()) {
+            match pkt.meta.offload() {
+                Offload::Tso { mss, .. } => return self.send_segments(s, pkt, mss, pool, tally),
+                _ => {
+                    if !complete_in_place(&mut pkt) {
+                        tally.lost += 1;
+                        pool.put(pkt);
+                        return;
+                    }
+                }
+            }
+        }
+        self.push(s, pkt, pool, tally);
+    }
+
+    /// Cuts a GSO frame into checksummed segments of at most `mss` payload bytes and queues
+    /// them for slot `s` (software TSO for a port that does not take it).
+    #[cold]
+    fn send_segments(
+        &mut self,
+        s: usize,
+        pkt: Packet,
+        mss: u16,
+        pool: &mut Pool,
+        tally: &mut Tally,
+    ) {
+        let mut seg = std::mem::take(&mut self.seg);
+        let mut meta = pkt.meta;
+        meta.set_offload(Offload::None);
+        let r = offload::segment_tcp(pkt.data(), usize::from(mss), MAX_FRAME, &mut seg, |f| {
+            let mut q = pool.get();
+            q.set_frame(f);
+            q.meta = meta;
+            self.push(s, q, pool, tally);
+        });
+        self.seg = seg;
+        pool.put(pkt);
+        if r.is_err() {
+            // Checked at input (`packet::vnet`); only an action that broke the headers gets here.
+            tally.lost += 1;
+        }
+    }
+
+    #[inline(always)]
+    fn push(&mut self, s: usize, pkt: Packet, pool: &mut Pool, tally: &mut Tally) {
         let txq = self.txq;
         let slot = &mut self.slots[s];
         if slot.batch.is_empty() {
@@ -189,10 +267,20 @@ pub fn execute(
     for (j, a) in actions.iter().enumerate() {
         match a {
             Action::Output(p) => {
+                if pkt.meta.has_offload()
+                    && matches!(pkt.meta.offload(), Offload::Csum { .. })
+                    && !cx.tx.takes(*p, pkt.meta.offload())
+                {
+                    // Completed once, on the packet itself: later outputs take it complete.
+                    if !complete_in_place(pkt) {
+                        cx.tally.lost += 1;
+                        return NO_PORT;
+                    }
+                }
                 if j == steal {
                     return *p;
                 }
-                let mut c = cx.pool.get();
+                let mut c = cx.pool.get_for(pkt.len());
                 c.set_frame(pkt.data());
                 c.meta = pkt.meta;
                 cx.tx.send(*p, c, cx.pool, cx.tally);
@@ -523,5 +611,218 @@ mod tests {
         tx.flush(&mut pool, &mut tally);
         assert_eq!(a.take_captured().len(), 80);
         assert_eq!(tally.lost, 0);
+    }
+
+    /// A port that takes every offload (a guest with GUEST_CSUM/TSO, a tap) and captures.
+    #[derive(Default)]
+    struct OffloadPort(std::sync::Mutex<Vec<(Vec<u8>, Offload)>>);
+
+    impl Port for OffloadPort {
+        fn kind(&self) -> &'static str {
+            "test"
+        }
+        fn n_rxq(&self) -> usize {
+            0
+        }
+        fn rx_burst(&self, _: usize, _: &mut Pool, _: &mut packet::Batch) -> usize {
+            0
+        }
+        fn tx_burst(&self, _: usize, pkts: &mut packet::Batch) -> usize {
+            let mut v = self.0.lock().unwrap();
+            for p in pkts.as_slice() {
+                v.push((p.data().to_vec(), p.meta.offload()));
+            }
+            pkts.len()
+        }
+        fn tx_offloads(&self) -> packet::vnet::Offloads {
+            packet::vnet::Offloads::ALL
+        }
+        fn link(&self) -> ports::Link {
+            ports::Link::Up
+        }
+        fn stats(&self) -> ports::PortStats {
+            ports::PortStats::default()
+        }
+    }
+
+    /// Ethernet + IPv4 + TCP with `payload` bytes, its TCP checksum partial (pseudo-header
+    /// sum) as a sender with checksum offload leaves it.
+    fn partial_tcp4(payload: usize) -> Vec<u8> {
+        let mut f = vec![0u8; 54 + payload];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[16..18].copy_from_slice(&((40 + payload) as u16).to_be_bytes());
+        f[22] = 64;
+        f[23] = 6;
+        f[26..30].copy_from_slice(&[10, 0, 0, 1]);
+        f[30..34].copy_from_slice(&[10, 0, 0, 2]);
+        f[34..36].copy_from_slice(&1234u16.to_be_bytes());
+        f[36..38].copy_from_slice(&80u16.to_be_bytes());
+        f[38..42].copy_from_slice(&7u32.to_be_bytes());
+        f[46] = 5 << 4;
+        f[47] = 0x18;
+        let c = wire::checksum::compute(&f[14..34]);
+        f[24..26].copy_from_slice(&c.to_be_bytes());
+        for (i, b) in f[54..].iter_mut().enumerate() {
+            *b = (i * 13) as u8;
+        }
+        let p = wire::checksum::fold(wire::checksum::pseudo_v4(
+            0x0a00_0001,
+            0x0a00_0002,
+            6,
+            (20 + payload) as u16,
+        ));
+        f[50..52].copy_from_slice(&p.to_be_bytes());
+        f
+    }
+
+    fn tcp_ok(s: &[u8], l3: usize) -> bool {
+        let ip = |o: usize| u32::from_be_bytes([s[o], s[o + 1], s[o + 2], s[o + 3]]);
+        let l4 = l3 + 20;
+        let p = wire::checksum::pseudo_v4(ip(l3 + 12), ip(l3 + 16), 6, (s.len() - l4) as u16);
+        wire::checksum::verify(&s[l3..l4])
+            && wire::checksum::fold(wire::checksum::sum(&s[l4..], p)) == 0xffff
+    }
+
+    fn run(pkt: Packet, acts: &[Action], steal: usize, tx: &mut TxTable, pool: &mut Pool) {
+        let mut tally = Tally::default();
+        let mut cx = ExecCtx {
+            tx,
+            pool,
+            upcall: &NoUpcall,
+            tally: &mut tally,
+            now_ns: 0,
+            ct: None,
+            now_ms: 0,
+            recirc: &mut Batch::new(),
+            recirc_keys: &mut Vec::new(),
+        };
+        let mut pkt = pkt;
+        let mut key = FlowKey::ZERO;
+        let to = execute(&mut pkt, acts, steal, &mut key, &mut cx);
+        finish(pkt, to, &mut cx);
+        tx.flush(pool, &mut tally);
+        assert_eq!(tally.lost, 0);
+    }
+
+    #[test]
+    fn offloads_pass_to_ports_that_take_them_and_are_finished_for_others() {
+        let plain = Arc::new(DummyPort::new());
+        let off = Arc::new(OffloadPort::default());
+        let mut pool = Pool::new(0, 8);
+        let mut tx = TxTable::new(0);
+        tx.set_ports(
+            &[(1, plain.clone() as Arc<dyn Port>), (2, off.clone())],
+            &mut pool,
+        );
+        // A partial checksum: as is to port 2, completed (once, in place) for port 1.
+        let f = partial_tcp4(300);
+        let csum = Offload::Csum {
+            start: 34,
+            offset: 16,
+        };
+        let mut p = Packet::from_slice(&f);
+        p.meta.set_offload(csum);
+        run(
+            p,
+            &[Action::Output(2), Action::Output(1)],
+            1,
+            &mut tx,
+            &mut pool,
+        );
+        let got = off.0.lock().unwrap().drain(..).collect::<Vec<_>>();
+        assert_eq!(got, vec![(f.clone(), csum)], "passed as is");
+        let done = plain.take_captured();
+        assert_eq!(done.len(), 1);
+        assert!(tcp_ok(&done[0], 14), "completed in software");
+        assert!(!tcp_ok(&f, 14), "the input really was partial");
+        // A GSO frame: as is to port 2 (large), segmented at the MSS for port 1.
+        let big = partial_tcp4(20_000);
+        let tso = Offload::Tso {
+            v6: false,
+            mss: 1448,
+            l4: 34,
+        };
+        let mut p = Packet::from_slice_large(&big);
+        p.meta.set_offload(tso);
+        run(
+            p,
+            &[Action::Output(1), Action::Output(2)],
+            1,
+            &mut tx,
+            &mut pool,
+        );
+        let got = off.0.lock().unwrap().drain(..).collect::<Vec<_>>();
+        assert_eq!(
+            got,
+            vec![(big.clone(), tso)],
+            "the copy is a large buffer too"
+        );
+        let segs = plain.take_captured();
+        assert_eq!(segs.len(), 20_000usize.div_ceil(1448));
+        let mut stream = Vec::new();
+        for s in &segs {
+            assert!(s.len() <= 54 + 1448 && tcp_ok(s, 14));
+            stream.extend_from_slice(&s[54..]);
+        }
+        assert_eq!(stream, big[54..]);
+    }
+
+    #[test]
+    fn rewrites_keep_partial_checksums_right() {
+        let plain = Arc::new(DummyPort::new());
+        let off = Arc::new(OffloadPort::default());
+        let mut pool = Pool::new(0, 8);
+        let mut tx = TxTable::new(0);
+        tx.set_ports(
+            &[(1, plain.clone() as Arc<dyn Port>), (2, off.clone())],
+            &mut pool,
+        );
+        let acts = [
+            Action::SetIpv4Src(0xc0a8_0101),
+            Action::SetIpv4Dst(0xc0a8_0102),
+            Action::SetTpDst(8080),
+            Action::PushVlan(0x1005),
+            Action::Output(2),
+            Action::Output(1),
+        ];
+        for tso in [false, true] {
+            let f = partial_tcp4(if tso { 5000 } else { 500 });
+            let mut p = Packet::from_slice_large(&f);
+            p.meta.set_offload(if tso {
+                Offload::Tso {
+                    v6: false,
+                    mss: 1000,
+                    l4: 34,
+                }
+            } else {
+                Offload::Csum {
+                    start: 34,
+                    offset: 16,
+                }
+            });
+            run(p, &acts, 5, &mut tx, &mut pool);
+            // The port that takes the offload gets the partial field moved by exactly the
+            // pseudo-header change and the offsets moved by the tag: completing it now gives
+            // a valid checksum.
+            let (mut g, o) = off.0.lock().unwrap().pop().unwrap();
+            let at = match o {
+                Offload::Csum { start, offset } => {
+                    assert_eq!((start, offset), (38, 16));
+                    usize::from(start)
+                }
+                Offload::Tso { l4, .. } => usize::from(l4),
+                Offload::None => panic!("offload lost"),
+            };
+            assert_eq!(at, 38);
+            wire::offload::complete_partial(&mut g, at, 16).unwrap();
+            assert!(tcp_ok(&g, 18), "tso={tso}");
+            assert_eq!(&g[40..42], &8080u16.to_be_bytes());
+            // The port that does not gets it finished in software, tag and all.
+            for s in plain.take_captured() {
+                assert!(tcp_ok(&s, 18), "tso={tso}");
+                assert_eq!(&s[12..14], &[0x81, 0x00]);
+            }
+        }
     }
 }

@@ -1,10 +1,11 @@
 //! Packet-modifying actions applied to one packet (VLAN push/pop, set-field with checksum
 //! updates): the part of action execution that needs no datapath context, shared by the
-//! datapath's `execute` and by tests that run a pipeline's answer on a frame.
+//! datapath's `execute` and by tests that run a pipeline's answer on a frame. Rewrites keep a
+//! partial checksum (`packet::Offload`) right, and VLAN push/pop move the offload's offsets.
 //!
 //! Threads: whichever calls it (PMD threads on the fast path).
 use crate::action::Action;
-use packet::Packet;
+use packet::{Offload, Packet};
 use wire::ethernet::ethertype;
 use wire::rewrite;
 
@@ -20,21 +21,21 @@ pub fn modify(pkt: &mut Packet, a: &Action) {
         Action::SetEthDst(m) => {
             rewrite::set_eth_dst(pkt.data_mut(), *m);
         }
-        Action::SetIpv4Src(v) => {
-            rewrite::set_ipv4_src(pkt.data_mut(), *v);
-        }
-        Action::SetIpv4Dst(v) => {
-            rewrite::set_ipv4_dst(pkt.data_mut(), *v);
-        }
+        Action::SetIpv4Src(v) => keep_partial(pkt, true, |d| {
+            rewrite::set_ipv4_src(d, *v);
+        }),
+        Action::SetIpv4Dst(v) => keep_partial(pkt, true, |d| {
+            rewrite::set_ipv4_dst(d, *v);
+        }),
         Action::SetIpDscp(v) => {
             rewrite::set_ip_dscp(pkt.data_mut(), *v);
         }
-        Action::SetTpSrc(v) => {
-            rewrite::set_tp_src(pkt.data_mut(), *v);
-        }
-        Action::SetTpDst(v) => {
-            rewrite::set_tp_dst(pkt.data_mut(), *v);
-        }
+        Action::SetTpSrc(v) => keep_partial(pkt, false, |d| {
+            rewrite::set_tp_src(d, *v);
+        }),
+        Action::SetTpDst(v) => keep_partial(pkt, false, |d| {
+            rewrite::set_tp_dst(d, *v);
+        }),
         Action::SetIpTtl(v) => {
             rewrite::set_ip_ttl(pkt.data_mut(), *v);
         }
@@ -43,6 +44,41 @@ pub fn modify(pkt: &mut Packet, a: &Action) {
         | Action::Meter(_)
         | Action::Ct(_)
         | Action::CtClear => {}
+    }
+}
+
+/// Where the transport checksum field of a packet with an offload is (partial checksum or a
+/// TSO frame's TCP checksum).
+pub fn partial_field(o: Offload) -> Option<usize> {
+    match o {
+        Offload::None => None,
+        Offload::Csum { start, offset } => Some(usize::from(start) + usize::from(offset)),
+        Offload::Tso { l4, .. } => Some(usize::from(l4) + 16),
+    }
+}
+
+/// Runs a rewrite whose incremental checksum update (RFC 1624, in `wire::rewrite`) assumes a
+/// complete transport checksum, keeping a partial one right: a partial field holds the
+/// pseudo-header sum uncomplemented, so for a pseudo-header field (`pseudo`: an address) the
+/// field is complemented around the update (the sum then moves by exactly the change); for a
+/// field the final checksum will cover from the frame itself (a port), the field is restored.
+#[inline(always)]
+fn keep_partial(pkt: &mut Packet, pseudo: bool, f: impl FnOnce(&mut [u8])) {
+    let at = match partial_field(pkt.meta.offload()) {
+        Some(at) if at + 2 <= pkt.len() => at,
+        _ => return f(pkt.data_mut()),
+    };
+    let d = pkt.data_mut();
+    let old = [d[at], d[at + 1]];
+    if pseudo {
+        d[at] = !old[0];
+        d[at + 1] = !old[1];
+        f(d);
+        d[at] = !d[at];
+        d[at + 1] = !d[at + 1];
+    } else {
+        f(d);
+        d[at..at + 2].copy_from_slice(&old);
     }
 }
 
@@ -56,6 +92,10 @@ pub fn push_vlan(pkt: &mut Packet, tci: u16) {
     if let Some(gap) = pkt.insert_at(12, 4) {
         let t = (tci & !wire::extract::VLAN_PRESENT).to_be_bytes();
         gap.copy_from_slice(&[0x81, 0x00, t[0], t[1]]);
+        if pkt.meta.has_offload() {
+            let o = pkt.meta.offload();
+            pkt.meta.set_offload(o.shifted(12, 4).unwrap_or(o));
+        }
     }
 }
 
@@ -64,5 +104,9 @@ pub fn pop_vlan(pkt: &mut Packet) {
     let d = pkt.data();
     if d.len() >= 18 && ethertype::is_vlan(u16::from_be_bytes([d[12], d[13]])) {
         pkt.remove_at(12, 4);
+        if pkt.meta.has_offload() {
+            let o = pkt.meta.offload();
+            pkt.meta.set_offload(o.shifted(16, -4).unwrap_or(o));
+        }
     }
 }

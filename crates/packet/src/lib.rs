@@ -1,7 +1,9 @@
 //! Packet buffers, bursts and buffer pools.
 //!
-//! Owns: [`Packet`] (one fixed-size buffer with headroom for pushed headers), [`Batch`] (a burst
-//! of up to [`BATCH_SIZE`] packets) and [`Pool`] (a free list of buffers tied to one NUMA node).
+//! Owns: [`Packet`] (one fixed-size buffer with headroom for pushed headers: standard, or large
+//! for GSO frames), [`Batch`] (a burst of up to [`BATCH_SIZE`] packets), [`Pool`] (free lists of
+//! buffers tied to one NUMA node), the packet's metadata ([`Meta`], with the [`Offload`] it
+//! still needs) and the virtio-net header rules ([`vnet`]).
 //!
 //! Threads: a `Pool` and the `Batch`es it feeds belong to one PMD thread and are never shared,
 //! so nothing here locks. Buffers are allocated only while a pool warms up (or grows after
@@ -18,7 +20,71 @@ pub const BATCH_SIZE: usize = 32;
 pub const HEADROOM: usize = 128;
 /// Largest frame a buffer holds (jumbo frames up to 9000 bytes of payload plus headers).
 pub const MAX_FRAME: usize = 9216;
+/// Largest frame a large buffer holds: a TCP GSO frame of up to 64 KB of IP packet, plus an
+/// Ethernet header and one VLAN tag (what a guest with `HOST_TSO4/6` may hand us).
+pub const MAX_LARGE_FRAME: usize = 65_535 + 14 + 4;
 const BUF_SIZE: usize = HEADROOM + MAX_FRAME;
+const LARGE_BUF_SIZE: usize = HEADROOM + MAX_LARGE_FRAME;
+
+pub mod vnet;
+
+/// An offload the packet still needs from whoever sends it on (set from the virtio-net header
+/// the sender handed us, checked; see [`vnet`]). Offsets are from the start of the frame.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Offload {
+    /// Nothing to do: the frame is complete.
+    #[default]
+    None,
+    /// The transport checksum is partial: the 16-bit field at `start + offset` holds the
+    /// pseudo-header sum; the sum of `frame[start..]` must be folded in.
+    Csum {
+        /// Where the checksum's coverage starts.
+        start: u16,
+        /// Offset of the checksum field from `start`.
+        offset: u16,
+    },
+    /// A TCP GSO frame: to be cut into segments of at most `mss` payload bytes. Its TCP
+    /// checksum is partial (pseudo-header sum) at `l4 + 16`.
+    Tso {
+        /// IPv6 (else IPv4).
+        v6: bool,
+        /// Segment payload size.
+        mss: u16,
+        /// Offset of the TCP header.
+        l4: u16,
+    },
+}
+
+impl Offload {
+    /// True if something is left to do.
+    #[inline]
+    pub fn is_some(&self) -> bool {
+        !matches!(self, Offload::None)
+    }
+
+    /// The offload of a frame whose bytes before `at` grew by `n` (VLAN push) or shrank
+    /// (`n` negative, VLAN pop); `None` if an offset would leave the frame's start.
+    pub fn shifted(self, at: usize, n: isize) -> Option<Offload> {
+        let mv = |o: u16| -> Option<u16> {
+            if usize::from(o) < at {
+                return None;
+            }
+            u16::try_from(isize::try_from(o).ok()?.checked_add(n)?).ok()
+        };
+        Some(match self {
+            Offload::None => Offload::None,
+            Offload::Csum { start, offset } => Offload::Csum {
+                start: mv(start)?,
+                offset,
+            },
+            Offload::Tso { v6, mss, l4 } => Offload::Tso {
+                v6,
+                mss,
+                l4: mv(l4)?,
+            },
+        })
+    }
+}
 
 /// Metadata the datapath carries with a packet.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -32,6 +98,49 @@ pub struct Meta {
     /// Mark the `af-xdp` XDP program gave the frame's 5-tuple (0 = none); not used for
     /// forwarding.
     pub mark: u32,
+    /// The [`Offload`], packed into plain bits (kind in bits 0..8, its two 16-bit fields in
+    /// bits 16..32 and 32..48): a plain integer keeps `Meta` one 16-byte store to reset and
+    /// copy; the enum itself (with padding) made the 64-byte burst of gets and puts twice as
+    /// slow (`cargo bench -p packet --bench pool`).
+    offload: u64,
+}
+
+impl Meta {
+    /// Checksum or segmentation work left for the output.
+    #[inline]
+    pub fn offload(&self) -> Offload {
+        let a = (self.offload >> 16) as u16;
+        let b = (self.offload >> 32) as u16;
+        match self.offload as u8 {
+            1 => Offload::Csum {
+                start: a,
+                offset: b,
+            },
+            2 | 3 => Offload::Tso {
+                v6: self.offload as u8 == 3,
+                mss: a,
+                l4: b,
+            },
+            _ => Offload::None,
+        }
+    }
+
+    /// True if the packet carries an offload (one comparison).
+    #[inline]
+    pub fn has_offload(&self) -> bool {
+        self.offload != 0
+    }
+
+    /// Sets the offload.
+    #[inline]
+    pub fn set_offload(&mut self, o: Offload) {
+        let (k, a, b) = match o {
+            Offload::None => (0u64, 0u16, 0u16),
+            Offload::Csum { start, offset } => (1, start, offset),
+            Offload::Tso { v6, mss, l4 } => (if v6 { 3 } else { 2 }, mss, l4),
+        };
+        self.offload = k | u64::from(a) << 16 | u64::from(b) << 32;
+    }
 }
 
 /// One packet: a fixed buffer, the window `[head, head + len)` holding the frame, and metadata.
@@ -45,19 +154,44 @@ pub struct Packet {
 
 impl Packet {
     fn alloc() -> Packet {
+        Packet::alloc_sized(BUF_SIZE)
+    }
+
+    fn alloc_sized(size: usize) -> Packet {
         Packet {
-            buf: vec![0u8; BUF_SIZE].into_boxed_slice(),
+            buf: vec![0u8; size].into_boxed_slice(),
             head: HEADROOM,
             len: 0,
             meta: Meta::default(),
         }
     }
 
-    /// A packet holding a copy of `frame` (tests and slow paths; it allocates).
+    /// A packet holding a copy of `frame` (tests and slow paths; it allocates). Frames above
+    /// [`MAX_FRAME`] are truncated to it.
     pub fn from_slice(frame: &[u8]) -> Packet {
         let mut p = Packet::alloc();
         p.set_frame(frame);
         p
+    }
+
+    /// A packet with a large buffer ([`MAX_LARGE_FRAME`]) holding a copy of `frame` (tests
+    /// and slow paths; it allocates).
+    pub fn from_slice_large(frame: &[u8]) -> Packet {
+        let mut p = Packet::alloc_sized(LARGE_BUF_SIZE);
+        p.set_frame(frame);
+        p
+    }
+
+    /// True for a large buffer (one of [`MAX_LARGE_FRAME`] bytes).
+    #[inline]
+    pub fn is_large(&self) -> bool {
+        self.buf.len() > BUF_SIZE
+    }
+
+    /// Room for a frame after the default headroom in this packet's buffer.
+    #[inline]
+    pub fn room(&self) -> usize {
+        self.buf.len() - HEADROOM
     }
 
     /// The frame bytes.
@@ -84,26 +218,27 @@ impl Packet {
         self.len == 0
     }
 
-    /// Room for a frame after the headroom.
+    /// Room for a frame after the headroom in a standard buffer.
     #[inline]
     pub fn capacity() -> usize {
         MAX_FRAME
     }
 
     /// Resets the window to `len` bytes after the default headroom and returns it for filling.
-    /// `len` is clamped to [`MAX_FRAME`]; callers check their source length first.
+    /// `len` is clamped to the buffer's room ([`MAX_FRAME`], or [`MAX_LARGE_FRAME`] for a large
+    /// buffer); callers check their source length first.
     #[inline]
     pub fn reset_for_fill(&mut self, len: usize) -> &mut [u8] {
-        let len = len.min(MAX_FRAME);
+        let len = len.min(self.buf.len() - HEADROOM);
         self.head = HEADROOM;
         self.len = len;
         self.meta = Meta::default();
         &mut self.buf[HEADROOM..HEADROOM + len]
     }
 
-    /// Replaces the frame with a copy of `frame` (truncated to [`MAX_FRAME`]).
+    /// Replaces the frame with a copy of `frame` (truncated to the buffer's room).
     pub fn set_frame(&mut self, frame: &[u8]) {
-        let n = frame.len().min(MAX_FRAME);
+        let n = frame.len().min(self.room());
         self.reset_for_fill(n).copy_from_slice(&frame[..n]);
     }
 
@@ -275,9 +410,19 @@ pub struct PoolStats {
 ///
 /// Buffers are first touched by the thread that owns the pool; since PMD threads are pinned
 /// to cores of their node, first-touch places the pages on that node.
+///
+/// Two classes: standard buffers ([`MAX_FRAME`]) for every frame, and large ones
+/// ([`MAX_LARGE_FRAME`]) only for GSO frames a guest or kernel hands over with TSO; the large
+/// free list stays empty (and costs nothing) where no such frame is seen. [`Pool::put`] sends
+/// each buffer back to its own list.
 pub struct Pool {
     node: usize,
     free: Vec<Packet>,
+    free_large: Vec<Packet>,
+    /// Large buffers handed out and not yet given back here: while 0, [`Pool::put_batch`]
+    /// moves a batch back in one copy (a large buffer from another pool given back then joins
+    /// the standard list, where it serves as a standard one).
+    large_out: usize,
     stats: PoolStats,
 }
 
@@ -291,6 +436,8 @@ impl Pool {
         Pool {
             node,
             free,
+            free_large: Vec::new(),
+            large_out: 0,
             stats: PoolStats {
                 allocated: prefill as u64,
                 gets: 0,
@@ -321,21 +468,61 @@ impl Pool {
         }
     }
 
-    /// Gives a buffer back.
+    /// A large buffer ([`MAX_LARGE_FRAME`]), empty, with default headroom and metadata.
+    #[cold]
+    pub fn get_large(&mut self) -> Packet {
+        self.stats.gets += 1;
+        self.large_out += 1;
+        match self.free_large.pop() {
+            Some(mut p) => {
+                p.head = HEADROOM;
+                p.len = 0;
+                p.meta = Meta::default();
+                p
+            }
+            None => {
+                self.stats.allocated += 1;
+                Packet::alloc_sized(LARGE_BUF_SIZE)
+            }
+        }
+    }
+
+    /// A buffer with room for `len` bytes: standard, or large above [`MAX_FRAME`].
+    #[inline]
+    pub fn get_for(&mut self, len: usize) -> Packet {
+        if len > MAX_FRAME {
+            self.get_large()
+        } else {
+            self.get()
+        }
+    }
+
+    /// Gives a buffer back (to the list of its class).
     #[inline]
     pub fn put(&mut self, p: Packet) {
-        self.free.push(p);
+        if p.is_large() {
+            self.large_out = self.large_out.saturating_sub(1);
+            self.free_large.push(p);
+        } else {
+            self.free.push(p);
+        }
     }
 
     /// Gives back every packet in `batch`, leaving it empty.
     #[inline]
     pub fn put_batch(&mut self, batch: &mut Batch) {
-        self.free.extend(batch.drain());
+        if self.large_out == 0 {
+            self.free.extend(batch.drain());
+            return;
+        }
+        for p in batch.drain() {
+            self.put(p);
+        }
     }
 
-    /// Buffers currently free.
+    /// Buffers currently free (both classes).
     pub fn free_count(&self) -> usize {
-        self.free.len()
+        self.free.len() + self.free_large.len()
     }
 
     /// Counters.
@@ -400,6 +587,79 @@ mod tests {
         assert!(p.pull_front(HEADROOM));
         assert_eq!(p.data(), &[1]);
         assert!(!p.pull_front(2));
+    }
+
+    #[test]
+    fn large_buffers_go_back_to_their_own_list() {
+        let mut pool = Pool::new(0, 2);
+        let big = pool.get_for(MAX_FRAME + 1);
+        assert!(big.is_large() && big.room() == MAX_LARGE_FRAME);
+        let small = pool.get_for(MAX_FRAME);
+        assert!(!small.is_large());
+        pool.put(big);
+        pool.put(small);
+        assert_eq!(pool.free_count(), 3);
+        assert!(pool.get_large().is_large());
+        assert!(!pool.get().is_large());
+        assert_eq!(pool.stats().allocated, 3);
+        let f = vec![5u8; 60_000];
+        assert_eq!(Packet::from_slice_large(&f).data(), &f[..]);
+    }
+
+    #[test]
+    fn offloads_round_trip_through_meta() {
+        let mut m = Meta::default();
+        assert!(!m.has_offload() && m.offload() == Offload::None);
+        for o in [
+            Offload::Csum {
+                start: 34,
+                offset: 0xffff,
+            },
+            Offload::Tso {
+                v6: true,
+                mss: 1428,
+                l4: 54,
+            },
+            Offload::Tso {
+                v6: false,
+                mss: 0xffff,
+                l4: 0,
+            },
+            Offload::None,
+        ] {
+            m.set_offload(o);
+            assert_eq!(m.offload(), o);
+            assert_eq!(m.has_offload(), o.is_some());
+        }
+    }
+
+    #[test]
+    fn offload_offsets_follow_vlan_push_and_pop() {
+        let o = Offload::Tso {
+            v6: false,
+            mss: 1448,
+            l4: 34,
+        };
+        assert_eq!(
+            o.shifted(12, 4),
+            Some(Offload::Tso {
+                v6: false,
+                mss: 1448,
+                l4: 38
+            })
+        );
+        let c = Offload::Csum {
+            start: 34,
+            offset: 6,
+        };
+        assert_eq!(
+            c.shifted(12, -4),
+            Some(Offload::Csum {
+                start: 30,
+                offset: 6
+            })
+        );
+        assert_eq!(c.shifted(40, 4), None, "an offset inside the moved bytes");
     }
 
     #[test]

@@ -5,9 +5,13 @@
 //! `PACKET_AUXDATA` (the VLAN tag the kernel stripped comes back beside the frame and is put
 //! back in), `PACKET_IGNORE_OUTGOING` (what we send is not received back), promiscuous
 //! membership (undone by the kernel when the socket closes), `PACKET_QDISC_BYPASS` on send.
-//! Partial checksums are completed in software and TCP GSO frames (a veth peer with TSO on
-//! hands over up to 64 KB) are segmented in software (`wire::offload`), because no port kind
-//! takes offloaded frames today.
+//! Offloads (option `offloads`, default on): a partial checksum or a TCP GSO frame (a veth
+//! peer with TSO on hands over up to 64 KB) keeps its offload in the packet's metadata after
+//! the header is checked (`packet::vnet`, a GSO frame in a large buffer); the datapath
+//! finishes it only for outputs that do not take it. On tx each frame's virtio-net header
+//! carries its offload and the kernel finishes it. With `offloads=false`, partial checksums
+//! are completed and GSO frames segmented in software here (`wire::offload`), and tx takes no
+//! offload.
 //!
 //! Threads: `rx_burst` on the one PMD polling the port's single rx queue (its state sits
 //! behind an uncontended mutex, taken once per burst); `tx_burst` from any PMD (`sendmmsg` on
@@ -72,6 +76,8 @@ struct RxState {
 /// An `af-packet` port.
 pub struct AfPacketPort {
     ifname: String,
+    /// Offloads kept as metadata (rx) and handed to the kernel (tx).
+    offloads: bool,
     sock: RwLock<Option<Arc<Sock>>>,
     rx: Mutex<RxState>,
     up: AtomicBool,
@@ -143,9 +149,15 @@ impl AfPacketPort {
     /// Opens interface `ifname`: fails with a one-line reason if it does not exist, its MTU is
     /// too large, or the kernel refuses the socket, an option or the bind.
     pub fn open(ifname: &str) -> Result<Arc<AfPacketPort>, PortError> {
+        AfPacketPort::open_opts(ifname, true)
+    }
+
+    /// [`AfPacketPort::open`] with offloads on or off (see the module doc).
+    pub fn open_opts(ifname: &str, offloads: bool) -> Result<Arc<AfPacketPort>, PortError> {
         let sock = open(ifname)?;
         Ok(Arc::new(AfPacketPort {
             ifname: ifname.to_string(),
+            offloads,
             sock: RwLock::new(Some(Arc::new(sock))),
             rx: Mutex::new(RxState {
                 bufs: RxBufs::new(MAX_GSO_FRAME - MAX_FRAME),
@@ -193,6 +205,9 @@ impl AfPacketPort {
             self.counters.rx_error(1);
             pool.put(p);
             return;
+        }
+        if self.offloads {
+            return self.take_offloaded(st, i, p, pool, vlan);
         }
         let vnet = match VnetHdr::parse(&st.bufs.vnet[i]).and_then(|h| {
             h.check(info.len)?;
@@ -267,6 +282,81 @@ impl AfPacketPort {
             return;
         }
         st.pending.push_back(p);
+    }
+}
+
+impl AfPacketPort {
+    /// [`AfPacketPort::take_frame`] with offloads on: the header is checked against the whole
+    /// frame (a GSO frame gathered into a large buffer) and its offload kept in the metadata.
+    fn take_offloaded(
+        &self,
+        st: &mut RxState,
+        i: usize,
+        mut p: Packet,
+        pool: &mut Pool,
+        vlan: Option<(u16, u16)>,
+    ) {
+        let len = st.bufs.info[i].len;
+        let mut raw = [0u8; 10];
+        raw.copy_from_slice(&st.bufs.vnet[i][..10]);
+        let h = packet::vnet::Hdr::parse(&raw);
+        if len > MAX_FRAME {
+            // Its tail is in the spill area: gather it into a large buffer.
+            let mut q = pool.get_large();
+            let head = p.reset_for_fill(MAX_FRAME);
+            let dst = q.reset_for_fill(len);
+            dst[..MAX_FRAME].copy_from_slice(head);
+            let off = i * st.bufs.spill_each;
+            dst[MAX_FRAME..].copy_from_slice(&st.bufs.spill[off..off + len - MAX_FRAME]);
+            pool.put(p);
+            p = q;
+        } else {
+            p.truncate(len);
+        }
+        let o = if len > MAX_FRAME && !h.is_gso() {
+            Err(None)
+        } else {
+            h.validate(p.data(), packet::vnet::Offloads::ALL)
+                .map_err(Some)
+        };
+        let o = match o {
+            Ok(o) => o,
+            Err(e) => {
+                if e.is_some() {
+                    self.kc.bad_vnet.fetch_add(1, Relaxed);
+                }
+                self.counters.drop(vnet_reason(e), 1);
+                self.counters.rx_error(1);
+                pool.put(p);
+                return;
+            }
+        };
+        if h.is_gso() {
+            self.kc.gso_frames.fetch_add(1, Relaxed);
+        }
+        if !restore_vlan(&mut p, vlan) {
+            self.counters.drop(DropReason::Malformed, 1);
+            pool.put(p);
+            return;
+        }
+        p.meta.set_offload(if vlan.is_some() {
+            o.shifted(12, 4).unwrap_or(o)
+        } else {
+            o
+        });
+        st.pending.push_back(p);
+    }
+}
+
+/// The drop reason of a refused header (`None`: a frame above a buffer without GSO).
+pub(crate) fn vnet_reason(e: Option<packet::vnet::VnetError>) -> DropReason {
+    use packet::vnet::VnetError as E;
+    match e {
+        None => DropReason::TooBig,
+        Some(E::BadCsum) => DropReason::VnetBadCsum,
+        Some(E::BadGsoType) => DropReason::VnetBadGsoType,
+        Some(E::BadGso) => DropReason::VnetBadGso,
+        Some(E::GsoTooBig) => DropReason::VnetGsoTooBig,
     }
 }
 
@@ -358,10 +448,17 @@ impl Port for AfPacketPort {
         for (f, p) in frames.iter_mut().zip(pkts.as_slice()) {
             *f = p.data();
         }
-        let vnet = [0u8; VNET_HDR_LEN];
+        let mut vnets = [[0u8; VNET_HDR_LEN]; MAX_BATCH];
+        if self.offloads {
+            for (v, p) in vnets.iter_mut().zip(pkts.as_slice()) {
+                if p.meta.has_offload() {
+                    packet::vnet::write_hdr(p.meta.offload(), p.data(), v);
+                }
+            }
+        }
         let (mut at, mut sent, mut bytes) = (0, 0, 0u64);
         while at < n {
-            match sys::send_batch(sock.fd.as_fd(), &vnet, &frames[at..n]) {
+            match sys::send_batch(sock.fd.as_fd(), &vnets[at..n], &frames[at..n]) {
                 Ok(k) if k > 0 => {
                     bytes += frames[at..at + k]
                         .iter()
@@ -394,6 +491,14 @@ impl Port for AfPacketPort {
             self.counters.tx(sent as u64, bytes);
         }
         sent
+    }
+
+    fn tx_offloads(&self) -> packet::vnet::Offloads {
+        if self.offloads {
+            packet::vnet::Offloads::ALL
+        } else {
+            packet::vnet::Offloads::default()
+        }
     }
 
     fn link(&self) -> Link {

@@ -79,6 +79,14 @@ pub trait Port: Send + Sync {
         Ok(())
     }
 
+    /// Offloads this port's transmit path takes as is: a packet whose
+    /// [`packet::Meta::offload`] needs more is completed in software by the datapath
+    /// (`dp::execute`) before it is queued here. Default: none. Called only for packets that
+    /// carry an offload.
+    fn tx_offloads(&self) -> packet::vnet::Offloads {
+        packet::vnet::Offloads::default()
+    }
+
     /// Kind-specific state for `vireoctl show` (negotiated features, peer, ...).
     fn status(&self) -> serde_json::Value {
         serde_json::Value::Null

@@ -24,10 +24,21 @@ pub enum DropReason {
     /// Over the port's ingress policing or egress policer rate (counted by the datapath's
     /// policer and added to the port's counters when they are read).
     Policed,
+    /// The sender's virtio-net header asked for a partial checksum it had not negotiated, or
+    /// put the checksum field outside the frame.
+    VnetBadCsum,
+    /// The sender's virtio-net header named a GSO type not negotiated or unknown (UDP, ECN),
+    /// or GSO without a partial checksum.
+    VnetBadGsoType,
+    /// A GSO frame that is not the TCP frame its header says, or a zero or oversize
+    /// `gso_size`.
+    VnetBadGso,
+    /// A GSO frame above 64 KB plus headers, or needing more segments than the cap.
+    VnetGsoTooBig,
 }
 
 /// Every reason, in declaration order (so `reason as usize` indexes `PortCounters::drops`).
-const REASONS: [DropReason; 8] = [
+const REASONS: [DropReason; 12] = [
     DropReason::LinkDown,
     DropReason::QueueFull,
     DropReason::TooBig,
@@ -36,6 +47,10 @@ const REASONS: [DropReason; 8] = [
     DropReason::MemoryLost,
     DropReason::BurstCut,
     DropReason::Policed,
+    DropReason::VnetBadCsum,
+    DropReason::VnetBadGsoType,
+    DropReason::VnetBadGso,
+    DropReason::VnetGsoTooBig,
 ];
 
 /// Live counters of one port.
@@ -47,7 +62,7 @@ pub struct PortCounters {
     tx_bytes: AtomicU64,
     rx_errors: AtomicU64,
     tx_errors: AtomicU64,
-    drops: [AtomicU64; 8],
+    drops: [AtomicU64; 12],
     budget_cuts: AtomicU64,
 }
 

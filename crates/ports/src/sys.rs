@@ -16,7 +16,7 @@
 use std::ffi::CString;
 use std::io;
 use std::mem::{size_of, zeroed};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 /// Size of `struct virtio_net_hdr` (no `num_buffers`), what `PACKET_VNET_HDR` and
 /// `IFF_VNET_HDR` put before each frame.
@@ -230,10 +230,15 @@ pub fn set_if_mtu(name: &str, mtu: u32) -> io::Result<()> {
     ioctl_ifreq(s.as_raw_fd(), libc::SIOCSIFMTU, &mut r)
 }
 
+/// `TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6`: the reader takes partial checksums and TCP GSO
+/// frames (never ECN or UFO).
+const TUN_OFFLOADS: libc::c_ulong = 0x01 | 0x02 | 0x04;
+
 /// Creates (or attaches to a free persistent) tap interface `name` with a virtio-net header
-/// before each frame, and declares that the reader takes no offloads (`TUNSETOFFLOAD` 0):
-/// the kernel completes checksums and segments before handing frames over.
-pub fn tap_create(name: &str) -> io::Result<OwnedFd> {
+/// before each frame, and declares which offloads the reader takes (`TUNSETOFFLOAD`): with
+/// `offloads`, partial checksums and TCP GSO frames up to 64 KB; without, none (the kernel
+/// completes checksums and segments before handing frames over).
+pub fn tap_create(name: &str, offloads: bool) -> io::Result<OwnedFd> {
     // SAFETY: the path is a NUL-terminated literal; a non-negative return is a new fd we own.
     let fd = check(unsafe {
         libc::open(
@@ -246,9 +251,16 @@ pub fn tap_create(name: &str) -> io::Result<OwnedFd> {
     let mut r = ifreq(name)?;
     r.ifr_ifru.ifru_flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
     ioctl_ifreq(fd.as_raw_fd(), TUNSETIFF, &mut r)?;
-    // SAFETY: TUNSETOFFLOAD takes its argument by value.
-    check(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETOFFLOAD as _, 0 as libc::c_ulong) })?;
+    tap_set_offloads(fd.as_fd(), offloads)?;
     Ok(fd)
+}
+
+/// Declares which offloads the reader of tap `fd` takes (`TUNSETOFFLOAD`, see [`tap_create`]).
+pub fn tap_set_offloads(fd: BorrowedFd<'_>, offloads: bool) -> io::Result<()> {
+    let off: libc::c_ulong = if offloads { TUN_OFFLOADS } else { 0 };
+    // SAFETY: TUNSETOFFLOAD takes its argument by value; `fd` is a valid open descriptor.
+    check(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETOFFLOAD as _, off) })?;
+    Ok(())
 }
 
 /// True while the tap behind `fd` still exists (it fails once the interface was deleted).
@@ -385,14 +397,15 @@ pub fn recv_batch(
     Ok(got)
 }
 
-/// `sendmmsg` of `frames` (at most [`MAX_BATCH`]), each after `vnet`. Returns how many the
-/// kernel took (it stops at the first error; the error is returned when none was sent).
+/// `sendmmsg` of `frames` (at most [`MAX_BATCH`]), frame `i` after `vnets[i]`. Returns how
+/// many the kernel took (it stops at the first error; the error is returned when none was
+/// sent).
 pub fn send_batch(
     fd: BorrowedFd<'_>,
-    vnet: &[u8; VNET_HDR_LEN],
+    vnets: &[[u8; VNET_HDR_LEN]],
     frames: &[&[u8]],
 ) -> io::Result<usize> {
-    let n = frames.len().min(MAX_BATCH);
+    let n = frames.len().min(vnets.len()).min(MAX_BATCH);
     if n == 0 {
         return Ok(0);
     }
@@ -403,7 +416,7 @@ pub fn send_batch(
     for i in 0..n {
         iov[i] = [
             libc::iovec {
-                iov_base: vnet.as_ptr() as *mut libc::c_void,
+                iov_base: vnets[i].as_ptr() as *mut libc::c_void,
                 iov_len: VNET_HDR_LEN,
             },
             libc::iovec {
@@ -414,7 +427,7 @@ pub fn send_batch(
         hdrs[i].msg_hdr.msg_iov = iov[i].as_mut_ptr();
         hdrs[i].msg_hdr.msg_iovlen = 2;
     }
-    // Every pointer in `hdrs` points into `vnet`, `frames` or `iov`, which outlive the call.
+    // Every pointer in `hdrs` points into `vnets`, `frames` or `iov`, which outlive the call.
     // SAFETY: the kernel only reads through the iovecs of a send, all in live buffers.
     let rc = unsafe {
         libc::sendmmsg(

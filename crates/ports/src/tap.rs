@@ -2,10 +2,16 @@
 //! for `internal`, after the bridge) and brings up, read and written through its fd with a
 //! virtio-net header before each frame (`IFF_VNET_HDR`).
 //!
-//! Offloads: Vireo declares none (`TUNSETOFFLOAD` 0), so the kernel completes checksums and
-//! segments before a frame reaches us, and we never hand the kernel a partial checksum.
-//! A header that claims a partial checksum anyway is honoured if its offsets lie inside the
-//! frame (completed in software) and dropped as malformed otherwise; a GSO header is dropped.
+//! Offloads (option `offloads`, default on): Vireo declares partial checksums and TCP GSO
+//! (`TUNSETOFFLOAD` `CSUM|TSO4|TSO6`), reads each frame into a large buffer (up to 64 KB) and
+//! checks its virtio-net header like a guest's (`packet::vnet`: refused headers are dropped
+//! and counted by reason); the offload travels in the packet's metadata. On tx, the header
+//! carries the packet's offload (partial checksum, TSO with its MSS) and the kernel finishes
+//! it. With `offloads=false`: `TUNSETOFFLOAD` 0, so the kernel completes checksums and
+//! segments before a frame reaches us, the datapath completes them in software before a frame
+//! reaches the tap, and a header that claims a partial checksum anyway is honoured if its
+//! offsets lie inside the frame (completed in software), dropped as malformed otherwise; a
+//! GSO header is dropped.
 //!
 //! Threads: `rx_burst` on the one PMD polling the port (one `read` per frame until the tap is
 //! empty or the batch full); `tx_burst` from any PMD (one `write` per frame; `EIO` while the
@@ -16,7 +22,8 @@ use crate::kmeta::VnetHdr;
 use crate::sys::{self, VNET_HDR_LEN};
 use crate::{DropReason, Link, Port, PortCounters, PortError, PortStats};
 use nix::errno::Errno;
-use packet::{Batch, Pool, MAX_FRAME};
+use packet::vnet::{Hdr, Offloads, VnetError};
+use packet::{Batch, Packet, Pool, MAX_FRAME};
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -27,6 +34,8 @@ pub struct TapPort {
     name: String,
     kind: &'static str,
     mtu: Option<u32>,
+    /// Checksum and TSO offloads on (see the module doc).
+    offloads: bool,
     fd: RwLock<Option<Arc<OwnedFd>>>,
     /// Set by `shutdown`: `maintain` must not re-create a deleted port's tap.
     closed: AtomicBool,
@@ -54,9 +63,9 @@ pub fn check_mtu(mtu: u32) -> Result<(), PortError> {
     }
 }
 
-fn create(name: &str, mtu: Option<u32>) -> Result<OwnedFd, PortError> {
-    let fd =
-        sys::tap_create(name).map_err(|e| PortError(format!("cannot create tap {name}: {e}")))?;
+fn create(name: &str, mtu: Option<u32>, offloads: bool) -> Result<OwnedFd, PortError> {
+    let fd = sys::tap_create(name, offloads)
+        .map_err(|e| PortError(format!("cannot create tap {name}: {e}")))?;
     if let Some(m) = mtu {
         sys::set_if_mtu(name, m).map_err(|e| PortError(format!("{name}: MTU {m}: {e}")))?;
     }
@@ -72,6 +81,16 @@ impl TapPort {
         kind: &'static str,
         mtu: Option<u32>,
     ) -> Result<Arc<TapPort>, PortError> {
+        TapPort::create_opts(name, kind, mtu, true)
+    }
+
+    /// [`TapPort::create`], with checksum and TSO offloads on or off.
+    pub fn create_opts(
+        name: &str,
+        kind: &'static str,
+        mtu: Option<u32>,
+        offloads: bool,
+    ) -> Result<Arc<TapPort>, PortError> {
         if let Some(m) = mtu {
             check_mtu(m)?;
         }
@@ -80,11 +99,12 @@ impl TapPort {
                 "a network interface named {name} already exists"
             )));
         }
-        let fd = create(name, mtu)?;
+        let fd = create(name, mtu, offloads)?;
         Ok(Arc::new(TapPort {
             name: name.to_string(),
             kind,
             mtu,
+            offloads,
             fd: RwLock::new(Some(Arc::new(fd))),
             closed: AtomicBool::new(false),
             counters: PortCounters::default(),
@@ -93,11 +113,13 @@ impl TapPort {
     }
 
     /// Takes over tap `name` through `fd`, handed over by the vireod this one replaces
-    /// (`vireoctl upgrade`): the interface, its addresses and its queue stay as they are.
+    /// (`vireoctl upgrade`): the interface, its addresses and its queue stay as they are; the
+    /// offloads it declares are set again as `offloads` says.
     pub fn adopt(
         name: &str,
         kind: &'static str,
         mtu: Option<u32>,
+        offloads: bool,
         fd: OwnedFd,
     ) -> Result<Arc<TapPort>, PortError> {
         let got = sys::tap_name(fd.as_fd())
@@ -107,10 +129,13 @@ impl TapPort {
                 "the handed-over fd is tap {got}, not {name}"
             )));
         }
+        sys::tap_set_offloads(fd.as_fd(), offloads)
+            .map_err(|e| PortError(format!("handed-over tap {name}: {e}")))?;
         Ok(Arc::new(TapPort {
             name: name.to_string(),
             kind,
             mtu,
+            offloads,
             fd: RwLock::new(Some(Arc::new(fd))),
             closed: AtomicBool::new(false),
             counters: PortCounters::default(),
@@ -134,6 +159,78 @@ impl TapPort {
     }
 }
 
+impl TapPort {
+    /// `rx_burst` with offloads on: each frame is read into a large buffer (a GSO frame may
+    /// be 64 KB), its virtio-net header checked, and a frame that fits a standard buffer
+    /// moved into one (the large buffer is reused for the next read).
+    fn rx_offloaded(&self, _q: usize, pool: &mut Pool, out: &mut Batch) -> usize {
+        let Some(fd) = self.fd() else { return 0 };
+        let (mut n, mut bytes) = (0, 0u64);
+        let mut big: Option<Packet> = None;
+        while !out.is_full() {
+            let mut p = big.take().unwrap_or_else(|| pool.get_large());
+            let mut vnet = [0u8; VNET_HDR_LEN];
+            let room = p.room();
+            let r = {
+                let buf = p.reset_for_fill(room);
+                let mut iov = [IoSliceMut::new(&mut vnet), IoSliceMut::new(buf)];
+                nix::sys::uio::readv(fd.as_fd(), &mut iov)
+            };
+            let len = match r {
+                Ok(k) => k.saturating_sub(VNET_HDR_LEN),
+                Err(e) => {
+                    if !matches!(e, Errno::EAGAIN | Errno::EINTR) {
+                        // EBADFD once the tap was deleted: housekeeping re-creates it.
+                        self.counters.rx_error(1);
+                    }
+                    big = Some(p);
+                    break;
+                }
+            };
+            p.truncate(len);
+            let checked = if (14..room).contains(&len) {
+                Hdr::parse(&vnet).validate(p.data(), Offloads::ALL)
+            } else {
+                Err(VnetError::GsoTooBig)
+            };
+            let offload = match checked {
+                Ok(o) => o,
+                Err(e) => {
+                    self.kc.bad_vnet.fetch_add(1, Relaxed);
+                    let why = match e {
+                        _ if len < 14 => DropReason::Malformed,
+                        _ if len >= room => DropReason::TooBig,
+                        e => crate::af_packet::vnet_reason(Some(e)),
+                    };
+                    self.counters.drop(why, 1);
+                    self.counters.rx_error(1);
+                    big = Some(p);
+                    continue;
+                }
+            };
+            let mut p = if len <= MAX_FRAME {
+                let mut small = pool.get();
+                small.set_frame(p.data());
+                big = Some(p);
+                small
+            } else {
+                p
+            };
+            p.meta.set_offload(offload);
+            bytes += len as u64;
+            let _ = out.push(p);
+            n += 1;
+        }
+        if let Some(p) = big {
+            pool.put(p);
+        }
+        if n > 0 {
+            self.counters.rx(n as u64, bytes);
+        }
+        n
+    }
+}
+
 impl Port for TapPort {
     fn kind(&self) -> &'static str {
         self.kind
@@ -143,7 +240,10 @@ impl Port for TapPort {
         1
     }
 
-    fn rx_burst(&self, _q: usize, pool: &mut Pool, out: &mut Batch) -> usize {
+    fn rx_burst(&self, q: usize, pool: &mut Pool, out: &mut Batch) -> usize {
+        if self.offloads {
+            return self.rx_offloaded(q, pool, out);
+        }
         let Some(fd) = self.fd() else { return 0 };
         let (mut n, mut bytes) = (0, 0u64);
         while !out.is_full() {
@@ -219,9 +319,13 @@ impl Port for TapPort {
             self.counters.drop(DropReason::LinkDown, pkts.len() as u64);
             return 0;
         };
-        let vnet = [0u8; VNET_HDR_LEN];
+        let mut vnet = [0u8; VNET_HDR_LEN];
         let (mut sent, mut bytes) = (0, 0u64);
         for p in pkts.as_slice() {
+            if self.offloads {
+                // The kernel finishes what the packet still needs (checksum, segmentation).
+                packet::vnet::write_hdr(p.meta.offload(), p.data(), &mut vnet);
+            }
             let iov = [IoSlice::new(&vnet), IoSlice::new(p.data())];
             match nix::sys::uio::writev(fd.as_fd(), &iov) {
                 Ok(_) => {
@@ -247,6 +351,14 @@ impl Port for TapPort {
             self.counters.tx(sent as u64, bytes);
         }
         sent
+    }
+
+    fn tx_offloads(&self) -> Offloads {
+        if self.offloads {
+            Offloads::ALL
+        } else {
+            Offloads::default()
+        }
     }
 
     fn link(&self) -> Link {
@@ -280,7 +392,7 @@ impl Port for TapPort {
             self.kc.link_lost.fetch_add(1, Relaxed);
             tracing::warn!(tap = %self.name, "tap interface deleted: port link down");
         }
-        match create(&self.name, self.mtu) {
+        match create(&self.name, self.mtu, self.offloads) {
             Ok(fd) => {
                 *self.fd.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(fd));
                 self.kc.reopened.fetch_add(1, Relaxed);
@@ -293,7 +405,12 @@ impl Port for TapPort {
     fn status(&self) -> serde_json::Value {
         let mut v = self.kc.json();
         v["ifname"] = self.name.clone().into();
-        v["offloads"] = "none".into();
+        v["offloads"] = if self.offloads {
+            "csum,tso4,tso6"
+        } else {
+            "none"
+        }
+        .into();
         v["mtu"] = self.mtu.into();
         v
     }

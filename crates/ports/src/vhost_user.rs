@@ -37,8 +37,9 @@ impl VhostUserPort {
         queues: usize,
         mode: Mode,
         access: Access,
+        offloads: bool,
     ) -> Result<Arc<VhostUserPort>, PortError> {
-        let ep = Endpoint::start_with(path, queues, mode, access)
+        let ep = Endpoint::start_opts(path, queues, mode, access, offloads)
             .map_err(|e| PortError(format!("vhost-user {}: {e}", path.display())))?;
         Ok(Arc::new(VhostUserPort {
             ep,
@@ -65,7 +66,7 @@ impl VhostUserPort {
     /// A port listening on `path` (type `vhost-user`) with `queues` queue pairs (1..=32).
     /// A stale socket file at `path` is replaced; any other file is an error.
     pub fn server(path: &Path, queues: usize) -> Result<Arc<VhostUserPort>, PortError> {
-        Self::start(path, queues, Mode::Server, Access::default())
+        Self::start(path, queues, Mode::Server, Access::default(), true)
     }
 
     /// [`VhostUserPort::server`] with the socket file's mode and group (default 0660, the
@@ -75,7 +76,18 @@ impl VhostUserPort {
         queues: usize,
         access: Access,
     ) -> Result<Arc<VhostUserPort>, PortError> {
-        Self::start(path, queues, Mode::Server, access)
+        Self::start(path, queues, Mode::Server, access, true)
+    }
+
+    /// [`VhostUserPort::server_with`], offering checksum and TSO offloads to the frontend
+    /// only if `offloads` (option `offloads=false` turns them off).
+    pub fn server_opts(
+        path: &Path,
+        queues: usize,
+        access: Access,
+        offloads: bool,
+    ) -> Result<Arc<VhostUserPort>, PortError> {
+        Self::start(path, queues, Mode::Server, access, offloads)
     }
 
     /// A port connecting to `path` (type `vhost-user-client`), retrying every `reconnect_ms`
@@ -85,11 +97,22 @@ impl VhostUserPort {
         queues: usize,
         reconnect_ms: u64,
     ) -> Result<Arc<VhostUserPort>, PortError> {
+        Self::client_opts(path, queues, reconnect_ms, true)
+    }
+
+    /// [`VhostUserPort::client`], offering offloads only if `offloads`.
+    pub fn client_opts(
+        path: &Path,
+        queues: usize,
+        reconnect_ms: u64,
+        offloads: bool,
+    ) -> Result<Arc<VhostUserPort>, PortError> {
         Self::start(
             path,
             queues,
             Mode::Client { reconnect_ms },
             Access::default(),
+            offloads,
         )
     }
 
@@ -127,9 +150,23 @@ impl VhostUserPort {
         if b.budget_cut {
             self.counters.budget_cut();
         }
-        let bad = b.malformed | b.too_big | b.full | b.broken_drops | b.cut;
+        let vnet = b.vnet.iter().fold(0, |a, n| a | n);
+        let bad = b.malformed | b.too_big | b.full | b.broken_drops | b.cut | vnet;
         if bad == 0 {
             return;
+        }
+        if vnet != 0 {
+            for (n, why) in b.vnet.iter().zip([
+                DropReason::VnetBadCsum,
+                DropReason::VnetBadGsoType,
+                DropReason::VnetBadGso,
+                DropReason::VnetGsoTooBig,
+            ]) {
+                if *n > 0 {
+                    self.counters.drop(why, u64::from(*n));
+                    self.counters.rx_error(u64::from(*n));
+                }
+            }
         }
         for (n, why) in [
             (b.malformed, DropReason::Malformed),
@@ -199,6 +236,11 @@ impl Port for VhostUserPort {
                 0
             }
         }
+    }
+
+    #[inline]
+    fn tx_offloads(&self) -> packet::vnet::Offloads {
+        self.ep.device().guest_offloads()
     }
 
     fn link(&self) -> Link {

@@ -133,6 +133,39 @@ const HANDLERS: &[Handler] = &[
     h(RESET_DEVICE, Empty, Zero, All, Backend::reset_owner),
 ];
 
+/// The offload features offered (unless the port turns offloads off): partial checksums and
+/// TCP segmentation both ways. Never ECN or UFO: Vireo's software segmentation does not
+/// handle them, and a receiver must be able to take whatever it negotiated.
+pub const OFFLOAD_FEATURES: u64 = (1 << VIRTIO_NET_F_CSUM)
+    | (1 << VIRTIO_NET_F_GUEST_CSUM)
+    | (1 << VIRTIO_NET_F_HOST_TSO4)
+    | (1 << VIRTIO_NET_F_HOST_TSO6)
+    | (1 << VIRTIO_NET_F_GUEST_TSO4)
+    | (1 << VIRTIO_NET_F_GUEST_TSO6);
+
+/// What a driver that negotiated `features` may ask of us on its tx queues. TSO without
+/// `CSUM` is not honoured (virtio 1.1 §5.1.3.1: TSO requires it).
+pub fn host_offloads(features: u64) -> packet::vnet::Offloads {
+    let has = |b: u32| features & (1u64 << b) != 0;
+    let csum = has(VIRTIO_NET_F_CSUM);
+    packet::vnet::Offloads {
+        csum,
+        tso4: csum && has(VIRTIO_NET_F_HOST_TSO4),
+        tso6: csum && has(VIRTIO_NET_F_HOST_TSO6),
+    }
+}
+
+/// What a driver that negotiated `features` takes on its rx queues.
+pub fn guest_offloads(features: u64) -> packet::vnet::Offloads {
+    let has = |b: u32| features & (1u64 << b) != 0;
+    let csum = has(VIRTIO_NET_F_GUEST_CSUM);
+    packet::vnet::Offloads {
+        csum,
+        tso4: csum && has(VIRTIO_NET_F_GUEST_TSO4),
+        tso6: csum && has(VIRTIO_NET_F_GUEST_TSO6),
+    }
+}
+
 /// Protocol features we offer.
 pub const PROTOCOL_FEATURES: u64 = (1 << PROTOCOL_F_MQ) | (1 << PROTOCOL_F_REPLY_ACK);
 
@@ -180,6 +213,9 @@ impl Backend {
             | (1 << VHOST_USER_F_PROTOCOL_FEATURES);
         if dev.pairs() > 1 {
             offered |= 1 << VIRTIO_NET_F_MQ;
+        }
+        if dev.offloads_offered() {
+            offered |= OFFLOAD_FEATURES;
         }
         let vrings = (0..dev.n_vrings()).map(|_| Vring::default()).collect();
         Backend {
@@ -342,6 +378,8 @@ impl Backend {
             mrg_rxbuf: mrg,
             indirect: has(VIRTIO_RING_F_INDIRECT_DESC),
             event_idx: has(VIRTIO_RING_F_EVENT_IDX),
+            host: host_offloads(self.acked),
+            guest: guest_offloads(self.acked),
         }
     }
 

@@ -165,13 +165,24 @@ impl Endpoint {
         mode: Mode,
         access: Access,
     ) -> io::Result<Endpoint> {
+        Endpoint::start_opts(path, pairs, mode, access, true)
+    }
+
+    /// [`Endpoint::start_with`], offering checksum and TSO offloads only if `offloads`.
+    pub fn start_opts(
+        path: &Path,
+        pairs: usize,
+        mode: Mode,
+        access: Access,
+        offloads: bool,
+    ) -> io::Result<Endpoint> {
         if pairs == 0 || pairs > 32 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "queue pairs must be 1..=32",
             ));
         }
-        let dev = Arc::new(Device::new(pairs));
+        let dev = Arc::new(Device::with_offloads(pairs, offloads));
         let (listener, socket_file) = match mode {
             Mode::Server => {
                 let (l, id) = bind(path, access)?;
@@ -243,6 +254,7 @@ impl Endpoint {
         path: &Path,
         pairs: usize,
         mode: Mode,
+        offloads: bool,
         h: &Handover,
         fds: &mut [Option<OwnedFd>],
     ) -> Result<Endpoint, String> {
@@ -272,7 +284,7 @@ impl Endpoint {
         if let Some(c) = &conn {
             c.set_nonblocking(false).map_err(|e| e.to_string())?;
         }
-        let dev = Arc::new(Device::new(pairs));
+        let dev = Arc::new(Device::with_offloads(pairs, offloads));
         let backend = if conn.is_some() {
             Backend::import(Arc::clone(&dev), &h.backend, fds)?
         } else {

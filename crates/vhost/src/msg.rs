@@ -53,7 +53,16 @@ pub mod req {
 #[allow(missing_docs)]
 pub mod feat {
     pub const VIRTIO_NET_F_CSUM: u32 = 0;
+    pub const VIRTIO_NET_F_GUEST_CSUM: u32 = 1;
     pub const VIRTIO_NET_F_MAC: u32 = 5;
+    pub const VIRTIO_NET_F_GUEST_TSO4: u32 = 7;
+    pub const VIRTIO_NET_F_GUEST_TSO6: u32 = 8;
+    pub const VIRTIO_NET_F_GUEST_ECN: u32 = 9;
+    pub const VIRTIO_NET_F_GUEST_UFO: u32 = 10;
+    pub const VIRTIO_NET_F_HOST_TSO4: u32 = 11;
+    pub const VIRTIO_NET_F_HOST_TSO6: u32 = 12;
+    pub const VIRTIO_NET_F_HOST_ECN: u32 = 13;
+    pub const VIRTIO_NET_F_HOST_UFO: u32 = 14;
     pub const VIRTIO_NET_F_MRG_RXBUF: u32 = 15;
     pub const VIRTIO_NET_F_STATUS: u32 = 16;
     pub const VIRTIO_NET_F_CTRL_VQ: u32 = 17;
@@ -71,7 +80,16 @@ pub mod feat {
     /// Names of the virtio feature bits we may report.
     pub const NAMES: &[(u32, &str)] = &[
         (VIRTIO_NET_F_CSUM, "csum"),
+        (VIRTIO_NET_F_GUEST_CSUM, "guest_csum"),
         (VIRTIO_NET_F_MAC, "mac"),
+        (VIRTIO_NET_F_GUEST_TSO4, "guest_tso4"),
+        (VIRTIO_NET_F_GUEST_TSO6, "guest_tso6"),
+        (VIRTIO_NET_F_GUEST_ECN, "guest_ecn"),
+        (VIRTIO_NET_F_GUEST_UFO, "guest_ufo"),
+        (VIRTIO_NET_F_HOST_TSO4, "host_tso4"),
+        (VIRTIO_NET_F_HOST_TSO6, "host_tso6"),
+        (VIRTIO_NET_F_HOST_ECN, "host_ecn"),
+        (VIRTIO_NET_F_HOST_UFO, "host_ufo"),
         (VIRTIO_NET_F_MRG_RXBUF, "mrg_rxbuf"),
         (VIRTIO_NET_F_STATUS, "status"),
         (VIRTIO_NET_F_CTRL_VQ, "ctrl_vq"),

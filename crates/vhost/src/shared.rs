@@ -146,14 +146,23 @@ pub struct Device {
     lost: AtomicBool,
     /// Which region: index + 1 (0: not known), guest-physical start, size.
     lost_region: [AtomicU64; 3],
+    /// Whether checksum and TSO offloads are offered to frontends (a port option).
+    offloads: bool,
     /// Counters.
     pub stats: DeviceStats,
 }
 
 impl Device {
-    /// A device with `pairs` queue pairs (virtqueues `2p` = guest rx, `2p + 1` = guest tx).
+    /// A device with `pairs` queue pairs (virtqueues `2p` = guest rx, `2p + 1` = guest tx),
+    /// offering offloads.
     pub fn new(pairs: usize) -> Device {
+        Device::with_offloads(pairs, true)
+    }
+
+    /// [`Device::new`], offering checksum and TSO offloads only if `offloads`.
+    pub fn with_offloads(pairs: usize, offloads: bool) -> Device {
         Device {
+            offloads,
             pairs,
             slots: (0..pairs * 2).map(|_| Mutex::new(None)).collect(),
             wanted: (0..pairs * 2).map(|_| AtomicBool::new(false)).collect(),
@@ -192,6 +201,18 @@ impl Device {
     /// Negotiated virtio features (0 when not connected).
     pub fn features(&self) -> u64 {
         self.features.load(Relaxed)
+    }
+
+    /// Whether offloads are offered to frontends.
+    pub fn offloads_offered(&self) -> bool {
+        self.offloads
+    }
+
+    /// What the frontend's rx queues take (from the negotiated features): a packet needing
+    /// more is completed in software before it is sent here.
+    #[inline]
+    pub fn guest_offloads(&self) -> packet::vnet::Offloads {
+        crate::backend::guest_offloads(self.features())
     }
 
     /// Negotiated protocol features.

@@ -110,10 +110,10 @@ fn af_packet_ping_and_tcp_between_namespaces() {
         bytes > 10_000_000,
         "TCP through af-packet moved only {bytes} bytes"
     );
-    // The veths' checksum offload is on: frames came with partial checksums we completed.
+    // The veths' offloads are on: GSO frames came and went through whole (port offloads on).
     let st = status_of(&d, "a")["status"].clone();
-    let completed = st["csum_completed"].as_u64().unwrap() + st["gso_segments"].as_u64().unwrap();
-    assert!(completed > 0, "no partial checksum was completed: {st}");
+    assert!(st["gso_frames"].as_u64().unwrap() > 0, "no GSO frame: {st}");
+    assert_eq!(st["gso_segments"], 0, "segmented with offloads on: {st}");
     // Our own transmissions are not received back: a's rx is what namespace a sent.
     let sa = drops(&d, "a");
     let sb = drops(&d, "b");
@@ -130,6 +130,29 @@ fn af_packet_ping_and_tcp_between_namespaces() {
         .filter_map(|r| r["port"].as_str())
         .collect();
     assert!(polled.contains(&"a") && polled.contains(&"b"), "{rxqs}");
+}
+
+/// `offloads=false`: the veths still hand over partial checksums and GSO frames; Vireo
+/// completes and segments them in software on receive and sends plain frames.
+#[test]
+fn af_packet_without_offloads_completes_and_segments_in_software() {
+    if !kernel_ok() || !testkit::require_peer("iperf3", "iperf3") {
+        return;
+    }
+    let (d, _dir, a, b) = two_af_packet_ports('o', 211);
+    for p in ["a", "b"] {
+        d.ok(&["set-port", p, "offloads=false"]);
+    }
+    assert!(
+        a.ping_until("10.211.0.2", &[], 10),
+        "no ping through af-packet"
+    );
+    let bytes = iperf_tcp(&a, &b, "10.211.0.2");
+    eprintln!("af-packet (offloads=false) iperf3 TCP: {bytes} bytes in 2 s");
+    assert!(bytes > 1_000_000, "TCP moved only {bytes} bytes");
+    let st = status_of(&d, "a")["status"].clone();
+    let completed = st["csum_completed"].as_u64().unwrap() + st["gso_segments"].as_u64().unwrap();
+    assert!(completed > 0, "no partial checksum was completed: {st}");
 }
 
 #[test]

@@ -15,6 +15,7 @@ fn feat(mrg: bool, indirect: bool) -> NetFeatures {
         mrg_rxbuf: mrg,
         indirect,
         event_idx: false,
+        ..NetFeatures::default()
     }
 }
 

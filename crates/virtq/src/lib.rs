@@ -11,6 +11,7 @@
 //! [`queue`]. No unsafe code: guest memory is reached only through `guestmem`.
 #![deny(unsafe_code)]
 
+mod copy;
 #[cfg(any(test, feature = "mock"))]
 pub mod mock;
 #[cfg(any(test, feature = "mock"))]
@@ -27,6 +28,8 @@ pub use vq::VirtQueue;
 
 #[cfg(test)]
 mod budget_tests;
+#[cfg(test)]
+mod offload_tests;
 #[cfg(test)]
 mod packed_tests;
 #[cfg(test)]

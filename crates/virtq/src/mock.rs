@@ -38,6 +38,8 @@ pub struct MockDriver {
     last_used: u16,
     next_desc: u16,
     hdr_len: usize,
+    /// Header bytes the next `send` puts over its zeroed virtio-net header.
+    tx_hdr: Vec<u8>,
 }
 
 fn round_up(x: u64, a: u64) -> u64 {
@@ -95,6 +97,7 @@ impl MockDriver {
             last_used: start_idx,
             next_desc: 0,
             hdr_len,
+            tx_hdr: Vec::new(),
         }
     }
 
@@ -176,8 +179,18 @@ impl MockDriver {
 
     fn hdr_and_frame(&self, frame: &[u8]) -> Vec<u8> {
         let mut v = vec![0u8; self.hdr_len];
+        let n = self.tx_hdr.len().min(self.hdr_len);
+        v[..n].copy_from_slice(&self.tx_hdr[..n]);
         v.extend_from_slice(frame);
         v
+    }
+
+    /// [`Self::send`] with `hdr` (up to the header's length) as the frame's virtio-net header.
+    pub fn send_with_hdr(&mut self, hdr: &[u8], frame: &[u8], layout: TxLayout) -> u16 {
+        self.tx_hdr = hdr.to_vec();
+        let r = self.send(frame, layout);
+        self.tx_hdr.clear();
+        r
     }
 
     /// Makes `frame` (behind a zeroed virtio-net header) available for the device to read.
@@ -293,6 +306,15 @@ impl MockDriver {
             }
             d = self.read_desc(d.next);
         }
+    }
+
+    /// [`Self::recv`] keeping each frame's virtio-net header in front of it.
+    pub fn recv_with_hdr(&mut self, mrg: bool) -> Vec<(u16, Vec<u8>)> {
+        let h = self.hdr_len;
+        self.hdr_len = 0;
+        let r = self.recv(mrg);
+        self.hdr_len = h;
+        r
     }
 
     /// Received frames: reads the used entries, joins mergeable buffers by `num_buffers` when

@@ -33,6 +33,8 @@ pub struct PackedDriver {
     /// Ring positions held by outstanding buffers.
     held: u16,
     hdr_len: usize,
+    /// Header bytes the next `send` puts over its zeroed virtio-net header.
+    tx_hdr: Vec<u8>,
 }
 
 impl PackedDriver {
@@ -87,6 +89,7 @@ impl PackedDriver {
             inflight: HashMap::new(),
             held: 0,
             hdr_len,
+            tx_hdr: Vec::new(),
         }
     }
 
@@ -179,9 +182,19 @@ impl PackedDriver {
         self.avail = self.step(self.avail);
     }
 
+    /// [`Self::send`] with `hdr` (up to the header's length) as the frame's virtio-net header.
+    pub fn send_with_hdr(&mut self, hdr: &[u8], frame: &[u8], layout: TxLayout) -> u16 {
+        self.tx_hdr = hdr.to_vec();
+        let r = self.send(frame, layout);
+        self.tx_hdr.clear();
+        r
+    }
+
     /// Makes `frame` (behind a zeroed virtio-net header) available for the device to read.
     pub fn send(&mut self, frame: &[u8], layout: TxLayout) -> u16 {
         let mut all = vec![0u8; self.hdr_len];
+        let n = self.tx_hdr.len().min(self.hdr_len);
+        all[..n].copy_from_slice(&self.tx_hdr[..n]);
         all.extend_from_slice(frame);
         let base = self.buf_addr(self.avail.0);
         self.mem.write(base, &all).expect("buf");
@@ -311,6 +324,15 @@ impl PackedDriver {
             left -= n;
         }
         out
+    }
+
+    /// [`Self::recv`] keeping each frame's virtio-net header in front of it.
+    pub fn recv_with_hdr(&mut self, mrg: bool) -> Vec<(u16, Vec<u8>)> {
+        let h = self.hdr_len;
+        self.hdr_len = 0;
+        let r = self.recv(mrg);
+        self.hdr_len = h;
+        r
     }
 
     /// Received frames: joins mergeable buffers by `num_buffers` when `mrg`, strips headers.

@@ -28,10 +28,10 @@
 //! them to the driver, are written once per burst after one release fence, the first used
 //! descriptor of the burst last. At most one notification per burst, decided from the
 //! driver's event suppression area (enable / disable / a descriptor position with EVENT_IDX).
-use crate::queue::{Broken, Burst, QueueError, BURST_BUDGET, MAX_CHAIN, MAX_SEGS};
+use crate::queue::{Broken, Burst, ChainError, QueueError, BURST_BUDGET, MAX_CHAIN, MAX_SEGS};
 use crate::ring::{NetFeatures, RingAddrs, DESC_SIZE, MAX_INDIRECT, MAX_QUEUE_SIZE};
 use guestmem::{GuestMemory, GuestRange};
-use packet::{Batch, Pool, MAX_FRAME};
+use packet::{Batch, Pool};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
@@ -110,8 +110,6 @@ pub fn need_event_packed(ev: (u16, bool), new: (u16, bool), old: (u16, bool), si
 enum Bad {
     /// Its buffers are malformed; it was walked to its end and can be returned.
     Malformed,
-    /// Bigger than the packet buffer (dequeue).
-    TooBig,
     /// Its end was not found within the caps: cannot be returned.
     Endless,
     /// The burst's budget ran out before its end (not consumed).
@@ -470,31 +468,15 @@ impl PackedQueue {
             if head.3 & (DESC_F_NEXT | DESC_F_INDIRECT | DESC_F_WRITE) == 0 && head.1 >= hdr {
                 // Fast path: header and frame in one descriptor (one descriptor read).
                 self.spent += 1;
-                let mut p = pool.get();
-                let len = (head.1 - hdr) as usize;
-                let r = match p.reset_for_fill(MAX_FRAME).get_mut(..len) {
-                    None => Err(Bad::TooBig),
-                    Some(dst) => match head.0.checked_add(u64::from(hdr)) {
-                        Some(a) if self.mem.read(a, dst).is_ok() => Ok(()),
-                        _ => Err(Bad::Malformed),
-                    },
-                };
-                match r {
-                    Ok(()) => {
-                        p.truncate(len);
+                match crate::copy::from_one(&self.mem, head.0, head.1, &self.feat, pool) {
+                    Ok(p) => {
                         b.packets += 1;
-                        b.bytes += len as u64;
+                        b.bytes += p.len() as u64;
                         if let Err(p) = out.push(p) {
                             pool.put(p);
                         }
                     }
-                    Err(e) => {
-                        pool.put(p);
-                        match e {
-                            Bad::TooBig => b.too_big += 1,
-                            _ => b.malformed += 1,
-                        }
-                    }
+                    Err(e) => e.count(&mut b),
                 }
                 self.push_used(head.2, 0, 1);
                 (self.last_avail, self.avail_wrap) =
@@ -515,8 +497,8 @@ impl PackedQueue {
                 }
             };
             let r = match c.bad {
-                Some(e) => Err(e),
-                None => self.copy_out(pool),
+                Some(_) => Err(ChainError::Malformed),
+                None => crate::copy::from_segs(&self.mem, &self.segs, &self.feat, pool),
             };
             match r {
                 Ok(p) => {
@@ -527,8 +509,7 @@ impl PackedQueue {
                         pool.put(p);
                     }
                 }
-                Err(Bad::TooBig) => b.too_big += 1,
-                Err(_) => b.malformed += 1,
+                Err(e) => e.count(&mut b),
             }
             self.push_used(c.id, 0, c.ndesc);
             (self.last_avail, self.avail_wrap) =
@@ -537,36 +518,5 @@ impl PackedQueue {
         b.descs = self.spent;
         self.flush(old, &mut b);
         b
-    }
-
-    /// Copies the gathered device-readable segments into a packet, stripping the header.
-    fn copy_out(&self, pool: &mut Pool) -> Result<packet::Packet, Bad> {
-        let mut p = pool.get();
-        let buf = p.reset_for_fill(MAX_FRAME);
-        let mut skip = self.feat.hdr_len as u64;
-        let mut written = 0usize;
-        for &(addr, len) in &self.segs {
-            let s = skip.min(u64::from(len));
-            skip -= s;
-            let n = (u64::from(len) - s) as usize;
-            if n == 0 {
-                continue;
-            }
-            let Some(dst) = buf.get_mut(written..written + n) else {
-                pool.put(p);
-                return Err(Bad::TooBig);
-            };
-            if self.mem.read(addr + s, dst).is_err() {
-                pool.put(p);
-                return Err(Bad::Malformed);
-            }
-            written += n;
-        }
-        if skip > 0 {
-            pool.put(p);
-            return Err(Bad::Malformed);
-        }
-        p.truncate(written);
-        Ok(p)
     }
 }

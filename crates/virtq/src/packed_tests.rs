@@ -13,6 +13,7 @@ fn feat(mrg: bool, indirect: bool, event_idx: bool) -> NetFeatures {
         mrg_rxbuf: mrg,
         indirect,
         event_idx,
+        ..NetFeatures::default()
     }
 }
 

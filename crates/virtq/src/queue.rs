@@ -33,7 +33,8 @@
 //! buffers each: 32–224 descriptors) stays far below the budget and is never cut.
 use crate::ring::*;
 use guestmem::{GuestMemory, GuestRange, MemError};
-use packet::{Batch, Packet, Pool, BATCH_SIZE, MAX_FRAME};
+use packet::vnet::VnetError;
+use packet::{Batch, Packet, Pool, BATCH_SIZE};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
@@ -98,6 +99,9 @@ pub struct Burst {
     pub too_big: u32,
     /// Packets dropped: no guest buffer available.
     pub full: u32,
+    /// Packets dropped (dequeue with offloads on): their virtio-net header was refused, by
+    /// reason (index: `packet::vnet::VnetError as usize`).
+    pub vnet: [u32; 4],
     /// Packets dropped because the queue is (or just became) broken.
     pub broken_drops: u32,
     /// Packets not enqueued because the burst ended early: the descriptor budget ran out, or
@@ -114,11 +118,25 @@ pub struct Burst {
 }
 
 #[derive(Clone, Copy, Debug)]
-enum ChainError {
+pub(crate) enum ChainError {
     Malformed,
     TooBig,
     /// The burst's descriptor budget ran out before the chain ended (not consumed).
     Budget,
+    /// The virtio-net header was refused.
+    Vnet(VnetError),
+}
+
+impl ChainError {
+    /// Counts a packet dropped for this reason.
+    #[inline]
+    pub(crate) fn count(self, b: &mut Burst) {
+        match self {
+            ChainError::TooBig => b.too_big += 1,
+            ChainError::Vnet(e) => b.vnet[e as usize] += 1,
+            ChainError::Malformed | ChainError::Budget => b.malformed += 1,
+        }
+    }
 }
 
 impl From<MemError> for ChainError {
@@ -419,63 +437,36 @@ impl Queue {
         }
     }
 
-    /// Copies the device-readable chain headed by `first` into `buf`, stripping the virtio-net
-    /// header. Returns the frame length; `*walked` counts the descriptors read (`left` > 0).
+    /// Copies the device-readable chain headed by `first` into a packet from `pool`, reading
+    /// the virtio-net header once if offloads are on (see [`crate::copy`]). `*walked` counts the
+    /// descriptors read (`left` > 0).
     #[inline]
     fn read_chain(
-        &self,
+        &mut self,
         first: Desc,
-        buf: &mut [u8],
+        pool: &mut Pool,
         left: u32,
         walked: &mut u32,
-    ) -> Result<usize, ChainError> {
-        let hdr = self.feat.hdr_len as u32;
-        if first.flags == 0 && first.len >= hdr {
-            *walked = 1;
+    ) -> Result<Packet, ChainError> {
+        if first.flags == 0 && first.len >= self.feat.hdr_len as u32 {
             // Fast path: header and frame in one descriptor.
-            let len = (first.len - hdr) as usize;
-            let dst = buf.get_mut(..len).ok_or(ChainError::TooBig)?;
-            let addr = first
-                .addr
-                .checked_add(u64::from(hdr))
-                .ok_or(ChainError::Malformed)?;
-            self.mem.read(addr, dst)?;
-            return Ok(len);
+            *walked = 1;
+            return crate::copy::from_one(&self.mem, first.addr, first.len, &self.feat, pool);
         }
-        self.read_chain_from(first, buf, left, walked)
-    }
-
-    fn read_chain_from(
-        &self,
-        first: Desc,
-        buf: &mut [u8],
-        left: u32,
-        walked: &mut u32,
-    ) -> Result<usize, ChainError> {
-        let mut skip = self.feat.hdr_len as u64;
-        let mut written = 0usize;
-        self.walk_from(first, left, walked, |d| {
-            if d.has(VIRTQ_DESC_F_WRITE) {
+        let mut segs = std::mem::take(&mut self.segs);
+        segs.clear();
+        let r = self.walk_from(first, left, walked, |d| {
+            if d.has(VIRTQ_DESC_F_WRITE) || segs.len() >= MAX_SEGS {
                 return Err(ChainError::Malformed);
             }
-            let s = skip.min(u64::from(d.len));
-            skip -= s;
-            let len = (u64::from(d.len) - s) as usize;
-            if len == 0 {
-                return Ok(());
+            if d.len > 0 {
+                segs.push((d.addr, d.len));
             }
-            let addr = d.addr.checked_add(s).ok_or(ChainError::Malformed)?;
-            let dst = buf
-                .get_mut(written..written + len)
-                .ok_or(ChainError::TooBig)?;
-            self.mem.read(addr, dst)?;
-            written += len;
             Ok(())
-        })?;
-        if skip > 0 {
-            return Err(ChainError::Malformed);
-        }
-        Ok(written)
+        });
+        let r = r.and_then(|()| crate::copy::from_segs(&self.mem, &segs, &self.feat, pool));
+        self.segs = segs;
+        r
     }
 
     #[inline]
@@ -525,18 +516,16 @@ impl Queue {
                 break;
             }
             let (head, first) = self.pre[usize::from(i)];
-            let mut p = pool.get();
             let mut walked = 0;
             let r = first
                 .ok_or(ChainError::Malformed)
-                .and_then(|d| self.read_chain(d, p.reset_for_fill(MAX_FRAME), left, &mut walked));
+                .and_then(|d| self.read_chain(d, pool, left, &mut walked));
             // An unreadable head descriptor still counts as one.
             spent += walked.max(1);
             match r {
-                Ok(len) => {
-                    p.truncate(len);
+                Ok(p) => {
                     b.packets += 1;
-                    b.bytes += len as u64;
+                    b.bytes += p.len() as u64;
                     // Cannot fail: at most `out.room()` chains are taken.
                     if let Err(p) = out.push(p) {
                         pool.put(p);
@@ -544,17 +533,10 @@ impl Queue {
                 }
                 Err(ChainError::Budget) => {
                     // Not consumed: the chain is taken whole by the next burst.
-                    pool.put(p);
                     b.budget_cut = true;
                     break;
                 }
-                Err(e) => {
-                    pool.put(p);
-                    match e {
-                        ChainError::TooBig => b.too_big += 1,
-                        _ => b.malformed += 1,
-                    }
-                }
+                Err(e) => e.count(&mut b),
             }
             self.push_used(head, 0);
         }

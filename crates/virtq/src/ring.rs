@@ -1,6 +1,7 @@
 //! Split-ring layout (virtio 1.1 §2.6), flags, descriptor decoding and index arithmetic.
 //!
 //! Pure functions and constants; used by the device side ([`crate::Queue`]) and the mock driver.
+use packet::vnet::Offloads;
 
 /// Descriptor continues via `next`.
 pub const VIRTQ_DESC_F_NEXT: u16 = 1;
@@ -130,6 +131,13 @@ pub struct NetFeatures {
     pub indirect: bool,
     /// VIRTIO_RING_F_EVENT_IDX.
     pub event_idx: bool,
+    /// Offloads the driver may ask of us on its tx queue (`CSUM`, `HOST_TSO4/6`): with any on,
+    /// dequeue reads each chain's virtio-net header (once) and checks it; with none, the
+    /// header is skipped unread.
+    pub host: Offloads,
+    /// Offloads the driver takes on its rx queue (`GUEST_CSUM`, `GUEST_TSO4/6`): with any on,
+    /// enqueue writes each packet's offload into its header.
+    pub guest: Offloads,
 }
 
 impl Default for NetFeatures {
@@ -139,6 +147,8 @@ impl Default for NetFeatures {
             mrg_rxbuf: false,
             indirect: false,
             event_idx: false,
+            host: Offloads::default(),
+            guest: Offloads::default(),
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Software versions of the offloads a kernel hands us half-done: completing a partial
+//! Software versions of the offloads a kernel or guest hands us half-done: completing a partial
 //! (`CHECKSUM_PARTIAL` / `TP_STATUS_CSUMNOTREADY`) transport checksum, and segmenting a TCP
 //! GSO frame (the large frames a veth with TSO on passes to a packet socket) into MSS-sized
 //! frames with their IP and TCP headers and checksums fixed.
@@ -14,7 +14,7 @@ use crate::checksum;
 pub enum OffloadError {
     /// The checksum offsets point past the frame.
     BadOffsets,
-    /// Not an untagged Ethernet + IPv4/IPv6 (no extension headers) + TCP frame.
+    /// Not an Ethernet (at most one VLAN tag) + IPv4/IPv6 (no extension headers) + TCP frame.
     NotTcp,
     /// Header lengths inconsistent with the frame, or an MSS of zero.
     Malformed,
@@ -47,8 +47,14 @@ fn tcp_layout(f: &[u8]) -> Result<TcpLayout, OffloadError> {
     if f.len() < 14 {
         return Err(OffloadError::NotTcp);
     }
-    let l3 = 14;
-    let (v6, l4) = match u16::from_be_bytes([f[12], f[13]]) {
+    let mut l3 = 14;
+    let mut et = u16::from_be_bytes([f[12], f[13]]);
+    if (et == 0x8100 || et == 0x88a8) && f.len() >= 18 {
+        // One VLAN tag (a tag pushed onto a GSO frame by an action).
+        et = u16::from_be_bytes([f[16], f[17]]);
+        l3 = 18;
+    }
+    let (v6, l4) = match et {
         0x0800 => {
             let b = f.get(l3).ok_or(OffloadError::NotTcp)?;
             let ihl = usize::from(b & 0x0f) * 4;

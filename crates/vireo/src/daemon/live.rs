@@ -36,6 +36,8 @@ impl LivePort {
         let opt = |k: &str| pc.options.get(k).map(String::as_str);
         let queues = opt("queues").map_or(Ok(1), str::parse::<usize>);
         let queues = queues.map_err(|_| "bad queues".to_string())?;
+        let offloads = super::options::parse_offloads(opt("offloads"))
+            .map_err(|e| format!("port {name}: {e}"))?;
         match pc.kind.as_str() {
             "dummy" => Ok(LivePort::Dummy(Arc::new(DummyPort::new()))),
             "vhost-user" => {
@@ -43,7 +45,7 @@ impl LivePort {
                     opt("path").map_or_else(|| run_dir.join(format!("{name}.sock")), Into::into);
                 let access = super::options::socket_access(opt("socket-mode"), opt("socket-group"))
                     .map_err(|e| format!("port {name}: {e}"))?;
-                VhostUserPort::server_with(&path, queues, access)
+                VhostUserPort::server_opts(&path, queues, access, offloads)
                     .map(LivePort::Vhost)
                     .map_err(|e| format!("port {name}: {e}"))
             }
@@ -53,7 +55,7 @@ impl LivePort {
                 })?;
                 let ms = opt("reconnect-ms").map_or(Ok(DEFAULT_RECONNECT_MS), str::parse::<u64>);
                 let ms = ms.map_err(|_| "bad reconnect-ms".to_string())?;
-                VhostUserPort::client(Path::new(path), queues, ms)
+                VhostUserPort::client_opts(Path::new(path), queues, ms, offloads)
                     .map(LivePort::Vhost)
                     .map_err(|e| format!("port {name}: {e}"))
             }
@@ -78,7 +80,7 @@ impl LivePort {
             "af-packet" => {
                 let ifname = opt("ifname")
                     .ok_or_else(|| format!("port {name}: type af-packet needs ifname=IF"))?;
-                AfPacketPort::open(ifname)
+                AfPacketPort::open_opts(ifname, offloads)
                     .map(LivePort::AfPacket)
                     .map_err(|e| format!("port {name}: {e}"))
             }
@@ -91,7 +93,7 @@ impl LivePort {
                 }
                 let mtu = opt("mtu").map(str::parse::<u32>).transpose();
                 let mtu = mtu.map_err(|_| format!("port {name}: bad mtu"))?;
-                TapPort::create(name, kind, mtu)
+                TapPort::create_opts(name, kind, mtu, offloads)
                     .map(LivePort::Tap)
                     .map_err(|e| format!("port {name}: {e}"))
             }
@@ -145,7 +147,8 @@ impl LivePort {
                 ))
             }
         };
-        let ep = vhost::Endpoint::adopt(&path, queues, mode, h, fds)?;
+        let offloads = super::options::parse_offloads(opt("offloads"))?;
+        let ep = vhost::Endpoint::adopt(&path, queues, mode, offloads, h, fds)?;
         Ok(LivePort::Vhost(VhostUserPort::adopted(ep, mode)))
     }
 
@@ -159,7 +162,10 @@ impl LivePort {
         let kind = if pc.kind == "tap" { "tap" } else { "internal" };
         let mtu = pc.options.get("mtu").map(|m| m.parse::<u32>()).transpose();
         let mtu = mtu.map_err(|_| format!("port {name}: bad mtu"))?;
-        TapPort::adopt(name, kind, mtu, fd)
+        let offloads =
+            super::options::parse_offloads(pc.options.get("offloads").map(String::as_str))
+                .map_err(|e| format!("port {name}: {e}"))?;
+        TapPort::adopt(name, kind, mtu, offloads, fd)
             .map(LivePort::Tap)
             .map_err(|e| format!("port {name}: {e}"))
     }

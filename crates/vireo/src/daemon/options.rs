@@ -39,12 +39,12 @@ pub const KINDS: &[KindSpec] = &[
     },
     KindSpec {
         name: "vhost-user",
-        options: &["path", "queues", "socket-mode", "socket-group"],
+        options: &["path", "queues", "socket-mode", "socket-group", "offloads"],
         built: true,
     },
     KindSpec {
         name: "vhost-user-client",
-        options: &["path", "queues", "reconnect-ms"],
+        options: &["path", "queues", "reconnect-ms", "offloads"],
         built: true,
     },
     KindSpec {
@@ -54,17 +54,17 @@ pub const KINDS: &[KindSpec] = &[
     },
     KindSpec {
         name: "af-packet",
-        options: &["ifname"],
+        options: &["ifname", "offloads"],
         built: true,
     },
     KindSpec {
         name: "tap",
-        options: &["mtu"],
+        options: &["mtu", "offloads"],
         built: true,
     },
     KindSpec {
         name: "internal",
-        options: &["mtu"],
+        options: &["mtu", "offloads"],
         built: true,
     },
     KindSpec {
@@ -161,6 +161,7 @@ fn check_value(key: &str, v: &str) -> Result<(), String> {
             "on" | "off" => Ok(()),
             _ => Err(format!("{v:?} is not on or off")),
         },
+        "offloads" => parse_offloads(Some(v)).map(|_| ()),
         "xdp-mode" => match v {
             "best-effort" | "native" | "generic" => Ok(()),
             _ => Err(format!("{v:?} is not one of best-effort, native, generic")),
@@ -191,6 +192,17 @@ fn check_value(key: &str, v: &str) -> Result<(), String> {
             ports::tunnel::check_option(key, v)
         }
         _ => Ok(()),
+    }
+}
+
+/// The `offloads` option (vhost-user, tap, internal): `true` (the default: checksum and TSO
+/// offloads negotiated with the guest or declared to the kernel) or `false` (none; the
+/// datapath finishes them in software, for debugging and for the benchmark's off case).
+pub fn parse_offloads(v: Option<&str>) -> Result<bool, String> {
+    match v {
+        None | Some("") | Some("true") => Ok(true),
+        Some("false") => Ok(false),
+        Some(v) => Err(format!("{v:?} is not true or false")),
     }
 }
 
@@ -535,6 +547,30 @@ mod tests {
         assert!(validate(spec, &o("path", "/x"))
             .unwrap_err()
             .contains("unknown option \"path\""));
+    }
+
+    #[test]
+    fn offloads_option_is_a_boolean_on_the_kinds_that_have_offloads() {
+        let o = |v: &str| BTreeMap::from([("offloads".to_string(), v.to_string())]);
+        for k in [
+            "vhost-user",
+            "vhost-user-client",
+            "af-packet",
+            "tap",
+            "internal",
+        ] {
+            let spec = kind(k).unwrap();
+            assert!(validate(spec, &o("true")).is_ok(), "{k}");
+            assert!(validate(spec, &o("false")).is_ok(), "{k}");
+            let e = validate(spec, &o("off")).unwrap_err();
+            assert!(e.contains("not true or false"), "{k}: {e}");
+        }
+        for k in ["af-xdp", "vxlan", "dummy"] {
+            let e = validate(kind(k).unwrap(), &o("false")).unwrap_err();
+            assert!(e.contains("unknown option \"offloads\""), "{k}: {e}");
+        }
+        assert_eq!(parse_offloads(None), Ok(true));
+        assert_eq!(parse_offloads(Some("false")), Ok(false));
     }
 
     #[test]

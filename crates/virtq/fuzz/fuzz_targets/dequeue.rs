@@ -29,6 +29,17 @@ fuzz_target!(|data: &[u8]| {
         mrg_rxbuf: flags & 2 != 0,
         indirect: flags & 4 != 0,
         event_idx: flags & 8 != 0,
+        // Offloads on: every chain's virtio-net header is read and checked.
+        host: if flags & 16 != 0 {
+            packet::vnet::Offloads::ALL
+        } else {
+            packet::vnet::Offloads::default()
+        },
+        guest: if flags & 32 != 0 {
+            packet::vnet::Offloads::ALL
+        } else {
+            packet::vnet::Offloads::default()
+        },
     };
     // desc at 0 (4 KiB for 256 entries), avail at 4 KiB, used at 8 KiB.
     let addrs = RingAddrs {
@@ -45,7 +56,22 @@ fuzz_target!(|data: &[u8]| {
     for _ in 0..3 {
         let b = q.dequeue(&mut pool, &mut out);
         assert!(b.packets as usize == out.len());
-        assert!(out.as_slice().iter().all(|p| p.len() <= packet::MAX_FRAME));
+        assert!(out.as_slice().iter().all(|p| {
+            // A frame above a standard buffer only as a checked GSO frame.
+            p.len() <= packet::MAX_FRAME
+                || matches!(p.meta.offload(), packet::Offload::Tso { .. })
+                    && p.len() <= packet::MAX_LARGE_FRAME
+        }));
+        // Every offload a packet carries lies inside it.
+        for p in out.as_slice() {
+            match p.meta.offload() {
+                packet::Offload::None => {}
+                packet::Offload::Csum { start, offset } => {
+                    assert!(usize::from(start) + usize::from(offset) + 2 <= p.len())
+                }
+                packet::Offload::Tso { l4, .. } => assert!(usize::from(l4) + 20 <= p.len()),
+            }
+        }
         // Every burst stays within the descriptor budget.
         assert!(b.descs <= virtq::BURST_BUDGET);
         pool.put_batch(&mut out);

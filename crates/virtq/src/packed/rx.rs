@@ -178,6 +178,11 @@ impl PackedQueue {
         self.spent = 0;
         let mut hdr = [0u8; 12];
         for (i, p) in pkts.iter().enumerate() {
+            if self.feat.guest.any() {
+                // The driver takes offloads: say what this packet still needs (nothing, a
+                // partial checksum, or TSO with the MSS), computed by us from the packet.
+                packet::vnet::write_hdr(p.meta.offload(), p.data(), &mut hdr[..10]);
+            }
             let Err(stop) = self.enqueue_one(p.data(), &mut hdr, &mut pos, &mut b) else {
                 continue;
             };

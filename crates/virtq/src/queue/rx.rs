@@ -228,6 +228,11 @@ impl Queue {
         let mut hdr = [0u8; 12];
         hdr[10] = 1;
         for (i, p) in pkts.iter().enumerate() {
+            if self.feat.guest.any() {
+                // The driver takes offloads: say what this packet still needs (nothing, a
+                // partial checksum, or TSO with the MSS), computed by us from the packet.
+                packet::vnet::write_hdr(p.meta.offload(), p.data(), &mut hdr[..10]);
+            }
             let Err(stop) = self.enqueue_one(p.data(), avail, &mut taken, &mut hdr, &mut b) else {
                 continue;
             };
