@@ -74,6 +74,8 @@ pub struct Testpmd {
     child: Child,
     stdin: ChildStdin,
     pub out: Output,
+    /// Ports it was started with (what `show port stats all` reports on).
+    ports: usize,
 }
 
 impl Testpmd {
@@ -114,7 +116,12 @@ impl Testpmd {
         out.follow(child.stdout.take().unwrap());
         out.follow(child.stderr.take().unwrap());
         let stdin = child.stdin.take().unwrap();
-        Testpmd { child, stdin, out }
+        Testpmd {
+            child,
+            stdin,
+            out,
+            ports: ports.len(),
+        }
     }
 
     /// Sends one interactive command.
@@ -144,7 +151,9 @@ impl Testpmd {
             let text = self.out.text();
             let fresh = &text[before.min(text.len())..];
             let stats = parse_port_stats(fresh);
-            if !stats.is_empty() && fresh.matches("Tx-pps").count() >= stats.len() {
+            // Every port's block, each to its last line (testpmd prints them one by one: a
+            // reader that stops after the first port's block sees one port).
+            if stats.len() >= self.ports.max(1) && fresh.matches("Tx-pps").count() >= stats.len() {
                 return stats;
             }
             if Instant::now() > deadline {
