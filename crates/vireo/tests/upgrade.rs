@@ -501,7 +501,11 @@ fn fds_and_maps(pid: i32) -> (usize, usize) {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
         .unwrap()
         .lines()
-        .filter(|l| l.split_whitespace().nth(1).is_some_and(|p| p.ends_with('s')))
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .is_some_and(|p| p.ends_with('s'))
+        })
         .count();
     (fds, maps)
 }
@@ -519,7 +523,10 @@ fn hundred_upgrades_leak_no_fd_or_mapping() {
     l.assert_flowing("after the first upgrade");
     std::thread::sleep(Duration::from_millis(200));
     let first = fds_and_maps(pid);
-    assert!(first.1 > 0, "no shared mapping: guest memory is not mapped?");
+    assert!(
+        first.1 > 0,
+        "no shared mapping: guest memory is not mapped?"
+    );
     let n = 100;
     let t = Instant::now();
     for i in 1..n {
