@@ -96,10 +96,9 @@ fn props(line: &str) -> Vec<(u16, u32)> {
         .collect()
 }
 
-fn async_config_in(version: &str) {
-    let Some(bin) = venv_file("bin/osken-manager") else {
-        return;
-    };
+/// The two GET_ASYNC replies os-ken decoded, as `type:mask` pairs (None: no venv, skipped).
+fn async_config_in(version: &str) -> Option<[Vec<(u16, u32)>; 2]> {
+    let bin = venv_file("bin/osken-manager")?;
     let h = start();
     let dir = h.dir.path();
     let (app, out, enable) = (
@@ -170,6 +169,7 @@ fn async_config_in(version: &str) {
         "v{version}: errors: {:?}",
         lines(&out, "ERROR")
     );
+    Some([first, second])
 }
 
 fn has_table_miss(h: &Harness) -> bool {
@@ -181,10 +181,20 @@ fn has_table_miss(h: &Harness) -> bool {
 
 #[test]
 fn os_ken_sets_and_gets_async_config_over_openflow_1_4() {
-    async_config_in("14");
+    if let Some([off, on]) = async_config_in("14") {
+        assert!(
+            off.contains(&(1, 0)) && on.contains(&(1, 3)),
+            "{off:?} {on:?}"
+        );
+    }
 }
 
 #[test]
 fn os_ken_sets_and_gets_async_config_over_openflow_1_5() {
-    async_config_in("15");
+    if let Some([off, on]) = async_config_in("15") {
+        assert!(
+            off.contains(&(1, 0)) && on.contains(&(1, 3)),
+            "{off:?} {on:?}"
+        );
+    }
 }

@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 use common::*;
 use testkit::{free_port, have_ofctl};
 
-fn snoop_sees_the_controller_session(version: Option<&str>) {
+/// What the snooping ovs-ofctl printed (None: ovs-ofctl missing, the test is skipped).
+fn snoop_sees_the_controller_session(version: Option<&str>) -> Option<String> {
     if !have_ofctl() {
-        return;
+        return None;
     }
     let h = start();
     let port = free_port();
@@ -92,16 +93,21 @@ fn snoop_sees_the_controller_session(version: Option<&str>) {
         !t.contains("|ERR|") && !t.contains("!= expected"),
         "{version:?}:\n{t}"
     );
+    Some(t)
 }
 
 #[test]
 fn plain_ovs_ofctl_snoop_sees_an_openflow_1_0_controller_session() {
-    snoop_sees_the_controller_session(None);
+    if let Some(t) = snoop_sees_the_controller_session(None) {
+        assert!(t.contains("OFPT_HELLO (xid="), "a 1.0 session: {t}");
+    }
 }
 
 #[test]
 fn ovs_ofctl_snoop_sees_an_openflow_1_3_controller_session() {
-    snoop_sees_the_controller_session(Some("OpenFlow13"));
+    if let Some(t) = snoop_sees_the_controller_session(Some("OpenFlow13")) {
+        assert!(t.contains("OFPT_HELLO (OF1.3)"), "a 1.3 session: {t}");
+    }
 }
 
 /// Plain `ovs-ofctl monitor BR 65535` (OpenFlow 1.0 on the management socket) prints the
