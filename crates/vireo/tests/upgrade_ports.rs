@@ -1,0 +1,232 @@
+//! `vireoctl upgrade` with other kinds of port: a QEMU guest pinging through upgrades, kernel
+//! (`tap`, `internal`) and idle vhost-user ports coming back, packed rings surviving upgrades.
+//! The harness is shared with `upgrade.rs`.
+mod common;
+mod upgrade_harness;
+
+use common::peers::{missing, Testpmd, VirtioUser};
+use common::wait_until;
+use std::time::Duration;
+use upgrade_harness::*;
+
+/// A real VM: QEMU (its vhost-user socket as client, Vireo listening) boots Linux and pings a
+/// testpmd ICMP echo endpoint once a second through Vireo while vireod is upgraded three
+/// times: every echo is answered, QEMU never reconnects (it would log about the vhost-user
+/// socket and Vireo would count a second connection).
+#[test]
+fn qemu_guest_pings_through_upgrades() {
+    use common::peers::{build_initramfs, guest_kernel, Guest};
+    let _g = serial();
+    for tool in ["qemu-system-x86_64", "dpdk-testpmd"] {
+        if let Some(m) = missing(tool) {
+            eprintln!("{m}");
+            return;
+        }
+    }
+    let Some(kernel) = guest_kernel() else {
+        testkit::missing_peer(
+            "a /boot/vmlinuz-* kernel for the guest",
+            "linux-image-amd64",
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Vireod::start(dir.path());
+    d.ok(&["add-br", "br0", "internal=false"]);
+    d.ok(&["add-port", "br0", "vm", "type=vhost-user"]);
+    d.ok(&["add-port", "br0", "tp", "type=vhost-user"]);
+    let initrd = build_initramfs(dir.path());
+    let mut tp = Testpmd::start(
+        &format!("vireo-upg-vm-{}", std::process::id()),
+        &[VirtioUser {
+            path: d.run.join("tp.sock"),
+            mac: "00:00:00:00:00:0a".into(),
+            extra: String::new(),
+        }],
+        &["--forward-mode=icmpecho"],
+    );
+    tp.cmd("show config fwd");
+    assert!(
+        tp.out
+            .wait_for("packet forwarding - ports=", Duration::from_secs(60)),
+        "testpmd did not start:\n{}",
+        tp.out.text()
+    );
+    tp.cmd("start");
+    assert!(wait_until(Duration::from_secs(30), || d.port("tp")["link"] == "up"));
+    let count = 20;
+    let guest = Guest::boot(
+        &kernel,
+        &initrd,
+        &d.run.join("vm.sock"),
+        false,
+        "52:54:00:12:34:56",
+        // It stays up after the pings (vireo.wait) so that the connection can be checked.
+        &format!("vireo.ip=10.0.0.1/24 vireo.ping=10.0.0.2 vireo.count={count} vireo.wait=120"),
+    );
+    // Wait for the first echo to come back, then upgrade during the pings.
+    assert!(
+        wait_until(Duration::from_secs(200), || d.port("vm")["link"] == "up"
+            && tp.port_stats().first().is_some_and(|s| s.1 > 0)),
+        "the guest never pinged:\n{}",
+        guest.out.text()
+    );
+    let view = d.port("vm")["status"]["features"].clone();
+    for i in 0..3 {
+        std::thread::sleep(Duration::from_secs(3));
+        let pid = d.upgrade();
+        eprintln!("upgrade {i} during the pings: new vireod {pid}");
+        let st = d.port("vm")["status"].clone();
+        assert_eq!(st["connections"], 1, "QEMU reconnected: {st}");
+        assert_eq!(st["features"], view, "{st}");
+    }
+    let done = wait_until(Duration::from_secs(120), || {
+        let o = guest.out.text();
+        o.contains("VIREO-PING-OK") || o.contains("VIREO-PING-FAIL")
+    });
+    let console = guest.out.text();
+    assert!(done, "guest did not finish:\n{console}");
+    assert!(console.contains("VIREO-PING-OK"), "{console}");
+    let summary = format!("{count} packets transmitted, {count} packets received");
+    assert!(
+        console.contains(&summary),
+        "echoes lost across the upgrades (want {summary:?}):\n{console}\n{}",
+        d.log_tail()
+    );
+    let st = d.port("vm")["status"].clone();
+    assert_eq!(st["connections"], 1, "QEMU reconnected: {st}");
+    assert_eq!(st["features"], view, "{st}");
+    assert_eq!(st["state"], "connected", "{st}");
+    assert!(
+        !console.to_lowercase().contains("vhost"),
+        "QEMU said something about vhost-user:\n{console}"
+    );
+    drop(guest);
+    tp.quit();
+}
+
+/// A bridge's internal port (a tap named after the bridge, unique to this test) is handed over
+/// by its fd: the same interface (same ifindex) is up in the new process; a dummy port
+/// survives, and so do vhost-user ports with no frontend: the server port still listens on the
+/// same socket (a frontend can connect), the client port still tries to connect; a rule added
+/// over OpenFlow on the handed-over management socket is still there.
+#[test]
+fn kernel_ports_and_idle_vhost_ports_come_back_after_an_upgrade() {
+    let _g = serial();
+    if !std::path::Path::new("/dev/net/tun").exists() {
+        testkit::missing_peer("/dev/net/tun (tap ports)", "the kernel's tun module");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Vireod::start(dir.path());
+    let br = format!("vupg{}", std::process::id() % 100_000);
+    let o = d.ctl(&["add-br", &br]);
+    if o.code != 0 {
+        // No CAP_NET_ADMIN here: the internal port cannot be made at all.
+        testkit::missing_peer("CAP_NET_ADMIN for tap ports", "root");
+        eprintln!("SKIPPED: {}", o.stderr);
+        return;
+    }
+    d.ok(&["add-port", &br, "d0", "type=dummy"]);
+    d.ok(&["add-port", &br, "idle1", "type=vhost-user"]);
+    let nowhere = dir.path().join("nobody-listens.sock");
+    d.ok(&[
+        "add-port",
+        &br,
+        "idle2",
+        "type=vhost-user-client",
+        &format!("path={}", nowhere.display()),
+    ]);
+    let before = d.port(&br);
+    assert_eq!(before["link"], "up", "{before}");
+    // A rule added over OpenFlow, on the bridge's management socket.
+    let mgmt = d.run.join(format!("{br}.mgmt"));
+    let ofctl = testkit::have_ofctl();
+    if ofctl {
+        testkit::ofctl_must(&mgmt, "add-flow", &["priority=7,in_port=1,actions=drop"]);
+    }
+    let ifindex = std::fs::read_to_string(format!("/sys/class/net/{br}/ifindex")).unwrap();
+    d.upgrade();
+    assert!(
+        wait_until(Duration::from_secs(10), || d.port(&br)["link"] == "up"),
+        "internal port not back: {}\n{}",
+        d.ok(&["show"]),
+        d.log_tail()
+    );
+    for p in [br.as_str(), "d0", "idle1", "idle2"] {
+        let v = d.port(p);
+        assert!(v["error"].is_null(), "port {p} failed to come back: {v}");
+    }
+    assert_eq!(d.port("d0")["type"], "dummy");
+    assert_eq!(d.port("idle1")["status"]["state"], "listening");
+    assert_eq!(d.port("idle2")["status"]["state"], "connecting");
+    // The server port's socket is the one handed over, and it accepts a frontend.
+    let s = std::os::unix::net::UnixStream::connect(d.run.join("idle1.sock"))
+        .expect("connect to the handed-over vhost-user socket");
+    assert!(
+        wait_until(Duration::from_secs(5), || d.port("idle1")["status"]
+            ["state"]
+            == "connected"),
+        "{}",
+        d.port("idle1")
+    );
+    drop(s);
+    // The same tap (handed over, never re-created: its addresses would survive too).
+    let now = std::fs::read_to_string(format!("/sys/class/net/{br}/ifindex")).unwrap();
+    assert_eq!(now, ifindex, "the internal port's interface was re-created");
+    assert!(mgmt.exists());
+    if ofctl {
+        // The same socket, served by the new process, and the rule came along.
+        let flows = testkit::ofctl_must(&mgmt, "dump-flows", &[]);
+        assert!(
+            flows
+                .lines()
+                .any(|l| l.contains("priority=7") && l.contains("actions=drop")),
+            "{flows}"
+        );
+    }
+    d.ok(&["del-br", &br]);
+}
+
+/// Packed rings (virtio 1.1): the ring positions and their wrap counters move to the new
+/// process; 10 upgrades under the io loop lose nothing and break no ring.
+#[test]
+fn packed_rings_survive_upgrades() {
+    let _g = serial();
+    if skip() {
+        return;
+    }
+    let mut l = io_loop_with("packed", false, ",packed_vq=1");
+    let rings = l.d.port("vm1")["status"]["rings"].clone();
+    assert!(
+        rings
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["layout"] == "packed"),
+        "{rings}"
+    );
+    let sockets = l.sockets();
+    let view = l.conn_view();
+    for i in 0..10 {
+        l.d.upgrade();
+        l.assert_flowing(&format!("after packed upgrade {i}"));
+    }
+    assert_eq!(l.conn_view(), view);
+    assert_eq!(l.sockets(), sockets);
+    for p in PORTS {
+        let st = l.d.port(p)["status"].clone();
+        assert_eq!(st["broken_queues"], 0, "{st}");
+        assert!(
+            st["rings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|r| r["layout"] == "packed"),
+            "{st}"
+        );
+    }
+    let (lost, st) = l.drain_and_count_lost();
+    eprintln!("packed: testpmd totals {st:?}: lost {lost} over 10 upgrades");
+    assert!(lost <= LOST_BOUND, "{lost} lost; {st:?}");
+}
