@@ -11,24 +11,14 @@ mod common;
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::wait_until;
 use common::Daemon;
 
 const T: Duration = Duration::from_secs(30);
 
 use testkit::{free_port, venv_file, Proc};
-
-fn wait_for(mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + T;
-    while Instant::now() < end {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    f()
-}
 
 fn frame(src: [u8; 6], dst: [u8; 6], eth_type: u16) -> String {
     let mut f = Vec::new();
@@ -84,7 +74,7 @@ fn os_ken_simple_switch_13_through_vireod() {
     let ctl = Proc::spawn(cmd, dir.path().join("osken.log"));
     d.ok(&["set-controller", "br0", &format!("tcp:127.0.0.1:{port}")]);
     assert!(
-        wait_for(|| flows(&d).contains("actions=CONTROLLER:65535")),
+        wait_until(T, || flows(&d).contains("actions=CONTROLLER:65535")),
         "{}\n{}",
         flows(&d),
         ctl.log()
@@ -93,25 +83,25 @@ fn os_ken_simple_switch_13_through_vireod() {
     let ab = frame(a, b, 0x0800);
     d.ok(&["inject", "p1", &ab]);
     assert!(
-        wait_for(|| captured(&d, "p2").contains(&ab)),
+        wait_until(T, || captured(&d, "p2").contains(&ab)),
         "flooded to p2"
     );
-    assert!(captured(&d, "p3").contains(&ab) || wait_for(|| captured(&d, "p3").contains(&ab)));
+    assert!(captured(&d, "p3").contains(&ab) || wait_until(T, || captured(&d, "p3").contains(&ab)));
     let ba = frame(b, a, 0x0800);
     d.ok(&["inject", "p2", &ba]);
     assert!(
-        wait_for(|| captured(&d, "p1").contains(&ba)),
+        wait_until(T, || captured(&d, "p1").contains(&ba)),
         "sent to p1 only"
     );
     assert!(
-        wait_for(|| flows(&d).contains("priority=1,in_port")),
+        wait_until(T, || flows(&d).contains("priority=1,in_port")),
         "{}",
         flows(&d)
     );
     // The learned flow forwards without the controller; p3 sees nothing.
     captured(&d, "p3");
     d.ok(&["inject", "p2", &ba]);
-    assert!(wait_for(|| captured(&d, "p1").contains(&ba)));
+    assert!(wait_until(T, || captured(&d, "p1").contains(&ba)));
     assert!(captured(&d, "p3").is_empty());
 }
 
@@ -166,7 +156,7 @@ fn faucet_two_vlans_through_vireod() {
     let ctl = Proc::spawn(cmd, dir.path().join("faucet.out"));
     d.ok(&["set-controller", "br0", &format!("tcp:127.0.0.1:{port}")]);
     assert!(
-        wait_for(|| flows(&d).contains("dl_vlan=200")),
+        wait_until(T, || flows(&d).contains("dl_vlan=200")),
         "{}\n{}",
         flows(&d),
         ctl.log()
@@ -181,13 +171,13 @@ fn faucet_two_vlans_through_vireod() {
     let bc1 = frame(hosts[0], [0xff; 6], 0x0806);
     d.ok(&["inject", "p1", &bc1]);
     assert!(
-        wait_for(|| captured(&d, "p2").contains(&bc1)),
+        wait_until(T, || captured(&d, "p2").contains(&bc1)),
         "{}",
         ctl.log()
     );
     let bc3 = frame(hosts[2], [0xff; 6], 0x0806);
     d.ok(&["inject", "p3", &bc3]);
-    assert!(wait_for(|| captured(&d, "p4").contains(&bc3)));
+    assert!(wait_until(T, || captured(&d, "p4").contains(&bc3)));
     std::thread::sleep(Duration::from_millis(500));
     assert!(!captured(&d, "p3").contains(&bc1) && !captured(&d, "p4").contains(&bc1));
     assert!(!captured(&d, "p1").contains(&bc3) && !captured(&d, "p2").contains(&bc3));

@@ -11,19 +11,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::wait_until;
 use common::Daemon;
 use testkit::{free_port, venv_file, Proc};
-
-fn wait_for(mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < end {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    f()
-}
 
 fn frame(src: [u8; 6], dst: [u8; 6], eth_type: u16, n: u8) -> String {
     let mut f = Vec::new();
@@ -102,7 +92,8 @@ fn faucet_meter_on_an_acl_limits_traffic_end_to_end() {
     d.ok(&["set-controller", "br0", &format!("tcp:127.0.0.1:{port}")]);
     let meters = || d.ok(&["dump-meters", "br0"]);
     assert!(
-        wait_for(|| meters().contains("meter=1,pktps")
+        wait_until(Duration::from_secs(30), || meters()
+            .contains("meter=1,pktps")
             && d.ok(&["dump-flows", "br0"]).contains("meter:1")),
         "Faucet's meter and metered rule never arrived:\n{}\n{}\n{}",
         meters(),

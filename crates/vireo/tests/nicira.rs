@@ -9,21 +9,11 @@
 mod common;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::wait_until;
 use common::Daemon;
 use testkit::{have_ofctl, ofctl_version, Out};
-
-fn wait_for(mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < end {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    f()
-}
 
 fn captured(d: &Daemon, port: &str) -> Vec<String> {
     d.ok(&["capture", port])
@@ -112,7 +102,7 @@ fn registers_resubmit_move_and_dec_ttl_steer_real_frames() {
     d.ok(&["inject", "p1", &hex(&f)]);
     let mut got = Vec::new();
     assert!(
-        wait_for(|| {
+        wait_until(Duration::from_secs(10), || {
             got = captured(&d, "p3");
             !got.is_empty()
         }),
@@ -138,11 +128,14 @@ fn registers_resubmit_move_and_dec_ttl_steer_real_frames() {
     let from_b = ip_frame(0x0b, 0x0c, 64, 4);
     d.ok(&["inject", "p2", &hex(&from_a)]);
     d.ok(&["inject", "p2", &hex(&from_b)]);
-    assert!(wait_for(|| captured(&d, "p1").contains(&hex(&from_a))));
-    assert!(wait_for(|| captured(&d, "p3").contains(&hex(&from_b))));
+    assert!(wait_until(Duration::from_secs(10), || captured(&d, "p1")
+        .contains(&hex(&from_a))));
+    assert!(wait_until(Duration::from_secs(10), || captured(&d, "p3")
+        .contains(&hex(&from_b))));
     // Again, now from the megaflow cache.
     d.ok(&["inject", "p2", &hex(&from_b)]);
-    assert!(wait_for(|| captured(&d, "p3").contains(&hex(&from_b))));
+    assert!(wait_until(Duration::from_secs(10), || captured(&d, "p3")
+        .contains(&hex(&from_b))));
     assert!(captured(&d, "p1").is_empty());
 
     // dump-flows prints every rule as it was typed, with the traffic counted.
@@ -212,8 +205,8 @@ fn registers_resubmit_move_and_dec_ttl_steer_real_frames() {
         .unwrap();
     let looped = ip_frame(0x0c, 0x0a, 64, 9);
     d.ok(&["inject", "p3", &hex(&looped)]);
-    assert!(wait_for(|| d.json(&["show"])["pipeline"]
-        ["xlate_limit_drops"]
+    assert!(wait_until(Duration::from_secs(10), || d.json(&["show"])
+        ["pipeline"]["xlate_limit_drops"]
         .as_u64()
         .unwrap()
         > before));

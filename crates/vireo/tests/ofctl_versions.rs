@@ -6,21 +6,11 @@
 mod common;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::wait_until;
 use common::Daemon;
 use testkit::{have_ofctl, ofctl_version, Out};
-
-fn wait_for(mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < end {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    f()
-}
 
 fn frame(src: u8, dst: u8, fill: u8) -> String {
     let mut f = vec![2, 0, 0, 0, 0, dst, 2, 0, 0, 0, 0, src, 0x08, 0x00];
@@ -81,7 +71,7 @@ fn plain_ovs_ofctl_and_1_4_1_5_steer_real_traffic() {
         let f = frame(0xa, 0xb, i as u8);
         d.ok(&["inject", "p1", &f]);
         assert!(
-            wait_for(|| captured(&d, "p2").contains(&f)),
+            wait_until(Duration::from_secs(10), || captured(&d, "p2").contains(&f)),
             "{ctx}: not on p2"
         );
         assert!(captured(&d, "p3").is_empty(), "{ctx}");
@@ -94,7 +84,7 @@ fn plain_ovs_ofctl_and_1_4_1_5_steer_real_traffic() {
         let g = frame(0xa, 0xb, 0x40 + i as u8);
         d.ok(&["inject", "p1", &g]);
         assert!(
-            wait_for(|| captured(&d, "p3").contains(&g)),
+            wait_until(Duration::from_secs(10), || captured(&d, "p3").contains(&g)),
             "{ctx}: not on p3"
         );
         assert!(!captured(&d, "p2").contains(&g), "{ctx}");
@@ -107,7 +97,7 @@ fn plain_ovs_ofctl_and_1_4_1_5_steer_real_traffic() {
             &[&format!("in_port=3,packet={po},actions=output:1")],
         );
         assert!(
-            wait_for(|| captured(&d, "p1").contains(&po)),
+            wait_until(Duration::from_secs(10), || captured(&d, "p1").contains(&po)),
             "{ctx}: packet-out"
         );
         let ports = must(&run, v, "dump-ports", &[]);
