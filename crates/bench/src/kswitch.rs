@@ -1,5 +1,6 @@
 //! The switches of the kernel-port benchmark: Vireo (vireod with `af-packet`, `af-xdp` or
-//! `tap` ports), OVS 3.1's userspace datapath (Debian's plain `ovs-vswitchd`, bridge
+//! `tap` ports; `vireo-busy` is the same with `VIREO_PMD_IDLE_SLEEP_US=0`: a PMD that never
+//! sleeps when idle, as OVS's do), OVS 3.1's userspace datapath (Debian's plain `ovs-vswitchd`, bridge
 //! `datapath_type=netdev`, interfaces `system`, `afxdp`, `tap`), the Linux bridge, and `none`
 //! (the generator alone over one veth pair: its ceiling). Each is pinned to the switch core
 //! and stops completely.
@@ -20,6 +21,8 @@ fn p2p(a: &str, b: &str) -> String {
 /// vireod on the switch core, two kernel ports and two p2p rules.
 pub struct VireoK {
     core: usize,
+    /// `vireo-busy`: the PMD never sleeps.
+    busy: bool,
     bin_dir: PathBuf,
     proc: Option<Proc>,
     dir: Option<PathBuf>,
@@ -30,9 +33,18 @@ impl VireoK {
     pub fn new(core: usize, bin_dir: PathBuf) -> VireoK {
         VireoK {
             core,
+            busy: false,
             bin_dir,
             proc: None,
             dir: None,
+        }
+    }
+
+    /// [`VireoK::new`] whose PMD never sleeps when idle (`vireo-busy`).
+    pub fn busy(core: usize, bin_dir: PathBuf) -> VireoK {
+        VireoK {
+            busy: true,
+            ..VireoK::new(core, bin_dir)
         }
     }
 
@@ -46,7 +58,11 @@ impl VireoK {
 
 impl KSwitch for VireoK {
     fn name(&self) -> &'static str {
-        "vireo"
+        if self.busy {
+            "vireo-busy"
+        } else {
+            "vireo"
+        }
     }
     fn check(&self, _: PortKind) -> Result<(), String> {
         for b in ["vireod", "vireoctl"] {
@@ -63,6 +79,9 @@ impl KSwitch for VireoK {
             .arg("--run-dir")
             .arg(dir)
             .args(["--pmd-cores", &self.core.to_string()]);
+        if self.busy {
+            cmd.env("VIREO_PMD_IDLE_SLEEP_US", "0");
+        }
         self.proc = Some(Proc::spawn("vireod", &mut cmd, &dir.join("vireod.log"))?);
         self.dir = Some(dir.to_path_buf());
         if !wait_for_path(&dir.join("vireod.ctl"), Duration::from_secs(10)) {

@@ -65,7 +65,8 @@ pub struct DpTuning {
     pub ack_timeout: Duration,
     /// Packet buffers each PMD allocates at start.
     pub pool_prefill: usize,
-    /// Sleep per empty iteration once a PMD has been idle ~1 ms (at most 100 µs is sensible).
+    /// Sleep per empty iteration once a PMD has been idle ~1 ms (at most 100 µs is sensible;
+    /// zero: never sleep, busy-poll like OVS's PMDs).
     pub idle_sleep: Duration,
     /// How often rx queue loads are measured when auto load-balance is off.
     pub measure_interval: Duration,

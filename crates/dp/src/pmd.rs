@@ -222,7 +222,7 @@ fn run(shared: Arc<PmdShared>, sync: Arc<DpSync>, upcall: Arc<dyn Upcall>, opts:
             last_work = now;
         } else {
             shared.counters.cycles(0, dt);
-            if now.wrapping_sub(last_work) > idle_after {
+            if !opts.idle_sleep.is_zero() && now.wrapping_sub(last_work) > idle_after {
                 std::thread::sleep(opts.idle_sleep);
                 last = cycles::now();
                 shared.counters.cycles(0, last.wrapping_sub(now));

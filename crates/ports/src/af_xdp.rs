@@ -6,11 +6,25 @@
 //! `tx_burst` may come from any PMD and takes the tx half's lock for one burst. `shutdown`
 //! (control thread) takes every half out under its lock, so a PMD that still holds the port
 //! for a moment after removal finds a down link instead of a closed socket.
+//!
+//! Link state: `open` brings the interface up, as af-packet does (OVS's `afxdp` leaves it as
+//! it is). While it is not up and running afterwards (`ip link set down`, PORT_MOD, or a veth
+//! whose peer is down; the kernel then refuses AF_XDP transmit kicks with `ENETDOWN` and leaves
+//! the descriptors in the tx ring, to go out whenever the link comes back), the port queues
+//! nothing and counts its output as `link-down` drops. The housekeeping thread refreshes that state
+//! ([`Port::maintain`], every 500 ms); receiving needs nothing: the sockets stay bound and
+//! frames arrive again once the link is up. An interface that is deleted (its index gone or
+//! changed) takes the port down: the housekeeping thread drops the program and sockets
+//! (counted as `link_lost`, logged) and opens the interface again once one of that name exists
+//! (`reopened`). Lock order: `device`, then a queue's halves; `shutdown` marks the port closed
+//! before it takes `device`, so a re-open cannot follow it.
 use crate::{DropReason, Link, Port, PortCounters, PortError, PortStats};
 use packet::{Batch, Pool};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 use xsk::{Device, DeviceConfig, ModeInUse, ModeRequest, RxSide, TxSide};
+
+type Halves = (Vec<(RxSide, TxSide)>, Vec<Vec<RxSide>>);
 
 /// Largest MTU the kind accepts on an interface (a frame must fit in one UMEM frame).
 pub const MAX_MTU: u32 = xsk::MAX_MTU;
@@ -35,6 +49,17 @@ pub struct AfXdpPort {
     /// Frames received with the program's metadata.
     rx_marked: AtomicU64,
     device: Mutex<Option<Device>>,
+    /// The interface was up and running at the last look (open, [`Port::maintain`]).
+    up: AtomicBool,
+    /// What was opened (to open it again when the interface comes back).
+    cfg: DeviceConfig,
+    /// `shutdown` ran: never re-open.
+    closed: AtomicBool,
+    /// Times the interface disappeared / was opened again.
+    link_lost: AtomicU64,
+    reopened: AtomicU64,
+    /// A failed re-open was logged (once per loss).
+    reopen_warned: AtomicBool,
     counters: PortCounters,
     bad_rx_descs: AtomicU64,
     bad_completions: AtomicU64,
@@ -88,6 +113,11 @@ impl AfXdpPort {
             marks,
         };
         let mut dev = Device::open(&cfg).map_err(|e| PortError(format!("af-xdp {e}")))?;
+        let cfg_kept = cfg.clone();
+        // As for af-packet: the interface is on a bridge, so it is up (a veth whose host end
+        // stays down gives its peer no carrier, and nothing would ever arrive).
+        crate::sys::if_up(ifname)
+            .map_err(|e| PortError(format!("af-xdp {ifname}: cannot bring it up: {e}")))?;
         let mut steered = dev.take_steered().into_iter();
         let queues = dev
             .take_queues()
@@ -103,8 +133,15 @@ impl AfXdpPort {
                     .collect(),
             })
             .collect();
+        let up = AtomicBool::new(dev.running());
         Ok(AfXdpPort {
             ifname: ifname.to_string(),
+            up,
+            cfg: cfg_kept,
+            closed: AtomicBool::new(false),
+            link_lost: AtomicU64::new(0),
+            reopened: AtomicU64::new(0),
+            reopen_warned: AtomicBool::new(false),
             mode: dev.mode(),
             replaced: dev.replaced(),
             queues,
@@ -127,8 +164,14 @@ impl AfXdpPort {
     /// Detaches the program, closes the sockets and unmaps the UMEMs (frames in flight go
     /// with them). Also done on drop; calling it twice is harmless.
     pub fn shutdown(&self) {
+        self.closed.store(true, Relaxed);
         // Program first: the kernel stops redirecting before the sockets go.
         drop(lock(&self.device).take());
+        self.drop_halves();
+    }
+
+    /// Closes every socket half (the caller dropped the device, and with it the program).
+    fn drop_halves(&self) {
         for q in &self.queues {
             drop(lock(&q.rx).take());
             drop(lock(&q.tx).take());
@@ -136,6 +179,55 @@ impl AfXdpPort {
                 drop(lock(s).take());
             }
         }
+    }
+
+    /// Puts a re-opened device's socket halves in the queues' slots.
+    fn install(&self, (queues, steered): Halves) {
+        let mut steered = steered.into_iter();
+        for (q, (rx, tx)) in self.queues.iter().zip(queues) {
+            *lock(&q.rx) = Some(rx);
+            *lock(&q.tx) = Some(tx);
+            for (slot, r) in q.steer.iter().zip(steered.next().unwrap_or_default()) {
+                *lock(slot) = Some(r);
+            }
+        }
+    }
+
+    /// Housekeeping: notices a deleted interface (drops program and sockets) and opens the
+    /// interface again once it exists. Returns whether it is up and running now.
+    fn follow_interface(&self) -> bool {
+        let mut dev = lock(&self.device);
+        if self.closed.load(Relaxed) {
+            return false;
+        }
+        let now = crate::sys::if_index(&self.ifname).ok();
+        if dev.as_ref().is_some_and(|d| Some(d.ifindex()) != now) {
+            drop(dev.take());
+            self.drop_halves();
+            self.link_lost.fetch_add(1, Relaxed);
+            self.reopen_warned.store(false, Relaxed);
+            tracing::warn!(ifname = %self.ifname, "interface gone: af-xdp port link down");
+        }
+        if dev.is_none() && now.is_some() {
+            match Device::open(&self.cfg) {
+                Ok(mut d) => {
+                    let halves = (d.take_queues(), d.take_steered());
+                    self.install(halves);
+                    if let Err(e) = crate::sys::if_up(&self.ifname) {
+                        tracing::warn!(ifname = %self.ifname, error = %e, "cannot bring it up");
+                    }
+                    *dev = Some(d);
+                    self.reopened.fetch_add(1, Relaxed);
+                    tracing::info!(ifname = %self.ifname, "interface back: af-xdp port re-opened");
+                }
+                Err(e) => {
+                    if !self.reopen_warned.swap(true, Relaxed) {
+                        tracing::warn!(ifname = %self.ifname, error = %e, "cannot re-open");
+                    }
+                }
+            }
+        }
+        dev.as_ref().is_some_and(|d| d.running())
     }
 
     /// NUMA nodes steered to (0: `xdp-steering` off).
@@ -244,7 +336,7 @@ impl Port for AfXdpPort {
         let n = self.queues.len();
         let queue = &self.queues[q % n];
         let mut guard = lock(&queue.tx);
-        let Some(tx) = guard.as_mut() else {
+        let Some(tx) = guard.as_mut().filter(|_| self.up.load(Relaxed)) else {
             drop(guard);
             self.counters.drop(DropReason::LinkDown, pkts.len() as u64);
             return 0;
@@ -284,6 +376,13 @@ impl Port for AfXdpPort {
 
     fn set_admin_up(&self, up: bool) -> Result<(), PortError> {
         crate::sys::set_admin(&self.ifname, up)
+    }
+
+    fn maintain(&self) {
+        let running = self.follow_interface();
+        if self.up.swap(running, Relaxed) != running {
+            tracing::info!(ifname = %self.ifname, up = running, "af-xdp link changed");
+        }
     }
 
     fn stats(&self) -> PortStats {
@@ -332,6 +431,8 @@ impl Port for AfXdpPort {
             "xdp_mode": self.mode.name(),
             "queues": self.queues.len(),
             "replaced_programs": self.replaced,
+            "link_lost": self.link_lost.load(Relaxed),
+            "reopened": self.reopened.load(Relaxed),
             "bad_rx_descs": self.bad_rx_descs.load(Relaxed),
             "bad_completions": self.bad_completions.load(Relaxed),
             "kick_errors": self.kick_errors.load(Relaxed),

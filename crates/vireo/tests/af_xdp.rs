@@ -1,7 +1,9 @@
 //! `af-xdp` ports through the real vireod: two network namespaces joined by Vireo (NORMAL)
 //! over veth pairs, ping and an iperf3 TCP transfer in native and generic XDP mode; 200
 //! add/del cycles leak no fd, mapping or XDP program; after `kill -9` the kernel has dropped
-//! the program and a restarted vireod takes the interfaces again.
+//! the program and a restarted vireod takes the interfaces again; a veth whose host end is
+//! down is brought up at `add-port`, and later down/up changes are followed (link state,
+//! `link-down` drops, traffic again once up); an interface deleted and re-created comes back.
 mod common;
 
 use common::Daemon;
@@ -263,6 +265,147 @@ fn frames_too_big_for_a_umem_frame_are_counted_by_reason() {
     assert_eq!(stats[0]["tx_packets"], 2, "{stats}");
     assert_eq!(stats[0]["tx_bytes"], 3860, "{stats}");
     assert_eq!(stats[0]["drops"]["too-big"], 1, "{stats}");
+}
+
+/// Polls `f` every 100 ms for up to `secs`.
+fn wait_until(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + Duration::from_secs(secs);
+    while std::time::Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    f()
+}
+
+fn pings_once(from: &NsVeth, to: &str) -> bool {
+    from.exec(&["ping", "-c", "1", "-W", "1", to])
+        .status
+        .success()
+}
+
+/// An af-xdp port on a veth whose host end is down: a veth is up only in pairs, so the
+/// namespace end has no carrier and sends nothing (OVS 3.1's `afxdp` leaves such an interface
+/// down, and receives nothing either). Vireo brings the interface up at `add-port`, as it does
+/// for af-packet; when it is taken down later the port reports link down, counts its output as
+/// `link-down` drops instead of queueing it in the tx ring, and carries traffic again once the
+/// interface is up (two cycles).
+#[test]
+fn a_veth_whose_host_end_is_down_is_brought_up_and_link_changes_are_followed() {
+    if !have_peers() {
+        return;
+    }
+    let _s = serial();
+    let (a, b) = two_namespaces(7);
+    testkit::veth::must("ip", &["link", "set", &a.host_if, "down"]);
+    let inside = a.exec_must(&["ip", "link", "show", &a.ns_if]);
+    assert!(inside.contains("NO-CARRIER"), "{inside}");
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    d.ok(&["add-br", "br0", "internal=false"]);
+    for (p, ns) in [("pa", &a), ("pb", &b)] {
+        d.ok(&[
+            "add-port",
+            "br0",
+            p,
+            "type=af-xdp",
+            &format!("ifname={}", ns.host_if),
+        ]);
+    }
+    assert!(a.host_link().contains(",UP"), "{}", a.host_link());
+    assert_eq!(port_status(&d, "pa")["link"], "up");
+    ping(&b, "10.78.7.1");
+    for cycle in 0..2 {
+        testkit::veth::must("ip", &["link", "set", &a.host_if, "down"]);
+        assert!(
+            wait_until(5, || port_status(&d, "pa")["link"] == "down"),
+            "link not down in show (cycle {cycle})"
+        );
+        // Wait for the port to notice (housekeeping, every 500 ms), then send towards it.
+        std::thread::sleep(Duration::from_millis(700));
+        let before = d.json(&["port-stats", "pa"]);
+        assert!(!pings_once(&b, "10.78.7.1"));
+        let after = d.json(&["port-stats", "pa"]);
+        assert_eq!(
+            after[0]["tx_packets"], before[0]["tx_packets"],
+            "sent to a down link: {after}"
+        );
+        let drops = |s: &serde_json::Value| s[0]["drops"]["link-down"].as_u64().unwrap_or(0);
+        assert!(drops(&after) > drops(&before), "{after}");
+        testkit::veth::must("ip", &["link", "set", &a.host_if, "up"]);
+        assert!(
+            wait_until(5, || port_status(&d, "pa")["link"] == "up"),
+            "link not up in show (cycle {cycle})"
+        );
+        assert!(
+            wait_until(10, || pings_once(&b, "10.78.7.1")),
+            "no ping through the port once its veth is up again (cycle {cycle})"
+        );
+        ping(&a, "10.78.7.2");
+    }
+    let stats = d.json(&["port-stats", "pa"]);
+    assert_eq!(stats[0]["rx_errors"], 0, "{stats}");
+}
+
+/// `ip link del` of the interface under an af-xdp port takes the port down (counted in
+/// `link_lost`, program and sockets closed); re-creating the interface brings the port back
+/// (`reopened`, program attached again) and traffic flows again.
+#[test]
+fn an_interface_deleted_and_recreated_comes_back() {
+    if !have_peers() {
+        return;
+    }
+    let _s = serial();
+    let (a, b) = two_namespaces(8);
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    d.ok(&["add-br", "br0", "internal=false"]);
+    for (p, ns) in [("pa", &a), ("pb", &b)] {
+        d.ok(&[
+            "add-port",
+            "br0",
+            p,
+            "type=af-xdp",
+            &format!("ifname={}", ns.host_if),
+        ]);
+    }
+    ping(&b, "10.78.8.1");
+    testkit::veth::must("ip", &["link", "del", &a.host_if]);
+    assert!(
+        wait_until(5, || port_status(&d, "pa")["status"]["link_lost"] == 1),
+        "deletion not noticed: {}",
+        port_status(&d, "pa")
+    );
+    assert_eq!(port_status(&d, "pa")["link"], "down");
+    // The same names again (the namespace end went with the pair).
+    testkit::veth::must(
+        "ip",
+        &[
+            "link", "add", &a.host_if, "type", "veth", "peer", "name", &a.ns_if, "netns", &a.ns,
+        ],
+    );
+    a.exec_must(&["ip", "link", "set", &a.ns_if, "up"]);
+    a.exec_must(&["ip", "addr", "add", "10.78.8.1/24", "dev", &a.ns_if]);
+    a.exec_must(&["ethtool", "-K", &a.ns_if, "tx", "off", "txvlan", "off"]);
+    assert!(
+        wait_until(5, || {
+            let st = port_status(&d, "pa");
+            st["status"]["reopened"] == 1 && st["link"] == "up"
+        }),
+        "not re-opened: {}",
+        port_status(&d, "pa")
+    );
+    // Vireo brought the new host end up and attached its program again.
+    assert!(a.host_link().contains(",UP"), "{}", a.host_link());
+    assert!(a.host_link().contains("prog/xdp"), "{}", a.host_link());
+    assert!(
+        wait_until(10, || pings_once(&b, "10.78.8.1")),
+        "no traffic after the interface came back"
+    );
+    ping(&a, "10.78.8.2");
+    d.ok(&["del-port", "br0", "pa"]);
+    assert!(!a.host_link().contains("xdp"), "{}", a.host_link());
 }
 
 fn fd_count(pid: u32) -> usize {

@@ -40,8 +40,8 @@ struct Args {
     /// (all nine).
     #[arg(long)]
     scenarios: Option<String>,
-    /// Switches for the kernel-port scenarios: vireo, ovs-netdev, linux-bridge, none (the
-    /// generator alone over one veth pair: its ceiling).
+    /// Switches for the kernel-port scenarios: vireo, vireo-busy (its PMD never sleeps),
+    /// ovs-netdev, linux-bridge, none (the generator alone over one veth pair: its ceiling).
     #[arg(
         long,
         value_delimiter = ',',
@@ -387,6 +387,7 @@ fn kernel_switches(a: &Args, meta: &mut Meta) -> Vec<Box<dyn KSwitch>> {
     for name in &a.kernel_contenders {
         let c: Box<dyn KSwitch> = match name.as_str() {
             "vireo" => Box::new(VireoK::new(a.switch_core, vireo_bin(a))),
+            "vireo-busy" => Box::new(VireoK::busy(a.switch_core, vireo_bin(a))),
             "ovs-netdev" => Box::new(OvsNetdev::new(a.switch_core)),
             "linux-bridge" => Box::new(LinuxBridge::new()),
             "none" => Box::new(NoSwitch),

@@ -15,7 +15,7 @@
 //! no other guest its megaflows.
 use super::hooks::Hooks;
 use crate::store::BridgeConfig;
-use dp::{AssignMode, AutoLb, Datapath, DpConfig, Topology, Upcall};
+use dp::{AssignMode, AutoLb, Datapath, DpConfig, DpTuning, Topology, Upcall};
 use ofproto::{Pipeline, PipelineConfig, PortSpec, RemovedFlow};
 use ofswitch::{BridgeOf, FailMode, PortReason};
 use ports::Port;
@@ -128,6 +128,21 @@ impl std::ops::Deref for Runtime {
     }
 }
 
+/// The datapath's tunables: the defaults, except the PMDs' idle sleep when
+/// `VIREO_PMD_IDLE_SLEEP_US` is set (microseconds slept per empty iteration once a PMD has
+/// been idle about 1 ms; `0`: never sleep, busy-poll as OVS's PMDs do). A measurement knob,
+/// read once at start; an unreadable value is ignored with a warning.
+fn tuning_from_env() -> DpTuning {
+    let mut t = DpTuning::default();
+    if let Ok(v) = std::env::var("VIREO_PMD_IDLE_SLEEP_US") {
+        match v.trim().parse::<u64>() {
+            Ok(us) if us <= 100_000 => t.idle_sleep = std::time::Duration::from_micros(us),
+            _ => tracing::warn!(value = %v, "VIREO_PMD_IDLE_SLEEP_US is not 0-100000: ignored"),
+        }
+    }
+    t
+}
+
 impl Runtime {
     /// Starts the datapath with PMD threads on `pmd_cores`, and the housekeeping thread.
     pub fn new(
@@ -145,7 +160,8 @@ impl Runtime {
             assign,
             auto_lb,
         };
-        let dp = Datapath::new(cfg, upcall).map_err(|e| format!("datapath: {e}"))?;
+        let dp = Datapath::with_tuning(cfg, tuning_from_env(), upcall)
+            .map_err(|e| format!("datapath: {e}"))?;
         let shared = Arc::new(Shared {
             dp,
             reval: Mutex::new(()),
