@@ -267,18 +267,6 @@ fn frames_too_big_for_a_umem_frame_are_counted_by_reason() {
     assert_eq!(stats[0]["drops"]["too-big"], 1, "{stats}");
 }
 
-/// Polls `f` every 100 ms for up to `secs`.
-fn wait_until(secs: u64, mut f: impl FnMut() -> bool) -> bool {
-    let end = std::time::Instant::now() + Duration::from_secs(secs);
-    while std::time::Instant::now() < end {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    f()
-}
-
 fn pings_once(from: &NsVeth, to: &str) -> bool {
     from.exec(&["ping", "-c", "1", "-W", "1", to])
         .status
@@ -319,7 +307,8 @@ fn a_veth_whose_host_end_is_down_is_brought_up_and_link_changes_are_followed() {
     for cycle in 0..2 {
         testkit::veth::must("ip", &["link", "set", &a.host_if, "down"]);
         assert!(
-            wait_until(5, || port_status(&d, "pa")["link"] == "down"),
+            common::wait_until(Duration::from_secs(5), || port_status(&d, "pa")["link"]
+                == "down"),
             "link not down in show (cycle {cycle})"
         );
         // Wait for the port to notice (housekeeping, every 500 ms), then send towards it.
@@ -335,11 +324,12 @@ fn a_veth_whose_host_end_is_down_is_brought_up_and_link_changes_are_followed() {
         assert!(drops(&after) > drops(&before), "{after}");
         testkit::veth::must("ip", &["link", "set", &a.host_if, "up"]);
         assert!(
-            wait_until(5, || port_status(&d, "pa")["link"] == "up"),
+            common::wait_until(Duration::from_secs(5), || port_status(&d, "pa")["link"]
+                == "up"),
             "link not up in show (cycle {cycle})"
         );
         assert!(
-            wait_until(10, || pings_once(&b, "10.78.7.1")),
+            common::wait_until(Duration::from_secs(10), || pings_once(&b, "10.78.7.1")),
             "no ping through the port once its veth is up again (cycle {cycle})"
         );
         ping(&a, "10.78.7.2");
@@ -373,7 +363,9 @@ fn an_interface_deleted_and_recreated_comes_back() {
     ping(&b, "10.78.8.1");
     testkit::veth::must("ip", &["link", "del", &a.host_if]);
     assert!(
-        wait_until(5, || port_status(&d, "pa")["status"]["link_lost"] == 1),
+        common::wait_until(Duration::from_secs(5), || port_status(&d, "pa")["status"]
+            ["link_lost"]
+            == 1),
         "deletion not noticed: {}",
         port_status(&d, "pa")
     );
@@ -389,7 +381,7 @@ fn an_interface_deleted_and_recreated_comes_back() {
     a.exec_must(&["ip", "addr", "add", "10.78.8.1/24", "dev", &a.ns_if]);
     a.exec_must(&["ethtool", "-K", &a.ns_if, "tx", "off", "txvlan", "off"]);
     assert!(
-        wait_until(5, || {
+        common::wait_until(Duration::from_secs(5), || {
             let st = port_status(&d, "pa");
             st["status"]["reopened"] == 1 && st["link"] == "up"
         }),
@@ -400,7 +392,7 @@ fn an_interface_deleted_and_recreated_comes_back() {
     assert!(a.host_link().contains(",UP"), "{}", a.host_link());
     assert!(a.host_link().contains("prog/xdp"), "{}", a.host_link());
     assert!(
-        wait_until(10, || pings_once(&b, "10.78.8.1")),
+        common::wait_until(Duration::from_secs(10), || pings_once(&b, "10.78.8.1")),
         "no traffic after the interface came back"
     );
     ping(&a, "10.78.8.2");
