@@ -391,6 +391,9 @@ fn an_interface_deleted_and_recreated_comes_back() {
     // Vireo brought the new host end up and attached its program again.
     assert!(a.host_link().contains(",UP"), "{}", a.host_link());
     assert!(a.host_link().contains("prog/xdp"), "{}", a.host_link());
+    // The new namespace end has a new MAC: b would otherwise keep sending to the old one
+    // until its neighbour entry times out (any switch; the kernel drops frames not for it).
+    b.exec_must(&["ip", "neigh", "flush", "all"]);
     assert!(
         common::wait_until(Duration::from_secs(10), || pings_once(&b, "10.78.8.1")),
         "no traffic after the interface came back"
