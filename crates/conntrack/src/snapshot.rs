@@ -112,9 +112,7 @@ fn record(r: &mut Reader<'_>, now: u64, ct: &Conntrack) -> Result<Conn, String> 
     let tcp_bytes = r.array::<{ TcpConn::BYTES }>()?;
     let tcp = if flags & F_TCP != 0 {
         if proto != TCP {
-            return Err(format!(
-                "conntrack snapshot: TCP state on protocol {proto}"
-            ));
+            return Err(format!("conntrack snapshot: TCP state on protocol {proto}"));
         }
         Some(TcpConn::from_bytes(&tcp_bytes).ok_or("conntrack snapshot: bad TCP state")?)
     } else {

@@ -18,7 +18,12 @@ fn populated() -> Conntrack {
     let a = commit(0);
     let (c, s) = (v4(C, 0, 0, 1), v4(C, 0, 0, 2));
     run(&ct, &mut tcp(c, s, 1000, 80, 100, 0, SYN, 0), &a, 0);
-    run(&ct, &mut tcp(s, c, 80, 1000, 5000, 101, SYN | ACK, 0), &a, 0);
+    run(
+        &ct,
+        &mut tcp(s, c, 80, 1000, 5000, 101, SYN | ACK, 0),
+        &a,
+        0,
+    );
     assert_eq!(
         run(&ct, &mut tcp(c, s, 1000, 80, 101, 5001, ACK, 0), &a, 0),
         TRK | EST
@@ -50,7 +55,10 @@ fn connections_survive_a_handover_with_their_state_nat_and_time_left() {
     assert_eq!(new.len(), 3);
     assert_eq!(new.stats().limit, 1000);
     assert_eq!((new.zone_limit(2), new.zone_limit(7)), (50, 3));
-    assert_eq!((new.zone_count(0), new.zone_count(2), new.zone_count(7)), (1, 1, 1));
+    assert_eq!(
+        (new.zone_count(0), new.zone_count(2), new.zone_count(7)),
+        (1, 1, 1)
+    );
     // The same connections, each with the time it had left.
     let (a, b) = (old.dump(None, 5_000), new.dump(None, 1_000_000));
     assert_eq!(a, b);
@@ -62,11 +70,21 @@ fn connections_survive_a_handover_with_their_state_nat_and_time_left() {
     // Established TCP goes on as established, and its windows came along: in-window data
     // passes, a segment far outside the window is invalid.
     assert_eq!(
-        run(&new, &mut tcp(c, s, 1000, 80, 101, 5001, ACK, 100), &commit(0), t),
+        run(
+            &new,
+            &mut tcp(c, s, 1000, 80, 101, 5001, ACK, 100),
+            &commit(0),
+            t
+        ),
         TRK | EST
     );
     assert_eq!(
-        run(&new, &mut tcp(c, s, 1000, 80, 101 + 1_000_000, 5001, ACK, 10), &commit(0), t),
+        run(
+            &new,
+            &mut tcp(c, s, 1000, 80, 101 + 1_000_000, 5001, ACK, 10),
+            &commit(0),
+            t
+        ),
         TRK | INV
     );
     // The SNATed flow's reply is un-NATed to the client, with the mark.

@@ -301,7 +301,10 @@ fn learned_macs_move_to_another_pipeline_by_port_name_with_their_age() {
     xlate_at(&pl, &eth(2, MAC_B, MAC_A, 0x0800), t0);
     let named = pl.mac_entries_named("br0").unwrap();
     assert_eq!(
-        named.iter().map(|e| (e.1, e.2.as_str())).collect::<Vec<_>>(),
+        named
+            .iter()
+            .map(|e| (e.1, e.2.as_str()))
+            .collect::<Vec<_>>(),
         vec![(MAC_A, "p1"), (MAC_B, "p2")]
     );
     // The new pipeline numbers its ports the other way round, and has no port p9.
@@ -325,5 +328,8 @@ fn learned_macs_move_to_another_pipeline_by_port_name_with_their_age() {
         assert!(new_age >= old_age);
     }
     // And forwarding uses them: B → A goes to A's port (2 here), no flood.
-    assert_eq!(xlate(&new, &eth(1, MAC_B, MAC_A, 0x0800)).actions, vec![o(2)]);
+    assert_eq!(
+        xlate(&new, &eth(1, MAC_B, MAC_A, 0x0800)).actions,
+        vec![o(2)]
+    );
 }
