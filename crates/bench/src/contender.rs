@@ -174,6 +174,11 @@ impl Ovs {
                 "other_config:dpdk-extra=--no-pci --file-prefix=vbovs",
             ],
         )?;
+        self.start_vswitchd(dir)
+    }
+
+    fn start_vswitchd(&self, dir: &Path) -> Result<(), String> {
+        let d = dir.display();
         run(Command::new("taskset")
             .env("OVS_RUNDIR", dir)
             .env("OVS_LOGDIR", dir)
@@ -183,6 +188,35 @@ impl Ovs {
             .arg(format!("--pidfile={d}/vswitchd.pid"))
             .arg("--detach")
             .arg(format!("--log-file={d}/vswitchd.log")))?;
+        Ok(())
+    }
+
+    /// Restarts ovs-vswitchd as an operator's upgrade does (`ovs-appctl exit`, start it
+    /// again; the database keeps the bridge and ports, the rules are added again, as a
+    /// controller or script would). For the upgrade-versus-restart measurement.
+    pub fn restart_vswitchd(&mut self, sc: &Scenario) -> Result<(), String> {
+        let dir = self.dir.clone().ok_or("OVS-DPDK is not running")?;
+        let _ = self.appctl(&dir, &["exit"]);
+        kill_pidfile(&dir.join("vswitchd.pid"), Duration::from_secs(10));
+        self.start_vswitchd(&dir)?;
+        // The bridge's OpenFlow socket comes once vswitchd has read the database.
+        let end = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            match self.add_rules(&dir, sc) {
+                Ok(()) => return Ok(()),
+                Err(_) if std::time::Instant::now() < end => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn add_rules(&self, dir: &Path, sc: &Scenario) -> Result<(), String> {
+        self.ofctl(dir, &["del-flows", "br0"])?;
+        let rules = dir.join("rules.txt");
+        std::fs::write(&rules, sc.rules("1", "2").join("\n") + "\n").map_err(|e| e.to_string())?;
+        self.ofctl(dir, &["add-flows", "br0", &rules.display().to_string()])?;
         Ok(())
     }
 
@@ -254,10 +288,7 @@ impl Contender for Ovs {
                 ],
             )?;
         }
-        self.ofctl(dir, &["del-flows", "br0"])?;
-        let rules = dir.join("rules.txt");
-        std::fs::write(&rules, sc.rules("1", "2").join("\n") + "\n").map_err(|e| e.to_string())?;
-        self.ofctl(dir, &["add-flows", "br0", &rules.display().to_string()])?;
+        self.add_rules(dir, sc)?;
         Ok(Ports {
             socks: s,
             gen_server: true,

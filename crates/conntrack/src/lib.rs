@@ -29,6 +29,7 @@ pub mod frag;
 pub mod nat;
 mod ops;
 pub mod parse;
+pub mod snapshot;
 pub mod table;
 pub mod tcp;
 
@@ -179,7 +180,7 @@ impl Conntrack {
         self.no_window[z / 64].load(Ordering::Relaxed) & (1 << (z % 64)) == 0
     }
 
-    fn policy(&self, zone: u16) -> Arc<Timeouts> {
+    pub(crate) fn policy(&self, zone: u16) -> Arc<Timeouts> {
         let p = self.policies.read().unwrap_or_else(|e| e.into_inner());
         p.get(&zone)
             .cloned()
@@ -314,7 +315,7 @@ impl Conntrack {
         }
     }
 
-    fn account_gone(&self, c: &Conn, expired: bool) {
+    pub(crate) fn account_gone(&self, c: &Conn, expired: bool) {
         self.total.fetch_sub(1, Ordering::Relaxed);
         self.zone_count[usize::from(c.zone)].fetch_sub(1, Ordering::Relaxed);
         if expired {

@@ -84,7 +84,7 @@ pub struct SweepReport {
 }
 
 impl Conntrack {
-    fn for_each(&self, mut f: impl FnMut(&Arc<Conn>)) {
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&Arc<Conn>)) {
         for i in 0..SHARDS {
             self.table.scan_shard(i, |c| {
                 if !c.dead.load(Ordering::Relaxed) {

@@ -93,6 +93,59 @@ fn bad_flags(f: u8) -> bool {
 }
 
 impl TcpConn {
+    /// Bytes in [`TcpConn::to_bytes`]'s form.
+    pub const BYTES: usize = 1 + 2 * 15;
+
+    /// The whole state as bytes (state, then each direction's seen, end, maxend, maxwin,
+    /// wscale, fin), for handing a connection to another process (`crate::snapshot`).
+    pub fn to_bytes(&self) -> [u8; Self::BYTES] {
+        let mut b = [0u8; Self::BYTES];
+        b[0] = self.state as u8;
+        for (i, p) in self.peer.iter().enumerate() {
+            let o = 1 + i * 15;
+            b[o] = u8::from(p.seen);
+            b[o + 1..o + 5].copy_from_slice(&p.end.to_le_bytes());
+            b[o + 5..o + 9].copy_from_slice(&p.maxend.to_le_bytes());
+            b[o + 9..o + 13].copy_from_slice(&p.maxwin.to_le_bytes());
+            b[o + 13] = p.wscale;
+            b[o + 14] = u8::from(p.fin);
+        }
+        b
+    }
+
+    /// The state [`TcpConn::to_bytes`] wrote; `None` for an unknown state or a flag byte
+    /// other than 0 or 1.
+    pub fn from_bytes(b: &[u8; Self::BYTES]) -> Option<TcpConn> {
+        const STATES: [TcpState; 6] = [
+            TcpState::SynSent,
+            TcpState::SynRecv,
+            TcpState::Established,
+            TcpState::FinWait,
+            TcpState::TimeWait,
+            TcpState::Closed,
+        ];
+        let state = *STATES.get(usize::from(b[0]))?;
+        let flag = |x: u8| match x {
+            0 => Some(false),
+            1 => Some(true),
+            _ => None,
+        };
+        let word = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let mut peer = [Peer::default(); 2];
+        for (i, p) in peer.iter_mut().enumerate() {
+            let o = 1 + i * 15;
+            *p = Peer {
+                seen: flag(b[o])?,
+                end: word(o + 1),
+                maxend: word(o + 5),
+                maxwin: word(o + 9),
+                wscale: b[o + 13],
+                fin: flag(b[o + 14])?,
+            };
+        }
+        Some(TcpConn { state, peer })
+    }
+
     /// State after the originator's SYN `t`.
     pub fn new(t: &TcpInfo) -> TcpConn {
         let ws = t.wscale.unwrap_or(0);

@@ -90,6 +90,52 @@ impl Pipeline {
             .collect())
     }
 
+    /// Learned MACs of a bridge with their port's name: (vlan, mac, port name, age), what an
+    /// upgrade hands to the new vireod (OpenFlow port numbers are its own to assign).
+    pub fn mac_entries_named(
+        &self,
+        bridge: &str,
+    ) -> Result<Vec<(u16, [u8; 6], String, std::time::Duration)>, Error> {
+        let br = self.bridge(bridge)?;
+        let entries = lock(&br.shared.macs).entries(Instant::now());
+        Ok(entries
+            .into_iter()
+            .filter_map(|(vlan, mac, of, age)| {
+                let p = br.ports.get(of)?;
+                Some((vlan, mac, p.name.clone(), age))
+            })
+            .collect())
+    }
+
+    /// Learns each (vlan, mac, port name, age) as if seen `age` ago (the inverse of
+    /// [`Pipeline::mac_entries_named`]); entries naming a port the bridge lacks are skipped.
+    /// Per-port limits apply as to any learning. Returns how many were learned.
+    pub fn restore_macs(
+        &self,
+        bridge: &str,
+        entries: &[(u16, [u8; 6], String, std::time::Duration)],
+    ) -> Result<usize, Error> {
+        let br = self.bridge(bridge)?;
+        let now = Instant::now();
+        let mut n = 0;
+        let ch = {
+            let mut macs = lock(&br.shared.macs);
+            for (vlan, mac, port, age) in entries {
+                let Some(p) = br.ports.iter().find(|p| &p.name == port) else {
+                    continue;
+                };
+                let seen = now.checked_sub(*age).unwrap_or(now);
+                let l = macs.learn(*vlan, wire::FlowKey::mac_to_u64(*mac), p.ofport, seen);
+                if l != crate::mac::Learned::Refused {
+                    n += 1;
+                }
+            }
+            macs.take_changes()
+        };
+        self.note_mac_changes(br.id, &ch);
+        Ok(n)
+    }
+
     /// Every group of a bridge (GROUP_DESC).
     pub fn group_descs(&self, bridge: &str) -> Result<Vec<GroupDesc>, Error> {
         let br = self.bridge(bridge)?;

@@ -292,3 +292,44 @@ fn credited_traffic_keeps_a_mac_alive_and_aging_is_a_tag_change() {
     assert_eq!(tr.actions, vec![o(2), o(3), o(4)], "B unknown again: flood");
     assert!(tr.deps.tags.contains(&ofproto::normal::mac_tag(0, 0, 0x0b)));
 }
+
+#[test]
+fn learned_macs_move_to_another_pipeline_by_port_name_with_their_age() {
+    let pl = pipeline();
+    let t0 = Instant::now();
+    xlate_at(&pl, &eth(1, MAC_A, BCAST, 0x0800), t0);
+    xlate_at(&pl, &eth(2, MAC_B, MAC_A, 0x0800), t0);
+    let named = pl.mac_entries_named("br0").unwrap();
+    assert_eq!(
+        named
+            .iter()
+            .map(|e| (e.1, e.2.as_str()))
+            .collect::<Vec<_>>(),
+        vec![(MAC_A, "p1"), (MAC_B, "p2")]
+    );
+    // The new pipeline numbers its ports the other way round, and has no port p9.
+    let new = ofproto::Pipeline::new(PipelineConfig::default());
+    new.add_bridge("br0").unwrap();
+    for (name, n) in [("p2", 1), ("p1", 2), ("p3", 3)] {
+        new.add_port("br0", port(name, n, None, &[])).unwrap();
+    }
+    let mut with_stray = named.clone();
+    with_stray.push((0, MAC_C, "p9".into(), Duration::ZERO));
+    let g = new.generation();
+    assert_eq!(new.restore_macs("br0", &with_stray).unwrap(), 2);
+    assert!(new.generation() > g, "restored entries bump the generation");
+    let got = new.mac_entries("br0").unwrap();
+    assert_eq!(
+        got.iter().map(|e| (e.1, e.2)).collect::<Vec<_>>(),
+        vec![(MAC_A, 2), (MAC_B, 1)]
+    );
+    // Ages came along (learned moments ago, not now): never younger than in the old table.
+    for ((_, _, _, old_age), (_, _, _, new_age)) in named.iter().zip(got.iter()) {
+        assert!(new_age >= old_age);
+    }
+    // And forwarding uses them: B → A goes to A's port (2 here), no flood.
+    assert_eq!(
+        xlate(&new, &eth(1, MAC_B, MAC_A, 0x0800)).actions,
+        vec![o(2)]
+    );
+}

@@ -9,8 +9,10 @@
 //!                                             maps memory, builds bridges and ports, no ring runs
 //!  <- Ready            (or Refused {why}: unknown version, a state it cannot serve)
 //!  stops its rings (final bursts published)
-//!  Final {ring bases per port} ->
-//!                                             installs the rings at those bases, PMDs poll them
+//!  Final {ring bases per port, learned MACs} ->
+//!  [connection table, raw bytes] ->           (version 2)
+//!                                             enters MACs and connections, installs the rings
+//!                                             at those bases, PMDs poll them
 //!  <- Started {pid}
 //!  answers vireoctl, exits without removing any socket file
 //! ```
@@ -33,16 +35,18 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-/// The state format this build writes.
-pub const STATE_VERSION: u32 = 1;
+/// The state format this build writes. Version 2 adds learned MACs and the connection table
+/// to [`Reply::Final`].
+pub const STATE_VERSION: u32 = 2;
 /// The state formats this build reads (each version must accept the one before it).
-pub const ACCEPTED_VERSIONS: &[u32] = &[1];
+pub const ACCEPTED_VERSIONS: &[u32] = &[1, 2];
 /// The handover socket's name in the run directory.
 pub const SOCKET: &str = "vireod.upgrade";
 /// Fds per `sendmsg` (the kernel takes at most 253).
 const FDS_PER_MSG: usize = 200;
-/// Longest message accepted (the state of hundreds of ports is well under it).
-const MAX_LEN: u32 = 64 << 20;
+/// Longest message accepted: a connection table of 3,000,000 entries (the default limit) in
+/// `conntrack::snapshot`'s form is about 430 MB.
+const MAX_LEN: u32 = 512 << 20;
 
 /// Everything the old process hands over. Fields are indices into the fds sent with it.
 #[derive(Debug, Serialize, Deserialize)]
@@ -69,6 +73,9 @@ pub struct Offer {
     pub taps: BTreeMap<String, usize>,
 }
 
+/// A learned MAC: VLAN, address, port name, age in ms.
+pub type MacLine = (u16, [u8; 6], String, u64);
+
 /// The messages after the offer.
 #[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(tag = "msg", rename_all = "kebab-case")]
@@ -84,6 +91,13 @@ pub enum Reply {
     Final {
         /// `(ring, base)` per vhost-user port.
         bases: BTreeMap<String, Vec<(usize, u16)>>,
+        /// Learned MACs per bridge (version 2).
+        #[serde(default)]
+        macs: BTreeMap<String, Vec<MacLine>>,
+        /// A connection-table snapshot (`conntrack::snapshot`) follows as one raw message
+        /// (version 2).
+        #[serde(default)]
+        conntrack: bool,
     },
     /// New: the rings run here now.
     Started {
@@ -250,9 +264,29 @@ mod tests {
         assert_eq!(fds.len(), 250);
         let r = Reply::Final {
             bases: [("vm1".to_string(), vec![(0, 7), (1, 0x8003)])].into(),
+            macs: [(
+                "br0".to_string(),
+                vec![(5, [2, 0, 0, 0, 0, 1], "vm1".into(), 1500)],
+            )]
+            .into(),
+            conntrack: true,
         };
         let (a, b) = UnixStream::pair().unwrap();
         send_reply(&a, &r).unwrap();
         assert_eq!(recv_reply(&b, Duration::from_secs(1)).unwrap(), r);
+    }
+
+    #[test]
+    fn a_version_1_final_reads_with_no_macs_and_no_conntrack() {
+        let v1 = br#"{"msg":"final","bases":{"vm1":[[0,7]]}}"#;
+        let r: Reply = serde_json::from_slice(v1).unwrap();
+        assert_eq!(
+            r,
+            Reply::Final {
+                bases: [("vm1".to_string(), vec![(0, 7)])].into(),
+                macs: BTreeMap::new(),
+                conntrack: false,
+            }
+        );
     }
 }

@@ -235,11 +235,12 @@ fn run(args: Args) -> Result<(), String> {
     let switch = Arc::new(Mutex::new(switch));
     if let Some(t) = &taken {
         // The switch-over: the old process stops its rings and says where they stand.
-        let bases = t.ready();
-        switch
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take_rings(&bases);
+        let so = t.ready();
+        {
+            let mut sw = switch.lock().unwrap_or_else(|e| e.into_inner());
+            sw.take_live_state(&so);
+            sw.take_rings(&so.bases);
+        }
         write_pid(&locks[0]);
         t.started();
         switch

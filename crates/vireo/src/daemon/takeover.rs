@@ -101,16 +101,39 @@ impl Taken {
         self.fd(i, "management socket").ok().map(UnixListener::from)
     }
 
-    /// Tells the old process everything is ready and waits for the final ring indices.
-    pub fn ready(&self) -> BTreeMap<String, Vec<(usize, u16)>> {
+    /// Tells the old process everything is ready and waits for the final ring indices and
+    /// live state.
+    pub fn ready(&self) -> Switchover {
         let r = handover::send_reply(&self.stream, &Reply::Ready)
             .map_err(|e| e.to_string())
             .and_then(|()| {
                 handover::recv_reply(&self.stream, OFFER_DEADLINE).map_err(|e| e.to_string())
             });
+        let r = r.and_then(|reply| match reply {
+            Reply::Final {
+                bases,
+                macs,
+                conntrack,
+            } => {
+                let conntrack = match conntrack {
+                    true => Some(
+                        handover::recv(&self.stream, OFFER_DEADLINE)
+                            .map_err(|e| format!("no connection table: {e}"))?
+                            .0,
+                    ),
+                    false => None,
+                };
+                Ok(Switchover {
+                    bases,
+                    macs,
+                    conntrack,
+                })
+            }
+            other => Err(format!("{other:?}")),
+        });
         match r {
-            Ok(Reply::Final { bases }) => bases,
-            other => {
+            Ok(so) => so,
+            Err(other) => {
                 // The old process gave up (and resumed) or died: nothing here is ours.
                 tracing::error!(answer = ?other, "takeover: no switch-over; exiting");
                 eprintln!("vireod: takeover abandoned by the old vireod ({other:?})");
@@ -138,6 +161,16 @@ impl Taken {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
+}
+
+/// What the old process sends at the switch-over, its rings stopped.
+pub struct Switchover {
+    /// `(ring, base)` per vhost-user port.
+    pub bases: BTreeMap<String, Vec<(usize, u16)>>,
+    /// Learned MACs per bridge.
+    pub macs: BTreeMap<String, Vec<handover::MacLine>>,
+    /// The connection table (`conntrack::snapshot`), from a version-2 sender.
+    pub conntrack: Option<Vec<u8>>,
 }
 
 /// Answers `Refused` and exits with status 1 (no destructor: nothing taken is released).
@@ -212,6 +245,38 @@ impl Switch {
                 if let Err(e) = v.endpoint().resume(b) {
                     tracing::error!(port = %name, error = %e, "takeover: port did not start");
                 }
+            }
+        }
+    }
+
+    /// At the switch-over, before any ring runs here: the MACs the old process had learned
+    /// and its connections (so established connections stay established, NAT mappings stay).
+    /// What cannot be entered is logged and counted in the log line; the switch-over goes on.
+    pub(super) fn take_live_state(&mut self, so: &Switchover) {
+        for (br, lines) in &so.macs {
+            let entries: Vec<_> = lines
+                .iter()
+                .map(|(vlan, mac, port, age)| {
+                    (*vlan, *mac, port.clone(), Duration::from_millis(*age))
+                })
+                .collect();
+            match self.rt.pipeline.restore_macs(br, &entries) {
+                Ok(n) => {
+                    tracing::info!(bridge = %br, macs = n, of = entries.len(), "takeover: MACs restored")
+                }
+                Err(e) => tracing::warn!(bridge = %br, error = %e, "takeover: MACs not restored"),
+            }
+        }
+        if let Some(bytes) = &so.conntrack {
+            let t = std::time::Instant::now();
+            match self.rt.dp.conntrack().import(bytes, conntrack::clock_ms()) {
+                Ok(r) => tracing::info!(
+                    connections = r.added,
+                    skipped = r.skipped,
+                    us = t.elapsed().as_micros() as u64,
+                    "takeover: connections restored"
+                ),
+                Err(e) => tracing::error!(error = %e, "takeover: connection table refused"),
             }
         }
     }

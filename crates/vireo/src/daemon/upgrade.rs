@@ -369,7 +369,21 @@ impl Switch {
             .iter()
             .map(|(n, p)| (n.clone(), p.endpoint().hand_over_rings()))
             .collect();
-        let step = handover::send_reply(&s, &Reply::Final { bases })
+        // Live state the PMDs changed until they stopped: learned MACs and connections.
+        let with_live = version >= 2;
+        let macs = if with_live {
+            self.macs_to_hand_over()
+        } else {
+            BTreeMap::new()
+        };
+        let ct = with_live.then(|| self.rt.dp.conntrack().export(conntrack::clock_ms()));
+        let final_msg = Reply::Final {
+            bases,
+            macs,
+            conntrack: ct.is_some(),
+        };
+        let step = handover::send_reply(&s, &final_msg)
+            .and_then(|()| ct.map_or(Ok(()), |b| handover::send(&s, &b, &[])))
             .map_err(|e| e.to_string())
             .and_then(|()| handover::recv_reply(&s, STARTED_DEADLINE).map_err(|e| e.to_string()));
         match step {
@@ -393,6 +407,24 @@ impl Switch {
                 ))
             }
         }
+    }
+
+    /// Every bridge's learned MACs, by port name, with their age.
+    fn macs_to_hand_over(&self) -> BTreeMap<String, Vec<handover::MacLine>> {
+        let mut out = BTreeMap::new();
+        for br in self.config().bridges.keys() {
+            match self.rt.pipeline.mac_entries_named(br) {
+                Ok(v) => {
+                    let lines = v
+                        .into_iter()
+                        .map(|(vlan, mac, port, age)| (vlan, mac, port, age.as_millis() as u64))
+                        .collect();
+                    out.insert(br.clone(), lines);
+                }
+                Err(e) => tracing::warn!(bridge = %br, error = %e, "upgrade: MACs not handed over"),
+            }
+        }
+        out
     }
 
     /// The offer and its fds.

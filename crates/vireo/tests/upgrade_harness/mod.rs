@@ -336,26 +336,32 @@ impl Loop {
     /// Stops the loop, lets testpmd read whatever is still in its rx rings, and returns the
     /// packets lost: testpmd sent them and never got them back.
     pub fn drain_and_count_lost(&mut self) -> (u64, Vec<(u64, u64)>) {
-        self.tp.cmd("stop");
-        std::thread::sleep(Duration::from_millis(500));
-        self.tp.cmd("set fwd rxonly");
-        self.tp.cmd("start");
-        std::thread::sleep(Duration::from_millis(700));
-        self.tp.cmd("stop");
-        std::thread::sleep(Duration::from_millis(300));
-        let mut st = self.tp.port_stats();
-        for _ in 0..3 {
-            if st.len() == 2 {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(500));
-            st = self.tp.port_stats();
-        }
-        assert_eq!(st.len(), 2, "{}", self.tp.out.text());
-        let tx: u64 = st.iter().map(|s| s.1).sum();
-        let rx: u64 = st.iter().map(|s| s.0).sum();
-        (tx.saturating_sub(rx), st)
+        drain_and_count_lost(&mut self.tp)
     }
+}
+
+/// Stops testpmd's io loop, lets it read whatever is still in its rx rings, and returns the
+/// packets lost (sent and never received back) with each port's (rx, tx) totals.
+pub fn drain_and_count_lost(tp: &mut Testpmd) -> (u64, Vec<(u64, u64)>) {
+    tp.cmd("stop");
+    std::thread::sleep(Duration::from_millis(500));
+    tp.cmd("set fwd rxonly");
+    tp.cmd("start");
+    std::thread::sleep(Duration::from_millis(700));
+    tp.cmd("stop");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut st = tp.port_stats();
+    for _ in 0..3 {
+        if st.len() == 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        st = tp.port_stats();
+    }
+    assert_eq!(st.len(), 2, "{}", tp.out.text());
+    let tx: u64 = st.iter().map(|s| s.1).sum();
+    let rx: u64 = st.iter().map(|s| s.0).sum();
+    (tx.saturating_sub(rx), st)
 }
 
 /// The bound on packets lost, whatever the number of upgrades. Each switch-over holds the PMDs
