@@ -450,7 +450,7 @@ mod tests {
                     installed.push((key, m, i as u32));
                 }
             }
-            prop_assert!(c.subtables().iter().all(|s| s.head_only() == !s.mask().has_tail()));
+            prop_assert!(c.subtables().iter().all(|s| s.head_only() != s.mask().has_tail()));
             let keys: Vec<FlowKey> = probes.iter().map(|v| ct_key(*v)).collect();
             for key in &keys {
                 let covering: Vec<u32> = installed.iter()
