@@ -5,24 +5,43 @@
 //! in rank order; [`Dpcls::rerank`] sorts them by hits since the last ranking, so the subtables
 //! that match most traffic are tried first. Megaflows are expected not to overlap (the pipeline
 //! guarantees it); if they do, the first subtable in rank order wins.
+//!
+//! A subtable whose mask has a zero tail (`wire::flow`, *Head and tail*: every mask that
+//! matches no conntrack mark, label or original-tuple field) masks, hashes and compares only
+//! the head words, ten of the key's seventeen: its masked keys have a zero tail, and the head
+//! hash is the full hash of such a key, so both kinds of lookup find the same entries.
 //! Threads: one per PMD, never shared. No locks. Inserting may allocate (miss path only).
-use wire::FlowKey;
+use wire::flow::HEAD_WORDS;
+use wire::{FlowKey, KEY_WORDS};
 
 /// A flow id that means "no flow".
 pub const NO_FLOW: u32 = u32::MAX;
 
+/// Hash and id first: a head-only lookup reads the first 88 bytes of an entry.
 #[derive(Clone, Copy)]
+#[repr(C)]
 struct Entry {
-    key: FlowKey,
     hash: u32,
     id: u32,
+    key: FlowKey,
 }
 
 const EMPTY: Entry = Entry {
-    key: FlowKey::ZERO,
     hash: 0,
     id: NO_FLOW,
+    key: FlowKey::ZERO,
 };
+
+/// Word-wise, branch-free equality of the first `N` words of a stored key.
+#[inline(always)]
+fn first_eq<const N: usize>(stored: &FlowKey, words: &[u64; N]) -> bool {
+    let (s, _) = stored.w.split_first_chunk::<N>().expect("N <= KEY_WORDS");
+    let mut d = 0u64;
+    for i in 0..N {
+        d |= s[i] ^ words[i];
+    }
+    d == 0
+}
 
 /// Masked key -> flow id, open addressing.
 struct FlowMap {
@@ -45,6 +64,13 @@ impl FlowMap {
 
     #[inline]
     fn find(&self, key: &FlowKey, hash: u32) -> Option<usize> {
+        self.find_words::<KEY_WORDS>(&key.w, hash)
+    }
+
+    /// The entry whose key's first `N` words are `words` (the others must be zero in every
+    /// entry for this to be exact: `N` is the head only for head-only subtables).
+    #[inline(always)]
+    fn find_words<const N: usize>(&self, words: &[u64; N], hash: u32) -> Option<usize> {
         let m = self.mask();
         let mut i = hash as usize & m;
         loop {
@@ -52,7 +78,7 @@ impl FlowMap {
             if e.id == NO_FLOW {
                 return None;
             }
-            if e.hash == hash && e.key == *key {
+            if e.hash == hash && first_eq(&e.key, words) {
                 return Some(i);
             }
             i = (i + 1) & m;
@@ -69,9 +95,9 @@ impl FlowMap {
             i = (i + 1) & m;
         }
         self.entries[i] = Entry {
-            key: *key,
             hash,
             id,
+            key: *key,
         };
         self.len += 1;
     }
@@ -114,6 +140,8 @@ impl FlowMap {
 /// All megaflows sharing one mask.
 pub struct Subtable {
     mask: FlowKey,
+    /// The mask's tail is zero: lookups use the head words only.
+    head_only: bool,
     map: FlowMap,
     hits: u64,
 }
@@ -134,13 +162,33 @@ impl Subtable {
         self.map.len == 0
     }
 
+    /// True if lookups use the head words only (the mask's tail is zero).
+    pub fn head_only(&self) -> bool {
+        self.head_only
+    }
+
     #[inline]
     fn lookup(&self, key: &FlowKey) -> u32 {
-        let mk = key.masked(&self.mask);
-        match self.map.find(&mk, mk.hash()) {
+        let found = if self.head_only {
+            let mut mk = [0u64; HEAD_WORDS];
+            for (i, o) in mk.iter_mut().enumerate() {
+                *o = key.w[i] & self.mask.w[i];
+            }
+            self.map.find_words(&mk, FlowKey::hash_head_words(&mk))
+        } else {
+            self.lookup_wide(key)
+        };
+        match found {
             Some(i) => self.map.entries[i].id,
             None => NO_FLOW,
         }
+    }
+
+    /// A lookup in a subtable whose mask has a tail: every word.
+    #[inline(never)]
+    fn lookup_wide(&self, key: &FlowKey) -> Option<usize> {
+        let mk = key.masked(&self.mask);
+        self.map.find(&mk, mk.hash())
     }
 }
 
@@ -215,6 +263,7 @@ impl Dpcls {
             None => {
                 self.subtables.push(Subtable {
                     mask: *mask,
+                    head_only: !mask.has_tail(),
                     map: FlowMap::new(),
                     hits: 0,
                 });
@@ -344,6 +393,83 @@ mod tests {
             assert_eq!(c.lookup(&k(i, i as u16)), want, "key {i}");
         }
         assert_eq!(c.len(), 2000 - 667);
+    }
+
+    /// Fields of the conntrack proptest: head (`recirc_id`, `ct_state`) and tail (`ct_mark`,
+    /// `ct_label`, `ct_nw_src`) ones, each from a two-value domain so that keys often agree.
+    const CT_FIELDS: [Field; 6] = [
+        Field::Ipv4Dst,
+        Field::RecircId,
+        Field::CtState,
+        Field::CtMark,
+        Field::CtLabelLo,
+        Field::CtNwSrc,
+    ];
+
+    fn ct_key(vals: u8) -> FlowKey {
+        let mut k = k(0x0a00_0001, 80);
+        for (b, f) in CT_FIELDS.iter().enumerate() {
+            k.set(*f, u64::from(vals >> b & 1) * 0x21);
+        }
+        k
+    }
+
+    fn ct_mask(bits: u8) -> FlowKey {
+        let mut m = FlowKey::ZERO;
+        m.set_exact(Field::InPort);
+        for (b, f) in CT_FIELDS.iter().enumerate() {
+            if bits >> b & 1 == 1 {
+                m.set_exact(*f);
+            }
+        }
+        m
+    }
+
+    proptest! {
+        /// Head-only subtables (masks without tail fields) and subtables with a tail, probed
+        /// with keys with and without tails: every lookup agrees with a linear scan. A
+        /// head-only shortcut that let a key hit a flow whose tail words differ (or a key
+        /// with a tail miss a flow it matches) fails here.
+        #[test]
+        fn conntrack_words_agree_with_linear_scan_oracle(
+            flows in proptest::collection::vec((0u8..64, 0u8..64), 1..24),
+            probes in proptest::collection::vec(0u8..64, 1..64),
+        ) {
+            let mut c = Dpcls::new();
+            let mut installed: Vec<(FlowKey, FlowKey, u32)> = Vec::new();
+            for (i, (bits, vals)) in flows.iter().enumerate() {
+                let m = ct_mask(*bits);
+                let key = ct_key(*vals).masked(&m);
+                // Overlapping flows are not what the pipeline installs; keep disjoint ones.
+                if installed.iter().any(|(fk, fm, _)| {
+                    (0..KEY_WORDS).all(|w| (fk.w[w] ^ key.w[w]) & fm.w[w] & m.w[w] == 0)
+                }) {
+                    continue;
+                }
+                if c.insert(&key, &m, i as u32).is_ok() {
+                    installed.push((key, m, i as u32));
+                }
+            }
+            prop_assert!(c.subtables().iter().all(|s| s.head_only() != s.mask().has_tail()));
+            let keys: Vec<FlowKey> = probes.iter().map(|v| ct_key(*v)).collect();
+            for key in &keys {
+                let covering: Vec<u32> = installed.iter()
+                    .filter(|(fk, m, _)| key.matches(fk, m)).map(|f| f.2).collect();
+                prop_assert!(covering.len() <= 1);
+                prop_assert_eq!(c.lookup(key), covering.first().copied().unwrap_or(NO_FLOW));
+            }
+            let n = keys.len().min(32);
+            let mut out = [NO_FLOW; 32];
+            let all = if n == 32 { u32::MAX } else { (1u32 << n) - 1 };
+            let left = c.lookup_batch(&keys[..n], &mut out[..n], all);
+            for i in 0..n {
+                let want = installed.iter().find(|(fk, m, _)| keys[i].matches(fk, m));
+                prop_assert_eq!(left & (1 << i) == 0, want.is_some());
+                if let Some(f) = want {
+                    prop_assert_eq!(out[i], f.2);
+                }
+            }
+        }
     }
 
     /// A flow for the oracle: prefix length, port matched?, and the key values.

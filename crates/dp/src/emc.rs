@@ -1,11 +1,15 @@
 //! Exact-match cache (EMC): the first and cheapest lookup, keyed by the whole flow key.
 //!
 //! Owns: [`Emc`], 8192 entries, two candidate slots per hash (from different hash bits). An
-//! entry holds the full key, its hash, and a flow id with the flow's generation; a hit needs the
-//! hash and the whole key to agree and the generation to be current. Insertion is probabilistic
+//! entry holds the key's head words (`wire::flow`, *Head and tail*), its hash, a flow id with
+//! the flow's generation, and whether the key has a tail; the tail words of such keys live in
+//! a side table that a packet without a tail never touches. A hit needs the hash, the head,
+//! the tail (both zero, or equal) to agree and the generation to be current: a 96-byte entry
+//! per packet compared, as with the 9-word key, instead of 160. Insertion is probabilistic
 //! (see `DpConfig::emc_insert_inv_prob`), as OVS's `emc-insert-inv-prob`, so a flood of new
 //! flows does not thrash it.
 //! Threads: one per PMD, never shared. No locks.
+use wire::flow::{HEAD_WORDS, TAIL};
 use wire::FlowKey;
 
 /// Number of entries.
@@ -17,22 +21,48 @@ const EMPTY: u32 = u32::MAX;
 #[derive(Clone, Copy)]
 #[repr(C, align(32))]
 struct Entry {
-    key: FlowKey,
+    head: [u64; HEAD_WORDS],
     hash: u32,
     flow: u32,
     gen: u32,
+    /// 1 if the key has a tail (then in `tails` at the same index), else 0.
+    tail: u32,
 }
 
 const EMPTY_ENTRY: Entry = Entry {
-    key: FlowKey::ZERO,
+    head: [0; HEAD_WORDS],
     hash: 0,
     flow: EMPTY,
     gen: 0,
+    tail: 0,
 };
+
+type Tail = [u64; wire::KEY_WORDS - HEAD_WORDS];
 
 /// The exact-match cache.
 pub struct Emc {
     entries: Box<[Entry]>,
+    /// Tail words of the entries whose key has one (same index).
+    tails: Box<[Tail]>,
+}
+
+#[inline(always)]
+fn tail_of(key: &FlowKey) -> &Tail {
+    let (_, t) = key
+        .w
+        .split_last_chunk::<{ wire::KEY_WORDS - HEAD_WORDS }>()
+        .expect("tail");
+    t
+}
+
+/// Word-wise, branch-free equality of the head words.
+#[inline(always)]
+fn head_eq(a: &[u64; HEAD_WORDS], b: &[u64; HEAD_WORDS]) -> bool {
+    let mut d = 0u64;
+    for i in 0..HEAD_WORDS {
+        d |= a[i] ^ b[i];
+    }
+    d == 0
 }
 
 impl Default for Emc {
@@ -46,6 +76,7 @@ impl Emc {
     pub fn new() -> Emc {
         Emc {
             entries: vec![EMPTY_ENTRY; EMC_ENTRIES].into_boxed_slice(),
+            tails: vec![[0; TAIL.end - TAIL.start]; EMC_ENTRIES].into_boxed_slice(),
         }
     }
 
@@ -57,13 +88,26 @@ impl Emc {
         ]
     }
 
+    /// True if slot `i` holds exactly `key` (`key_tail`: whether `key` has a tail).
+    #[inline(always)]
+    fn holds(&self, i: usize, key: &FlowKey, hash: u32, key_tail: bool) -> bool {
+        let e = &self.entries[i];
+        e.hash == hash
+            && e.flow != EMPTY
+            && head_eq(&e.head, key.head())
+            && (e.tail != 0) == key_tail
+            && (!key_tail || self.tails[i] == *tail_of(key))
+    }
+
     /// The (flow id, generation) cached for `key`, whose hash is `hash`.
     #[inline]
     pub fn lookup(&self, key: &FlowKey, hash: u32) -> Option<(u32, u32)> {
+        let key_tail = key.has_tail();
         for i in Self::ways(hash) {
-            // `ways` masks to EMC_MASK, and the slice has EMC_ENTRIES entries.
-            let e = &self.entries[i & (EMC_ENTRIES - 1)];
-            if e.hash == hash && e.flow != EMPTY && e.key == *key {
+            // `ways` masks to EMC_MASK, and the slices have EMC_ENTRIES entries.
+            let i = i & (EMC_ENTRIES - 1);
+            if self.holds(i, key, hash, key_tail) {
+                let e = &self.entries[i];
                 return Some((e.flow, e.gen));
             }
         }
@@ -74,11 +118,12 @@ impl Emc {
     /// way, else replaces the way whose stored hash is smaller (a cheap pseudo-random choice).
     pub fn insert(&mut self, key: &FlowKey, hash: u32, flow: u32, gen: u32) {
         let [a, b] = Self::ways(hash);
+        let key_tail = key.has_tail();
         let pick = {
             let (ea, eb) = (&self.entries[a], &self.entries[b]);
-            if ea.flow != EMPTY && ea.hash == hash && ea.key == *key {
+            if self.holds(a, key, hash, key_tail) {
                 a
-            } else if eb.flow != EMPTY && eb.hash == hash && eb.key == *key {
+            } else if self.holds(b, key, hash, key_tail) {
                 b
             } else if ea.flow == EMPTY {
                 a
@@ -91,11 +136,15 @@ impl Emc {
             }
         };
         self.entries[pick] = Entry {
-            key: *key,
+            head: *key.head(),
             hash,
             flow,
             gen,
+            tail: u32::from(key_tail),
         };
+        if key_tail {
+            self.tails[pick] = *tail_of(key);
+        }
     }
 
     /// Forgets everything.
@@ -133,6 +182,49 @@ mod tests {
         assert_eq!(e.lookup(&key(2), k.hash()), None);
         e.clear();
         assert_eq!(e.lookup(&k, k.hash()), None);
+    }
+
+    /// Keys with the same head and different tails (none, or two different ones), and with the
+    /// same head and tail but a different `recirc_id`/`ct_state` word, never hit each other's
+    /// entries, even when handed the same hash (a collision): the tail flag and the side table
+    /// are compared, not only the head.
+    #[test]
+    fn keys_differing_only_in_conntrack_words_never_hit_each_other() {
+        use wire::Field;
+        let plain = key(9);
+        let mut t1 = plain;
+        t1.set(Field::CtMark, 1);
+        let mut t2 = plain;
+        t2.set(Field::CtLabelLo, 1);
+        let mut r = plain;
+        r.set(Field::RecircId, 1);
+        let mut rt = t1;
+        rt.set(Field::RecircId, 1);
+        let keys = [plain, t1, t2, r, rt];
+        for (i, a) in keys.iter().enumerate() {
+            for h in [a.hash(), 0x1234_5678] {
+                let mut e = Emc::new();
+                e.insert(a, h, i as u32, 0);
+                for (j, b) in keys.iter().enumerate() {
+                    let want = (i == j).then_some((i as u32, 0));
+                    assert_eq!(e.lookup(b, h), want, "entry {i}, probe {j}, hash {h:#x}");
+                }
+                // Both ways of a hash share a slot with their keys: insert every other key
+                // with the same hash and check each still finds only its own.
+                for (j, b) in keys.iter().enumerate() {
+                    e.insert(b, h, j as u32, 0);
+                    assert_eq!(e.lookup(b, h), Some((j as u32, 0)));
+                }
+            }
+        }
+        // A tail stored in a slot is forgotten when a key without a tail takes the slot.
+        let mut e = Emc::new();
+        let h = 0x0042_0042;
+        e.insert(&t1, h, 1, 0);
+        e.insert(&t2, h, 2, 0);
+        e.insert(&plain, h, 3, 0);
+        assert_eq!(e.lookup(&plain, h), Some((3, 0)));
+        assert!(e.lookup(&t1, h).is_none() || e.lookup(&t2, h).is_none());
     }
 
     #[test]

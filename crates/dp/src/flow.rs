@@ -52,6 +52,9 @@ pub struct Megaflow {
     /// Index of the output action that may take the packet itself instead of a copy: the last
     /// `Output` when no `Userspace` follows it. [`NO_STEAL`] if none.
     pub(crate) steal: usize,
+    /// The mask's tail is zero (`wire::flow`, *Head and tail*): [`Megaflow::covers`] compares
+    /// the head words only.
+    head_only: bool,
     /// What the translation depended on.
     pub deps: Deps,
     /// Registry epoch when installed (set by [`FlowTable::insert`] under the registry lock).
@@ -76,6 +79,7 @@ impl Megaflow {
             mask: *mask,
             actions,
             steal,
+            head_only: !mask.has_tail(),
             deps,
             epoch: 0,
             packets: AtomicU64::new(0),
@@ -120,7 +124,11 @@ impl Megaflow {
     /// True if `key` falls under this megaflow.
     #[inline]
     pub fn covers(&self, key: &FlowKey) -> bool {
-        key.matches(&self.key, &self.mask)
+        if self.head_only {
+            key.matches_head(&self.key, &self.mask)
+        } else {
+            key.matches(&self.key, &self.mask)
+        }
     }
 }
 
@@ -345,6 +353,31 @@ mod tests {
         assert_eq!(flow(1, vec![]).steal, NO_STEAL);
         let f = flow(1, vec![]);
         assert_eq!(f.key.get(Field::TpDst), 0, "key is masked");
+    }
+
+    /// The SMC's check: a megaflow whose mask has a tail field covers only keys with that
+    /// tail value; one without covers keys whatever their tail.
+    #[test]
+    fn covers_compares_the_tail_only_when_the_mask_has_one() {
+        let mut k = FlowKey::ZERO;
+        k.set(Field::InPort, 1);
+        k.set(Field::CtMark, 7);
+        let mut m = FlowKey::ZERO;
+        m.set_exact(Field::InPort);
+        m.set_exact(Field::CtMark);
+        let with_tail = Megaflow::new(&k, &m, Vec::new().into());
+        let mut other = k;
+        other.set(Field::CtMark, 8);
+        assert!(with_tail.covers(&k));
+        assert!(!with_tail.covers(&other));
+        let mut plain = k;
+        plain.set(Field::CtMark, 0);
+        assert!(!with_tail.covers(&plain));
+        let head = flow(1, vec![]);
+        assert!(head.covers(&k) && head.covers(&other) && head.covers(&plain));
+        let mut wrong_port = k;
+        wrong_port.set(Field::InPort, 2);
+        assert!(!head.covers(&wrong_port) && !with_tail.covers(&wrong_port));
     }
 
     #[test]

@@ -219,9 +219,11 @@ impl Worker {
         let n = self.rx.len().min(BATCH_SIZE);
         self.tally.packets += n as u64;
         for (p, k) in self.rx.as_mut_slice().iter_mut().zip(self.keys.iter_mut()) {
-            *k = wire::extract(p.data(), in_port);
+            // In place, and hashed without a look at the tail: a key fresh from a port has
+            // none (`wire::flow`, *Head and tail*).
+            wire::extract_into(p.data(), in_port, k);
             p.meta.in_port = in_port;
-            p.meta.hash = k.hash();
+            p.meta.hash = k.hash_head();
         }
         self.classify(n);
         self.execute_all();
@@ -243,10 +245,10 @@ impl Worker {
             let n = self.rx.len().min(BATCH_SIZE);
             self.tally.recirculations += n as u64;
             for (i, p) in self.rx.as_mut_slice().iter_mut().enumerate() {
-                let mut k = wire::extract(p.data(), p.meta.in_port);
+                let k = &mut self.keys[i];
+                wire::extract_into(p.data(), p.meta.in_port, k);
                 k.w[CT_WORDS].copy_from_slice(&self.recirc_keys[i].w[CT_WORDS]);
                 p.meta.hash = k.hash();
-                self.keys[i] = k;
             }
             self.recirc_keys.clear();
             self.classify(n);

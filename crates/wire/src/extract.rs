@@ -1,7 +1,8 @@
 //! One-pass flow-key extraction.
 //!
-//! Owns: [`extract()`], which reads a frame's headers into a [`FlowKey`] in one forward pass
-//! with no allocation, and [`l3_offset`], the same L2 walk for actions that rewrite L3/L4.
+//! Owns: [`extract()`] (and [`extract_into`], the same written in place), which reads a frame's
+//! headers into a [`FlowKey`] in one forward pass with no allocation, and [`l3_offset`], the
+//! same L2 walk for actions that rewrite L3/L4.
 //! Extraction never panics: every layer is read through a checked view, and a truncated or
 //! malformed layer ends extraction with the fields of the complete layers before it.
 //!
@@ -77,28 +78,39 @@ pub fn l3_offset(frame: &[u8]) -> Option<(u16, usize)> {
 #[inline]
 pub fn extract(frame: &[u8], in_port: u32) -> FlowKey {
     let mut k = FlowKey::ZERO;
+    extract_into(frame, in_port, &mut k);
+    k
+}
+
+/// [`extract()`] written in place into `k` (every word, the metadata words zeroed). The fast
+/// path uses this one: a 136-byte key returned by value is copied with a `memcpy` call (twice
+/// per packet, about 20 cycles), a key written in place is not copied at all.
+#[inline]
+pub fn extract_into(frame: &[u8], in_port: u32, k: &mut FlowKey) {
     k.w[0] = u64::from(in_port);
+    for w in &mut k.w[1..] {
+        *w = 0;
+    }
     let (Some(a), Some(b)) = (frame.get(0..8), frame.get(4..12)) else {
-        return k;
+        return;
     };
     if frame.len() < HEADER_LEN {
-        return k;
+        return;
     }
     k.w[1] = u64::from_be_bytes(a.try_into().unwrap_or([0; 8])) >> 16;
     k.w[2] = u64::from_be_bytes(b.try_into().unwrap_or([0; 8])) & 0xffff_ffff_ffff;
     let l2 = walk_l2(frame);
     k.w[0] |= u64::from(l2.ethertype) << 32 | u64::from(l2.tci) << 48;
     if !l2.complete {
-        return k;
+        return;
     }
     let l3 = frame.get(l2.l3..).unwrap_or(&[]);
     match l2.ethertype {
-        ethertype::IPV4 => extract_ipv4(l3, &mut k),
-        ethertype::IPV6 => extract_ipv6(l3, &mut k),
-        ethertype::ARP => extract_arp(l3, &mut k),
+        ethertype::IPV4 => extract_ipv4(l3, k),
+        ethertype::IPV6 => extract_ipv6(l3, k),
+        ethertype::ARP => extract_arp(l3, k),
         _ => {}
     }
-    k
 }
 
 #[inline]

@@ -25,6 +25,15 @@
 //!
 //! Words 9-16 are metadata, not headers: zero on a packet from a port; the datapath's `ct`
 //! action sets the conntrack words and recirculation sets `recirc_id` (see `dp::worker`).
+//!
+//! Head and tail: words `0..HEAD_WORDS` (the headers and word 9, which holds `recirc_id`,
+//! `ct_state` and `ct_zone`, the metadata most masks use) are the *head*; words
+//! `HEAD_WORDS..KEY_WORDS` (mark, label, original tuple) the *tail*. A packet that never went
+//! through `ct` has an all-zero tail, and so does every megaflow mask that matches no tail
+//! field. The caches use that: the hash of a key whose tail is zero covers the head words only
+//! ([`FlowKey::hash_head`], the same value [`FlowKey::hash`] gives), and the EMC and the
+//! classifier's subtables compare the tail only when one side has one. A key with a tail
+//! hashes and compares every word, so keys that differ only in the tail never meet.
 //! `ct_nw_src/dst` and `ct_ipv6_src` share word 13 the way ARP and IPv6 share words 5 and 6:
 //! a mask that uses them always includes eth_type.
 //!
@@ -35,6 +44,13 @@
 
 /// Number of 64-bit words in a key.
 pub const KEY_WORDS: usize = 17;
+
+/// Words of the head (see the module documentation): headers, `recirc_id`, `ct_state`,
+/// `ct_nw_proto`, `ct_zone`.
+pub const HEAD_WORDS: usize = 10;
+
+/// The tail's words: zero on every key that never went through `ct`.
+pub const TAIL: std::ops::Range<usize> = HEAD_WORDS..KEY_WORDS;
 
 /// A flow key, or a mask over one.
 #[derive(Clone, Copy, Default, Eq, Debug)]
@@ -256,6 +272,38 @@ impl FlowKey {
         d == 0
     }
 
+    /// True if `self` and `other` agree on every bit of `mask` in the head words; the whole
+    /// answer when `mask`'s tail is zero.
+    #[inline]
+    pub fn matches_head(&self, other: &FlowKey, mask: &FlowKey) -> bool {
+        let mut d = 0u64;
+        for i in 0..HEAD_WORDS {
+            d |= (self.w[i] ^ other.w[i]) & mask.w[i];
+        }
+        d == 0
+    }
+
+    /// True if any tail word is non-zero (the key went through `ct`, or a mask matches a tail
+    /// field).
+    #[inline(always)]
+    pub fn has_tail(&self) -> bool {
+        let mut t = 0u64;
+        for i in TAIL {
+            t |= self.w[i];
+        }
+        t != 0
+    }
+
+    /// The head words.
+    #[inline(always)]
+    pub fn head(&self) -> &[u64; HEAD_WORDS] {
+        let (h, _) = self
+            .w
+            .split_first_chunk::<HEAD_WORDS>()
+            .expect("HEAD_WORDS <= KEY_WORDS");
+        h
+    }
+
     /// A MAC address as stored in the key.
     #[inline]
     pub fn mac_to_u64(mac: [u8; 6]) -> u64 {
@@ -266,17 +314,31 @@ impl FlowKey {
     /// per-process random seed so a hostile sender cannot aim for collisions.
     #[inline]
     pub fn hash(&self) -> u32 {
-        hash_words(&self.w)
+        if self.has_tail() {
+            hash_with_tail(&self.w)
+        } else {
+            hash_head(self.head())
+        }
+    }
+
+    /// [`FlowKey::hash`] of a key whose tail is zero (a key fresh from extraction), without
+    /// looking at the tail.
+    #[inline(always)]
+    pub fn hash_head(&self) -> u32 {
+        debug_assert!(!self.has_tail(), "hash_head on a key with a tail");
+        hash_head(self.head())
+    }
+
+    /// [`FlowKey::hash`] of a key whose head words are `w` and whose tail is zero.
+    #[inline(always)]
+    pub fn hash_head_words(w: &[u64; HEAD_WORDS]) -> u32 {
+        hash_head(w)
     }
 
     /// Hash of `self & mask` (what a megaflow subtable is keyed by), without building it.
     #[inline]
     pub fn hash_masked(&self, mask: &FlowKey) -> u32 {
-        let mut w = [0u64; KEY_WORDS];
-        for (i, o) in w.iter_mut().enumerate() {
-            *o = self.w[i] & mask.w[i];
-        }
-        hash_words(&w)
+        self.masked(mask).hash()
     }
 
     /// The fields `mask` matches, as `name=value[/mask]` joined by commas (`*` if none), the
@@ -318,36 +380,43 @@ fn hash_keys() -> &'static [u64; HASH_KEYS] {
     })
 }
 
-/// Number of hash constants: one per word, one to pad the odd word, one to combine.
-const HASH_KEYS: usize = KEY_WORDS + 2;
+/// Number of hash constants: one per word, one to pad the tail's odd word, two to combine.
+const HASH_KEYS: usize = KEY_WORDS + 3;
 
-/// Independent folded multiplies over pairs of words (they run in parallel) and one to combine
-/// them. The metadata words (9..17: `recirc_id` and conntrack) are zero on every packet that
-/// has not been through `ct`, so they are folded in only when one is set (a branch that a
-/// burst of plain traffic always predicts), and then with one multiply per pair.
+/// The head's hash: independent folded multiplies over pairs of words (they run in parallel)
+/// and one to combine them. Five multiplies for ten words, as the nine-word key took.
 #[inline(always)]
-fn hash_words(w: &[u64; KEY_WORDS]) -> u32 {
+fn hash_head(w: &[u64; HEAD_WORDS]) -> u32 {
     let k = hash_keys();
+    let e = fmul(w[8] ^ k[8], w[9] ^ k[9]);
+    combine(w, e, k)
+}
+
+#[inline(always)]
+fn combine(w: &[u64; HEAD_WORDS], e: u64, k: &[u64; HASH_KEYS]) -> u32 {
     let a = fmul(w[0] ^ k[0], w[1] ^ k[1]);
     let b = fmul(w[2] ^ k[2], w[3] ^ k[3]);
     let c = fmul(w[4] ^ k[4], w[5] ^ k[5]);
     let d = fmul(w[6] ^ k[6], w[7] ^ k[7]);
-    let meta = w[9] | w[10] | w[11] | w[12] | w[13] | w[14] | w[15] | w[16];
-    let e = if meta == 0 {
-        fmul(w[8] ^ k[8], k[9])
-    } else {
-        hash_meta(w, k)
-    };
-    let h = fmul(a ^ c ^ e ^ k[KEY_WORDS + 1], b.wrapping_add(d));
+    let h = fmul(a ^ c ^ e ^ k[KEY_WORDS + 2], b.wrapping_add(d));
     (h ^ (h >> 32)) as u32
 }
 
-/// Word 8 and the metadata words, for a key with metadata.
+/// The hash of a key with a tail: the head's, with the tail's folded into its last pair.
+/// Out of line: only keys that went through `ct` come here.
 #[inline(never)]
-fn hash_meta(w: &[u64; KEY_WORDS], k: &[u64; HASH_KEYS]) -> u64 {
-    let m1 = fmul(w[9] ^ k[9], w[10] ^ k[10]) ^ fmul(w[11] ^ k[11], w[12] ^ k[12]);
-    let m2 = fmul(w[13] ^ k[13], w[14] ^ k[14]) ^ fmul(w[15] ^ k[15], w[16] ^ k[16]);
-    fmul(w[8] ^ k[8], m1.wrapping_add(m2) ^ k[KEY_WORDS])
+fn hash_with_tail(w: &[u64; KEY_WORDS]) -> u32 {
+    let k = hash_keys();
+    let t1 = fmul(w[10] ^ k[10], w[11] ^ k[11]);
+    let t2 = fmul(w[12] ^ k[12], w[13] ^ k[13]);
+    let t3 = fmul(w[14] ^ k[14], w[15] ^ k[15]);
+    let t4 = fmul(w[16] ^ k[16], k[KEY_WORDS]);
+    let tail = fmul(t1 ^ t3 ^ k[KEY_WORDS + 1], t2.wrapping_add(t4));
+    let e = fmul(w[8] ^ k[8], w[9] ^ k[9]) ^ tail;
+    let (head, _) = w
+        .split_first_chunk::<HEAD_WORDS>()
+        .expect("HEAD_WORDS <= KEY_WORDS");
+    combine(head, e, k)
 }
 
 #[cfg(test)]
@@ -410,6 +479,47 @@ mod tests {
         let mut m = FlowKey::ZERO;
         m.set(Field::Ipv4Dst, 0xffff_ff00);
         assert_eq!(base.hash_masked(&m), base.masked(&m).hash());
+    }
+
+    #[test]
+    fn head_hash_is_the_hash_of_a_key_without_tail_and_a_tail_changes_it() {
+        let mut k = FlowKey::ZERO;
+        k.set(Field::InPort, 3);
+        k.set(Field::Ipv4Dst, 0x0a00_0001);
+        k.set(Field::RecircId, 7);
+        k.set(Field::CtState, 0x21);
+        assert!(!k.has_tail());
+        assert_eq!(k.hash(), k.hash_head());
+        assert_eq!(k.hash(), FlowKey::hash_head_words(k.head()));
+        for f in [
+            Field::CtMark,
+            Field::CtLabelLo,
+            Field::CtNwSrc,
+            Field::CtIpv6DstLo,
+        ] {
+            let mut t = k;
+            t.set(f, 1);
+            assert!(t.has_tail(), "{f:?} is in the tail");
+            assert_ne!(t.hash(), k.hash(), "{f:?} ignored by the hash");
+            let (w, _, _) = f.layout();
+            assert!(TAIL.contains(&w));
+        }
+        for f in [
+            Field::RecircId,
+            Field::CtState,
+            Field::CtZone,
+            Field::CtNwProto,
+        ] {
+            let (w, _, _) = f.layout();
+            assert!(w < HEAD_WORDS, "{f:?} is in the head");
+        }
+        let mut m = FlowKey::ZERO;
+        m.set_exact(Field::Ipv4Dst);
+        let mut other = k;
+        other.set(Field::CtMark, 5);
+        assert!(k.matches_head(&other, &m) && k.matches(&other, &m));
+        m.set_exact(Field::CtMark);
+        assert!(!k.matches(&other, &m));
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub mod tcp;
 pub mod tunnel;
 pub mod udp;
 
-pub use extract::{extract, l3_offset};
+pub use extract::{extract, extract_into, l3_offset};
 pub use flow::{Field, FlowKey, KEY_WORDS};
 pub use format::{ct_state_string, CT_STATE_NAMES};
 

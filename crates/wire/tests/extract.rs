@@ -177,6 +177,12 @@ proptest! {
     fn never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..256), port in any::<u32>()) {
         let k = extract(&bytes, port);
         prop_assert_eq!(k.get(Field::InPort), u64::from(port));
+        // In place over a key left dirty by an earlier packet (every word set, a tail too):
+        // the same key, tail zeroed.
+        let mut dirty = FlowKey { w: [u64::MAX; wire::KEY_WORDS] };
+        wire::extract_into(&bytes, port, &mut dirty);
+        prop_assert_eq!(dirty, k);
+        prop_assert!(!dirty.has_tail());
     }
 
     #[test]
