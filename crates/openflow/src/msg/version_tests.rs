@@ -230,14 +230,37 @@ fn malformed_1_0_messages_get_1_0_errors() {
             (1, 2),
         ),
         (
-            "vendor stats",
+            "vendor stats of another vendor",
+            frame(
+                OFP10,
+                t::STATS_REQUEST,
+                &[0xff, 0xff, 0, 0, 0, 0, 0x12, 0x34],
+            ),
+            errors::BAD_REQUEST_BAD_EXPERIMENTER,
+            (1, 3),
+        ),
+        (
+            "Nicira stats of an unknown subtype",
+            frame(
+                OFP10,
+                t::STATS_REQUEST,
+                &[
+                    0xff, 0xff, 0, 0, 0, 0, 0x23, 0x20, 0, 0, 0, 9, 0, 0, 0, 0, 0xff, 0xff, 0, 0,
+                    0xff, 0, 0, 0,
+                ],
+            ),
+            errors::BAD_REQUEST_BAD_EXPERIMENTER,
+            (1, 3),
+        ),
+        (
+            "Nicira stats cut short",
             frame(
                 OFP10,
                 t::STATS_REQUEST,
                 &[0xff, 0xff, 0, 0, 0, 0, 0x23, 0x20],
             ),
-            errors::BAD_REQUEST_BAD_EXPERIMENTER,
-            (1, 3),
+            errors::BAD_REQUEST_BAD_LEN,
+            (1, 6),
         ),
         (
             "queue config, long",
