@@ -160,6 +160,18 @@ impl Inner {
     }
 
     fn group_mod(&self, gm: &GroupMod) -> Result<(), OfError> {
+        if gm.command == GroupModCommand::InsertBucket {
+            // Weights are for select groups (as for an add); the group's own type decides.
+            let select = self
+                .pipeline
+                .group_descs(&self.bridge)
+                .ok()
+                .and_then(|d| d.into_iter().find(|d| d.group_id == gm.group_id))
+                .is_some_and(|d| d.group_type == ofproto::GroupType::Select);
+            if !select && gm.buckets.iter().any(|b| b.weight != 0) {
+                return Err(errors::GROUP_MOD_FAILED_BAD_BUCKET);
+            }
+        }
         let pgm = convert::group_mod_to_pipeline(gm)?;
         let result = self.pipeline.group_mod(&self.bridge, pgm);
         self.tables_dirty.store(true, Ordering::Release);

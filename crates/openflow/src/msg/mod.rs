@@ -275,6 +275,11 @@ impl Message {
             Message::Hello(h) => h.version,
             _ => version,
         };
+        if let Message::GroupMod(g) = self {
+            if g.command.edits_buckets() && version != OFP15 {
+                return Err(errors::BAD_REQUEST_BAD_TYPE);
+            }
+        }
         out.put_u8(version);
         out.put_u8(self.msg_type());
         out.put_u16(0);

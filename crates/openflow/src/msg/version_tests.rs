@@ -15,6 +15,21 @@ fn frame(version: u8, mtype: u8, body: &[u8]) -> Vec<u8> {
     v
 }
 
+fn without_bucket_ids(mut m: Message) -> Message {
+    let buckets = match &mut m {
+        Message::GroupMod(g) => vec![&mut g.buckets],
+        Message::MultipartReply(MultipartReply {
+            body: MultipartReplyBody::GroupDesc(d),
+            ..
+        }) => d.iter_mut().map(|g| &mut g.buckets).collect(),
+        _ => vec![],
+    };
+    for b in buckets.into_iter().flatten() {
+        b.bucket_id = None;
+    }
+    m
+}
+
 #[test]
 fn examples_roundtrip_in_every_version() {
     for v in [OFP10, OFP14, OFP15] {
@@ -38,9 +53,10 @@ fn examples_roundtrip_in_every_version() {
                 )
             );
             assert_eq!(back.encode_version(v, 7).unwrap(), b, "v{v} {m:?}");
-            // 1.4 and 1.5 say everything the model holds.
+            // 1.4 and 1.5 say everything the model holds (1.5 numbers the buckets the
+            // model leaves without an id).
             if v != OFP10 {
-                assert_eq!(back, m, "v{v}");
+                assert_eq!(without_bucket_ids(back), without_bucket_ids(m), "v{v}");
             }
         }
         // 1.0 lacks groups, table mods, roles, table features, port desc, async
