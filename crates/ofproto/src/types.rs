@@ -291,14 +291,15 @@ impl Match {
                 self.requires(Field::EthType, &[u64::from(IPV6)], "ipv6_dst needs ipv6")?;
             }
         }
-        if uses(Field::CtNwSrc) || uses(Field::CtNwDst) {
-            let what = "ct_nw_src/ct_nw_dst need ip";
-            self.requires(Field::EthType, &[u64::from(IPV4)], what)?;
-        }
+        // ct_nw_src / ct_nw_dst share their key word with the high half of ct_ipv6_src: the
+        // match's eth_type says which it is (ip or ipv6); the rest of ct_ipv6_* is ipv6 only.
         let ct6 = [Field::CtIpv6SrcLo, Field::CtIpv6DstHi, Field::CtIpv6DstLo];
-        if ct6.into_iter().any(uses) || (uses(Field::CtIpv6SrcHi) && !uses(Field::CtNwSrc)) {
+        if ct6.into_iter().any(uses) {
             let what = "ct_ipv6_src/ct_ipv6_dst need ipv6";
             self.requires(Field::EthType, &[u64::from(IPV6)], what)?;
+        } else if uses(Field::CtIpv6SrcHi) {
+            let what = "ct_nw_src/ct_nw_dst need ip (ct_ipv6_src ipv6)";
+            self.requires(Field::EthType, &ip, what)?;
         }
         if uses(Field::TpSrc) || uses(Field::TpDst) || uses(Field::TcpFlags) {
             let l4 = [6, 17, 1, 58, 132];
