@@ -71,7 +71,8 @@ fn snoop_sees_the_controller_session(version: Option<&str>) -> Option<String> {
     // And from the management socket, which snoop does not see.
     testkit::ofctl_version(&h.sock, version, &[], "dump-aggregate", &[]);
     let (req, reply) = match version {
-        None => ("OFPST_FLOW request (xid=", "OFPST_FLOW reply (xid="),
+        // Plain ovs-ofctl dumps with Nicira's NXST_FLOW after NXT_SET_FLOW_FORMAT.
+        None => ("NXST_FLOW request (xid=", "NXST_FLOW reply (xid="),
         Some(_) => ("OFPST_FLOW request (OF1.3)", "OFPST_FLOW reply (OF1.3)"),
     };
     let ok = wait_for(Duration::from_secs(10), || {
@@ -87,8 +88,7 @@ fn snoop_sees_the_controller_session(version: Option<&str>) -> Option<String> {
         !t.contains("AGGREGATE"),
         "management traffic was copied:\n{t}"
     );
-    // (An OFPT_ERROR BAD_VENDOR in the 1.0 session is part of it: ovs-ofctl asks for a Nicira
-    // flow format first and falls back to the standard one.)
+    // (In the 1.0 session ovs-ofctl first sets the NXM flow format, which Vireo accepts.)
     assert!(
         !t.contains("|ERR|") && !t.contains("!= expected"),
         "{version:?}:\n{t}"
