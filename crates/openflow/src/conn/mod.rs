@@ -326,7 +326,9 @@ impl OfSwitch {
     /// (by default slaves get only PORT_STATUS; SET_ASYNC changes that per connection). Never
     /// blocks; a connection whose queue is full is dropped. Returns how many were sent.
     pub fn broadcast(&self, msg: &Message) -> usize {
-        let targets: Vec<((u8, bool), Outbox)> = {
+        // (version, NXM flow format): what decides a frame's encoding.
+        type Format = (u8, bool);
+        let targets: Vec<(Format, Outbox)> = {
             let st = self.shared.lock();
             st.conns
                 .values()
@@ -336,7 +338,7 @@ impl OfSwitch {
                 .collect()
         };
         // Encoded once per version (and 1.0 flow format) in use.
-        let mut encoded: Vec<((u8, bool), Vec<Vec<u8>>)> = Vec::new();
+        let mut encoded: Vec<(Format, Vec<Vec<u8>>)> = Vec::new();
         let mut sent = 0;
         for (v, o) in &targets {
             let frames = match encoded.iter().find(|(ev, _)| ev == v) {

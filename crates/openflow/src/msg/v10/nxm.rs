@@ -151,7 +151,7 @@ fn rewrite(
         return Ok(());
     };
     let (v, m) = if has_mask {
-        if payload.len() % 2 != 0 {
+        if !payload.len().is_multiple_of(2) {
             return Err(errors::BAD_MATCH_BAD_LEN);
         }
         payload.split_at(payload.len() / 2)
