@@ -48,11 +48,11 @@ rustup show active-toolchain >/dev/null 2>&1 || rustup toolchain install "$(sed 
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
 # OpenFlow controllers for the ofswitch tests, from PyPI, in their own venv: Faucet 1.10.12
-# (pins os-ken 3.1.0) and os-ken's sample apps simple_switch_13/14/15 (OpenFlow 1.3, 1.4,
-# 1.5), which only the os-ken 1.4.1 wheel still ships (later wheels dropped the sample apps);
-# osken-manager 3.1.0 runs them by path.
+# (pins os-ken 3.1.0) and os-ken's sample apps simple_switch (OpenFlow 1.0) and
+# simple_switch_13/14/15 (1.3, 1.4, 1.5), which only the os-ken 1.4.1 wheel still ships (later
+# wheels dropped the sample apps); osken-manager 3.1.0 runs them by path.
 VIREO_VENV="${VIREO_VENV:-/opt/vireo-venv}"
-osken_apps=(simple_switch_13.py simple_switch_14.py simple_switch_15.py)
+osken_apps=(simple_switch.py simple_switch_13.py simple_switch_14.py simple_switch_15.py)
 if [ ! -x "$VIREO_VENV/bin/faucet" ]; then
     venv_missing=()
     for p in python3-venv python3-dev; do

@@ -93,11 +93,14 @@ impl SwitchHandler for Endpoint {
         if self.controller {
             debug!(bridge = %self.inner.bridge, %peer, "controller connected");
             self.inner.controller_up();
+            self.inner.follow_controller_versions(None);
         }
     }
 
     fn disconnected(&self, conn: ConnId) {
-        if !self.controller {
+        if self.controller {
+            self.inner.follow_controller_versions(Some(conn));
+        } else {
             lock(&self.inner.async_mgmt).remove(&conn);
         }
     }
@@ -354,6 +357,24 @@ impl Inner {
     }
 
     /// A controller connection is up: leave fail-open.
+    /// OpenFlow 1.0's table-miss behaviour (a packet-in, reason no_match) is on while a
+    /// controller speaking 1.0 is connected, as in Open vSwitch; 1.3+ controllers install a
+    /// table-miss rule instead. `leaving`: a connection going away (still listed).
+    pub fn follow_controller_versions(&self, leaving: Option<ConnId>) {
+        let any10 = lock(&self.ctrl).as_ref().is_some_and(|c| {
+            c.connections()
+                .iter()
+                .any(|c| c.ready && c.version == openflow::version::OFP10 && Some(c.id) != leaving)
+        });
+        if matches!(
+            self.pipeline.set_miss_to_controller(&self.bridge, any10),
+            Ok(true)
+        ) {
+            self.tables_dirty.store(true, Ordering::Release);
+            self.hooks.revalidate();
+        }
+    }
+
     pub fn controller_up(&self) {
         if matches!(self.pipeline.set_fail_open(&self.bridge, false), Ok(true)) {
             self.hooks.revalidate();

@@ -144,7 +144,8 @@ fn malformed_1_0_messages_get_1_0_errors() {
     short_match.truncate(8 + 30);
     short_match[2..4].copy_from_slice(&38u16.to_be_bytes());
     check(vec![
-        // Nicira extensions ovs-ofctl tries first (NXT_SET_FLOW_FORMAT): OFPBRC_BAD_VENDOR.
+        // NXT_SET_FLOW_FORMAT changes the session: the connection takes it (see
+        // `v10::nicira`); the stateless decoder refuses it as a vendor message.
         (
             "vendor message",
             frame(
