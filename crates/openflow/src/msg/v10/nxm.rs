@@ -244,7 +244,18 @@ pub fn encode(m: &Match, cookie: Option<(u64, u64)>, out: &mut Vec<u8>) -> usize
                     .iter()
                     .find(|(_, _, b)| cls == class::OXM_BASIC && *b == num)
                 {
-                    let h = crate::nx::header(c, n, len) | u32::from(has_mask) << 8;
+                    // An all-ones mask is no mask (as the decoder reads it).
+                    let w = usize::from(len) / 2;
+                    let full = has_mask && out[at + 4 + w..].iter().all(|&b| b == 0xff);
+                    if full {
+                        out.truncate(at + 4 + w);
+                    }
+                    let (len, masked) = if full {
+                        (w as u8, false)
+                    } else {
+                        (len, has_mask)
+                    };
+                    let h = crate::nx::header(c, n, len) | u32::from(masked) << 8;
                     out[at..at + 4].copy_from_slice(&h.to_be_bytes());
                 }
             }
@@ -357,6 +368,21 @@ mod tests {
         let m = dec("800004080000000000000005").unwrap();
         assert_eq!(m.matches.fields, [OxmField::Metadata(5, None)]);
         assert_eq!(enc(&m), "800004080000000000000005");
+    }
+
+    #[test]
+    fn an_all_ones_mask_is_written_as_none() {
+        let m = Match::new(vec![
+            OxmField::EthType(0x0800),
+            OxmField::Ipv4Src(
+                std::net::Ipv4Addr::new(10, 0, 0, 1),
+                Some(std::net::Ipv4Addr::BROADCAST),
+            ),
+        ]);
+        let mut out = Vec::new();
+        encode(&m, None, &mut out);
+        let hex: String = out.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, "00000602080000000e040a000001");
     }
 
     #[test]
