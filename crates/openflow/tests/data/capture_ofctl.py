@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A recording OpenFlow 1.0 peer for capturing what ovs-ofctl sends (test vectors).
 
-Usage: capture.py SOCK OUT -- ovs-ofctl ARGS...   (SOCK is substituted for the word SOCK)
+Usage: capture_ofctl.py SOCK OUT -- ovs-ofctl ARGS...  (the word SOCK in ARGS becomes unix:SOCK)
 Listens on unix:SOCK, answers HELLO (1.0), BARRIER_REQUEST, and Nicira stats requests with
 an empty reply of the same subtype; writes every other frame ovs-ofctl sent, one hex line
 each, to OUT.
