@@ -464,6 +464,9 @@ fn get_set_async_per_connection_filters_by_role() {
     let h = common::start();
     let mut a = Client::connected(&h.sock);
     let mut b = Client::connected(&h.sock);
+    // The switch's HELLO comes before it has read ours: an echo makes sure b is ready
+    // before anything is broadcast (a is, once it answers GET_ASYNC).
+    b.ping(100);
     // Defaults at connect.
     a.send(1, &Message::GetAsyncRequest);
     assert_eq!(
