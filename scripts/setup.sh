@@ -48,10 +48,12 @@ rustup show active-toolchain >/dev/null 2>&1 || rustup toolchain install "$(sed 
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
 # OpenFlow controllers for the ofswitch tests, from PyPI, in their own venv: Faucet 1.10.12
-# (pins os-ken 3.1.0) and os-ken's sample app simple_switch_13, which only the os-ken 1.4.1
-# wheel still ships (later wheels dropped the sample apps); osken-manager 3.1.0 runs it by path.
+# (pins os-ken 3.1.0) and os-ken's sample apps simple_switch (OpenFlow 1.0) and
+# simple_switch_13/14/15 (1.3, 1.4, 1.5), which only the os-ken 1.4.1 wheel still ships (later
+# wheels dropped the sample apps); osken-manager 3.1.0 runs them by path.
 VIREO_VENV="${VIREO_VENV:-/opt/vireo-venv}"
-if [ ! -x "$VIREO_VENV/bin/faucet" ] || [ ! -f "$VIREO_VENV/apps/simple_switch_13.py" ]; then
+osken_apps=(simple_switch.py simple_switch_13.py simple_switch_14.py simple_switch_15.py)
+if [ ! -x "$VIREO_VENV/bin/faucet" ]; then
     venv_missing=()
     for p in python3-venv python3-dev; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || venv_missing+=("$p")
@@ -63,13 +65,19 @@ if [ ! -x "$VIREO_VENV/bin/faucet" ] || [ ! -f "$VIREO_VENV/apps/simple_switch_1
     log "installing faucet and os-ken into $VIREO_VENV"
     as_root /usr/bin/python3 -m venv "$VIREO_VENV"
     as_root "$VIREO_VENV/bin/pip" install -q faucet==1.10.12 os-ken==3.1.0 eventlet==0.41.3
+fi
+apps_missing=0
+for a in "${osken_apps[@]}"; do [ -f "$VIREO_VENV/apps/$a" ] || apps_missing=1; done
+if [ "$apps_missing" = 1 ]; then
+    log "extracting os-ken's sample apps into $VIREO_VENV/apps"
     venv_tmp="$(mktemp -d)"
     as_root "$VIREO_VENV/bin/pip" download -q --no-deps -d "$venv_tmp" os-ken==1.4.1
     as_root mkdir -p "$VIREO_VENV/apps"
     as_root "$VIREO_VENV/bin/python" -c 'import sys, zipfile
 z = zipfile.ZipFile(sys.argv[1])
-open(sys.argv[2], "wb").write(z.read("os_ken/app/simple_switch_13.py"))' \
-        "$venv_tmp/os_ken-1.4.1-py3-none-any.whl" "$VIREO_VENV/apps/simple_switch_13.py"
+for app in sys.argv[3:]:
+    open(sys.argv[2] + "/" + app, "wb").write(z.read("os_ken/app/" + app))' \
+        "$venv_tmp/os_ken-1.4.1-py3-none-any.whl" "$VIREO_VENV/apps" "${osken_apps[@]}"
     rm -rf "$venv_tmp"
 fi
 

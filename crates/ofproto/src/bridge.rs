@@ -136,6 +136,10 @@ pub struct BridgeShared {
     pub(crate) down: Mutex<HashSet<OfPort>>,
     /// Standalone fail mode with no controller: translate as NORMAL, ignoring the tables.
     pub(crate) fail_open: AtomicBool,
+    /// A table miss of the top-level walk sends a packet-in (reason no_match) before the
+    /// packet is dropped: OpenFlow 1.0's table-miss behaviour, on while a 1.0 controller is
+    /// connected (as Open vSwitch does for controllers before 1.3).
+    pub(crate) miss_to_controller: AtomicBool,
 }
 
 /// A bridge as published in the topology.

@@ -1,5 +1,6 @@
 //! OpenFlow 1.3 groups of one bridge: the group table, GROUP_MOD semantics (add, modify,
-//! delete, with loop and reference checks) and the per-group / per-bucket counters.
+//! delete, with loop and reference checks; OpenFlow 1.5's bucket ids and its insert-bucket /
+//! remove-bucket commands) and the per-group / per-bucket counters.
 //!
 //! Translation of `group:N` lives in [`crate::xlate`]: `all` runs every bucket on a copy of the
 //! packet, `indirect` its one bucket, `select` one live bucket chosen by a hash of the flow's
@@ -28,6 +29,14 @@ pub const MAX_BUCKETS: usize = 256;
 pub const MAX_GROUPS: usize = 65_536;
 /// Deepest group chain translation follows.
 pub const MAX_GROUP_DEPTH: usize = 8;
+/// `OFPG_BUCKET_MAX`: largest bucket id (OpenFlow 1.5).
+pub const BUCKET_MAX: u32 = 0xffff_ff00;
+/// `OFPG_BUCKET_FIRST`: insert before the first bucket / remove the first bucket.
+pub const BUCKET_FIRST: u32 = 0xffff_fffd;
+/// `OFPG_BUCKET_LAST`: insert after the last bucket / remove the last bucket.
+pub const BUCKET_LAST: u32 = 0xffff_fffe;
+/// `OFPG_BUCKET_ALL`: every bucket (remove), or "no bucket" (other commands).
+pub const BUCKET_ALL: u32 = 0xffff_ffff;
 
 /// `ofp_group_type`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -51,6 +60,13 @@ pub enum GroupCommand {
     Modify,
     /// Delete a group (or every group with [`GROUP_ALL`]) and the rules that use it.
     Delete,
+    /// OpenFlow 1.5: insert the buckets into an existing group, where
+    /// [`GroupMod::command_bucket_id`] says: [`BUCKET_FIRST`], [`BUCKET_LAST`], or right
+    /// after the bucket with that id (what Open vSwitch 3.1 does; its manual says "before").
+    InsertBucket,
+    /// OpenFlow 1.5: remove the bucket [`GroupMod::command_bucket_id`] names (or the first,
+    /// the last, or every bucket).
+    RemoveBucket,
 }
 
 /// One bucket.
@@ -64,16 +80,21 @@ pub struct Bucket {
     pub watch_group: u32,
     /// Actions run on the packet.
     pub actions: Vec<OfAction>,
+    /// Bucket id (OpenFlow 1.5). None in a GROUP_MOD of an earlier version: the group's
+    /// buckets are then numbered by position from 0, as Open vSwitch numbers them. An
+    /// installed group's buckets all have one.
+    pub bucket_id: Option<u32>,
 }
 
 impl Bucket {
-    /// A bucket with weight 1 and no watch.
+    /// A bucket with weight 1, no watch and no id.
     pub fn new(actions: Vec<OfAction>) -> Bucket {
         Bucket {
             weight: 1,
             watch_port: crate::ofpp::ANY,
             watch_group: GROUP_ANY,
             actions,
+            bucket_id: None,
         }
     }
 }
@@ -87,8 +108,10 @@ pub struct GroupMod {
     pub group_type: GroupType,
     /// Group number.
     pub group_id: u32,
-    /// Buckets (add/modify).
+    /// Buckets (add/modify/insert-bucket).
     pub buckets: Vec<Bucket>,
+    /// Where insert-bucket inserts, what remove-bucket removes; [`BUCKET_ALL`] otherwise.
+    pub command_bucket_id: u32,
 }
 
 /// Counters of a group and of each of its buckets.
@@ -177,6 +200,27 @@ fn bucket_groups(b: &Bucket) -> impl Iterator<Item = u32> + '_ {
         OfAction::Group(g) => Some(*g),
         _ => None,
     })
+}
+
+/// Gives every bucket an id: those without one (a GROUP_MOD before 1.5) their position,
+/// counted from 0 (as Open vSwitch numbers them). An id above [`BUCKET_MAX`] or given twice
+/// in the message is a bad bucket; one of the group's `existing` buckets has,
+/// `BUCKET_EXISTS` (Open vSwitch 3.1 answers the same).
+fn number_buckets(buckets: &mut [Bucket], existing: &[Bucket]) -> Result<(), OfError> {
+    let mut seen = HashSet::new();
+    for (i, b) in buckets.iter_mut().enumerate() {
+        let id = *b.bucket_id.get_or_insert(i as u32);
+        if id > BUCKET_MAX {
+            return Err(OfError::BadBucket("bucket id above OFPG_BUCKET_MAX"));
+        }
+        if !seen.insert(id) {
+            return Err(OfError::BadBucket("bucket id given twice"));
+        }
+        if existing.iter().any(|e| e.bucket_id == Some(id)) {
+            return Err(OfError::BucketExists(id));
+        }
+    }
+    Ok(())
 }
 
 impl GroupTable {
@@ -270,8 +314,16 @@ impl GroupTable {
             .count()
     }
 
-    /// Applies an add or modify. Delete is done by [`GroupTable::remove`].
-    pub(crate) fn apply(&mut self, gm: GroupMod, now: Instant) -> Result<(), OfError> {
+    /// Applies an add, modify, insert-bucket or remove-bucket. Delete is done by
+    /// [`GroupTable::remove`].
+    pub(crate) fn apply(&mut self, mut gm: GroupMod, now: Instant) -> Result<(), OfError> {
+        if matches!(
+            gm.command,
+            GroupCommand::InsertBucket | GroupCommand::RemoveBucket
+        ) {
+            return self.edit_buckets(gm);
+        }
+        number_buckets(&mut gm.buckets, &[])?;
         self.check(&gm)?;
         let exists = self.groups.contains_key(&gm.group_id);
         match gm.command {
@@ -280,7 +332,9 @@ impl GroupTable {
                 return Err(OfError::OutOfGroups)
             }
             GroupCommand::Modify if !exists => return Err(OfError::UnknownGroup(gm.group_id)),
-            GroupCommand::Delete => return Err(OfError::BadArgument("delete is not an add")),
+            GroupCommand::Delete | GroupCommand::InsertBucket | GroupCommand::RemoveBucket => {
+                return Err(OfError::BadArgument("delete is not an add"))
+            }
             _ => {}
         }
         let g = Group {
@@ -288,6 +342,94 @@ impl GroupTable {
             group_type: gm.group_type,
             counters: Counters::new(gm.buckets.len(), now),
             buckets: gm.buckets,
+        };
+        self.groups.insert(g.id, Arc::new(g));
+        Ok(())
+    }
+
+    /// OpenFlow 1.5's INSERT_BUCKET / REMOVE_BUCKET on an existing group: the result must
+    /// pass the checks an add would (bucket count, indirect groups' single bucket, watches,
+    /// chaining); per-bucket counters follow their buckets.
+    fn edit_buckets(&mut self, gm: GroupMod) -> Result<(), OfError> {
+        let old = self
+            .groups
+            .get(&gm.group_id)
+            .ok_or(OfError::UnknownGroup(gm.group_id))?
+            .clone();
+        let at = |id: u32| {
+            old.buckets
+                .iter()
+                .position(|b| b.bucket_id == Some(id))
+                .ok_or(OfError::UnknownBucket(id))
+        };
+        let mut buckets = old.buckets.clone();
+        if gm.command == GroupCommand::InsertBucket {
+            let mut new = gm.buckets;
+            number_buckets(&mut new, &old.buckets)?;
+            let pos = match gm.command_bucket_id {
+                BUCKET_FIRST => 0,
+                BUCKET_LAST => buckets.len(),
+                id if id <= BUCKET_MAX => at(id)? + 1,
+                _ => {
+                    return Err(OfError::BadArgument(
+                        "insert-bucket needs first, last or a bucket id",
+                    ))
+                }
+            };
+            buckets.splice(pos..pos, new);
+        } else {
+            if !gm.buckets.is_empty() {
+                return Err(OfError::BadBucket("remove-bucket carries no buckets"));
+            }
+            match gm.command_bucket_id {
+                BUCKET_ALL => buckets.clear(),
+                BUCKET_FIRST if !buckets.is_empty() => {
+                    buckets.remove(0);
+                }
+                BUCKET_LAST => {
+                    buckets.pop();
+                }
+                BUCKET_FIRST => {}
+                id if id <= BUCKET_MAX => {
+                    buckets.remove(at(id)?);
+                }
+                _ => {
+                    return Err(OfError::BadArgument(
+                        "remove-bucket needs first, last, all or a bucket id",
+                    ))
+                }
+            }
+        }
+        let edited = GroupMod {
+            command: GroupCommand::Modify,
+            group_type: old.group_type,
+            group_id: old.id,
+            buckets,
+            command_bucket_id: BUCKET_ALL,
+        };
+        self.check(&edited)?;
+        let counters = Counters::new(edited.buckets.len(), old.counters.created);
+        let c = &old.counters;
+        counters.credit(
+            None,
+            c.packets.load(Ordering::Relaxed),
+            c.bytes.load(Ordering::Relaxed),
+        );
+        for (i, b) in edited.buckets.iter().enumerate() {
+            if let Some(j) = old.buckets.iter().position(|o| o.bucket_id == b.bucket_id) {
+                let (p, by) = &c.buckets[j];
+                counters.credit(
+                    Some(i),
+                    p.load(Ordering::Relaxed),
+                    by.load(Ordering::Relaxed),
+                );
+            }
+        }
+        let g = Group {
+            id: old.id,
+            group_type: old.group_type,
+            buckets: edited.buckets,
+            counters,
         };
         self.groups.insert(g.id, Arc::new(g));
         Ok(())
@@ -376,14 +518,145 @@ mod tests {
             group_type: t,
             group_id: id,
             buckets,
+            command_bucket_id: BUCKET_ALL,
         }
+    }
+
+    fn ids(t: &GroupTable, id: u32) -> Vec<(u32, Vec<OfAction>)> {
+        t.get(id)
+            .unwrap()
+            .buckets
+            .iter()
+            .map(|b| (b.bucket_id.unwrap(), b.actions.clone()))
+            .collect()
+    }
+
+    fn b(port: u32) -> Bucket {
+        Bucket::new(vec![OfAction::output(port)])
+    }
+
+    fn with_id(id: u32, port: u32) -> Bucket {
+        Bucket {
+            bucket_id: Some(id),
+            ..Bucket::new(vec![OfAction::output(port)])
+        }
+    }
+
+    /// OpenFlow 1.5 bucket editing, against what Open vSwitch 3.1 answers for the same
+    /// `ovs-ofctl -O OpenFlow15 insert-buckets` / `remove-buckets` commands.
+    #[test]
+    fn insert_and_remove_buckets() {
+        let now = Instant::now();
+        let mut t = GroupTable::default();
+        let edit = |cmd, at: u32, buckets: Vec<Bucket>| GroupMod {
+            command_bucket_id: at,
+            ..gm(cmd, GroupType::All, 1, buckets)
+        };
+        let ins = |at, b| edit(GroupCommand::InsertBucket, at, b);
+        let rm = |at| edit(GroupCommand::RemoveBucket, at, vec![]);
+        // Unknown group.
+        assert_eq!(
+            t.apply(ins(BUCKET_LAST, vec![with_id(9, 5)]), now),
+            Err(OfError::UnknownGroup(1))
+        );
+        // 1.3-style buckets are numbered by position.
+        t.apply(
+            gm(GroupCommand::Add, GroupType::All, 2, vec![b(1), b(2)]),
+            now,
+        )
+        .unwrap();
+        assert_eq!(
+            ids(&t, 2).iter().map(|x| x.0).collect::<Vec<_>>(),
+            vec![0, 1]
+        );
+        // Ids given twice in one message: a bad bucket.
+        assert!(matches!(
+            t.apply(
+                gm(
+                    GroupCommand::Add,
+                    GroupType::All,
+                    1,
+                    vec![with_id(1, 1), with_id(1, 2)]
+                ),
+                now
+            ),
+            Err(OfError::BadBucket(_))
+        ));
+        t.apply(
+            gm(
+                GroupCommand::Add,
+                GroupType::All,
+                1,
+                vec![with_id(5, 1), with_id(7, 2)],
+            ),
+            now,
+        )
+        .unwrap();
+        // After bucket 5 (as OVS 3.1), then first and last.
+        t.apply(ins(5, vec![with_id(6, 3)]), now).unwrap();
+        t.apply(ins(BUCKET_FIRST, vec![with_id(1, 4)]), now)
+            .unwrap();
+        t.apply(ins(BUCKET_LAST, vec![with_id(9, 5)]), now).unwrap();
+        let order: Vec<u32> = ids(&t, 1).iter().map(|x| x.0).collect();
+        assert_eq!(order, vec![1, 5, 6, 7, 9]);
+        assert_eq!(ids(&t, 1)[2].1, vec![OfAction::output(3)]);
+        // Errors: a bucket id the group lacks, one it has, a command bucket id of ALL.
+        assert_eq!(
+            t.apply(ins(99, vec![with_id(10, 5)]), now),
+            Err(OfError::UnknownBucket(99))
+        );
+        assert_eq!(
+            t.apply(ins(BUCKET_LAST, vec![with_id(9, 5)]), now),
+            Err(OfError::BucketExists(9))
+        );
+        assert!(matches!(
+            t.apply(ins(BUCKET_ALL, vec![with_id(10, 5)]), now),
+            Err(OfError::BadArgument(_))
+        ));
+        assert_eq!(t.apply(rm(99), now), Err(OfError::UnknownBucket(99)));
+        assert!(matches!(
+            t.apply(edit(GroupCommand::RemoveBucket, 6, vec![b(1)]), now),
+            Err(OfError::BadBucket(_))
+        ));
+        // Remove by id, first, last; then all; first on an empty group does nothing.
+        t.apply(rm(6), now).unwrap();
+        t.apply(rm(BUCKET_FIRST), now).unwrap();
+        t.apply(rm(BUCKET_LAST), now).unwrap();
+        let order: Vec<u32> = ids(&t, 1).iter().map(|x| x.0).collect();
+        assert_eq!(order, vec![5, 7]);
+        t.apply(rm(BUCKET_ALL), now).unwrap();
+        assert!(ids(&t, 1).is_empty());
+        t.apply(rm(BUCKET_FIRST), now).unwrap();
+        // The edited group passes an add's checks: an indirect group keeps one bucket.
+        t.apply(
+            gm(GroupCommand::Add, GroupType::Indirect, 3, vec![b(1)]),
+            now,
+        )
+        .unwrap();
+        let ind = GroupMod {
+            command_bucket_id: BUCKET_LAST,
+            ..gm(
+                GroupCommand::InsertBucket,
+                GroupType::All,
+                3,
+                vec![with_id(9, 2)],
+            )
+        };
+        assert!(matches!(t.apply(ind, now), Err(OfError::BadBucket(_))));
+        // Bucket counters follow their buckets.
+        t.apply(ins(BUCKET_LAST, vec![with_id(1, 1), with_id(2, 2)]), now)
+            .unwrap();
+        t.get(1).unwrap().counters.credit(Some(1), 3, 300);
+        t.apply(ins(BUCKET_FIRST, vec![with_id(0, 3)]), now)
+            .unwrap();
+        let st = t.stats(1, &|_| 0, now);
+        assert_eq!(st[0].bucket_stats, vec![(0, 0), (0, 0), (3, 300)]);
     }
 
     #[test]
     fn add_modify_delete_and_errors() {
         let now = Instant::now();
         let mut t = GroupTable::default();
-        let b = |p| Bucket::new(vec![OfAction::output(p)]);
         t.apply(
             gm(GroupCommand::Add, GroupType::All, 1, vec![b(1), b(2)]),
             now,

@@ -23,6 +23,7 @@ pub mod mac;
 pub mod meter;
 pub mod normal;
 pub mod nx;
+pub mod of_error;
 mod ofapi;
 mod ofctl;
 pub mod parse;

@@ -186,6 +186,18 @@ impl Pipeline {
         Ok(was != on)
     }
 
+    /// Turns OpenFlow 1.0's table-miss behaviour on or off (a miss sends a no_match packet-in,
+    /// then drops; see `BridgeShared::miss_to_controller`). Returns whether it changed (the
+    /// caller then revalidates the datapath).
+    pub fn set_miss_to_controller(&self, bridge: &str, on: bool) -> Result<bool, Error> {
+        let br = self.bridge(bridge)?;
+        let was = br.shared.miss_to_controller.swap(on, Ordering::AcqRel);
+        if was != on {
+            self.bump_generation();
+        }
+        Ok(was != on)
+    }
+
     /// Whether the bridge is failed open.
     pub fn fail_open(&self, bridge: &str) -> bool {
         self.bridge(bridge)

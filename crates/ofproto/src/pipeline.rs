@@ -288,6 +288,7 @@ impl Pipeline {
             )),
             down: Mutex::new(Default::default()),
             fail_open: Default::default(),
+            miss_to_controller: Default::default(),
         });
         let br = BridgeState {
             name: name.to_string(),

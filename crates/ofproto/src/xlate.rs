@@ -231,10 +231,21 @@ impl<'a> Xlate<'a> {
                 .table(table)
                 .lookup_regs(&self.key, &self.regs, &mut self.wc)
             else {
-                // Table miss without a table-miss rule: drop (OF1.3), the action set too. A
+                // Table miss without a table-miss rule: drop (OF1.3), the action set too;
+                // with a 1.0 controller connected, a no_match packet-in first (OF1.0). A
                 // miss inside a resubmit just returns to the resubmitting rule (as OVS).
                 if self.resubmit_depth == 0 {
                     self.aset_dropped = true;
+                    let shared = &self.br.shared;
+                    if shared
+                        .miss_to_controller
+                        .load(std::sync::atomic::Ordering::Acquire)
+                        && self.br.of_config(self.in_of) & crate::bridge::port_config::NO_PACKET_IN
+                            == 0
+                    {
+                        let cookie = encode_cookie(self.br.id, PacketInReason::NoMatch, table, 0);
+                        self.out.push(Action::Userspace(cookie));
+                    }
                 }
                 return;
             };

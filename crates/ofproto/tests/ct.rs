@@ -175,3 +175,29 @@ fn megaflows_after_recirculation_revalidate_like_any_other() {
     assert_eq!(acts2, vec![Action::Output(dp(3))]);
     assert!(pl.still_valid_flow(&k2, &m2, &acts2, &tags2));
 }
+
+/// `ct_nw_src` / `ct_nw_dst` share their key word with the high half of `ct_ipv6_src`: a
+/// rule on either address alone (with `ip`), and one on a whole `ct_ipv6_src` (with `ipv6`),
+/// are accepted; the wrong or a missing eth_type is refused. (`ip,ct_nw_dst=` alone and every
+/// full `ct_ipv6_src` match used to be refused as ambiguous.)
+#[test]
+fn ct_address_matches_take_their_own_eth_type() {
+    let pl = pipeline();
+    for ok in [
+        "ip,ct_nw_dst=10.0.0.2,actions=drop",
+        "ip,ct_nw_src=10.0.0.1,actions=drop",
+        "ip,ct_nw_src=10.0.0.1,ct_nw_dst=10.0.0.2,actions=drop",
+        "ipv6,ct_ipv6_src=2001:db8::1,actions=drop",
+        "ipv6,ct_ipv6_dst=2001:db8::2,actions=drop",
+    ] {
+        pl.add_flow("br0", ok)
+            .unwrap_or_else(|e| panic!("{ok}: {e}"));
+    }
+    for bad in [
+        "ct_nw_dst=10.0.0.2,actions=drop",
+        "arp,ct_nw_src=10.0.0.1,actions=drop",
+        "ip,ct_ipv6_dst=2001:db8::2,actions=drop",
+    ] {
+        assert!(pl.add_flow("br0", bad).is_err(), "{bad}");
+    }
+}

@@ -14,6 +14,7 @@ fn group(id: u32, t: GroupType, buckets: Vec<Bucket>) -> GroupMod {
         group_type: t,
         group_id: id,
         buckets,
+        command_bucket_id: ofproto::group::BUCKET_ALL,
     }
 }
 

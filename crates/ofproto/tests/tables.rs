@@ -418,3 +418,36 @@ fn credit_counts_megaflow_traffic_without_learning() {
     );
     assert_eq!(pl.expire(t0 + Duration::from_secs(10)).len(), 1);
 }
+
+/// OpenFlow 1.0's table miss (on while a 1.0 controller is connected): a miss of the
+/// top-level walk is a no_match packet-in, then a drop; a miss inside a resubmit still just
+/// returns; turning it off drops misses again (1.3).
+#[test]
+fn openflow_1_0_table_miss_sends_a_no_match_packet_in() {
+    use ofproto::PacketInReason;
+    let pl = pipeline();
+    pl.del_flows("br0", None, false).unwrap();
+    pl.add_flow(
+        "br0",
+        "table=0,priority=5,in_port=2,actions=resubmit(,3),output:1",
+    )
+    .unwrap();
+    let k = base();
+    assert!(xlate(&pl, &k).actions.is_empty(), "1.3: a miss drops");
+    assert!(pl.set_miss_to_controller("br0", true).unwrap());
+    assert!(
+        !pl.set_miss_to_controller("br0", true).unwrap(),
+        "no change"
+    );
+    let t = xlate(&pl, &k);
+    let [Action::Userspace(c)] = t.actions[..] else {
+        panic!("{t:?}")
+    };
+    let (_, reason, table, _) = ofproto::xlate::decode_cookie(c);
+    assert_eq!((reason, table), (PacketInReason::NoMatch, 0));
+    // The resubmit into empty table 3 comes back; output:1 follows; no packet-in.
+    let from2 = with(k, Field::InPort, u64::from(dp(2)));
+    assert_eq!(xlate(&pl, &from2).actions, vec![o(1)]);
+    assert!(pl.set_miss_to_controller("br0", false).unwrap());
+    assert!(xlate(&pl, &k).actions.is_empty());
+}

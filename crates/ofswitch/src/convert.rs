@@ -443,7 +443,8 @@ pub fn stats_filter(r: &openflow::FlowStatsRequest) -> Result<ofproto::FlowMod, 
     Ok(f)
 }
 
-/// A decoded GROUP_MOD → the pipeline's group-mod.
+/// A decoded GROUP_MOD → the pipeline's group-mod (1.5 bucket ids and bucket commands
+/// included).
 pub fn group_mod_to_pipeline(gm: &openflow::GroupMod) -> Result<ofproto::GroupMod, OfError> {
     use ofproto::{GroupCommand as PC, GroupType as PT};
     use openflow::{GroupModCommand as WC, GroupType as WT};
@@ -456,6 +457,7 @@ pub fn group_mod_to_pipeline(gm: &openflow::GroupMod) -> Result<ofproto::GroupMo
                 watch_port: b.watch_port,
                 watch_group: b.watch_group,
                 actions: actions_to_pipeline(&b.actions)?,
+                bucket_id: b.bucket_id,
             })
         })
         .collect::<Result<Vec<_>, OfError>>()?;
@@ -464,6 +466,8 @@ pub fn group_mod_to_pipeline(gm: &openflow::GroupMod) -> Result<ofproto::GroupMo
             WC::Add => PC::Add,
             WC::Modify => PC::Modify,
             WC::Delete => PC::Delete,
+            WC::InsertBucket => PC::InsertBucket,
+            WC::RemoveBucket => PC::RemoveBucket,
         },
         group_type: match gm.group_type {
             WT::All => PT::All,
@@ -473,6 +477,7 @@ pub fn group_mod_to_pipeline(gm: &openflow::GroupMod) -> Result<ofproto::GroupMo
         },
         group_id: gm.group_id,
         buckets,
+        command_bucket_id: gm.command_bucket_id,
     })
 }
 
@@ -496,6 +501,7 @@ pub fn group_desc_to_wire(d: &ofproto::GroupDesc) -> openflow::GroupDesc {
                 watch_port: b.watch_port,
                 watch_group: b.watch_group,
                 actions: list_to_wire(&b.actions),
+                bucket_id: b.bucket_id,
             })
             .collect(),
     }

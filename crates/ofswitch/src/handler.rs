@@ -93,11 +93,14 @@ impl SwitchHandler for Endpoint {
         if self.controller {
             debug!(bridge = %self.inner.bridge, %peer, "controller connected");
             self.inner.controller_up();
+            self.inner.follow_controller_versions(None);
         }
     }
 
     fn disconnected(&self, conn: ConnId) {
-        if !self.controller {
+        if self.controller {
+            self.inner.follow_controller_versions(Some(conn));
+        } else {
             lock(&self.inner.async_mgmt).remove(&conn);
         }
     }
@@ -160,6 +163,18 @@ impl Inner {
     }
 
     fn group_mod(&self, gm: &GroupMod) -> Result<(), OfError> {
+        if gm.command == GroupModCommand::InsertBucket {
+            // Weights are for select groups (as for an add); the group's own type decides.
+            let select = self
+                .pipeline
+                .group_descs(&self.bridge)
+                .ok()
+                .and_then(|d| d.into_iter().find(|d| d.group_id == gm.group_id))
+                .is_some_and(|d| d.group_type == ofproto::GroupType::Select);
+            if !select && gm.buckets.iter().any(|b| b.weight != 0) {
+                return Err(errors::GROUP_MOD_FAILED_BAD_BUCKET);
+            }
+        }
         let pgm = convert::group_mod_to_pipeline(gm)?;
         let result = self.pipeline.group_mod(&self.bridge, pgm);
         self.tables_dirty.store(true, Ordering::Release);
@@ -342,6 +357,24 @@ impl Inner {
     }
 
     /// A controller connection is up: leave fail-open.
+    /// OpenFlow 1.0's table-miss behaviour (a packet-in, reason no_match) is on while a
+    /// controller speaking 1.0 is connected, as in Open vSwitch; 1.3+ controllers install a
+    /// table-miss rule instead. `leaving`: a connection going away (still listed).
+    pub fn follow_controller_versions(&self, leaving: Option<ConnId>) {
+        let any10 = lock(&self.ctrl).as_ref().is_some_and(|c| {
+            c.connections()
+                .iter()
+                .any(|c| c.ready && c.version == openflow::version::OFP10 && Some(c.id) != leaving)
+        });
+        if matches!(
+            self.pipeline.set_miss_to_controller(&self.bridge, any10),
+            Ok(true)
+        ) {
+            self.tables_dirty.store(true, Ordering::Release);
+            self.hooks.revalidate();
+        }
+    }
+
     pub fn controller_up(&self) {
         if matches!(self.pipeline.set_fail_open(&self.bridge, false), Ok(true)) {
             self.hooks.revalidate();

@@ -46,11 +46,14 @@ pub(crate) fn reply_to(inner: &Inner, req: &MultipartRequest) -> Result<Vec<Mess
             }))
         }
         Q::Table => reply(MultipartReplyBody::Table(tables(inner)?)),
-        Q::TableFeatures(_) => reply(MultipartReplyBody::TableFeatures(
-            (0..N_TABLES)
-                .map(|t| crate::features::table_features(t, N_TABLES, 1_000_000))
-                .collect(),
-        )),
+        Q::TableFeatures(_) => {
+            let probe = crate::features::Probe::new();
+            reply(MultipartReplyBody::TableFeatures(
+                (0..N_TABLES)
+                    .map(|t| crate::features::table_features(&probe, t, N_TABLES, 1_000_000))
+                    .collect(),
+            ))
+        }
         Q::PortStats(port) => reply(MultipartReplyBody::PortStats(port_stats(inner, *port)?)),
         Q::PortDesc => reply(MultipartReplyBody::PortDesc(
             ports(inner)?.iter().map(|p| port_desc(inner, p)).collect(),

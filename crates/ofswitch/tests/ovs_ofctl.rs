@@ -448,6 +448,36 @@ fn table_features_and_monitor_packet_ins() {
         "{}",
         &tf[..tf.len().min(2000)]
     );
+    // OVS's decoder names the Nicira match fields Vireo lists, as it names its own
+    // (registers, xregs, xxregs and conntrack fields maskable; ct_zone and ct_nw_proto exact),
+    // and no tunnel field, which a FLOW_MOD may not use.
+    let t0 = &tf[..tf.find("\n  table").unwrap_or(tf.len())];
+    let line = |what: &str| {
+        t0.lines()
+            .find(|l| l.trim_start().starts_with(what))
+            .unwrap_or_else(|| panic!("no {what}: {t0}"))
+            .to_string()
+    };
+    let masked = line("arbitrary mask:");
+    for want in [
+        "reg0...reg15",
+        "xreg0...xreg7",
+        "xxreg0...xxreg3",
+        "ct_{state,mark,label,nw_{src,dst},ipv6_{src,dst},tp_{src,dst}}",
+        "metadata",
+    ] {
+        assert!(masked.contains(want), "{want}: {masked}");
+    }
+    let exact = line("exact match or wildcard:");
+    assert!(exact.contains("ct_{zone,nw_proto}"), "{exact}");
+    assert!(!t0.contains("tun_"), "{t0}");
+    // Every field may be left out of a rule (WILDCARDS lists them all).
+    assert!(!t0.contains("must exact match"), "{t0}");
+    let set = line("supported on Set-Field:");
+    assert!(
+        set.contains("reg0...reg15") && set.contains("xreg0...xreg7"),
+        "{set}"
+    );
     // `ovs-ofctl monitor` asks for async messages with SET_CONFIG (miss_send_len).
     must(&h, "add-flow", &["priority=0,actions=CONTROLLER:65535"]);
     let target = format!("unix:{}", h.sock.display());

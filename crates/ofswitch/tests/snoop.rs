@@ -1,9 +1,9 @@
 //! `ovs-ofctl snoop` on the bridge's snoop socket (`BR.snoop`, beside `BR.mgmt`): while a
 //! controller connection (here `ovs-ofctl` itself, connecting to the bridge's `ptcp:`
 //! listener) adds a flow and dumps the table, the snooping `ovs-ofctl` prints both directions
-//! of that session: plain (OpenFlow 1.0, how an OVS user types it) and `-O OpenFlow13`.
-//! Management-socket traffic is not copied (as with OVS). And plain `ovs-ofctl monitor`
-//! (1.0) printing a packet-in. Fails under VIREO_REQUIRE_PEERS=1 without ovs-ofctl.
+//! of that session: plain (OpenFlow 1.0, how an OVS user types it), `-O OpenFlow13`, `14` and
+//! `15`. Management-socket traffic is not copied (as with OVS). And `ovs-ofctl monitor`
+//! printing a packet-in, plain, `-O OpenFlow14` and `-O OpenFlow15`. Fails under VIREO_REQUIRE_PEERS=1 without ovs-ofctl.
 
 mod common;
 
@@ -70,13 +70,23 @@ fn snoop_sees_the_controller_session(version: Option<&str>) -> Option<String> {
     ofctl(&["dump-flows"]);
     // And from the management socket, which snoop does not see.
     testkit::ofctl_version(&h.sock, version, &[], "dump-aggregate", &[]);
-    let (req, reply) = match version {
-        None => ("OFPST_FLOW request (xid=", "OFPST_FLOW reply (xid="),
-        Some(_) => ("OFPST_FLOW request (OF1.3)", "OFPST_FLOW reply (OF1.3)"),
+    let (req, reply): (String, String) = match version {
+        // Plain ovs-ofctl dumps with Nicira's NXST_FLOW after NXT_SET_FLOW_FORMAT.
+        None => (
+            "NXST_FLOW request (xid=".into(),
+            "NXST_FLOW reply (xid=".into(),
+        ),
+        Some(v) => {
+            let tag = format!("(OF1.{})", &v[v.len() - 1..]);
+            (
+                format!("OFPST_FLOW request {tag}"),
+                format!("OFPST_FLOW reply {tag}"),
+            )
+        }
     };
     let ok = wait_for(Duration::from_secs(10), || {
         let t = text(&out);
-        t.contains("OFPT_FLOW_MOD") && t.contains(req) && t.contains(reply)
+        t.contains("OFPT_FLOW_MOD") && t.contains(&req) && t.contains(&reply)
     });
     let _ = snoop.kill();
     let _ = snoop.wait();
@@ -87,8 +97,7 @@ fn snoop_sees_the_controller_session(version: Option<&str>) -> Option<String> {
         !t.contains("AGGREGATE"),
         "management traffic was copied:\n{t}"
     );
-    // (An OFPT_ERROR BAD_VENDOR in the 1.0 session is part of it: ovs-ofctl asks for a Nicira
-    // flow format first and falls back to the standard one.)
+    // (In the 1.0 session ovs-ofctl first sets the NXM flow format, which Vireo accepts.)
     assert!(
         !t.contains("|ERR|") && !t.contains("!= expected"),
         "{version:?}:\n{t}"
@@ -110,13 +119,35 @@ fn ovs_ofctl_snoop_sees_an_openflow_1_3_controller_session() {
     }
 }
 
-/// Plain `ovs-ofctl monitor BR 65535` (OpenFlow 1.0 on the management socket) prints the
-/// packet-in of a table miss sent to the controller, with the frame.
 #[test]
-fn plain_ovs_ofctl_monitor_prints_packet_ins() {
+fn ovs_ofctl_snoop_sees_openflow_1_4_and_1_5_controller_sessions() {
+    for (v, tag) in [("OpenFlow14", "(OF1.4)"), ("OpenFlow15", "(OF1.5)")] {
+        if let Some(t) = snoop_sees_the_controller_session(Some(v)) {
+            assert!(
+                t.contains(&format!("OFPT_HELLO {tag}")),
+                "a {v} session: {t}"
+            );
+        }
+    }
+}
+
+/// `ovs-ofctl [-O V] monitor BR 65535` on the management socket prints the packet-in of a
+/// table miss sent to the controller, with the frame: plain (1.0), 1.4 and 1.5.
+#[test]
+fn ovs_ofctl_monitor_prints_packet_ins_in_1_0_1_4_and_1_5() {
     if !have_ofctl() {
         return;
     }
+    for (v, tag) in [
+        (None, "OFPT_PACKET_IN (xid="),
+        (Some("OpenFlow14"), "OFPT_PACKET_IN (OF1.4) (xid="),
+        (Some("OpenFlow15"), "OFPT_PACKET_IN (OF1.5) (xid="),
+    ] {
+        monitor_prints_packet_ins(v, tag);
+    }
+}
+
+fn monitor_prints_packet_ins(version: Option<&str>, tag: &str) {
     let h = start();
     testkit::ofctl_must(
         &h.sock,
@@ -125,12 +156,15 @@ fn plain_ovs_ofctl_monitor_prints_packet_ins() {
     );
     let out = h.dir.path().join("monitor.txt");
     let file = std::fs::File::create(&out).unwrap();
-    let mut mon = Command::new("stdbuf")
-        .args(["-oL", "ovs-ofctl"])
-        .arg(format!(
-            "--unixctl={}",
-            h.dir.path().join("mon.ctl").display()
-        ))
+    let mut mon = Command::new("stdbuf");
+    mon.args(["-oL", "ovs-ofctl"]).arg(format!(
+        "--unixctl={}",
+        h.dir.path().join("mon.ctl").display()
+    ));
+    if let Some(v) = version {
+        mon.args(["-O", v]);
+    }
+    let mut mon = mon
         .arg("monitor")
         .arg(format!("unix:{}", h.sock.display()))
         .arg("65535")
@@ -147,7 +181,7 @@ fn plain_ovs_ofctl_monitor_prints_packet_ins() {
         if wait_for(Duration::from_millis(500), || {
             std::fs::read_to_string(&out)
                 .unwrap_or_default()
-                .contains("OFPT_PACKET_IN (xid=")
+                .contains(tag)
         }) {
             seen = true;
             break;
@@ -156,7 +190,7 @@ fn plain_ovs_ofctl_monitor_prints_packet_ins() {
     let _ = mon.kill();
     let _ = mon.wait();
     let t = std::fs::read_to_string(&out).unwrap_or_default();
-    assert!(seen, "no 1.0 packet-in printed:\n{t}");
-    assert!(t.contains("in_port=1"), "{t}");
-    assert!(t.contains("00:00:00:00:00:0a"), "{t}");
+    assert!(seen, "{version:?}: no packet-in printed:\n{t}");
+    assert!(t.contains("in_port=1"), "{version:?}: {t}");
+    assert!(t.contains("00:00:00:00:00:0a"), "{version:?}: {t}");
 }

@@ -464,6 +464,9 @@ fn get_set_async_per_connection_filters_by_role() {
     let h = common::start();
     let mut a = Client::connected(&h.sock);
     let mut b = Client::connected(&h.sock);
+    // The switch's HELLO comes before it has read ours: an echo makes sure b is ready
+    // before anything is broadcast (a is, once it answers GET_ASYNC).
+    b.ping(100);
     // Defaults at connect.
     a.send(1, &Message::GetAsyncRequest);
     assert_eq!(
@@ -665,4 +668,78 @@ fn connector_never_waits_on_a_controller_that_does_not_accept() {
         t.elapsed()
     );
     assert!(of.connections().is_empty());
+}
+
+/// Nicira's flow format is per 1.0 connection: after `NXT_SET_FLOW_FORMAT` (NXM) a removed
+/// rule reaches that connection as `NXT_FLOW_REMOVED` with its register match, while another
+/// 1.0 connection still gets `OFPT_FLOW_REMOVED`; a flow statistics request sent as
+/// `NXST_FLOW` is answered as `NXST_FLOW`; an unknown format is `OFPBRC_EPERM`; switching
+/// back to the standard format restores `OFPT_FLOW_REMOVED`.
+#[test]
+fn nxm_flow_format_is_per_connection() {
+    use openflow::msg::v10::nicira;
+    use openflow::msg::{FlowRemoved, MultipartRequest, MultipartRequestBody};
+    let h = common::start();
+    let open10 = || {
+        let mut c = Client::unix(&h.sock);
+        c.version = 1;
+        c.send_raw(&[1, 0, 0, 8, 0, 0, 0, 1]);
+        assert!(matches!(c.recv(), Some((_, Message::Hello(_)))));
+        c.ping(2);
+        c
+    };
+    let (mut nxm, mut std10) = (open10(), open10());
+    nxm.send_raw(&nicira::encode_set_flow_format(3, true));
+    nxm.ping(4);
+    let fr = FlowRemoved {
+        cookie: 9,
+        priority: 5,
+        reason: 2,
+        table_id: 1,
+        duration_sec: 1,
+        duration_nsec: 0,
+        idle_timeout: 0,
+        hard_timeout: 0,
+        packet_count: 3,
+        byte_count: 180,
+        matches: openflow::Match::new(vec![OxmField::Nx(openflow::nx::NxmField::reg(0, 5, None))]),
+    };
+    assert_eq!(h.of.broadcast(&Message::FlowRemoved(fr.clone())), 2);
+    let f = nxm.recv_frame().unwrap();
+    assert_eq!((f[0], f[1]), (1, 4), "a vendor message");
+    assert_eq!(
+        f[8..16],
+        [0, 0, 0x23, 0x20, 0, 0, 0, 14],
+        "NXT_FLOW_REMOVED"
+    );
+    assert_eq!(f, nicira::encode_flow_removed(0, &fr).unwrap());
+    let g = std10.recv_frame().unwrap();
+    assert_eq!(
+        (g[0], g[1]),
+        (1, 11),
+        "the other 1.0 session: OFPT_FLOW_REMOVED"
+    );
+
+    // NXST_FLOW in, NXST_FLOW out.
+    let req = MultipartRequest::new(MultipartRequestBody::Flow(Default::default()));
+    nxm.send_raw(&nicira::encode_stats_request(7, &req).unwrap());
+    let r = nxm.recv_frame().unwrap();
+    let (xid, reply) = nicira::decode_stats_reply(&r).expect("an NXST_FLOW reply");
+    assert_eq!(xid, 7);
+    assert!(matches!(
+        reply.body,
+        openflow::msg::MultipartReplyBody::Flow(_)
+    ));
+
+    // Format 1 does not exist.
+    let mut bad = nicira::encode_set_flow_format(8, true);
+    bad[19] = 1;
+    let e = nxm.expect_error(&bad, 8);
+    assert_eq!((e.etype, e.code), (1, 5), "OFPBRC_EPERM in 1.0");
+    // Back to the standard match.
+    nxm.send_raw(&nicira::encode_set_flow_format(9, false));
+    nxm.ping(10);
+    h.of.broadcast(&Message::FlowRemoved(fr));
+    let f = nxm.recv_frame().unwrap();
+    assert_eq!((f[0], f[1]), (1, 11));
 }

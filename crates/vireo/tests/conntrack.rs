@@ -418,3 +418,56 @@ fn zones_keep_two_tenants_with_the_same_addresses_apart() {
     assert!(st["limit_zone_hits"].as_u64().unwrap() >= 1, "{st}");
     assert_eq!(st["zones"]["1"]["limit"], 1, "{st}");
 }
+
+/// The tutorial typed as in OVS's conntrack tutorial, with plain `ovs-ofctl` (no `-O`:
+/// OpenFlow 1.0; the `ct_state` matches make it switch the session to Nicira's NXM format and
+/// send NXT_FLOW_MOD), plus a register carried through `resubmit`: the same firewall, and
+/// `dump-flows` (NXST_FLOW) shows the rules with their counters.
+#[test]
+fn the_tutorial_typed_with_plain_ovs_ofctl() {
+    if !kernel_ok() || !testkit::have_ofctl() {
+        return;
+    }
+    let dir = tmp("p");
+    let ns = |side, addr: &str| {
+        let n = Ns::create("ofc", 'p', side);
+        n.exec(&["ip", "addr", "add", addr, "dev", &n.ns_if]);
+        n
+    };
+    let a = ns('a', "10.234.0.1/24");
+    let b = ns('b', "10.234.0.2/24");
+    let (_d, sock) = bridge(&dir, &[&a, &b], &[]);
+    let plain = |cmd: &str, args: &[&str]| {
+        let o = testkit::ofctl_version(&sock, None, &[], cmd, args);
+        assert!(o.ok, "ovs-ofctl {cmd} {args:?}: {}", o.stderr);
+        o.stdout
+    };
+    plain("del-flows", &[]);
+    let mut flows = tutorial();
+    // Port 2's established traffic goes through a register: load, resubmit, match.
+    flows.retain(|f| !f.starts_with("table=1,in_port=2,ip,ct_state=+trk+est"));
+    flows.push(
+        "table=1,in_port=2,ip,ct_state=+trk+est,actions=load:0x7->NXM_NX_REG3[],resubmit(,2)"
+            .into(),
+    );
+    flows.push("table=2,reg3=0x7,ip,actions=output:1".into());
+    for f in &flows {
+        plain("add-flow", &[f]);
+    }
+    assert!(until(10, || a.ping_once("10.234.0.2")), "A cannot ping B");
+    assert!(
+        !b.ping_once("10.234.0.1"),
+        "B pinged A through the firewall"
+    );
+    let dump = plain("dump-flows", &[]);
+    assert!(dump.starts_with("NXST_FLOW reply"), "{dump}");
+    let reg = dump
+        .lines()
+        .find(|l| l.contains("reg3=0x7"))
+        .unwrap_or_else(|| panic!("{dump}"));
+    assert!(
+        reg.contains("table=2") && !reg.contains("n_packets=0,"),
+        "the echo replies went through the register rule: {reg}"
+    );
+    assert!(dump.contains("ct_state=+new+trk"), "{dump}");
+}

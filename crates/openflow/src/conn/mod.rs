@@ -133,6 +133,8 @@ struct ConnEntry {
     async_config: AsyncConfig,
     ready: bool,
     version: u8,
+    /// 1.0 session in Nicira's NXM flow format (FLOW_REMOVED as NXT_FLOW_REMOVED).
+    nxm: bool,
 }
 
 #[derive(Default)]
@@ -170,6 +172,7 @@ impl Shared {
             async_config: AsyncConfig::default(),
             ready: false,
             version: 0,
+            nxm: false,
         };
         self.lock().conns.insert(id, e);
     }
@@ -178,6 +181,12 @@ impl Shared {
         if let Some(e) = self.lock().conns.get_mut(&id) {
             e.ready = true;
             e.version = version;
+        }
+    }
+
+    fn set_nxm(&self, id: ConnId, on: bool) {
+        if let Some(e) = self.lock().conns.get_mut(&id) {
+            e.nxm = on;
         }
     }
 
@@ -317,23 +326,25 @@ impl OfSwitch {
     /// (by default slaves get only PORT_STATUS; SET_ASYNC changes that per connection). Never
     /// blocks; a connection whose queue is full is dropped. Returns how many were sent.
     pub fn broadcast(&self, msg: &Message) -> usize {
-        let targets: Vec<(u8, Outbox)> = {
+        // (version, NXM flow format): what decides a frame's encoding.
+        type Format = (u8, bool);
+        let targets: Vec<(Format, Outbox)> = {
             let st = self.shared.lock();
             st.conns
                 .values()
                 .filter(|e| e.ready)
                 .filter(|e| e.async_config.wants(e.role, msg))
-                .map(|e| (e.version, e.outbox.clone()))
+                .map(|e| ((e.version, e.nxm), e.outbox.clone()))
                 .collect()
         };
-        // Encoded once per version in use.
-        let mut encoded: Vec<(u8, Vec<Vec<u8>>)> = Vec::new();
+        // Encoded once per version (and 1.0 flow format) in use.
+        let mut encoded: Vec<(Format, Vec<Vec<u8>>)> = Vec::new();
         let mut sent = 0;
         for (v, o) in &targets {
             let frames = match encoded.iter().find(|(ev, _)| ev == v) {
                 Some((_, f)) => f,
                 None => {
-                    encoded.push((*v, session::encode_frames(*v, 0, msg)));
+                    encoded.push((*v, session::encode_frames(v.0, v.1, 0, msg)));
                     &encoded[encoded.len() - 1].1
                 }
             };
@@ -353,9 +364,9 @@ impl OfSwitch {
             .conns
             .get(&conn)
             .filter(|e| e.ready)
-            .map(|e| (e.version, e.outbox.clone()));
+            .map(|e| (e.version, e.nxm, e.outbox.clone()));
         match outbox {
-            Some((v, o)) => session::encode_frames(v, xid, msg)
+            Some((v, nxm, o)) => session::encode_frames(v, nxm, xid, msg)
                 .into_iter()
                 .all(|f| o.push(f)),
             None => false,

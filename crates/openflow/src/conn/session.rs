@@ -93,8 +93,10 @@ impl Outbox {
 }
 
 /// Encodes a message in wire version `version`, splitting multipart replies to fit;
-/// unencodable messages are logged and dropped.
-pub(crate) fn encode_frames(version: u8, xid: u32, msg: &Message) -> Vec<Vec<u8>> {
+/// unencodable messages are logged and dropped. `nx` (1.0 only): write flow statistics
+/// replies and FLOW_REMOVED in their Nicira form (`NXST_FLOW`, `NXST_AGGREGATE`,
+/// `NXT_FLOW_REMOVED`), for a request that came as one or a session in the NXM format.
+pub(crate) fn encode_frames(version: u8, nx: bool, xid: u32, msg: &Message) -> Vec<Vec<u8>> {
     // Split by 1.3 sizes; other versions' entries can be up to about 1.5 times larger.
     let max = if version == OFP13 {
         MAX_MSG_LEN
@@ -112,7 +114,16 @@ pub(crate) fn encode_frames(version: u8, xid: u32, msg: &Message) -> Vec<Vec<u8>
     };
     let mut out = Vec::with_capacity(parts.len());
     for p in parts {
-        match p.encode_version(version, xid) {
+        let nicira = match &p {
+            Message::MultipartReply(r) if nx && version == OFP10 => {
+                v10::nicira::encode_stats_reply(xid, r)
+            }
+            Message::FlowRemoved(f) if nx && version == OFP10 => {
+                Some(v10::nicira::encode_flow_removed(xid, f))
+            }
+            _ => None,
+        };
+        match nicira.unwrap_or_else(|| p.encode_version(version, xid)) {
             Ok(b) => out.push(b),
             Err(e) => {
                 warn!(msg_type = p.msg_type(), version, error = %e, "OpenFlow message cannot be encoded, dropped");
@@ -152,6 +163,9 @@ struct Session {
     /// 1.0 only: the peer turned on Nicira's NXT_FLOW_MOD_TABLE_ID (a FLOW_MOD's command
     /// carries a table id in its high byte).
     nx_table_id: bool,
+    /// 1.0 only: the peer chose the NXM flow format (NXT_SET_FLOW_FORMAT): FLOW_REMOVED
+    /// goes out as NXT_FLOW_REMOVED.
+    nxm: bool,
     last_rx: Instant,
     echo_sent: Option<Instant>,
     echo_xid: u32,
@@ -200,6 +214,7 @@ pub(crate) fn run(shared: Arc<Shared>, stream: Stream) -> bool {
         outbox,
         hello_done: false,
         nx_table_id: false,
+        nxm: false,
         version: hello.version,
         last_rx: Instant::now(),
         echo_sent: None,
@@ -261,7 +276,7 @@ impl Session {
     }
 
     fn send(&self, xid: u32, msg: &Message) -> bool {
-        encode_frames(self.version, xid, msg)
+        encode_frames(self.version, false, xid, msg)
             .into_iter()
             .all(|f| self.outbox.push_wait(f))
     }
@@ -310,14 +325,28 @@ impl Session {
             // Answer in the peer's version so it can read the refusal.
             self.version = fversion;
         }
-        if self.hello_done && self.version == OFP10 {
-            if let Some(on) = v10::nx_flow_mod_table_id(frame) {
-                // Acknowledged by the absence of an error, as Open vSwitch does.
-                self.nx_table_id = on;
-                return Flow::Continue;
+        let mut nx_reply = false;
+        let decoded = if self.hello_done && self.version == OFP10 && v10::nicira::is_nicira(frame) {
+            use v10::nicira::NxMsg;
+            // Session state changes are acknowledged by the absence of an error, as Open
+            // vSwitch does.
+            match v10::nicira::decode(frame, self.nx_table_id) {
+                Ok((_, NxMsg::FlowModTableId(on))) => {
+                    self.nx_table_id = on;
+                    return Flow::Continue;
+                }
+                Ok((_, NxMsg::SetFlowFormat(on))) => {
+                    self.nxm = on;
+                    self.shared.set_nxm(self.id, on);
+                    return Flow::Continue;
+                }
+                Ok((x, NxMsg::Request(m))) => {
+                    nx_reply = matches!(m, Message::MultipartRequest(_));
+                    Ok((OFP10, x, m))
+                }
+                Err(e) => Err(e),
             }
-        }
-        let decoded = if self.nx_table_id && ftype == v10::msg_type::FLOW_MOD {
+        } else if self.nx_table_id && ftype == v10::msg_type::FLOW_MOD {
             v10::decode_flow_mod_table_id(frame).map(|(x, m)| (OFP10, x, m))
         } else {
             decode_versioned(frame)
@@ -337,7 +366,7 @@ impl Session {
         if !self.hello_done {
             return self.on_hello(xid, msg, frame);
         }
-        self.dispatch(xid, msg, frame)
+        self.dispatch(xid, msg, frame, nx_reply)
     }
 
     fn on_hello(&mut self, xid: u32, msg: Message, frame: &[u8]) -> Flow {
@@ -391,7 +420,8 @@ impl Session {
         }
     }
 
-    fn dispatch(&mut self, xid: u32, msg: Message, frame: &[u8]) -> Flow {
+    /// `nx_reply`: the request was a Nicira statistics request; its reply is one too.
+    fn dispatch(&mut self, xid: u32, msg: Message, frame: &[u8], nx_reply: bool) -> Flow {
         let reply = match msg {
             Message::Hello(_) | Message::EchoReply(_) => return Flow::Continue,
             Message::EchoRequest(d) => Message::EchoReply(d),
@@ -440,7 +470,7 @@ impl Session {
                 match self.shared.handler.handle(self.id, xid, m) {
                     Ok(replies) => {
                         for r in &replies {
-                            let frames = encode_frames(self.version, xid, r);
+                            let frames = encode_frames(self.version, nx_reply, xid, r);
                             if frames.is_empty() {
                                 // A reply this version cannot express (e.g. 1.5 group
                                 // descriptions): the request gets an error, not silence.

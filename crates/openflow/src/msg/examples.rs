@@ -79,6 +79,7 @@ fn group_mod() -> GroupMod {
                 }])
             },
         ],
+        command_bucket_id: super::bucket_id::ALL,
     }
 }
 

@@ -11,6 +11,26 @@ pub enum GroupModCommand {
     Add,
     Modify,
     Delete,
+    /// OpenFlow 1.5 `OFPGC_INSERT_BUCKET` (3): only 1.5 can express it.
+    InsertBucket,
+    /// OpenFlow 1.5 `OFPGC_REMOVE_BUCKET` (5): only 1.5 can express it.
+    RemoveBucket,
+}
+
+impl GroupModCommand {
+    /// The 1.5 bucket-editing commands.
+    pub fn edits_buckets(self) -> bool {
+        matches!(self, Self::InsertBucket | Self::RemoveBucket)
+    }
+}
+
+/// `OFPG_BUCKET_*`: OpenFlow 1.5's command bucket ids besides a bucket's own id
+/// (`0..=MAX`).
+pub mod bucket_id {
+    pub const MAX: u32 = 0xffff_ff00;
+    pub const FIRST: u32 = 0xffff_fffd;
+    pub const LAST: u32 = 0xffff_fffe;
+    pub const ALL: u32 = 0xffff_ffff;
 }
 
 /// `ofp_group_type`.
@@ -53,16 +73,19 @@ pub struct Bucket {
     /// Group whose liveness gates this bucket, or `OFPG_ANY`.
     pub watch_group: u32,
     pub actions: Vec<Action>,
+    /// The bucket's id (1.5; None when decoded from 1.3 / 1.4, which have none).
+    pub bucket_id: Option<u32>,
 }
 
 impl Bucket {
-    /// A bucket with only actions (no weight or watch).
+    /// A bucket with only actions (no weight, watch or id).
     pub fn new(actions: Vec<Action>) -> Self {
         Bucket {
             weight: 0,
             watch_port: u32::MAX,
             watch_group: u32::MAX,
             actions,
+            bucket_id: None,
         }
     }
 
@@ -86,6 +109,7 @@ impl Bucket {
             watch_port,
             watch_group,
             actions,
+            bucket_id: None,
         })
     }
 
@@ -123,6 +147,9 @@ pub struct GroupMod {
     pub group_type: GroupType,
     pub group_id: u32,
     pub buckets: Vec<Bucket>,
+    /// 1.5: where INSERT_BUCKET inserts / what REMOVE_BUCKET removes ([`bucket_id`]);
+    /// `bucket_id::ALL` for other commands and in 1.3 / 1.4.
+    pub command_bucket_id: u32,
 }
 
 impl GroupMod {
@@ -146,14 +173,18 @@ impl GroupMod {
             group_type,
             group_id,
             buckets,
+            command_bucket_id: bucket_id::ALL,
         })
     }
 
+    /// 1.3 / 1.4 layout (bucket commands are refused before: see `Message::encode_version`).
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         out.put_u16(match self.command {
             GroupModCommand::Add => 0,
             GroupModCommand::Modify => 1,
             GroupModCommand::Delete => 2,
+            GroupModCommand::InsertBucket => 3,
+            GroupModCommand::RemoveBucket => 5,
         });
         out.put_u8(self.group_type.to_u8());
         out.pad(1);

@@ -146,6 +146,13 @@ pub fn decode_versioned(buf: &[u8]) -> Result<(u8, u32, Message), OfError> {
     let mut r = Reader::new(&buf[HEADER_LEN..], errors::BAD_REQUEST_BAD_LEN);
     let msg = match h.version {
         _ if h.msg_type == msg_type::HELLO => Message::Hello(Hello::decode(h.version, &mut r)?),
+        // NXT_FLOW_MOD, NXST_FLOW, NXST_AGGREGATE (the session-state messages
+        // NXT_SET_FLOW_FORMAT and NXT_FLOW_MOD_TABLE_ID are the connection's: see
+        // `v10::nicira::decode`; here they are refused as vendor messages).
+        OFP10 if v10::nicira::is_nicira(buf) => match v10::nicira::decode(buf, false)? {
+            (_, v10::nicira::NxMsg::Request(m)) => m,
+            _ => return Err(errors::BAD_REQUEST_BAD_EXPERIMENTER),
+        },
         OFP10 => v10::decode_body(h, &mut r)?,
         OFP_VERSION | OFP14 | OFP15 => decode_body(h, &mut r)?,
         _ => return Err(errors::BAD_REQUEST_BAD_VERSION),
@@ -268,6 +275,11 @@ impl Message {
             Message::Hello(h) => h.version,
             _ => version,
         };
+        if let Message::GroupMod(g) = self {
+            if g.command.edits_buckets() && version != OFP15 {
+                return Err(errors::BAD_REQUEST_BAD_TYPE);
+            }
+        }
         out.put_u8(version);
         out.put_u8(self.msg_type());
         out.put_u16(0);

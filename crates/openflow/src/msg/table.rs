@@ -49,6 +49,16 @@ impl TableFeatureProp {
         }
     }
 
+    /// A list of OXM ids given as 32-bit headers (no mask bit; the length is the field's):
+    /// basic, NXM (`NXM_NX_REG0`, `NXM_NX_CT_STATE`, ...) or `OXM_OF_PKT_REG` fields.
+    pub fn oxm_headers(prop_type: u16, headers: &[u32]) -> Self {
+        let mut data = Vec::new();
+        for &h in headers {
+            data.put_u32(h);
+        }
+        TableFeatureProp { prop_type, data }
+    }
+
     /// A list of OXM headers (basic class, no mask) for the given field numbers.
     pub fn oxm_ids(prop_type: u16, fields: &[u8]) -> Self {
         let mut data = Vec::new();

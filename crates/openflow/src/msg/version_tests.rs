@@ -15,6 +15,21 @@ fn frame(version: u8, mtype: u8, body: &[u8]) -> Vec<u8> {
     v
 }
 
+fn without_bucket_ids(mut m: Message) -> Message {
+    let buckets = match &mut m {
+        Message::GroupMod(g) => vec![&mut g.buckets],
+        Message::MultipartReply(MultipartReply {
+            body: MultipartReplyBody::GroupDesc(d),
+            ..
+        }) => d.iter_mut().map(|g| &mut g.buckets).collect(),
+        _ => vec![],
+    };
+    for b in buckets.into_iter().flatten() {
+        b.bucket_id = None;
+    }
+    m
+}
+
 #[test]
 fn examples_roundtrip_in_every_version() {
     for v in [OFP10, OFP14, OFP15] {
@@ -38,9 +53,10 @@ fn examples_roundtrip_in_every_version() {
                 )
             );
             assert_eq!(back.encode_version(v, 7).unwrap(), b, "v{v} {m:?}");
-            // 1.4 and 1.5 say everything the model holds.
+            // 1.4 and 1.5 say everything the model holds (1.5 numbers the buckets the
+            // model leaves without an id).
             if v != OFP10 {
-                assert_eq!(back, m, "v{v}");
+                assert_eq!(without_bucket_ids(back), without_bucket_ids(m), "v{v}");
             }
         }
         // 1.0 lacks groups, table mods, roles, table features, port desc, async
@@ -128,7 +144,8 @@ fn malformed_1_0_messages_get_1_0_errors() {
     short_match.truncate(8 + 30);
     short_match[2..4].copy_from_slice(&38u16.to_be_bytes());
     check(vec![
-        // Nicira extensions ovs-ofctl tries first (NXT_SET_FLOW_FORMAT): OFPBRC_BAD_VENDOR.
+        // NXT_SET_FLOW_FORMAT changes the session: the connection takes it (see
+        // `v10::nicira`); the stateless decoder refuses it as a vendor message.
         (
             "vendor message",
             frame(
@@ -230,14 +247,37 @@ fn malformed_1_0_messages_get_1_0_errors() {
             (1, 2),
         ),
         (
-            "vendor stats",
+            "vendor stats of another vendor",
+            frame(
+                OFP10,
+                t::STATS_REQUEST,
+                &[0xff, 0xff, 0, 0, 0, 0, 0x12, 0x34],
+            ),
+            errors::BAD_REQUEST_BAD_EXPERIMENTER,
+            (1, 3),
+        ),
+        (
+            "Nicira stats of an unknown subtype",
+            frame(
+                OFP10,
+                t::STATS_REQUEST,
+                &[
+                    0xff, 0xff, 0, 0, 0, 0, 0x23, 0x20, 0, 0, 0, 9, 0, 0, 0, 0, 0xff, 0xff, 0, 0,
+                    0xff, 0, 0, 0,
+                ],
+            ),
+            errors::BAD_REQUEST_BAD_EXPERIMENTER,
+            (1, 3),
+        ),
+        (
+            "Nicira stats cut short",
             frame(
                 OFP10,
                 t::STATS_REQUEST,
                 &[0xff, 0xff, 0, 0, 0, 0, 0x23, 0x20],
             ),
-            errors::BAD_REQUEST_BAD_EXPERIMENTER,
-            (1, 3),
+            errors::BAD_REQUEST_BAD_LEN,
+            (1, 6),
         ),
         (
             "queue config, long",

@@ -68,6 +68,18 @@ impl Client {
         self.recv_within(Duration::from_secs(5))
     }
 
+    /// The next frame as sent (not decoded), within 5 s.
+    pub fn recv_frame(&mut self) -> Option<Vec<u8>> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match self.framer.read_frame(&mut self.stream) {
+                Ok(f) => return Some(f),
+                Err(e) if e.is_timeout() && Instant::now() < deadline => {}
+                Err(_) => return None,
+            }
+        }
+    }
+
     pub fn recv_within(&mut self, d: Duration) -> Option<(u32, Message)> {
         let deadline = Instant::now() + d;
         loop {

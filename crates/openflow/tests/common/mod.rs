@@ -269,6 +269,10 @@ impl SwitchHandler for TestSwitch {
                     GroupModCommand::Delete => {
                         groups.retain(|g| gm.group_id != GROUP_ALL && g.group_id != gm.group_id)
                     }
+                    // This codec-level test switch does not edit buckets.
+                    GroupModCommand::InsertBucket | GroupModCommand::RemoveBucket => {
+                        return Err(errors::GROUP_MOD_FAILED_BAD_COMMAND)
+                    }
                 }
                 Ok(Vec::new())
             }

@@ -247,6 +247,22 @@ pub fn encode_match(m: &Match, out: &mut Vec<u8>) {
             _ => {}
         }
     }
+    // Only what the decoder reads back (a field whose prerequisite 1.0 cannot state, e.g.
+    // `nw_tos` of an IPv6 rule, is left wildcarded), so a decoded match re-encodes stably.
+    let typed = |t: u16| wc & w::DL_TYPE == 0 && dl_type == t;
+    let (ipv4, arp) = (typed(0x0800), typed(0x0806));
+    if !ipv4 {
+        wc |= w::NW_TOS;
+        tos = 0;
+    }
+    if !(ipv4 || arp) {
+        wc |= w::NW_PROTO | 0x3f << w::NW_SRC_SHIFT | 0x3f << w::NW_DST_SHIFT;
+        (proto, nw_src, nw_dst) = (0, 0, 0);
+    }
+    if !(ipv4 && wc & w::NW_PROTO == 0 && matches!(proto, 1 | 6 | 17 | 132)) {
+        wc |= w::TP_SRC | w::TP_DST;
+        (tp_src, tp_dst) = (0, 0);
+    }
     out.put_u32(wc);
     out.put_u16(in_port);
     out.extend_from_slice(&dl_src);

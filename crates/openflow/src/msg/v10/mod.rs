@@ -1,13 +1,16 @@
 //! OpenFlow 1.0 wire format, translated to and from the 1.3-shaped [`Message`] model:
 //! message types, FEATURES_REPLY with its port list, `ofp_phy_port`, PACKET_IN/OUT,
 //! FLOW_MOD/FLOW_REMOVED with the fixed match ([`fields`]), PORT_MOD, the statistics
-//! messages ([`stats`]) and BARRIER. Of the vendor (Nicira) messages only
-//! `NXT_FLOW_MOD_TABLE_ID` is understood (the connection layer keeps its state; see
-//! [`decode_flow_mod_table_id`]); the rest are refused with `OFPBRC_BAD_VENDOR`, which is
-//! what makes `ovs-ofctl` fall back from NXM to the standard 1.0 match. Pure codec; runs on
-//! the decoding thread.
+//! messages ([`stats`]) and BARRIER. The Nicira vendor messages plain `ovs-ofctl` relies on
+//! (flow format, table ids, `NXT_FLOW_MOD`, `NXST_FLOW`/`NXST_AGGREGATE`,
+//! `NXT_FLOW_REMOVED`) are in [`nicira`], their match format in [`nxm`]; the connection
+//! layer keeps the per-session state. Other vendor messages are refused with
+//! `OFPBRC_BAD_VENDOR`, which makes `ovs-ofctl` fall back to what 1.0 has. Pure codec; runs
+//! on the decoding thread.
 
 pub mod fields;
+pub mod nicira;
+pub mod nxm;
 pub mod stats;
 
 use super::{finish, Header, Message};
