@@ -248,6 +248,9 @@ fn measure(
         args.push(format!("--burst={}", a.testpmd_burst));
         let (m, pmd) = run_generator(&args, dir, p.warmup, p.trial_secs, c)?;
         rec.mpps = m.median().map(|x| x / 1e6);
+        if sc.open {
+            rec.offered_mpps = m.tx_median().map(|x| x / 1e6);
+        }
         rec.pmd = pmd;
         rec.switch_cpu = m.switch_cpu;
         rec.gen_cpu = m.gen_cpu;
@@ -596,10 +599,11 @@ fn main() {
                     match (&rec.error, rec.mpps) {
                         (Some(e), _) => eprintln!("vireo-bench: round {round} {} {} {gen}: FAILED: {e}", rec.contender, rec.scenario),
                         (None, m) => eprintln!(
-                            "vireo-bench: round {round} {} {} {gen}: {:.3} Mpps, {:.0} cycles/pkt, cpu share switch {:.2} gen {:.2}{}",
+                            "vireo-bench: round {round} {} {} {gen}: {:.3} Mpps{}, {:.0} cycles/pkt, cpu share switch {:.2} gen {:.2}{}",
                             rec.contender,
                             rec.scenario,
                             m.unwrap_or(0.0),
+                            rec.offered_mpps.map_or(String::new(), |o| format!(" (offered {o:.3})")),
                             rec.pmd.map_or(0.0, |x| x.busy_cycles_per_packet),
                             rec.switch_cpu.unwrap_or(0.0),
                             rec.gen_cpu.unwrap_or(0.0),
