@@ -1,8 +1,8 @@
 //! The switches under test: Vireo (vireod + vireoctl), OVS-DPDK 3.1 (Debian's
 //! ovs-vswitchd-dpdk in a private run directory) and DPDK testpmd's vhost PMD in io mode
 //! (the raw upper bound). Each starts with its PMD on the switch core, wires two vhost-user
-//! ports and the scenario's rules, reports its own busy cycles per packet where it has them,
-//! and stops completely (nothing left spinning).
+//! ports and the scenario's meter and rules, reports its own busy cycles per packet where it
+//! has them, and stops completely (nothing left spinning).
 //!
 //! Threads: vireo-bench's main thread.
 use crate::parse::{ovs_pmd_stats, vireo_pmd_stats, PmdCycles};
@@ -71,6 +71,9 @@ impl Contender for Dpdk {
             .ok_or_else(|| format!("{TESTPMD} not found (Debian dpdk-dev)"))
     }
     fn start(&mut self, dir: &Path, sc: &Scenario) -> Result<Ports, String> {
+        if sc.meter().is_some() {
+            return Err("testpmd io forwarding has no meters".into());
+        }
         let s = socks(dir);
         let args = switch_args(&s, sc.queues, self.core);
         let mut p = Proc::spawn(
@@ -216,7 +219,17 @@ impl Ovs {
         self.ofctl(dir, &["del-flows", "br0"])?;
         let rules = dir.join("rules.txt");
         std::fs::write(&rules, sc.rules("1", "2").join("\n") + "\n").map_err(|e| e.to_string())?;
-        self.ofctl(dir, &["add-flows", "br0", &rules.display().to_string()])?;
+        let rules = rules.display().to_string();
+        if let Some(m) = sc.meter() {
+            // Meters and the meter instruction are OpenFlow 1.3; the meter first, or the
+            // flows naming it are refused.
+            self.ofctl(dir, &["-O", "OpenFlow13", "add-meter", "br0", &m])?;
+            self.ofctl(dir, &["-O", "OpenFlow13", "add-flows", "br0", &rules])?;
+            let shown = self.ofctl(dir, &["-O", "OpenFlow13", "dump-meters", "br0"])?;
+            std::fs::write(dir.join("meters.txt"), &shown).map_err(|e| e.to_string())?;
+        } else {
+            self.ofctl(dir, &["add-flows", "br0", &rules])?;
+        }
         Ok(())
     }
 
@@ -436,6 +449,9 @@ impl Contender for Vireo {
             })?;
         }
         let _ = self.ctl(dir, &["del-flows", "br0"]);
+        if let Some(m) = sc.meter() {
+            self.ctl(dir, &["add-meter", "br0", &m])?;
+        }
         let rules = dir.join("rules.txt");
         std::fs::write(&rules, sc.rules("vu0", "vu1").join("\n") + "\n")
             .map_err(|e| e.to_string())?;

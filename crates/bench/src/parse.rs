@@ -64,6 +64,15 @@ pub fn testpmd_port_samples(out: &str) -> Vec<PortSample> {
 /// Aggregate Rx-pps per reporting period (sum over ports; a period starts at the lowest
 /// port id seen). The first period (which includes start-up) is dropped when there are more.
 pub fn testpmd_aggregate_rx_pps(out: &str) -> Vec<f64> {
+    aggregate(out, |s| s.rx_pps)
+}
+
+/// Aggregate Tx-pps per reporting period, as [`testpmd_aggregate_rx_pps`] does for Rx.
+pub fn testpmd_aggregate_tx_pps(out: &str) -> Vec<f64> {
+    aggregate(out, |s| s.tx_pps)
+}
+
+fn aggregate(out: &str, pps: impl Fn(&PortSample) -> u64) -> Vec<f64> {
     let samples = testpmd_port_samples(out);
     let Some(first) = samples.iter().map(|s| s.port).min() else {
         return Vec::new();
@@ -74,7 +83,7 @@ pub fn testpmd_aggregate_rx_pps(out: &str) -> Vec<f64> {
             periods.push(0.0);
         }
         if let Some(last) = periods.last_mut() {
-            *last += s.rx_pps as f64;
+            *last += pps(s) as f64;
         }
     }
     if periods.len() > 1 {
@@ -267,6 +276,7 @@ mod tests {
         );
         // The first period (start-up) is dropped.
         assert_eq!(testpmd_aggregate_rx_pps(TESTPMD), vec![4_090_000.0]);
+        assert_eq!(testpmd_aggregate_tx_pps(TESTPMD), vec![4_100_000.0]);
         assert!(testpmd_aggregate_rx_pps("no stats here").is_empty());
     }
 

@@ -236,7 +236,9 @@ impl CpuShare {
 /// Gives SCHED_RR priority 1 to the threads of `pid` that busy-poll: over 300 ms, the
 /// busiest thread and any using at least half as much (PMD threads, not the control threads
 /// that share their core; on a loaded machine a poller may get only a third of its core
-/// before this). Returns the thread ids changed.
+/// before this), and every thread named `pmd*` (Vireo's `pmd-N`, OVS's `pmd-cNN/id:N`),
+/// which on a machine loaded to 9 runnable threads a core gets too little to be seen as busy.
+/// Returns the thread ids changed.
 pub fn realtime_pollers(pid: u32) -> Vec<u32> {
     let tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
         .map(|rd| {
@@ -256,8 +258,14 @@ pub fn realtime_pollers(pid: u32) -> Vec<u32> {
         .into_iter()
         .filter_map(|(t, c0)| Some((t, cpu(t)? - c0)))
         .collect();
-    pollers(&used)
-        .into_iter()
+    let mut tids = pollers(&used);
+    for (t, _) in &used {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/task/{t}/comm"));
+        if comm.is_ok_and(|c| c.starts_with("pmd")) && !tids.contains(t) {
+            tids.push(*t);
+        }
+    }
+    tids.into_iter()
         .filter(|tid| run(Command::new("chrt").args(["-r", "-p", "1", &tid.to_string()])).is_ok())
         .collect()
 }

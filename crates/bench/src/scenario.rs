@@ -1,5 +1,5 @@
-//! The benchmark scenarios (rule set x traffic x packet size x queues), their names on the
-//! command line, and the OpenFlow rules each one installs.
+//! The benchmark scenarios (rule set x traffic x packet size x queues x generator mode), their
+//! names on the command line, and the OpenFlow rules and meters each one installs.
 //!
 //! Threads: the caller's (vireo-bench's main thread).
 use crate::gen::RULES;
@@ -14,7 +14,14 @@ pub enum Kind {
     Normal,
     /// `RULES` rules per direction on UDP dst port; this many distinct flows per direction.
     Flows(u32),
+    /// As `P2p`, but both rules send through OpenFlow meter 1 first (`meter:1`): a PKTPS meter
+    /// with one drop band of this many packets/s, shared by both directions.
+    Meter(u32),
 }
+
+/// The rate of `meter:SIZE`: far above what any contender forwards on one core, so the meter
+/// drops nothing and the scenario measures what metering costs.
+pub const METER_NO_DROP_PPS: u32 = 100_000_000;
 
 /// One scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -25,6 +32,11 @@ pub struct Scenario {
     pub size: usize,
     /// Queue pairs per port.
     pub queues: u16,
+    /// Open loop: the testpmd generator sends continuously (`--forward-mode=flowgen`) instead
+    /// of circulating what `--tx-first` injected. A switch that drops (a meter below the
+    /// offered rate) would drain a closed loop.
+    #[serde(default)]
+    pub open: bool,
 }
 
 /// Packet sizes the full run sweeps.
@@ -56,33 +68,48 @@ impl Scenario {
             kind: Kind::P2p,
             size,
             queues: 1,
+            open: false,
         }
     }
 
     /// The name used on the command line and in reports: `p2p:64`, `normal:64`,
-    /// `flows1m:64`, `p2p:64:2q`.
+    /// `flows1m:64`, `p2p:64:2q`, `meter:64` (a meter that drops nothing), `meter5m:64` (a
+    /// 5 Mpps meter), and `:open` at the end for the open-loop generator.
     pub fn name(&self) -> String {
         let k = match self.kind {
             Kind::P2p => "p2p".to_string(),
             Kind::Normal => "normal".to_string(),
             Kind::Flows(n) => format!("flows{}", flow_label(n)),
+            Kind::Meter(METER_NO_DROP_PPS) => "meter".to_string(),
+            Kind::Meter(r) => format!("meter{}", flow_label(r)),
         };
         let q = if self.queues > 1 {
             format!(":{}q", self.queues)
         } else {
             String::new()
         };
-        format!("{k}:{}{q}", self.size)
+        let o = if self.open { ":open" } else { "" };
+        format!("{k}:{}{q}{o}", self.size)
     }
 
     /// Parses a name as written by [`Scenario::name`].
     pub fn parse(s: &str) -> Result<Scenario, String> {
-        let bad =
-            || format!("bad scenario {s:?} (e.g. p2p:64, normal:1518, flows100k:64, p2p:64:2q)");
+        let bad = || {
+            format!(
+                "bad scenario {s:?} (e.g. p2p:64, normal:1518, flows100k:64, p2p:64:2q, \
+                 meter:64, meter5m:64:open)"
+            )
+        };
         let mut it = s.split(':');
         let kind = match it.next().ok_or_else(bad)? {
             "p2p" => Kind::P2p,
             "normal" => Kind::Normal,
+            "meter" => Kind::Meter(METER_NO_DROP_PPS),
+            f if f.starts_with("meter") => Kind::Meter(
+                parse_count(&f["meter".len()..])
+                    .filter(|&r| r > 0)
+                    .ok_or_else(bad)?,
+            ),
             f => Kind::Flows(
                 f.strip_prefix("flows")
                     .and_then(parse_count)
@@ -90,14 +117,37 @@ impl Scenario {
             ),
         };
         let size: usize = it.next().unwrap_or("64").parse().map_err(|_| bad())?;
-        let queues = match it.next() {
-            None => 1,
-            Some(q) => q.trim_end_matches('q').parse().map_err(|_| bad())?,
+        let mut rest: Vec<&str> = it.collect();
+        let open = rest.last() == Some(&"open");
+        if open {
+            rest.pop();
+        }
+        let queues = match rest[..] {
+            [] => 1,
+            [q] => q
+                .strip_suffix('q')
+                .ok_or_else(bad)?
+                .parse()
+                .map_err(|_| bad())?,
+            _ => return Err(bad()),
         };
-        if it.next().is_some() || !(64..=1518).contains(&size) || queues == 0 {
+        if !(64..=1518).contains(&size) || queues == 0 {
             return Err(bad());
         }
-        Ok(Scenario { kind, size, queues })
+        Ok(Scenario {
+            kind,
+            size,
+            queues,
+            open,
+        })
+    }
+
+    /// The meter the rules use, as `ovs-ofctl add-meter` and `vireoctl add-meter` write it.
+    pub fn meter(&self) -> Option<String> {
+        match self.kind {
+            Kind::Meter(r) => Some(format!("meter=1,pktps,bands=type=drop,rate={r}")),
+            _ => None,
+        }
     }
 
     /// Distinct flows per direction the generator sends.
@@ -119,6 +169,10 @@ impl Scenario {
             Kind::P2p => vec![
                 format!("in_port={p0},actions=output:{p1}"),
                 format!("in_port={p1},actions=output:{p0}"),
+            ],
+            Kind::Meter(_) => vec![
+                format!("in_port={p0},actions=meter:1,output:{p1}"),
+                format!("in_port={p1},actions=meter:1,output:{p0}"),
             ],
             Kind::Normal => vec!["actions=NORMAL".to_string()],
             Kind::Flows(_) => {
@@ -189,7 +243,17 @@ mod tests {
         let s = Scenario::parse("flows1m:64:2q").unwrap();
         assert_eq!((s.kind, s.size, s.queues), (Kind::Flows(1_000_000), 64, 2));
         assert_eq!(Scenario::parse("normal").unwrap().size, 64);
-        for bad in ["p2p:63", "p2p:64:0q", "flowsx:64", "tcp:64", "p2p:64:2q:1"] {
+        for bad in [
+            "p2p:63",
+            "p2p:64:0q",
+            "flowsx:64",
+            "tcp:64",
+            "p2p:64:2q:1",
+            "meter0:64",
+            "meterx:64",
+            "p2p:64:2",
+            "p2p:64:open:2q",
+        ] {
             assert!(Scenario::parse(bad).is_err(), "{bad}");
         }
         assert_eq!(parse_list("quick, sizes").unwrap().len(), 6);
@@ -210,5 +274,35 @@ mod tests {
         );
         assert!(!f.testpmd_can_drive());
         assert!(Scenario::parse("flows1:64").unwrap().testpmd_can_drive());
+    }
+
+    #[test]
+    fn meter_scenarios() {
+        let m = Scenario::parse("meter:64").unwrap();
+        assert_eq!((m.kind, m.open), (Kind::Meter(METER_NO_DROP_PPS), false));
+        assert_eq!(m.name(), "meter:64");
+        assert_eq!(
+            m.meter().unwrap(),
+            "meter=1,pktps,bands=type=drop,rate=100000000"
+        );
+        assert_eq!(
+            m.rules("1", "2"),
+            vec![
+                "in_port=1,actions=meter:1,output:2",
+                "in_port=2,actions=meter:1,output:1"
+            ]
+        );
+        let d = Scenario::parse("meter5m:64:open").unwrap();
+        assert_eq!(
+            (d.kind, d.open, d.queues),
+            (Kind::Meter(5_000_000), true, 1)
+        );
+        assert_eq!(d.name(), "meter5m:64:open");
+        assert!(d.meter().unwrap().ends_with("rate=5000000"));
+        let o = Scenario::parse("p2p:64:2q:open").unwrap();
+        assert_eq!((o.queues, o.open), (2, true));
+        assert_eq!(Scenario::parse(&o.name()).unwrap(), o);
+        assert_eq!(Scenario::p2p(64).meter(), None);
+        assert!(d.testpmd_can_drive());
     }
 }

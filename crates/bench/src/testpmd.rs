@@ -1,11 +1,12 @@
 //! DPDK testpmd in the two roles it plays here: the reference generator (virtio-user, io or
-//! mac forwarding with `--tx-first`, forwarding lcore on the generator core) and the raw
-//! upper-bound "switch" (vhost PMD in io mode, forwarding lcore on the switch core).
+//! mac forwarding with `--tx-first`, or open-loop `flowgen` for scenarios that drop;
+//! forwarding lcore on the generator core) and the raw upper-bound "switch" (vhost PMD in io
+//! mode, forwarding lcore on the switch core).
 //!
 //! Threads: vireo-bench's main thread (testpmd runs as a child process).
 use crate::contender::Contender;
 use crate::gen::mac;
-use crate::parse::{testpmd_aggregate_rx_pps, PmdCycles};
+use crate::parse::{testpmd_aggregate_rx_pps, testpmd_aggregate_tx_pps, PmdCycles};
 use crate::proc::{command, CpuShare, Proc};
 use crate::scenario::{Kind, Scenario};
 use std::path::{Path, PathBuf};
@@ -78,9 +79,18 @@ pub fn generator_args(
         ));
     }
     a.push("--".into());
-    let mode = if sc.kind == Kind::Normal { "mac" } else { "io" };
+    let mode = match (sc.open, sc.kind) {
+        (true, _) => "flowgen",
+        (false, Kind::Normal) => "mac",
+        (false, _) => "io",
+    };
     a.extend(fwd_args(mode, sc.queues));
-    a.push("--tx-first".into());
+    if sc.open {
+        // One flow, sent continuously on both ports; what comes back is counted and freed.
+        a.push("--flowgen-flows=1".into());
+    } else {
+        a.push("--tx-first".into());
+    }
     a.push(format!("--txpkts={}", sc.size));
     if sc.kind == Kind::Normal {
         a.push(format!("--eth-peer=0,{}", mac_str(mac(1))));
@@ -125,12 +135,20 @@ pub struct GenMeasure {
     pub switch_cpu: Option<f64>,
     /// Share of a core the generator got during the window.
     pub gen_cpu: Option<f64>,
+    /// Aggregate Tx-pps per reporting period: what the generator put into the switch's
+    /// rings (the offered load of an open-loop run).
+    pub tx_samples: Vec<f64>,
 }
 
 impl GenMeasure {
     /// The median of the samples, packets/s.
     pub fn median(&self) -> Option<f64> {
         crate::stats::summarize(&self.samples).map(|s| s.median)
+    }
+
+    /// The median of the Tx samples, packets/s.
+    pub fn tx_median(&self) -> Option<f64> {
+        crate::stats::summarize(&self.tx_samples).map(|s| s.median)
     }
 }
 
@@ -179,8 +197,10 @@ pub fn run_generator(
         .get(from.min(log.len())..to.min(log.len()))
         .unwrap_or("");
     let mut samples = testpmd_aggregate_rx_pps(window);
+    let mut tx_samples = testpmd_aggregate_tx_pps(window);
     if samples.is_empty() {
         samples = testpmd_aggregate_rx_pps(&log);
+        tx_samples = testpmd_aggregate_tx_pps(&log);
     }
     if samples.is_empty() {
         return Err(format!(
@@ -192,6 +212,7 @@ pub fn run_generator(
         samples,
         switch_cpu,
         gen_cpu,
+        tx_samples,
     };
     Ok((m, pmd))
 }
@@ -228,5 +249,15 @@ mod tests {
             "{s}"
         );
         assert!(!s.contains("server=1"));
+        let open = Scenario::parse("meter5m:64:open").unwrap();
+        let g = generator_args(&socks, true, &open, 1, 0).join(" ");
+        assert!(
+            g.contains("--forward-mode=flowgen") && g.contains("--flowgen-flows=1"),
+            "{g}"
+        );
+        assert!(!g.contains("--tx-first"), "{g}");
+        let closed = generator_args(&socks, true, &Scenario::parse("meter:64").unwrap(), 1, 0);
+        assert!(closed.iter().any(|x| x == "--forward-mode=io"));
+        assert!(closed.iter().any(|x| x == "--tx-first"));
     }
 }

@@ -35,7 +35,10 @@ struct Args {
     /// vireoctl in DIR) measured in the same rounds.
     #[arg(long, value_delimiter = ',', default_value = "vireo,ovs,dpdk")]
     contenders: Vec<String>,
-    /// Scenarios, e.g. p2p:64,normal:64,flows1m:64,p2p:64:2q; or full, quick, sizes.
+    /// Scenarios, e.g. p2p:64,normal:64,flows1m:64,p2p:64:2q; meter:64 (p2p through an
+    /// OpenFlow meter that never drops), meter2m:64 (a 2 Mpps meter); `:open` at the end for
+    /// testpmd's open-loop flowgen instead of the io loop (needed when the switch drops);
+    /// or full, quick, sizes.
     /// Kernel ports: kp:KIND:SIZE or kp:KIND:tcp (KIND af-packet, af-xdp, tap), or kernel
     /// (all nine).
     #[arg(long)]
@@ -248,6 +251,9 @@ fn measure(
         args.push(format!("--burst={}", a.testpmd_burst));
         let (m, pmd) = run_generator(&args, dir, p.warmup, p.trial_secs, c)?;
         rec.mpps = m.median().map(|x| x / 1e6);
+        if sc.open {
+            rec.offered_mpps = m.tx_median().map(|x| x / 1e6);
+        }
         rec.pmd = pmd;
         rec.switch_cpu = m.switch_cpu;
         rec.gen_cpu = m.gen_cpu;
@@ -597,10 +603,11 @@ fn main() {
                     match (&rec.error, rec.mpps) {
                         (Some(e), _) => eprintln!("vireo-bench: round {round} {} {} {gen}: FAILED: {e}", rec.contender, rec.scenario),
                         (None, m) => eprintln!(
-                            "vireo-bench: round {round} {} {} {gen}: {:.3} Mpps, {:.0} cycles/pkt, cpu share switch {:.2} gen {:.2}{}",
+                            "vireo-bench: round {round} {} {} {gen}: {:.3} Mpps{}, {:.0} cycles/pkt, cpu share switch {:.2} gen {:.2}{}",
                             rec.contender,
                             rec.scenario,
                             m.unwrap_or(0.0),
+                            rec.offered_mpps.map_or(String::new(), |o| format!(" (offered {o:.3})")),
                             rec.pmd.map_or(0.0, |x| x.busy_cycles_per_packet),
                             rec.switch_cpu.unwrap_or(0.0),
                             rec.gen_cpu.unwrap_or(0.0),
