@@ -25,6 +25,7 @@ pub mod convert;
 pub mod convert_ct;
 pub mod convert_nx;
 mod features;
+pub mod group_handover;
 mod handler;
 mod meters;
 mod stats;

@@ -161,3 +161,65 @@ fn upgrade_keeps_learned_macs_and_connections() {
     let log = std::fs::read_to_string(&d.log).unwrap();
     assert!(log.contains("takeover: connections restored"), "{log}");
 }
+
+/// OpenFlow groups (added with `ovs-ofctl -O OpenFlow15`, bucket ids included, one group
+/// naming another) are handed over: the new vireod dumps the same groups, and a rule sending
+/// to a group still delivers through it. (An upgrade used to be refused while a bridge had any.)
+#[test]
+fn upgrade_keeps_groups_with_their_bucket_ids() {
+    if common::peers::missing("ovs-ofctl").is_some() {
+        return;
+    }
+    let _g = upgrade_harness::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Vireod::start(dir.path());
+    d.ok(&["add-br", "br0", "internal=false"]);
+    for p in ["p1", "p2", "p3"] {
+        d.ok(&["add-port", "br0", p, "type=dummy"]);
+    }
+    let mgmt = d.run.join("br0.mgmt");
+    let of15 = |cmd: &str, args: &[&str]| {
+        let o = testkit::ofctl_version(&mgmt, Some("OpenFlow15"), &[], cmd, args);
+        assert!(o.ok, "ovs-ofctl {cmd} {args:?}: {}", o.stderr);
+        o.stdout
+    };
+    of15(
+        "add-group",
+        &["group_id=9,type=indirect,bucket=bucket_id:3,actions=output:3"],
+    );
+    of15(
+        "add-group",
+        &["group_id=1,type=all,bucket=bucket_id:7,actions=output:2,bucket=bucket_id:12,actions=group:9"],
+    );
+    of15("add-flow", &["priority=100,in_port=1,actions=group:1"]);
+    let groups = || {
+        let mut v: Vec<String> = of15("dump-groups", &[])
+            .lines()
+            .skip(1)
+            .map(|l| l.trim().to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    let before = groups();
+    assert_eq!(before.len(), 2, "{before:?}");
+    assert!(
+        before.iter().any(|g| g.contains("bucket_id:12")),
+        "{before:?}"
+    );
+
+    d.upgrade();
+
+    assert_eq!(groups(), before);
+    captured(&d, "p2");
+    captured(&d, "p3");
+    let f = udp(MAC_B, MAC_A, [10, 0, 0, 1], [10, 0, 0, 2], 1, 2);
+    d.ok(&["inject", "p1", &f]);
+    for p in ["p2", "p3"] {
+        assert!(
+            wait_until(Duration::from_secs(5), || captured(&d, p).contains(&f)),
+            "the frame did not leave through group 1 on {p}\n{}",
+            d.log_tail()
+        );
+    }
+}

@@ -71,6 +71,26 @@ pub struct Offer {
     /// `tap` and `internal` ports by name: their tap fds (the interfaces live on).
     #[serde(default)]
     pub taps: BTreeMap<String, usize>,
+    /// Each bridge's OpenFlow groups, one OpenFlow 1.5 GROUP_MOD ADD each, hex
+    /// (`ofswitch::group_handover`; version 2).
+    #[serde(default)]
+    pub groups: BTreeMap<String, Vec<String>>,
+}
+
+/// Bytes as lowercase hex.
+pub fn to_hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Hex as bytes; None for an odd length or a non-hex digit.
+pub fn from_hex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 /// A learned MAC: VLAN, address, port name, age in ms.
@@ -229,6 +249,7 @@ mod tests {
             flows: BTreeMap::new(),
             meters: BTreeMap::new(),
             taps: BTreeMap::new(),
+            groups: BTreeMap::new(),
         })
         .unwrap()
     }
@@ -274,6 +295,16 @@ mod tests {
         let (a, b) = UnixStream::pair().unwrap();
         send_reply(&a, &r).unwrap();
         assert_eq!(recv_reply(&b, Duration::from_secs(1)).unwrap(), r);
+    }
+
+    #[test]
+    fn hex_round_trips_and_refuses_what_is_not_hex() {
+        let b = vec![0u8, 1, 0xab, 0xff];
+        assert_eq!(to_hex(&b), "0001abff");
+        assert_eq!(from_hex("0001abff"), Some(b));
+        for bad in ["0", "zz", "0g", "é0"] {
+            assert_eq!(from_hex(bad), None, "{bad}");
+        }
     }
 
     #[test]

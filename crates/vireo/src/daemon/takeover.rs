@@ -302,6 +302,19 @@ impl Switch {
                 t.or_refuse(r.map_err(|e| format!("bridge {br}: meter {spec}: {e}")));
             }
         }
+        for (br, msgs) in &t.offer.groups {
+            if !self.config().bridges.contains_key(br) {
+                continue;
+            }
+            let bytes: Result<Vec<Vec<u8>>, String> = msgs
+                .iter()
+                .map(|h| handover::from_hex(h).ok_or_else(|| "a group is not hex".to_string()))
+                .collect();
+            let r = bytes
+                .and_then(|b| ofswitch::group_handover::import_groups(&self.rt.pipeline, br, &b));
+            let n = t.or_refuse(r.map_err(|e| format!("bridge {br}: groups: {e}")));
+            tracing::info!(bridge = %br, groups = n, "takeover: groups restored");
+        }
         for (br, lines) in &t.offer.flows {
             if !self.config().bridges.contains_key(br) {
                 continue;

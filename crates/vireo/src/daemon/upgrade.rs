@@ -221,7 +221,6 @@ impl Switch {
             )
         };
         check_binary(&binary).map_err(|e| failed(&e))?;
-        self.check_handover_able().map_err(|e| failed(&e))?;
         let sock = self.run_dir().join(handover::SOCKET);
         let access = vhost::sockfile::Access {
             mode: 0o600,
@@ -267,25 +266,6 @@ impl Switch {
                 Err(failed(&why))
             }
         }
-    }
-
-    /// Live state the handover does not carry yet refuses the upgrade before anything starts.
-    fn check_handover_able(&self) -> Result<(), String> {
-        for br in self.config().bridges.keys() {
-            let groups = self
-                .rt
-                .pipeline
-                .group_descs(br)
-                .map_err(|e| e.to_string())?;
-            if !groups.is_empty() {
-                return Err(format!(
-                    "bridge {br} has {} OpenFlow group(s), which an upgrade does not hand over \
-                     yet (delete them, or restart vireod and let the controller reinstall them)",
-                    groups.len()
-                ));
-            }
-        }
-        Ok(())
     }
 
     fn vhost_ports(&self) -> Vec<(String, std::sync::Arc<ports::vhost_user::VhostUserPort>)> {
@@ -473,9 +453,13 @@ impl Switch {
                 .map_err(|e| format!("port {name}: {e}"))?;
             vhost.insert(name.clone(), h);
         }
-        let (mut flows, mut meters) = (BTreeMap::new(), BTreeMap::new());
+        let (mut flows, mut meters, mut groups) =
+            (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
         for br in self.config().bridges.keys() {
             let pl = &self.rt.pipeline;
+            let g = ofswitch::group_handover::export_groups(pl, br)
+                .map_err(|e| format!("bridge {br}: groups: {e}"))?;
+            groups.insert(br.clone(), g.iter().map(|m| handover::to_hex(m)).collect());
             let lines = pl
                 .dump_flows_text(br, None)
                 .map_err(|e| format!("bridge {br}: {e}"))?;
@@ -496,6 +480,7 @@ impl Switch {
                 flows,
                 meters,
                 taps,
+                groups,
             },
             fds,
         ))
