@@ -31,6 +31,10 @@ struct Entry {
 /// A learned entry as shown to users: (VLAN, MAC, OpenFlow port, age).
 pub type MacEntry = (u16, [u8; 6], OfPort, Duration);
 
+/// A learned entry with its port's name instead of its number: (VLAN, MAC, port name, age),
+/// as an upgrade hands it to the new vireod.
+pub type NamedMacEntry = (u16, [u8; 6], String, Duration);
+
 /// What [`MacTable::learn`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Learned {

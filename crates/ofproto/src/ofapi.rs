@@ -92,10 +92,7 @@ impl Pipeline {
 
     /// Learned MACs of a bridge with their port's name: (vlan, mac, port name, age), what an
     /// upgrade hands to the new vireod (OpenFlow port numbers are its own to assign).
-    pub fn mac_entries_named(
-        &self,
-        bridge: &str,
-    ) -> Result<Vec<(u16, [u8; 6], String, std::time::Duration)>, Error> {
+    pub fn mac_entries_named(&self, bridge: &str) -> Result<Vec<crate::mac::NamedMacEntry>, Error> {
         let br = self.bridge(bridge)?;
         let entries = lock(&br.shared.macs).entries(Instant::now());
         Ok(entries
@@ -113,7 +110,7 @@ impl Pipeline {
     pub fn restore_macs(
         &self,
         bridge: &str,
-        entries: &[(u16, [u8; 6], String, std::time::Duration)],
+        entries: &[crate::mac::NamedMacEntry],
     ) -> Result<usize, Error> {
         let br = self.bridge(bridge)?;
         let now = Instant::now();

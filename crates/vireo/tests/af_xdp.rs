@@ -58,6 +58,23 @@ fn start(dir: &std::path::Path) -> Daemon {
     Daemon::start_with(&dir.join("run"), &["--pmd-cores", "0"])
 }
 
+/// vireod in `dir` with bridge br0 (no internal port) and af-xdp ports `pa` on `a` and `pb` on
+/// `b` (default options).
+fn bridge_of_two(dir: &std::path::Path, a: &NsVeth, b: &NsVeth) -> Daemon {
+    let d = start(dir);
+    d.ok(&["add-br", "br0", "internal=false"]);
+    for (p, ns) in [("pa", a), ("pb", b)] {
+        d.ok(&[
+            "add-port",
+            "br0",
+            p,
+            "type=af-xdp",
+            &format!("ifname={}", ns.host_if),
+        ]);
+    }
+    d
+}
+
 fn port_status(d: &Daemon, port: &str) -> serde_json::Value {
     let show = d.json(&["show"]);
     for b in show["bridges"].as_array().unwrap() {
@@ -290,17 +307,7 @@ fn a_veth_whose_host_end_is_down_is_brought_up_and_link_changes_are_followed() {
     let inside = a.exec_must(&["ip", "link", "show", &a.ns_if]);
     assert!(inside.contains("NO-CARRIER"), "{inside}");
     let dir = tempfile::tempdir().unwrap();
-    let d = start(dir.path());
-    d.ok(&["add-br", "br0", "internal=false"]);
-    for (p, ns) in [("pa", &a), ("pb", &b)] {
-        d.ok(&[
-            "add-port",
-            "br0",
-            p,
-            "type=af-xdp",
-            &format!("ifname={}", ns.host_if),
-        ]);
-    }
+    let d = bridge_of_two(dir.path(), &a, &b);
     assert!(a.host_link().contains(",UP"), "{}", a.host_link());
     assert_eq!(port_status(&d, "pa")["link"], "up");
     ping(&b, "10.78.7.1");
@@ -349,17 +356,7 @@ fn an_interface_deleted_and_recreated_comes_back() {
     let _s = serial();
     let (a, b) = two_namespaces(8);
     let dir = tempfile::tempdir().unwrap();
-    let d = start(dir.path());
-    d.ok(&["add-br", "br0", "internal=false"]);
-    for (p, ns) in [("pa", &a), ("pb", &b)] {
-        d.ok(&[
-            "add-port",
-            "br0",
-            p,
-            "type=af-xdp",
-            &format!("ifname={}", ns.host_if),
-        ]);
-    }
+    let d = bridge_of_two(dir.path(), &a, &b);
     ping(&b, "10.78.8.1");
     testkit::veth::must("ip", &["link", "del", &a.host_if]);
     assert!(
@@ -498,17 +495,7 @@ fn after_kill_9_no_program_is_left_and_a_restart_takes_the_ports_again() {
     let _s = serial();
     let (a, b) = two_namespaces(5);
     let dir = tempfile::tempdir().unwrap();
-    let mut d = start(dir.path());
-    d.ok(&["add-br", "br0", "internal=false"]);
-    for (p, ns) in [("pa", &a), ("pb", &b)] {
-        d.ok(&[
-            "add-port",
-            "br0",
-            p,
-            "type=af-xdp",
-            &format!("ifname={}", ns.host_if),
-        ]);
-    }
+    let mut d = bridge_of_two(dir.path(), &a, &b);
     ping(&a, "10.78.5.2");
     d.child.kill().unwrap();
     d.child.wait().unwrap();
