@@ -71,8 +71,8 @@ impl Contender for Dpdk {
             .ok_or_else(|| format!("{TESTPMD} not found (Debian dpdk-dev)"))
     }
     fn start(&mut self, dir: &Path, sc: &Scenario) -> Result<Ports, String> {
-        if sc.meter().is_some() {
-            return Err("testpmd io forwarding has no meters".into());
+        if sc.meter().is_some() || sc.kind == crate::scenario::Kind::Ct {
+            return Err("testpmd io forwarding has no meters and no conntrack".into());
         }
         let s = socks(dir);
         let args = switch_args(&s, sc.queues, self.core);

@@ -17,6 +17,10 @@ pub enum Kind {
     /// As `P2p`, but both rules send through OpenFlow meter 1 first (`meter:1`): a PKTPS meter
     /// with one drop band of this many packets/s, shared by both directions.
     Meter(u32),
+    /// As `P2p`, but every IP packet goes through connection tracking first: `ct(table=1)`,
+    /// then in table 1 `ct(commit)` and the output (the firewall pattern's datapath work: a
+    /// lookup, a recirculation, a commit of an existing connection).
+    Ct,
 }
 
 /// The rate of `meter:SIZE`: far above what any contender forwards on one core, so the meter
@@ -82,6 +86,7 @@ impl Scenario {
             Kind::Flows(n) => format!("flows{}", flow_label(n)),
             Kind::Meter(METER_NO_DROP_PPS) => "meter".to_string(),
             Kind::Meter(r) => format!("meter{}", flow_label(r)),
+            Kind::Ct => "ct".to_string(),
         };
         let q = if self.queues > 1 {
             format!(":{}q", self.queues)
@@ -105,6 +110,7 @@ impl Scenario {
             "p2p" => Kind::P2p,
             "normal" => Kind::Normal,
             "meter" => Kind::Meter(METER_NO_DROP_PPS),
+            "ct" => Kind::Ct,
             f if f.starts_with("meter") => Kind::Meter(
                 parse_count(&f["meter".len()..])
                     .filter(|&r| r > 0)
@@ -175,6 +181,13 @@ impl Scenario {
                 format!("in_port={p1},actions=meter:1,output:{p0}"),
             ],
             Kind::Normal => vec!["actions=NORMAL".to_string()],
+            Kind::Ct => vec![
+                "table=0,priority=10,ip,ct_state=-trk,actions=ct(table=1)".to_string(),
+                format!("table=0,priority=0,in_port={p0},actions=output:{p1}"),
+                format!("table=0,priority=0,in_port={p1},actions=output:{p0}"),
+                format!("table=1,priority=10,ip,ct_state=+trk,in_port={p0},actions=ct(commit),output:{p1}"),
+                format!("table=1,priority=10,ip,ct_state=+trk,in_port={p1},actions=ct(commit),output:{p0}"),
+            ],
             Kind::Flows(_) => {
                 let mut v = Vec::with_capacity(2 * RULES as usize);
                 for (a, b) in [(p0, p1), (p1, p0)] {
@@ -257,6 +270,9 @@ mod tests {
             assert!(Scenario::parse(bad).is_err(), "{bad}");
         }
         assert_eq!(parse_list("quick, sizes").unwrap().len(), 6);
+        let ct = Scenario::parse("ct:64").unwrap();
+        assert_eq!((ct.kind, ct.name()), (Kind::Ct, "ct:64".to_string()));
+        assert!(ct.rules("1", "2").iter().any(|r| r.contains("ct(commit)")));
     }
 
     #[test]

@@ -56,12 +56,18 @@ fn packet_outs(h: &Harness, log: impl Fn() -> String) -> Vec<Vec<u32>> {
 /// Runs os-ken's sample app `app` against br0 and checks that two hosts learn and reach
 /// each other. `learned(in_port, src, dst)`: the rule text the app installs for a learned
 /// host, as the pipeline prints it.
-fn sample_app(app: &str, version: &str, learned: fn(u8, &str, &str) -> String) {
+/// Runs os-ken's sample `app` against a bridge (checking each step) and returns the datapath
+/// actions of A -> B once both are learned (None: the venv is missing, said on stderr).
+fn sample_app(
+    app: &str,
+    version: &str,
+    learned: fn(u8, &str, &str) -> String,
+) -> Option<Vec<Action>> {
     let (Some(bin), Some(path)) = (
         venv_file("bin/osken-manager"),
         venv_file(&format!("apps/{app}")),
     ) else {
-        return;
+        return None;
     };
     let h = start();
     let port = free_port();
@@ -146,28 +152,35 @@ fn sample_app(app: &str, version: &str, learned: fn(u8, &str, &str) -> String) {
         "the app logged its packet-ins:\n{}",
         ctl.log()
     );
+    Some(t.actions)
 }
 
 #[test]
 fn os_ken_simple_switch_1_0() {
     // Matches in_port, dl_dst and dl_src at the default priority; no table-miss rule.
-    sample_app("simple_switch.py", "OpenFlow10", |p, src, dst| {
+    let out = sample_app("simple_switch.py", "OpenFlow10", |p, src, dst| {
         format!("in_port=p{p},dl_src={src},dl_dst={dst}")
     });
+    // Learned both ways: A -> B leaves on B's port (12) from the datapath alone.
+    assert!(out.is_none_or(|o| o == vec![Action::Output(12)]));
 }
 
 #[test]
 fn os_ken_simple_switch_14() {
     // Matches in_port, eth_dst and eth_src.
-    sample_app("simple_switch_14.py", "OpenFlow14", |p, src, dst| {
+    let out = sample_app("simple_switch_14.py", "OpenFlow14", |p, src, dst| {
         format!("priority=1,in_port=p{p},dl_src={src},dl_dst={dst}")
     });
+    // Learned both ways: A -> B leaves on B's port (12) from the datapath alone.
+    assert!(out.is_none_or(|o| o == vec![Action::Output(12)]));
 }
 
 #[test]
 fn os_ken_simple_switch_15() {
     // Matches in_port and eth_dst only; its packet-outs name the input port in a match.
-    sample_app("simple_switch_15.py", "OpenFlow15", |p, _src, dst| {
+    let out = sample_app("simple_switch_15.py", "OpenFlow15", |p, _src, dst| {
         format!("priority=1,in_port=p{p},dl_dst={dst}")
     });
+    // Learned both ways: A -> B leaves on B's port (12) from the datapath alone.
+    assert!(out.is_none_or(|o| o == vec![Action::Output(12)]));
 }

@@ -30,7 +30,9 @@ fn packet_ins(d: &Daemon, n: u8) -> (usize, f64) {
     let sock = format!("unix:{}", d.run_dir.join("br0.mgmt").display());
     // Line-buffered: the monitor is killed, and a pipe would keep its output in stdio's buffer.
     // It also opens a unixctl socket (default /var/run/openvswitch): keep it in the run dir.
-    let unixctl = format!("--unixctl={}", d.run_dir.join("monitor.ctl").display());
+    let ctl_path = d.run_dir.join("monitor.ctl");
+    let _ = std::fs::remove_file(&ctl_path);
+    let unixctl = format!("--unixctl={}", ctl_path.display());
     let mut mon = Command::new("stdbuf")
         .args([
             "-oL",
@@ -46,7 +48,13 @@ fn packet_ins(d: &Daemon, n: u8) -> (usize, f64) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("ovs-ofctl monitor");
-    std::thread::sleep(Duration::from_millis(700));
+    // The monitor makes its unixctl socket once its OpenFlow connection is up; then give it a
+    // moment to ask for packet-ins (a fixed wait alone missed frames on a loaded machine).
+    assert!(
+        common::wait_until(Duration::from_secs(20), || ctl_path.exists()),
+        "ovs-ofctl monitor did not start"
+    );
+    std::thread::sleep(Duration::from_millis(500));
     let t0 = Instant::now();
     for i in 0..n {
         d.ok(&["inject", "p1", &frame(i)]);
