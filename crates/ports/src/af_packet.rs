@@ -83,6 +83,8 @@ pub struct AfPacketPort {
     up: AtomicBool,
     /// Set by `shutdown`: `maintain` must not re-open a deleted port.
     closed: AtomicBool,
+    /// Set by [`AfPacketPort::hold_rx`]: nothing is read (frames wait in the socket).
+    held: AtomicBool,
     numa: Option<usize>,
     counters: PortCounters,
     kc: KernelCounters,
@@ -124,6 +126,27 @@ fn open(ifname: &str) -> Result<Sock, PortError> {
     Ok(Sock { fd, ifindex })
 }
 
+/// The interface a packet socket is bound to, from the kernel's own table of packet sockets
+/// (`/proc/self/net/packet`: the socket's inode and its `Iface` column); None if `fd` is not a
+/// packet socket of this network namespace.
+fn packet_socket_ifindex(fd: &OwnedFd) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::File::from(fd.try_clone().ok()?)
+        .metadata()
+        .ok()?
+        .ino()
+        .to_string();
+    let table = std::fs::read_to_string("/proc/self/net/packet").ok()?;
+    let mut lines = table.lines();
+    let head: Vec<&str> = lines.next()?.split_whitespace().collect();
+    let col = |name: &str| head.iter().position(|h| *h == name);
+    let (iface, inode) = (col("Iface")?, col("Inode")?);
+    lines
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|w| w.get(inode) == Some(&ino.as_str()))
+        .and_then(|w| w.get(iface)?.parse().ok())
+}
+
 fn numa_of(ifname: &str) -> Option<usize> {
     let s = std::fs::read_to_string(format!("/sys/class/net/{ifname}/device/numa_node")).ok()?;
     s.trim().parse::<usize>().ok()
@@ -155,7 +178,46 @@ impl AfPacketPort {
     /// [`AfPacketPort::open`] with offloads on or off (see the module doc).
     pub fn open_opts(ifname: &str, offloads: bool) -> Result<Arc<AfPacketPort>, PortError> {
         let sock = open(ifname)?;
-        Ok(Arc::new(AfPacketPort {
+        Ok(AfPacketPort::with_sock(ifname, offloads, sock))
+    }
+
+    /// Takes over packet socket `fd`, handed over by the vireod this one replaces (`vireoctl
+    /// upgrade`): it must be a packet socket bound to `ifname`. Its options, its promiscuous
+    /// membership and the frames queued on it come along, so the port sees no gap.
+    pub fn adopt(
+        ifname: &str,
+        offloads: bool,
+        fd: OwnedFd,
+    ) -> Result<Arc<AfPacketPort>, PortError> {
+        let want = sys::if_index(ifname)
+            .map_err(|_| PortError(format!("no network interface named {ifname}")))?;
+        let bound = packet_socket_ifindex(&fd).ok_or_else(|| {
+            PortError(format!(
+                "the handed-over socket of {ifname} is not a packet socket of this namespace"
+            ))
+        })?;
+        if bound != want {
+            return Err(PortError(format!(
+                "the handed-over packet socket is bound to ifindex {bound}, not {ifname} ({want})"
+            )));
+        }
+        let sock = Sock { fd, ifindex: want };
+        Ok(AfPacketPort::with_sock(ifname, offloads, sock))
+    }
+
+    /// Stops (or resumes) reading the socket: at an upgrade's switch-over the old vireod
+    /// leaves what arrives queued in the kernel for the new one, which holds the same socket.
+    pub fn hold_rx(&self, on: bool) {
+        self.held.store(on, Relaxed);
+    }
+
+    /// A duplicate of the packet socket, to hand it to the next vireod.
+    pub fn dup_fd(&self) -> Option<OwnedFd> {
+        self.sock()?.fd.try_clone().ok()
+    }
+
+    fn with_sock(ifname: &str, offloads: bool, sock: Sock) -> Arc<AfPacketPort> {
+        Arc::new(AfPacketPort {
             ifname: ifname.to_string(),
             offloads,
             sock: RwLock::new(Some(Arc::new(sock))),
@@ -168,10 +230,11 @@ impl AfPacketPort {
             }),
             up: AtomicBool::new(true),
             closed: AtomicBool::new(false),
+            held: AtomicBool::new(false),
             numa: numa_of(ifname),
             counters: PortCounters::default(),
             kc: KernelCounters::default(),
-        }))
+        })
     }
 
     /// The interface name.
@@ -374,6 +437,9 @@ impl Port for AfPacketPort {
     }
 
     fn rx_burst(&self, _q: usize, pool: &mut Pool, out: &mut Batch) -> usize {
+        if self.held.load(Relaxed) {
+            return 0;
+        }
         let mut st = self.rx.lock().unwrap_or_else(|e| e.into_inner());
         let st = &mut *st;
         if st.pending.is_empty() {

@@ -39,6 +39,8 @@ pub struct TapPort {
     fd: RwLock<Option<Arc<OwnedFd>>>,
     /// Set by `shutdown`: `maintain` must not re-create a deleted port's tap.
     closed: AtomicBool,
+    /// Set by [`TapPort::hold_rx`]: nothing is read (frames wait in the tap's queue).
+    held: AtomicBool,
     counters: PortCounters,
     kc: KernelCounters,
 }
@@ -107,6 +109,7 @@ impl TapPort {
             offloads,
             fd: RwLock::new(Some(Arc::new(fd))),
             closed: AtomicBool::new(false),
+            held: AtomicBool::new(false),
             counters: PortCounters::default(),
             kc: KernelCounters::default(),
         }))
@@ -138,9 +141,16 @@ impl TapPort {
             offloads,
             fd: RwLock::new(Some(Arc::new(fd))),
             closed: AtomicBool::new(false),
+            held: AtomicBool::new(false),
             counters: PortCounters::default(),
             kc: KernelCounters::default(),
         }))
+    }
+
+    /// Stops (or resumes) reading the tap: at an upgrade's switch-over the old vireod leaves
+    /// what arrives queued in the tap for the new one, which holds the same tap.
+    pub fn hold_rx(&self, on: bool) {
+        self.held.store(on, Relaxed);
     }
 
     /// A duplicate of the tap's fd, to hand it to the next vireod.
@@ -241,6 +251,9 @@ impl Port for TapPort {
     }
 
     fn rx_burst(&self, q: usize, pool: &mut Pool, out: &mut Batch) -> usize {
+        if self.held.load(Relaxed) {
+            return 0;
+        }
         if self.offloads {
             return self.rx_offloaded(q, pool, out);
         }

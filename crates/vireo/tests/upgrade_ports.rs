@@ -1,5 +1,6 @@
 //! `vireoctl upgrade` with other kinds of port: a QEMU guest pinging through upgrades, kernel
-//! (`tap`, `internal`) and idle vhost-user ports coming back, packed rings surviving upgrades.
+//! (`tap`, `internal`) and idle vhost-user ports coming back, `af-packet` sockets handed over
+//! under a ping flood, packed rings surviving upgrades.
 //! The harness is shared with `upgrade.rs`.
 mod common;
 mod upgrade_harness;
@@ -229,4 +230,99 @@ fn packed_rings_survive_upgrades() {
     let (lost, st) = l.drain_and_count_lost();
     eprintln!("packed: testpmd totals {st:?}: lost {lost} over 10 upgrades");
     assert!(lost <= LOST_BOUND, "{lost} lost; {st:?}");
+}
+
+/// The inodes of the packet sockets process `pid` holds (its fds ∩ `/proc/net/packet`).
+fn packet_sockets(pid: i32) -> std::collections::BTreeSet<String> {
+    let packet = std::fs::read_to_string("/proc/net/packet").unwrap();
+    let inodes: std::collections::BTreeSet<String> = packet
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().last().map(str::to_string))
+        .collect();
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().into_owned();
+            let ino = l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string();
+            inodes.contains(&ino).then_some(ino)
+        })
+        .collect()
+}
+
+/// `af-packet` ports keep their packet sockets across an upgrade: the new vireod holds the very
+/// sockets the old one had (bound, promiscuous, with what queued on them meanwhile), and a ping
+/// flood between two namespaces through them (100 a second, an upgrade in the middle) goes on.
+#[test]
+fn af_packet_sockets_are_handed_over_under_a_ping_flood() {
+    use common::host::{kernel_ok, Ns};
+    let _g = serial();
+    if !kernel_ok() {
+        return;
+    }
+    let (a, b) = (Ns::create("vup", 'p', 'a'), Ns::create("vup", 'p', 'b'));
+    a.exec(&["ip", "addr", "add", "10.79.1.1/24", "dev", &a.ns_if]);
+    b.exec(&["ip", "addr", "add", "10.79.1.2/24", "dev", &b.ns_if]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Vireod::start(dir.path());
+    d.ok(&["add-br", "br0", "internal=false"]);
+    for (p, ns) in [("pa", &a), ("pb", &b)] {
+        d.ok(&[
+            "add-port",
+            "br0",
+            p,
+            "type=af-packet",
+            &format!("ifname={}", ns.host_if),
+        ]);
+    }
+    assert!(
+        a.ping_until("10.79.1.2", &[], 20),
+        "no ping before the upgrade"
+    );
+    let before = packet_sockets(d.pid());
+    assert_eq!(before.len(), 2, "{before:?}");
+    let flood = a.cmd(&[
+        "ping",
+        "-q",
+        "-c",
+        "400",
+        "-i",
+        "0.01",
+        "-W",
+        "2",
+        "10.79.1.2",
+    ]);
+    let pinger = std::process::Command::new(&flood[0])
+        .args(&flood[1..])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let new = d.upgrade();
+    let out = pinger.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    // The kernel ports are taken once the old process has gone (just after `upgrade` returns).
+    assert!(
+        wait_until(Duration::from_secs(5), || packet_sockets(new) == before),
+        "not the same packet sockets: {:?} then {before:?}\n{}",
+        packet_sockets(new),
+        d.log_tail()
+    );
+    // Lost: in this debug build 0-2 of 400 in the runs made (a frame in the old process's
+    // hands when it stops reading may go); a reopened socket loses everything that arrives
+    // until the new process has bound it.
+    let received = text
+        .split(", ")
+        .find_map(|w| w.strip_suffix(" received")?.parse::<u32>().ok())
+        .unwrap_or(0);
+    eprintln!("ping flood across the upgrade: {received} of 400 answered");
+    assert!(
+        received >= 396,
+        "more than 1% of the pings lost across the upgrade: {text}\n{}",
+        d.log_tail()
+    );
+    for p in ["pa", "pb"] {
+        assert!(d.port(p)["error"].is_null(), "{}", d.port(p));
+    }
 }

@@ -71,6 +71,9 @@ pub struct Offer {
     /// `tap` and `internal` ports by name: their tap fds (the interfaces live on).
     #[serde(default)]
     pub taps: BTreeMap<String, usize>,
+    /// `af-packet` ports by name: their packet sockets (bound, options set; version 2).
+    #[serde(default)]
+    pub af_packet: BTreeMap<String, usize>,
     /// Each bridge's OpenFlow groups, one OpenFlow 1.5 GROUP_MOD ADD each, hex
     /// (`ofswitch::group_handover`; version 2).
     #[serde(default)]
@@ -249,6 +252,7 @@ mod tests {
             flows: BTreeMap::new(),
             meters: BTreeMap::new(),
             taps: BTreeMap::new(),
+            af_packet: BTreeMap::new(),
             groups: BTreeMap::new(),
         })
         .unwrap()

@@ -170,6 +170,28 @@ impl LivePort {
             .map_err(|e| format!("port {name}: {e}"))
     }
 
+    /// A handed-over `tap`, `internal` or `af-packet` port (see [`LivePort::adopt_tap`] and
+    /// `AfPacketPort::adopt`).
+    pub fn adopt_kernel(
+        name: &str,
+        pc: &PortConfig,
+        fd: std::os::fd::OwnedFd,
+    ) -> Result<LivePort, String> {
+        if pc.kind != "af-packet" {
+            return LivePort::adopt_tap(name, pc, fd);
+        }
+        let offloads =
+            super::options::parse_offloads(pc.options.get("offloads").map(String::as_str))
+                .map_err(|e| format!("port {name}: {e}"))?;
+        let ifname = pc
+            .options
+            .get("ifname")
+            .ok_or_else(|| format!("port {name}: type af-packet needs ifname=IF"))?;
+        AfPacketPort::adopt(ifname, offloads, fd)
+            .map(LivePort::AfPacket)
+            .map_err(|e| format!("port {name}: {e}"))
+    }
+
     /// The port as the datapath sees it.
     pub fn port(&self) -> Arc<dyn Port> {
         match self {

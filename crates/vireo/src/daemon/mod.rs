@@ -243,10 +243,11 @@ fn run(args: Args) -> Result<(), String> {
         }
         write_pid(&locks[0]);
         t.started();
-        switch
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .start_deferred();
+        {
+            let mut sw = switch.lock().unwrap_or_else(|e| e.into_inner());
+            sw.start_deferred();
+            sw.take_macs(&so);
+        }
         tracing::info!("takeover done");
     }
     drop(taken);

@@ -55,8 +55,9 @@ pub struct Switch {
     pub(super) upgrade_ctx: Option<super::upgrade::Ctx>,
     /// Kernel ports a takeover opens once the old process has exited.
     pub(super) deferred: Vec<(String, String, PortConfig)>,
-    /// Taps a takeover adopts (with their handed-over fds) once the old process has exited.
-    pub(super) deferred_taps: Vec<(String, String, PortConfig, std::os::fd::OwnedFd)>,
+    /// Taps and packet sockets a takeover adopts (with their handed-over fds) once the old
+    /// process has exited.
+    pub(super) deferred_fds: Vec<(String, String, PortConfig, std::os::fd::OwnedFd)>,
 }
 
 impl Switch {
@@ -97,7 +98,7 @@ impl Switch {
             retired: Vec::new(),
             upgrade_ctx: None,
             deferred: Vec::new(),
-            deferred_taps: Vec::new(),
+            deferred_fds: Vec::new(),
         };
         let config = sw.store.config().clone();
         sw.rt.steering.set_manual(mac_numa(&config));

@@ -2,11 +2,10 @@
 //! process's offer (see [`super::handover`]), builds its switch from the store with the
 //! handed-over sockets, locks and vhost-user connections (memory mapped, no ring running),
 //! answers ready, and at the switch-over installs each ring at the index the old process
-//! stopped it at. `tap` and `internal` ports are taken over through their handed-over fds
-//! once the old process has exited (the interfaces live on; frames wait in their queues);
-//! the other kernel ports (`af-packet`, `af-xdp`, tunnels) are opened afresh then (the old
-//! process holds their sockets until it exits): they see a short outage; vhost-user ports see
-//! none.
+//! stopped it at. `tap`, `internal` and `af-packet` ports are taken over through their
+//! handed-over fds once the old process has exited (the interfaces and sockets live on; frames
+//! wait in their queues); `af-xdp` and tunnel ports are opened afresh then (the old process
+//! holds their sockets until it exits): they see a short outage; vhost-user ports see none.
 //!
 //! Any failure before the switch-over answers `Refused` and exits at once with status 1,
 //! running no destructor: the sockets and files it took over still belong to the old process,
@@ -205,10 +204,13 @@ impl Switch {
         name: &str,
         pc: &PortConfig,
     ) -> Result<(), String> {
-        if let Some(i) = t.offer.taps.remove(name) {
-            let fd = t.fd(i, "tap");
+        let handed = t.offer.taps.remove(name).map(|i| (i, "tap"));
+        let handed =
+            handed.or_else(|| t.offer.af_packet.remove(name).map(|i| (i, "packet socket")));
+        if let Some((i, what)) = handed {
+            let fd = t.fd(i, what);
             let fd = t.or_refuse(fd);
-            self.deferred_taps
+            self.deferred_fds
                 .push((br.to_string(), name.to_string(), pc.clone(), fd));
             return Ok(());
         }
@@ -253,6 +255,25 @@ impl Switch {
     /// and its connections (so established connections stay established, NAT mappings stay).
     /// What cannot be entered is logged and counted in the log line; the switch-over goes on.
     pub(super) fn take_live_state(&mut self, so: &Switchover) {
+        self.take_macs(so);
+        if let Some(bytes) = &so.conntrack {
+            let t = std::time::Instant::now();
+            match self.rt.dp.conntrack().import(bytes, conntrack::clock_ms()) {
+                Ok(r) => tracing::info!(
+                    connections = r.added,
+                    skipped = r.skipped,
+                    us = t.elapsed().as_micros() as u64,
+                    "takeover: connections restored"
+                ),
+                Err(e) => tracing::error!(error = %e, "takeover: connection table refused"),
+            }
+        }
+    }
+
+    /// Learns the MACs the old process had, on the ports that exist here now. Called again once
+    /// the kernel ports are back (they are attached after the old process exits): an entry
+    /// already restored is only refreshed with the same age.
+    pub(super) fn take_macs(&mut self, so: &Switchover) {
         for (br, lines) in &so.macs {
             let entries: Vec<_> = lines
                 .iter()
@@ -265,18 +286,6 @@ impl Switch {
                     tracing::info!(bridge = %br, macs = n, of = entries.len(), "takeover: MACs restored")
                 }
                 Err(e) => tracing::warn!(bridge = %br, error = %e, "takeover: MACs not restored"),
-            }
-        }
-        if let Some(bytes) = &so.conntrack {
-            let t = std::time::Instant::now();
-            match self.rt.dp.conntrack().import(bytes, conntrack::clock_ms()) {
-                Ok(r) => tracing::info!(
-                    connections = r.added,
-                    skipped = r.skipped,
-                    us = t.elapsed().as_micros() as u64,
-                    "takeover: connections restored"
-                ),
-                Err(e) => tracing::error!(error = %e, "takeover: connection table refused"),
             }
         }
     }
@@ -333,14 +342,14 @@ impl Switch {
     /// After the old process exited: opens the kernel ports (retrying for a moment: the
     /// kernel may still be tearing down the old process's interface).
     pub(super) fn start_deferred(&mut self) {
-        // Taps handed over: the same interfaces (frames they received meanwhile wait in
-        // their queues).
-        for (br, name, pc, fd) in std::mem::take(&mut self.deferred_taps) {
-            let r = LivePort::adopt_tap(&name, &pc, fd)
+        // Taps and packet sockets handed over: the same interfaces and sockets (frames they
+        // received meanwhile wait in their queues).
+        for (br, name, pc, fd) in std::mem::take(&mut self.deferred_fds) {
+            let r = LivePort::adopt_kernel(&name, &pc, fd)
                 .map_err(super::switch::CmdError)
                 .and_then(|lp| self.attach_live(&br, &name, &pc, lp));
             if let Err(e) = r {
-                tracing::error!(port = %name, error = %e.0, "cannot take over tap");
+                tracing::error!(port = %name, error = %e.0, "cannot take over the handed-over port");
                 self.failed.insert(name, e.0);
             }
         }

@@ -342,6 +342,9 @@ impl Switch {
         for (_, p) in &ports {
             p.endpoint().hold_rx(true);
         }
+        // Nor from the handed-over taps and packet sockets: what arrives waits in the kernel
+        // for the new process, which holds the same fds.
+        self.hold_kernel_rx(true);
         if let Err(e) = self.rt.dp.quiesce() {
             tracing::warn!(error = %e, "upgrade: PMDs did not quiesce; packets in flight may be lost");
         }
@@ -380,11 +383,24 @@ impl Switch {
             other => {
                 // Kill the new process before this one touches the rings again.
                 a.abandon();
+                self.hold_kernel_rx(false);
                 resume(&parked);
                 Err(format!(
                     "the new vireod did not confirm the switch-over ({other:?}); this vireod took \
                      its rings back"
                 ))
+            }
+        }
+    }
+
+    /// Holds (or releases) reading from every tap and `af-packet` port (their fds are handed
+    /// over).
+    fn hold_kernel_rx(&self, on: bool) {
+        for lp in self.live.values() {
+            match lp {
+                LivePort::Tap(t) => t.hold_rx(on),
+                LivePort::AfPacket(a) => a.hold_rx(on),
+                _ => {}
             }
         }
     }
@@ -435,13 +451,17 @@ impl Switch {
                 mgmt.insert(name.clone(), fds.len() - 1);
             }
         }
-        let mut taps = BTreeMap::new();
+        let (mut taps, mut af_packet) = (BTreeMap::new(), BTreeMap::new());
         for (name, lp) in &self.live {
-            if let LivePort::Tap(t) = lp {
-                if let Some(fd) = t.dup_fd() {
-                    fds.push(fd);
-                    taps.insert(name.clone(), fds.len() - 1);
-                }
+            let (fd, map) = match lp {
+                LivePort::Tap(t) => (t.dup_fd(), &mut taps),
+                // Only from version 2 on: a version-1 build would not know to take it.
+                LivePort::AfPacket(a) if version >= 2 => (a.dup_fd(), &mut af_packet),
+                _ => continue,
+            };
+            if let Some(fd) = fd {
+                fds.push(fd);
+                map.insert(name.clone(), fds.len() - 1);
             }
         }
         let mut vhost = BTreeMap::new();
@@ -480,6 +500,7 @@ impl Switch {
                 flows,
                 meters,
                 taps,
+                af_packet,
                 groups,
             },
             fds,
