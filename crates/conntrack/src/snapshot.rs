@@ -198,7 +198,8 @@ impl Conntrack {
     /// Enters the connections and limits of an [`Conntrack::export`] (made by this or another
     /// process) at time `now`, each with the time it had left. The whole snapshot is checked
     /// before anything is entered: a malformed one changes nothing and says why. A connection
-    /// whose tuple is already tracked here, or beyond the global limit, is skipped and counted.
+    /// with no time left, whose tuple is already tracked here, or beyond the global limit, is
+    /// skipped and counted.
     pub fn import(&self, bytes: &[u8], now: u64) -> Result<Imported, String> {
         let mut r = Reader(bytes);
         if r.take(4)? != MAGIC {
@@ -231,6 +232,11 @@ impl Conntrack {
         let mut done = Imported::default();
         for rec in recs {
             let z = usize::from(rec.zone);
+            // No time left: it expired on the way (an export only writes live ones).
+            if !rec.alive(now) {
+                done.skipped += 1;
+                continue;
+            }
             if self.total.fetch_add(1, Ordering::Relaxed) >= limit {
                 self.total.fetch_sub(1, Ordering::Relaxed);
                 done.skipped += 1;

@@ -127,6 +127,16 @@ fn expired_connections_stay_behind_and_duplicates_are_skipped() {
     let fresh = Conntrack::new();
     let r = fresh.import(&full, 0).unwrap();
     assert_eq!((r.added, r.skipped), (2, 1));
+    // A record with no time left (found by the import fuzz target: it was entered, counted,
+    // and then never exported again) is skipped.
+    let mut zero = old.export(0);
+    let rec0 = zero.len() - 3 * RECORD;
+    zero[rec0 + 76..rec0 + 84].copy_from_slice(&0u64.to_le_bytes());
+    let z = Conntrack::new();
+    let r = z.import(&zero, 0).unwrap();
+    assert_eq!((r.added, r.skipped, z.len()), (2, 1, 2));
+    let again = Conntrack::new();
+    assert_eq!(again.import(&z.export(0), 0).unwrap().added, 2);
 }
 
 #[test]
