@@ -75,29 +75,13 @@ pub struct Offer {
     #[serde(default)]
     pub af_packet: BTreeMap<String, usize>,
     /// Each bridge's OpenFlow groups, one OpenFlow 1.5 GROUP_MOD ADD each, hex
-    /// (`ofswitch::group_handover`; version 2).
+    /// (`ofswitch::group_handover`, `format::to_hex`; version 2).
     #[serde(default)]
     pub groups: BTreeMap<String, Vec<String>>,
 }
 
-/// Bytes as lowercase hex.
-pub fn to_hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-/// Hex as bytes; None for an odd length or a non-hex digit.
-pub fn from_hex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
-/// A learned MAC: VLAN, address, port name, age in ms.
-pub type MacLine = (u16, [u8; 6], String, u64);
+/// A learned MAC: VLAN, address, port name, age (as the pipeline reads and restores them).
+pub type MacLine = ofproto::mac::NamedMacEntry;
 
 /// The messages after the offer.
 #[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -291,7 +275,12 @@ mod tests {
             bases: [("vm1".to_string(), vec![(0, 7), (1, 0x8003)])].into(),
             macs: [(
                 "br0".to_string(),
-                vec![(5, [2, 0, 0, 0, 0, 1], "vm1".into(), 1500)],
+                vec![(
+                    5,
+                    [2, 0, 0, 0, 0, 1],
+                    "vm1".into(),
+                    Duration::from_millis(1500),
+                )],
             )]
             .into(),
             conntrack: true,
@@ -299,16 +288,6 @@ mod tests {
         let (a, b) = UnixStream::pair().unwrap();
         send_reply(&a, &r).unwrap();
         assert_eq!(recv_reply(&b, Duration::from_secs(1)).unwrap(), r);
-    }
-
-    #[test]
-    fn hex_round_trips_and_refuses_what_is_not_hex() {
-        let b = vec![0u8, 1, 0xab, 0xff];
-        assert_eq!(to_hex(&b), "0001abff");
-        assert_eq!(from_hex("0001abff"), Some(b));
-        for bad in ["0", "zz", "0g", "é0"] {
-            assert_eq!(from_hex(bad), None, "{bad}");
-        }
     }
 
     #[test]

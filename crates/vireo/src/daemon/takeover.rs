@@ -274,14 +274,8 @@ impl Switch {
     /// the kernel ports are back (they are attached after the old process exits): an entry
     /// already restored is only refreshed with the same age.
     pub(super) fn take_macs(&mut self, so: &Switchover) {
-        for (br, lines) in &so.macs {
-            let entries: Vec<_> = lines
-                .iter()
-                .map(|(vlan, mac, port, age)| {
-                    (*vlan, *mac, port.clone(), Duration::from_millis(*age))
-                })
-                .collect();
-            match self.rt.pipeline.restore_macs(br, &entries) {
+        for (br, entries) in &so.macs {
+            match self.rt.pipeline.restore_macs(br, entries) {
                 Ok(n) => {
                     tracing::info!(bridge = %br, macs = n, of = entries.len(), "takeover: MACs restored")
                 }
@@ -315,10 +309,8 @@ impl Switch {
             if !self.config().bridges.contains_key(br) {
                 continue;
             }
-            let bytes: Result<Vec<Vec<u8>>, String> = msgs
-                .iter()
-                .map(|h| handover::from_hex(h).ok_or_else(|| "a group is not hex".to_string()))
-                .collect();
+            let bytes: Result<Vec<Vec<u8>>, String> =
+                msgs.iter().map(|h| super::format::parse_hex(h)).collect();
             let r = bytes
                 .and_then(|b| ofswitch::group_handover::import_groups(&self.rt.pipeline, br, &b));
             let n = t.or_refuse(r.map_err(|e| format!("bridge {br}: groups: {e}")));

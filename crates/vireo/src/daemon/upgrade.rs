@@ -411,11 +411,7 @@ impl Switch {
         for br in self.config().bridges.keys() {
             match self.rt.pipeline.mac_entries_named(br) {
                 Ok(v) => {
-                    let lines = v
-                        .into_iter()
-                        .map(|(vlan, mac, port, age)| (vlan, mac, port, age.as_millis() as u64))
-                        .collect();
-                    out.insert(br.clone(), lines);
+                    out.insert(br.clone(), v);
                 }
                 Err(e) => tracing::warn!(bridge = %br, error = %e, "upgrade: MACs not handed over"),
             }
@@ -479,7 +475,10 @@ impl Switch {
             let pl = &self.rt.pipeline;
             let g = ofswitch::group_handover::export_groups(pl, br)
                 .map_err(|e| format!("bridge {br}: groups: {e}"))?;
-            groups.insert(br.clone(), g.iter().map(|m| handover::to_hex(m)).collect());
+            groups.insert(
+                br.clone(),
+                g.iter().map(|m| super::format::to_hex(m)).collect(),
+            );
             let lines = pl
                 .dump_flows_text(br, None)
                 .map_err(|e| format!("bridge {br}: {e}"))?;
