@@ -51,6 +51,13 @@ pub enum FlowModCommand {
 }
 
 impl FlowModCommand {
+    /// The command of a wire value (any version): BAD_COMMAND for anything else.
+    pub(crate) fn from_wire(v: u16) -> Result<Self, OfError> {
+        u8::try_from(v)
+            .map_err(|_| errors::FLOW_MOD_FAILED_BAD_COMMAND)
+            .and_then(Self::from_u8)
+    }
+
     fn from_u8(v: u8) -> Result<Self, OfError> {
         Ok(match v {
             0 => Self::Add,
@@ -62,7 +69,7 @@ impl FlowModCommand {
         })
     }
 
-    fn to_u8(self) -> u8 {
+    pub(crate) fn to_u8(self) -> u8 {
         match self {
             Self::Add => 0,
             Self::Modify => 1,

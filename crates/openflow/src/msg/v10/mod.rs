@@ -406,14 +406,7 @@ fn decode_flow_mod(r: &mut Reader<'_>) -> Result<FlowMod, OfError> {
     let matches = fields::decode_match(r)?;
     let cookie = r.u64()?;
     let cmd = r.u16()?;
-    let command = match cmd {
-        0 => FlowModCommand::Add,
-        1 => FlowModCommand::Modify,
-        2 => FlowModCommand::ModifyStrict,
-        3 => FlowModCommand::Delete,
-        4 => FlowModCommand::DeleteStrict,
-        _ => return Err(errors::FLOW_MOD_FAILED_BAD_COMMAND),
-    };
+    let command = FlowModCommand::from_wire(cmd)?;
     let idle_timeout = r.u16()?;
     let hard_timeout = r.u16()?;
     let priority = r.u16()?;
@@ -464,13 +457,7 @@ pub(crate) fn apply_actions(insts: &[Instruction]) -> &[crate::action::Action] {
 fn encode_flow_mod(f: &FlowMod, out: &mut Vec<u8>) {
     fields::encode_match(&f.matches, out);
     out.put_u64(f.cookie);
-    out.put_u16(match f.command {
-        FlowModCommand::Add => 0,
-        FlowModCommand::Modify => 1,
-        FlowModCommand::ModifyStrict => 2,
-        FlowModCommand::Delete => 3,
-        FlowModCommand::DeleteStrict => 4,
-    });
+    out.put_u16(u16::from(f.command.to_u8()));
     out.put_u16(f.idle_timeout);
     out.put_u16(f.hard_timeout);
     out.put_u16(f.priority);

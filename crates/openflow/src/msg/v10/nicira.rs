@@ -142,14 +142,7 @@ fn decode_flow_mod(r: &mut Reader<'_>, table_ids: bool) -> Result<FlowMod, OfErr
     } else {
         (0, cmd)
     };
-    let command = match cmd {
-        0 => FlowModCommand::Add,
-        1 => FlowModCommand::Modify,
-        2 => FlowModCommand::ModifyStrict,
-        3 => FlowModCommand::Delete,
-        4 => FlowModCommand::DeleteStrict,
-        _ => return Err(errors::FLOW_MOD_FAILED_BAD_COMMAND),
-    };
+    let command = FlowModCommand::from_wire(cmd)?;
     let idle_timeout = r.u16()?;
     let hard_timeout = r.u16()?;
     let priority = r.u16()?;
@@ -288,13 +281,7 @@ pub fn encode_flow_mod(xid: u32, f: &FlowMod, table_ids: bool) -> Result<Vec<u8>
     } else {
         0
     });
-    let cmd = match f.command {
-        FlowModCommand::Add => 0,
-        FlowModCommand::Modify => 1,
-        FlowModCommand::ModifyStrict => 2,
-        FlowModCommand::Delete => 3,
-        FlowModCommand::DeleteStrict => 4,
-    };
+    let cmd = u16::from(f.command.to_u8());
     out.put_u16(if table_ids {
         u16::from(f.table_id) << 8 | cmd
     } else {
