@@ -32,37 +32,10 @@ fn osken(bin: &PathBuf, port: u16, dir: &std::path::Path) -> Proc {
     Proc::spawn(cmd, dir.join(format!("osken-{port}.log")))
 }
 
-fn has_flow(h: &Harness, needle: &str) -> bool {
-    h.pl.dump_flows_text("br0", None)
-        .unwrap()
-        .iter()
-        .any(|l| l.contains(needle))
-}
-
 fn out_ports(sent: &[(u32, Vec<u8>)]) -> Vec<u32> {
     let mut v: Vec<u32> = sent.iter().map(|(p, _)| *p).collect();
     v.sort();
     v
-}
-
-/// The datapath ports of the packet-outs the controller sent since the last call.
-fn packet_out_ports(h: &Harness) -> Vec<Vec<u32>> {
-    h.hooks
-        .take_sent()
-        .iter()
-        .map(|s| {
-            let mut v: Vec<u32> = s
-                .actions
-                .iter()
-                .filter_map(|a| match a {
-                    Action::Output(p) => Some(*p),
-                    _ => None,
-                })
-                .collect();
-            v.sort();
-            v
-        })
-        .collect()
 }
 
 const T: Duration = Duration::from_secs(30);

@@ -96,32 +96,6 @@ fn osken(bin: &Path, port: u16, dir: &Path, version: &str) -> Proc {
     Proc::spawn(cmd, dir.join(format!("osken{version}-{port}.log")))
 }
 
-fn has_flow(h: &Harness, needle: &str) -> bool {
-    h.pl.dump_flows_text("br0", None)
-        .unwrap()
-        .iter()
-        .any(|l| l.contains(needle))
-}
-
-fn packet_out_ports(h: &Harness) -> Vec<Vec<u32>> {
-    h.hooks
-        .take_sent()
-        .iter()
-        .map(|s| {
-            let mut v: Vec<u32> = s
-                .actions
-                .iter()
-                .filter_map(|a| match a {
-                    Action::Output(p) => Some(*p),
-                    _ => None,
-                })
-                .collect();
-            v.sort();
-            v
-        })
-        .collect()
-}
-
 /// The learned B -> A translation (None: no venv, skipped).
 fn learning_switch_in(version: &str) -> Option<Vec<Action>> {
     let bin = venv_file("bin/osken-manager")?;

@@ -20,13 +20,6 @@ use testkit::{free_port, venv_file, Proc};
 
 const T: Duration = Duration::from_secs(30);
 
-fn has_flow(h: &Harness, needle: &str) -> bool {
-    h.pl.dump_flows_text("br0", None)
-        .unwrap()
-        .iter()
-        .any(|l| l.contains(needle))
-}
-
 /// The datapath ports of each packet-out the controller sent since the last call, once at
 /// least one arrived.
 fn packet_outs(h: &Harness, log: impl Fn() -> String) -> Vec<Vec<u32>> {
@@ -35,29 +28,13 @@ fn packet_outs(h: &Harness, log: impl Fn() -> String) -> Vec<Vec<u32>> {
         "no packet-out; log:\n{}",
         log()
     );
-    h.hooks
-        .take_sent()
-        .iter()
-        .map(|s| {
-            let mut v: Vec<u32> = s
-                .actions
-                .iter()
-                .filter_map(|a| match a {
-                    Action::Output(p) => Some(*p),
-                    _ => None,
-                })
-                .collect();
-            v.sort();
-            v
-        })
-        .collect()
+    packet_out_ports(h)
 }
 
 /// Runs os-ken's sample app `app` against br0 and checks that two hosts learn and reach
-/// each other. `learned(in_port, src, dst)`: the rule text the app installs for a learned
-/// host, as the pipeline prints it.
-/// Runs os-ken's sample `app` against a bridge (checking each step) and returns the datapath
-/// actions of A -> B once both are learned (None: the venv is missing, said on stderr).
+/// each other; returns the datapath actions of A -> B once both are learned (None: the venv
+/// is missing, said on stderr). `learned(in_port, src, dst)`: the rule text the app installs
+/// for a learned host, as the pipeline prints it.
 fn sample_app(
     app: &str,
     version: &str,

@@ -207,3 +207,31 @@ pub fn wait_for(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     }
     f()
 }
+
+/// True if a rule of br0 (as `dump-flows` prints it) contains `needle`.
+pub fn has_flow(h: &Harness, needle: &str) -> bool {
+    h.pl.dump_flows_text("br0", None)
+        .unwrap()
+        .iter()
+        .any(|l| l.contains(needle))
+}
+
+/// The datapath ports of each packet-out the controller sent since the last call (sorted).
+pub fn packet_out_ports(h: &Harness) -> Vec<Vec<u32>> {
+    h.hooks
+        .take_sent()
+        .iter()
+        .map(|s| {
+            let mut v: Vec<u32> = s
+                .actions
+                .iter()
+                .filter_map(|a| match a {
+                    dpif::Action::Output(p) => Some(*p),
+                    _ => None,
+                })
+                .collect();
+            v.sort();
+            v
+        })
+        .collect()
+}
