@@ -139,6 +139,7 @@ impl TxTable {
                         pool.put(pkt);
                         return;
                     }
+                    tally.sw_csum += 1;
                 }
             }
         }
@@ -167,9 +168,13 @@ impl TxTable {
         });
         self.seg = seg;
         pool.put(pkt);
-        if r.is_err() {
+        match r {
+            Ok(n) => {
+                tally.sw_segmented += 1;
+                tally.sw_segments += n as u64;
+            }
             // Checked at input (`packet::vnet`); only an action that broke the headers gets here.
-            tally.lost += 1;
+            Err(_) => tally.lost += 1,
         }
     }
 
@@ -276,6 +281,7 @@ pub fn execute(
                         cx.tally.lost += 1;
                         return NO_PORT;
                     }
+                    cx.tally.sw_csum += 1;
                 }
                 if j == steal {
                     return *p;
@@ -684,7 +690,7 @@ mod tests {
             && wire::checksum::fold(wire::checksum::sum(&s[l4..], p)) == 0xffff
     }
 
-    fn run(pkt: Packet, acts: &[Action], steal: usize, tx: &mut TxTable, pool: &mut Pool) {
+    fn run(pkt: Packet, acts: &[Action], steal: usize, tx: &mut TxTable, pool: &mut Pool) -> Tally {
         let mut tally = Tally::default();
         let mut cx = ExecCtx {
             tx,
@@ -703,6 +709,7 @@ mod tests {
         finish(pkt, to, &mut cx);
         tx.flush(pool, &mut tally);
         assert_eq!(tally.lost, 0);
+        tally
     }
 
     #[test]
@@ -723,13 +730,14 @@ mod tests {
         };
         let mut p = Packet::from_slice(&f);
         p.meta.set_offload(csum);
-        run(
+        let t = run(
             p,
             &[Action::Output(2), Action::Output(1)],
             1,
             &mut tx,
             &mut pool,
         );
+        assert_eq!((t.sw_csum, t.sw_segmented), (1, 0), "counted once");
         let got = off.0.lock().unwrap().drain(..).collect::<Vec<_>>();
         assert_eq!(got, vec![(f.clone(), csum)], "passed as is");
         let done = plain.take_captured();
@@ -745,13 +753,15 @@ mod tests {
         };
         let mut p = Packet::from_slice_large(&big);
         p.meta.set_offload(tso);
-        run(
+        let t = run(
             p,
             &[Action::Output(1), Action::Output(2)],
             1,
             &mut tx,
             &mut pool,
         );
+        let n = 20_000u64.div_ceil(1448);
+        assert_eq!((t.sw_csum, t.sw_segmented, t.sw_segments), (0, 1, n));
         let got = off.0.lock().unwrap().drain(..).collect::<Vec<_>>();
         assert_eq!(
             got,

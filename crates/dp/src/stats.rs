@@ -29,6 +29,12 @@ pub struct Tally {
     /// Packets dropped because they recirculated more than `MAX_RECIRC_DEPTH` times (or
     /// released fragments found the recirculation batch full).
     pub recirc_drops: u64,
+    /// Partial checksums completed in software (for an output port without checksum offload).
+    pub sw_csum: u64,
+    /// GSO frames cut into segments in software (for an output port without TSO).
+    pub sw_segmented: u64,
+    /// Segments those cuts produced.
+    pub sw_segments: u64,
 }
 
 /// A PMD's live counters (single writer: the PMD).
@@ -42,6 +48,9 @@ pub struct PmdCounters {
     lost: AtomicU64,
     recirculations: AtomicU64,
     recirc_drops: AtomicU64,
+    sw_csum: AtomicU64,
+    sw_segmented: AtomicU64,
+    sw_segments: AtomicU64,
     busy_cycles: AtomicU64,
     idle_cycles: AtomicU64,
 }
@@ -75,6 +84,9 @@ impl PmdCounters {
         bump(&self.lost, t.lost);
         bump(&self.recirculations, t.recirculations);
         bump(&self.recirc_drops, t.recirc_drops);
+        bump(&self.sw_csum, t.sw_csum);
+        bump(&self.sw_segmented, t.sw_segmented);
+        bump(&self.sw_segments, t.sw_segments);
         // Last, with release: a reader that sees these packets also sees their outcomes.
         self.packets
             .store(self.packets.load(Relaxed).wrapping_add(t.packets), Release);
@@ -100,6 +112,9 @@ impl PmdCounters {
                 lost: self.lost.load(Relaxed),
                 recirculations: self.recirculations.load(Relaxed),
                 recirc_drops: self.recirc_drops.load(Relaxed),
+                sw_csum: self.sw_csum.load(Relaxed),
+                sw_segmented: self.sw_segmented.load(Relaxed),
+                sw_segments: self.sw_segments.load(Relaxed),
             },
             busy_cycles: self.busy_cycles.load(Relaxed),
             idle_cycles: self.idle_cycles.load(Relaxed),
@@ -121,6 +136,9 @@ impl RawPmdStats {
                 lost: a.lost.saturating_sub(b.lost),
                 recirculations: a.recirculations.saturating_sub(b.recirculations),
                 recirc_drops: a.recirc_drops.saturating_sub(b.recirc_drops),
+                sw_csum: a.sw_csum.saturating_sub(b.sw_csum),
+                sw_segmented: a.sw_segmented.saturating_sub(b.sw_segmented),
+                sw_segments: a.sw_segments.saturating_sub(b.sw_segments),
             },
             busy_cycles: self.busy_cycles.saturating_sub(base.busy_cycles),
             idle_cycles: self.idle_cycles.saturating_sub(base.idle_cycles),
@@ -151,6 +169,12 @@ pub struct PmdStats {
     pub recirculations: u64,
     /// Packets dropped past the recirculation depth limit.
     pub recirc_drops: u64,
+    /// Partial checksums completed in software for ports without checksum offload.
+    pub sw_csum: u64,
+    /// GSO frames segmented in software for ports without TSO.
+    pub sw_segmented: u64,
+    /// Segments produced by software segmentation.
+    pub sw_segments: u64,
     /// Busy TSC cycles.
     pub busy_cycles: u64,
     /// Idle TSC cycles.
@@ -178,6 +202,9 @@ impl PmdStats {
             lost: t.lost,
             recirculations: t.recirculations,
             recirc_drops: t.recirc_drops,
+            sw_csum: t.sw_csum,
+            sw_segmented: t.sw_segmented,
+            sw_segments: t.sw_segments,
             busy_cycles: s.busy_cycles,
             idle_cycles: s.idle_cycles,
             cycles_per_packet: if t.packets == 0 {
@@ -311,6 +338,9 @@ mod tests {
             lost: 0,
             recirculations: 2,
             recirc_drops: 1,
+            sw_csum: 3,
+            sw_segmented: 2,
+            sw_segments: 9,
         };
         c.publish(&t);
         c.cycles(1000, 50);

@@ -110,3 +110,23 @@ pub fn pop_vlan(pkt: &mut Packet) {
         }
     }
 }
+
+/// A copy of `pkt`'s frame with its offload finished (partial checksum completed; a GSO frame
+/// given its whole-frame lengths and checksums, not cut), for a consumer that reads the bytes
+/// as they would be on a wire, such as a controller's packet-in. `None` when there is nothing
+/// to finish (use the frame as is). Offsets that do not fit the frame leave the copy as it was:
+/// they were checked at input, so only an action that broke the headers gets there.
+pub fn finished_copy(pkt: &Packet) -> Option<Vec<u8>> {
+    let mut f = match pkt.meta.offload() {
+        Offload::None => return None,
+        _ => pkt.data().to_vec(),
+    };
+    let _ = match pkt.meta.offload() {
+        Offload::Csum { start, offset } => {
+            wire::offload::complete_partial(&mut f, usize::from(start), usize::from(offset))
+        }
+        Offload::Tso { .. } => wire::offload::finish_unsegmented(&mut f),
+        Offload::None => Ok(()),
+    };
+    Some(f)
+}

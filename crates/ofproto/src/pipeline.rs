@@ -753,8 +753,12 @@ impl Upcall for Pipeline {
             return;
         }
         drop(q);
+        // A controller reads the frame as it would be on a wire: a partial checksum or a GSO
+        // frame's lengths are finished in a copy first (the datapath's packet stays as it is).
+        let finished = dpif::modify::finished_copy(pkt);
+        let frame = finished.as_deref().unwrap_or(pkt.data());
         // Built outside the queue lock (takes the table read lock for the rule's cookie).
-        if let Some(pi) = self.packet_in_for(cookie, key, pkt.data()) {
+        if let Some(pi) = self.packet_in_for(cookie, key, frame) {
             q = lock(&self.packet_ins);
             q.push_back(pi);
         }

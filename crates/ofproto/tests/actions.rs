@@ -279,3 +279,76 @@ fn instructions_apply_write_clear_goto() {
         Err(ofproto::Error::Of(ofproto::OfError::BadGotoTable(2)))
     ));
 }
+
+/// An Ethernet/IPv4/TCP frame of `payload` bytes whose TCP checksum is left partial (the
+/// pseudo-header sum, as a sender with checksum offload leaves it) and, for a GSO frame, whose
+/// IPv4 length and header checksum are zero.
+fn partial_tcp(payload: usize) -> Vec<u8> {
+    let mut f = vec![0u8; 54 + payload];
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    f[14] = 0x45;
+    f[22] = 64;
+    f[23] = 6;
+    f[26..30].copy_from_slice(&[10, 0, 0, 1]);
+    f[30..34].copy_from_slice(&[10, 0, 0, 2]);
+    f[46] = 5 << 4;
+    f[47] = 0x18;
+    for (i, b) in f[54..].iter_mut().enumerate() {
+        *b = i as u8;
+    }
+    let p = wire::checksum::pseudo_v4(0x0a00_0001, 0x0a00_0002, 6, (f.len() - 34) as u16);
+    f[50..52].copy_from_slice(&wire::checksum::fold(p).to_be_bytes());
+    f
+}
+
+fn tcp_checksum_ok(f: &[u8]) -> bool {
+    let p = wire::checksum::pseudo_v4(0x0a00_0001, 0x0a00_0002, 6, (f.len() - 34) as u16);
+    wire::checksum::fold(wire::checksum::sum(&f[34..], p)) == 0xffff
+}
+
+#[test]
+fn packet_ins_carry_finished_checksums_not_partial_ones() {
+    let pl = pipeline();
+    flows(&pl, &["priority=7,actions=controller"]);
+    let tr = xlate(&pl, &base());
+    let [Action::Userspace(c)] = tr.actions[..] else {
+        panic!("expected one userspace action: {:?}", tr.actions)
+    };
+    // A partial checksum (a guest with `csum`): completed in the packet-in's copy.
+    let mut pkt = packet::Packet::from_slice(&partial_tcp(100));
+    pkt.meta.set_offload(packet::Offload::Csum {
+        start: 34,
+        offset: 16,
+    });
+    assert!(!tcp_checksum_ok(pkt.data()));
+    dpif::Upcall::userspace(&pl, c, &base(), &pkt);
+    // A GSO frame (a guest with `host_tso4`): lengths and checksums of the whole frame.
+    let mut f = partial_tcp(3000);
+    f[16..18].copy_from_slice(&[0, 0]);
+    let mut gso = packet::Packet::from_slice(&f);
+    gso.meta.set_offload(packet::Offload::Tso {
+        v6: false,
+        mss: 1448,
+        l4: 34,
+    });
+    dpif::Upcall::userspace(&pl, c, &base(), &gso);
+    let pis = pl.take_packet_ins(10);
+    assert_eq!(pis.len(), 2);
+    assert!(tcp_checksum_ok(&pis[0].frame), "partial checksum completed");
+    let g = &pis[1].frame;
+    assert_eq!(
+        usize::from(u16::from_be_bytes([g[16], g[17]])),
+        g.len() - 14
+    );
+    assert_eq!(
+        wire::checksum::fold(wire::checksum::sum(&g[14..34], 0)),
+        0xffff
+    );
+    assert!(
+        tcp_checksum_ok(g),
+        "GSO frame's checksum over the whole payload"
+    );
+    // The datapath's own packet is left as it was (it may still be output with its offload).
+    assert!(!tcp_checksum_ok(pkt.data()));
+    assert!(pkt.meta.has_offload());
+}

@@ -309,6 +309,22 @@ fn guest_tso_reaches_namespaces_through_taps_with_and_without_tap_offloads() {
             .is_none_or(|m| !m.keys().any(|k| k.starts_with("vnet-"))),
         "{drops}"
     );
+    // The software work for the non-offloading tap is counted (`pmd-stats-show`): GSO frames
+    // cut, each into two segments at least (a sender uses GSO only past one MSS).
+    let pmd: serde_json::Value = d.json(&["pmd-stats-show"]);
+    let sum = |k: &str| -> u64 {
+        pmd.as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| p[k].as_u64().unwrap_or(0))
+            .sum()
+    };
+    let (cut, segs) = (sum("sw_segmented"), sum("sw_segments"));
+    eprintln!("pmd-stats-show: {cut} GSO frames segmented in software into {segs} segments, {} checksums completed", sum("sw_csum"));
+    assert!(
+        cut > 0 && segs >= 2 * cut,
+        "software segmentation not counted: {pmd}"
+    );
 }
 
 #[test]

@@ -108,6 +108,19 @@ fn finish_segment(s: &mut [u8], t: &TcpLayout, ip_id_add: u16) {
     s[t.l4 + 16..t.l4 + 18].copy_from_slice(&c.to_be_bytes());
 }
 
+/// Finishes a TCP GSO frame as one packet, without cutting it: IP length, IPv4 header checksum
+/// and the TCP checksum over the whole payload (any partial checksum in the input is ignored).
+/// For a copy handed to something that cannot segment, such as a controller's packet-in.
+pub fn finish_unsegmented(frame: &mut [u8]) -> Result<(), OffloadError> {
+    let t = tcp_layout(frame)?;
+    let ip_len = frame.len() - t.l3 - if t.v6 { 40 } else { 0 };
+    if ip_len > usize::from(u16::MAX) {
+        return Err(OffloadError::TooBig);
+    }
+    finish_segment(frame, &t, 0);
+    Ok(())
+}
+
 /// Splits a TCP frame whose payload exceeds `mss` into frames of at most `mss` payload bytes,
 /// each built in `buf` (resized; its capacity is reused) and handed to `emit`. Headers are
 /// copied; the sequence number advances, FIN and PSH stay only on the last segment and CWR only
@@ -195,6 +208,30 @@ mod tests {
         assert!(!tcp_ok(&f));
         complete_partial(&mut f, 34, 16).unwrap();
         assert!(tcp_ok(&f));
+    }
+
+    #[test]
+    fn a_gso_frame_is_finished_whole_for_a_copy() {
+        let mut f = tcp4(20_000, 0x18);
+        f[14 + 2..14 + 4].copy_from_slice(&[0, 0]); // length left to the segmenter
+        assert!(!tcp_ok(&f));
+        finish_unsegmented(&mut f).unwrap();
+        assert_eq!(
+            usize::from(u16::from_be_bytes([f[16], f[17]])),
+            f.len() - 14
+        );
+        assert_eq!(
+            checksum::fold(checksum::sum(&f[14..34], 0)),
+            0xffff,
+            "IPv4 header"
+        );
+        assert!(tcp_ok(&f));
+        let mut big = tcp4(70_000, 0x18);
+        assert_eq!(finish_unsegmented(&mut big), Err(OffloadError::TooBig));
+        assert_eq!(
+            finish_unsegmented(&mut [0u8; 20]),
+            Err(OffloadError::NotTcp)
+        );
     }
 
     #[test]
