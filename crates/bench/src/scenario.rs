@@ -41,6 +41,10 @@ pub struct Scenario {
     /// offered rate) would drain a closed loop.
     #[serde(default)]
     pub open: bool,
+    /// The generator's virtio-user ports ask for the packed virtqueue layout (`packed_vq=1`,
+    /// virtio 1.1) instead of the split one; the switch must offer `ring_packed`.
+    #[serde(default)]
+    pub packed: bool,
 }
 
 /// Packet sizes the full run sweeps.
@@ -73,12 +77,14 @@ impl Scenario {
             size,
             queues: 1,
             open: false,
+            packed: false,
         }
     }
 
     /// The name used on the command line and in reports: `p2p:64`, `normal:64`,
     /// `flows1m:64`, `p2p:64:2q`, `meter:64` (a meter that drops nothing), `meter5m:64` (a
-    /// 5 Mpps meter), and `:open` at the end for the open-loop generator.
+    /// 5 Mpps meter), then `:packed` for packed virtqueues and `:open` at the end for the
+    /// open-loop generator.
     pub fn name(&self) -> String {
         let k = match self.kind {
             Kind::P2p => "p2p".to_string(),
@@ -93,8 +99,9 @@ impl Scenario {
         } else {
             String::new()
         };
+        let p = if self.packed { ":packed" } else { "" };
         let o = if self.open { ":open" } else { "" };
-        format!("{k}:{}{q}{o}", self.size)
+        format!("{k}:{}{q}{p}{o}", self.size)
     }
 
     /// Parses a name as written by [`Scenario::name`].
@@ -102,7 +109,7 @@ impl Scenario {
         let bad = || {
             format!(
                 "bad scenario {s:?} (e.g. p2p:64, normal:1518, flows100k:64, p2p:64:2q, \
-                 meter:64, meter5m:64:open)"
+                 meter:64, meter5m:64:open, p2p:1518:packed)"
             )
         };
         let mut it = s.split(':');
@@ -128,6 +135,10 @@ impl Scenario {
         if open {
             rest.pop();
         }
+        let packed = rest.last() == Some(&"packed");
+        if packed {
+            rest.pop();
+        }
         let queues = match rest[..] {
             [] => 1,
             [q] => q
@@ -145,6 +156,7 @@ impl Scenario {
             size,
             queues,
             open,
+            packed,
         })
     }
 
@@ -320,5 +332,26 @@ mod tests {
         assert_eq!(Scenario::parse(&o.name()).unwrap(), o);
         assert_eq!(Scenario::p2p(64).meter(), None);
         assert!(d.testpmd_can_drive());
+    }
+
+    #[test]
+    fn packed_scenarios() {
+        let p = Scenario::parse("p2p:1518:packed").unwrap();
+        assert_eq!(
+            (p.kind, p.size, p.packed, p.open),
+            (Kind::P2p, 1518, true, false)
+        );
+        assert_eq!(p.name(), "p2p:1518:packed");
+        let q = Scenario::parse("p2p:64:2q:packed:open").unwrap();
+        assert_eq!((q.queues, q.packed, q.open), (2, true, true));
+        assert_eq!(Scenario::parse(&q.name()).unwrap(), q);
+        assert!(!Scenario::p2p(64).packed);
+        for bad in [
+            "p2p:64:open:packed",
+            "p2p:64:packed:2q",
+            "p2p:64:packed:packed",
+        ] {
+            assert!(Scenario::parse(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -70,9 +70,10 @@ pub fn generator_args(
     let mut a = eal(&format!("0@{switch_core},1@{gen_core}"), "vbgen");
     for (i, s) in socks.iter().enumerate() {
         let srv = if server { ",server=1" } else { "" };
+        let packed = if sc.packed { ",packed_vq=1" } else { "" };
         a.push("--vdev".into());
         a.push(format!(
-            "net_virtio_user{i},mac={},path={},queues={}{srv}",
+            "net_virtio_user{i},mac={},path={},queues={}{srv}{packed}",
             mac_str(mac(i)),
             s.display(),
             sc.queues
@@ -240,6 +241,15 @@ mod tests {
         );
         assert!(
             a.contains("--txpkts=256") && a.contains("--rxq=2") && a.contains("--tx-first"),
+            "{a}"
+        );
+        assert!(!a.contains("packed_vq"), "{a}");
+        let p = Scenario::parse("p2p:64:packed").unwrap();
+        let a = generator_args(&socks, false, &p, 1, 0).join(" ");
+        assert!(
+            a.contains(
+                "net_virtio_user0,mac=02:00:00:00:00:01,path=/r/vu0.sock,queues=1,packed_vq=1"
+            ),
             "{a}"
         );
         let s = switch_args(&socks, 1, 0).join(" ");
