@@ -4,7 +4,8 @@
 #   vireo.ip=ADDR/LEN   address for eth0
 #   vireo.ping=ADDR     ping this peer (vireo.count=N times) and print VIREO-PING-OK/FAIL
 #   vireo.listen=PORT   receive one TCP stream on PORT (busybox nc), print
-#                       VIREO-RECV <bytes> <md5>
+#                       VIREO-RECV <bytes> <md5>, then VIREO-RECV-SECS <from> <to>
+#                       (guest uptime when the connection was accepted and when it ended)
 #   vireo.send=ADDR:PORT:N[,ADDR:PORT:N...]  send the output of `seq 1 N` over TCP to each
 #                       ADDR:PORT in turn (retried while the peer is not listening yet),
 #                       print VIREO-SEND-OK/FAIL ADDR
@@ -67,6 +68,7 @@ if [ -n "$lport" ]; then
     echo "VIREO-LISTENING $lport"
     nc -l -p "$lport" -e /bin/rx-to-file
     echo "VIREO-RECV $(wc -c < /tmp/rx) $(md5sum < /tmp/rx | cut -d' ' -f1)"
+    echo "VIREO-RECV-SECS $(cat /tmp/rxtime)"
 fi
 for send in $(arg send | tr ',' ' '); do
     to=${send%%:*}; rest=${send#*:}; sport=${rest%%:*}; n=${rest#*:}
@@ -84,7 +86,7 @@ echo "VIREO-GUEST-DONE"
 poweroff -f
 INIT
 chmod +x "$root/init"
-printf '#!/bin/sh\ncat > /tmp/rx\n' > "$root/bin/rx-to-file"
+printf '#!/bin/sh\nread t0 _ < /proc/uptime\ncat > /tmp/rx\nread t1 _ < /proc/uptime\necho "$t0 $t1" > /tmp/rxtime\n' > "$root/bin/rx-to-file"
 chmod +x "$root/bin/rx-to-file"
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$out"
 echo "$out"

@@ -113,12 +113,19 @@ pub const OVS_VSWITCHD: &str = "/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dp
 pub struct Ovs {
     core: usize,
     dir: Option<PathBuf>,
+    /// More `other_config:KEY=VALUE` settings of the Open_vSwitch table, set before
+    /// ovs-vswitchd starts (e.g. `userspace-tso-enable=true`, read only at start-up).
+    pub other_config: Vec<String>,
 }
 
 impl Ovs {
     /// Its PMD (and DPDK lcore) goes on `core`.
     pub fn new(core: usize) -> Ovs {
-        Ovs { core, dir: None }
+        Ovs {
+            core,
+            dir: None,
+            other_config: Vec::new(),
+        }
     }
 
     fn cmd(&self, dir: &Path, bin: &str) -> Command {
@@ -163,20 +170,24 @@ impl Ovs {
         let mask = format!("0x{:x}", 1u64 << self.core);
         let lcore = format!("other_config:dpdk-lcore-mask={mask}");
         let pmd = format!("other_config:pmd-cpu-mask={mask}");
-        self.vsctl(
-            dir,
-            &[
-                "--no-wait",
-                "set",
-                "Open_vSwitch",
-                ".",
-                "other_config:dpdk-init=true",
-                &lcore,
-                &pmd,
-                "other_config:dpdk-socket-mem=1024",
-                "other_config:dpdk-extra=--no-pci --file-prefix=vbovs",
-            ],
-        )?;
+        let extra: Vec<String> = self
+            .other_config
+            .iter()
+            .map(|kv| format!("other_config:{kv}"))
+            .collect();
+        let mut args = vec![
+            "--no-wait",
+            "set",
+            "Open_vSwitch",
+            ".",
+            "other_config:dpdk-init=true",
+            &lcore,
+            &pmd,
+            "other_config:dpdk-socket-mem=1024",
+            "other_config:dpdk-extra=--no-pci --file-prefix=vbovs",
+        ];
+        args.extend(extra.iter().map(String::as_str));
+        self.vsctl(dir, &args)?;
         self.start_vswitchd(dir)
     }
 
@@ -316,6 +327,10 @@ impl Contender for Ovs {
         let d = self.dir.clone()?;
         let out = self.appctl(&d, &["dpif-netdev/pmd-stats-show"]).ok()?;
         let _ = std::fs::write(d.join("pmd-stats.txt"), &out);
+        // What the ports negotiated (virtio features, ring layout), kept beside the figures.
+        if let Ok(st) = self.vsctl(&d, &["--columns=name,status", "list", "Interface"]) {
+            let _ = std::fs::write(d.join("interfaces.txt"), st);
+        }
         ovs_pmd_stats(&out)
     }
     fn pid(&self) -> Option<u32> {
@@ -343,6 +358,8 @@ pub struct Vireo {
     bin_dir: PathBuf,
     /// Use `vhost-user` server ports instead of `vhost-user-client`.
     pub server_ports: bool,
+    /// More `KEY=VALUE` options for both vhost-user ports (e.g. `offloads=false`).
+    pub port_options: Vec<String>,
     proc: Option<Proc>,
     dir: Option<PathBuf>,
 }
@@ -355,6 +372,7 @@ impl Vireo {
             core,
             bin_dir,
             server_ports: false,
+            port_options: Vec::new(),
             proc: None,
             dir: None,
         }
@@ -444,6 +462,7 @@ impl Contender for Vireo {
             if sc.queues > 1 {
                 args.push(&q);
             }
+            args.extend(self.port_options.iter().map(String::as_str));
             self.ctl(dir, &args).map_err(|e| {
                 format!("vireod cannot carry vhost-user yet (add-port failed: {e})")
             })?;
@@ -478,6 +497,10 @@ impl Contender for Vireo {
         let d = self.dir.clone()?;
         let out = self.ctl(&d, &["--json", "pmd-stats-show"]).ok()?;
         let _ = std::fs::write(d.join("pmd-stats.json"), &out);
+        // What the ports negotiated (virtio features, ring layout), kept beside the figures.
+        if let Ok(show) = self.ctl(&d, &["show"]) {
+            let _ = std::fs::write(d.join("show.txt"), show);
+        }
         vireo_pmd_stats(&out)
     }
     fn pid(&self) -> Option<u32> {

@@ -75,6 +75,12 @@ pub struct Config {
     /// XDP steering entries set by the operator (`set-mac-numa`): MAC → NUMA node.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub mac_numa: BTreeMap<String, usize>,
+    /// Connection tracking's global limit (`set-ct-limit N`); absent = the built-in default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ct_limit: Option<u32>,
+    /// Per-zone connection limits (`set-ct-limit zone=Z N`; 0 removes a zone's limit).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ct_zone_limits: BTreeMap<u16, u32>,
 }
 
 impl Default for Config {
@@ -87,6 +93,8 @@ impl Default for Config {
             pmd_rxq_assign: None,
             pmd_auto_lb: None,
             mac_numa: BTreeMap::new(),
+            ct_limit: None,
+            ct_zone_limits: BTreeMap::new(),
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The store's promises: restart restores every bridge and port; `kill -9` during a burst of
+//! The store's promises: restart restores every bridge and port (and the conntrack limits); `kill -9` during a burst of
 //! changes never leaves a store that fails to load; a store that fails to load is refused,
 //! named, and left untouched; a second daemon on the same run directory is refused; SIGTERM
 //! stops cleanly.
@@ -30,6 +30,26 @@ fn restart_restores_bridges_ports_and_options() {
     assert_eq!(before["bridges"][1]["fail_mode"], "secure");
     d.ok(&["set-pmd-auto-lb", "off"]);
     assert!(d.json(&["show"])["pmd_auto_lb"].is_null());
+}
+
+#[test]
+fn conntrack_limits_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let d = Daemon::start(&run);
+    let default = d.json(&["ct-stats"])["limit"].clone();
+    d.ok(&["set-ct-limit", "5000"]);
+    d.ok(&["set-ct-limit", "zone=3", "50"]);
+    d.ok(&["set-ct-limit", "zone=4", "60"]);
+    d.ok(&["set-ct-limit", "zone=4", "0"]);
+    assert_ne!(d.ctl(&["set-ct-limit", "zone=70000", "5"]).code, 0);
+    assert_eq!(d.stop(), Some(0));
+    let d = Daemon::start(&run);
+    let st = d.json(&["ct-stats"]);
+    assert_ne!(st["limit"], default, "{st}");
+    assert_eq!(st["limit"], 5000, "{st}");
+    assert_eq!(st["zones"]["3"]["limit"], 50, "{st}");
+    assert!(st["zones"].get("4").is_none_or(|z| z["limit"] == 0), "{st}");
 }
 
 #[test]

@@ -452,3 +452,129 @@ fn tcp_throughput_guest_to_namespace_offloads_on_vs_off() {
         rates[2] / rates[3]
     );
 }
+
+/// TCP throughput guest → guest (two QEMU guests on the two vhost-user ports of a p2p bridge,
+/// QEMU the socket server), Vireo (release `vireod`, `offloads=true|false` on both ports)
+/// against OVS-DPDK 3.1 (`userspace-tso-enable=true|false`), the four cases interleaved in
+/// each round; switch PMD on core 0, both guests on core 1, KVM where `/dev/kvm` opens (else
+/// software emulation, which bounds every case). A benchmark, not a check:
+/// `cargo build --release -p vireo && cargo test -p vireo --test vm_offload -- --ignored
+/// --nocapture guest_to_guest` (`VIREO_BENCH_BIN` = the directory of a vireod build to use;
+/// `VIREO_BENCH_ROUNDS`, default 3). The rate is timed inside the receiving guest, from the
+/// accepted connection to its end (`VIREO-RECV-SECS`, guest uptime).
+#[test]
+#[ignore]
+fn tcp_throughput_guest_to_guest_vireo_vs_ovs_dpdk() {
+    use bench::contender::{Contender, Ovs, Vireo};
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(kernel) = peers_ok() else { return };
+    let bin = std::env::var_os("VIREO_BENCH_BIN").map_or_else(
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release"),
+        std::path::PathBuf::from,
+    );
+    let rounds: usize = std::env::var("VIREO_BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
+    let kvm = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_ok();
+    let accel = if kvm { "kvm" } else { "tcg" };
+    const N: u64 = 3_000_000; // 20.9 MB
+    let (len, md5) = expected(N);
+    let sc = bench::scenario::Scenario::p2p(64);
+    let mut rates: std::collections::BTreeMap<(&str, bool), Vec<f64>> = Default::default();
+    eprintln!("guests: {accel}, {len} bytes per transfer, {rounds} rounds");
+    for round in 0..rounds {
+        for (sw, on) in [
+            ("vireo", true),
+            ("ovs", true),
+            ("vireo", false),
+            ("ovs", false),
+        ] {
+            let mut c: Box<dyn Contender> = if sw == "vireo" {
+                let mut v = Vireo::new(0, bin.clone());
+                v.port_options.push(format!("offloads={on}"));
+                Box::new(v)
+            } else {
+                let mut o = Ovs::new(0);
+                o.other_config.push(format!("userspace-tso-enable={on}"));
+                Box::new(o)
+            };
+            if let Err(e) = c.check() {
+                assert!(!testkit::peers_required(), "{sw}: {e}");
+                eprintln!("skipped: {sw}: {e}");
+                return;
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let ports = c.start(dir.path(), &sc).expect("switch start");
+            assert!(ports.gen_server, "the guests listen on the sockets");
+            let initrd = build_initramfs(dir.path());
+            let boot = |sock: &std::path::Path, mac: &str, cmd: &str| {
+                Guest::boot_with(accel, Some(1), &kernel, &initrd, sock, true, mac, cmd)
+            };
+            let rx = boot(
+                &ports.socks[1],
+                MAC_B,
+                "vireo.ip=10.216.0.2/24 vireo.listen=5001",
+            );
+            assert!(
+                rx.out.wait_for("VIREO-LISTENING", Duration::from_secs(200)),
+                "receiver did not come up:\n{}",
+                rx.out.text()
+            );
+            let tx = boot(
+                &ports.socks[0],
+                MAC_A,
+                &format!("vireo.ip=10.216.0.1/24 vireo.send=10.216.0.2:5001:{N}"),
+            );
+            let done = rx.out.wait_for("VIREO-RECV-SECS", Duration::from_secs(600));
+            let text = rx.out.text();
+            assert!(
+                done && text.contains(&format!("VIREO-RECV {len} {md5}")),
+                "{sw} offloads={on}: transfer incomplete:\n{text}\n---\n{}",
+                tx.out.text()
+            );
+            let secs: Vec<f64> = text
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("VIREO-RECV-SECS "))
+                .map(|s| {
+                    s.split_whitespace()
+                        .filter_map(|x| x.parse().ok())
+                        .collect()
+                })
+                .unwrap_or_default();
+            assert_eq!(secs.len(), 2, "{text}");
+            let mbps = len as f64 * 8.0 / (secs[1] - secs[0]).max(0.01) / 1e6;
+            eprintln!(
+                "round {round} {sw} offloads={on}: {:.2} s, {mbps:.0} Mbit/s",
+                secs[1] - secs[0]
+            );
+            rates.entry((sw, on)).or_default().push(mbps);
+            drop(tx);
+            drop(rx);
+            c.stop();
+        }
+    }
+    let med = |v: &Vec<f64>| {
+        let mut s = v.clone();
+        s.sort_by(f64::total_cmp);
+        s[s.len() / 2]
+    };
+    for ((sw, on), v) in &rates {
+        let r: Vec<String> = v.iter().map(|x| format!("{x:.0}")).collect();
+        eprintln!(
+            "{sw} offloads={on}: median {:.0} Mbit/s ({})",
+            med(v),
+            r.join(", ")
+        );
+    }
+    for on in [true, false] {
+        eprintln!(
+            "offloads={on}: vireo/ovs {:.2}",
+            med(&rates[&("vireo", on)]) / med(&rates[&("ovs", on)])
+        );
+    }
+}

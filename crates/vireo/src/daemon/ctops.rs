@@ -3,7 +3,9 @@
 //! bridge's connections, told apart by zone, as OVS's per-datapath conntrack). Control
 //! thread, with the `Switch` mutex held; the tracker's walks take one shard lock at a time.
 //!
-//! Limits are not stored in the config store: like flows, a restart starts with the defaults.
+//! Limits are kept in the config store (`ct_limit`, `ct_zone_limits`) and applied again when
+//! vireod starts ([`apply_stored_limits`]); connections themselves are not (a restart starts
+//! with an empty table; an upgrade carries it).
 use super::switch::{CmdError, CmdResult, Switch};
 use crate::proto::Response;
 use conntrack::{ConnDump, Tuple};
@@ -92,6 +94,16 @@ fn zone_arg(a: &str) -> Result<Option<u16>, CmdError> {
             .map(Some)
             .map_err(|_| CmdError(format!("bad zone {z:?} (0..65535)"))),
         None => Ok(None),
+    }
+}
+
+/// Applies the limits the config store holds to the tracker (at start-up).
+pub fn apply_stored_limits(c: &crate::store::Config, ct: &conntrack::Conntrack) {
+    if let Some(n) = c.ct_limit {
+        ct.set_limit(n);
+    }
+    for (z, n) in &c.ct_zone_limits {
+        ct.set_zone_limit(*z, *n);
     }
 }
 
@@ -202,8 +214,13 @@ impl Switch {
                 for (why, n) in s.invalid.iter().filter(|(_, n)| **n > 0) {
                     text.push_str(&format!("invalid {why}: {n}\n"));
                 }
-                let zones: serde_json::Map<String, serde_json::Value> = s
-                    .per_zone
+                // Zones with connections, and zones with a limit but none yet.
+                let mut per_zone: std::collections::BTreeMap<u16, u64> =
+                    s.per_zone.iter().map(|(z, n)| (*z, *n as u64)).collect();
+                for z in self.store.config().ct_zone_limits.keys() {
+                    per_zone.entry(*z).or_insert(0);
+                }
+                let zones: serde_json::Map<String, serde_json::Value> = per_zone
                     .iter()
                     .map(|(z, n)| {
                         let v = json!({ "connections": n, "limit": ct.zone_limit(*z) });
@@ -234,11 +251,21 @@ impl Switch {
                 let n: u32 = n
                     .parse()
                     .map_err(|_| CmdError(format!("bad limit {n:?}")))?;
-                match rest.first() {
-                    Some(z) => {
-                        let z = zone_arg(z)?.ok_or_else(|| usage("[zone=N] LIMIT"))?;
-                        ct.set_zone_limit(z, n);
-                    }
+                let zone = match rest.first() {
+                    Some(z) => Some(zone_arg(z)?.ok_or_else(|| usage("[zone=N] LIMIT"))?),
+                    None => None,
+                };
+                // Stored first: a limit the store could not keep is not applied either.
+                self.store.update(|c| {
+                    match zone {
+                        Some(z) if n == 0 => c.ct_zone_limits.remove(&z),
+                        Some(z) => c.ct_zone_limits.insert(z, n),
+                        None => c.ct_limit.replace(n),
+                    };
+                    Ok::<_, CmdError>(())
+                })?;
+                match zone {
+                    Some(z) => ct.set_zone_limit(z, n),
                     None => ct.set_limit(n),
                 }
                 Ok(Response::ok("", json!(null)))

@@ -102,6 +102,7 @@ impl Switch {
         };
         let config = sw.store.config().clone();
         sw.rt.steering.set_manual(mac_numa(&config));
+        super::ctops::apply_stored_limits(&config, sw.rt.dp.conntrack());
         for (br, b) in &config.bridges {
             tracing::info!(bridge = %br, ports = b.ports.len(), "restoring bridge");
             let mgmt = taken.as_deref_mut().and_then(|t| t.mgmt(br));

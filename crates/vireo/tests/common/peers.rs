@@ -254,13 +254,38 @@ impl Guest {
         mac: &str,
         cmdline: &str,
     ) -> Guest {
+        Guest::boot_with("tcg", None, kernel, initrd, sock, server, mac, cmdline)
+    }
+
+    /// As [`Guest::boot`], with the accelerator (`tcg`, or `kvm` for benchmarks where the
+    /// machine has it) and, if given, QEMU pinned to one core.
+    #[allow(clippy::too_many_arguments)]
+    pub fn boot_with(
+        accel: &str,
+        core: Option<usize>,
+        kernel: &Path,
+        initrd: &Path,
+        sock: &Path,
+        server: bool,
+        mac: &str,
+        cmdline: &str,
+    ) -> Guest {
+        let cpu = if accel == "kvm" { "host" } else { "max" };
+        let mut cmd = match core {
+            Some(c) => {
+                let mut t = Command::new("taskset");
+                t.args(["-c", &c.to_string(), "qemu-system-x86_64"]);
+                t
+            }
+            None => Command::new("qemu-system-x86_64"),
+        };
         let chardev = if server {
             format!("socket,id=c0,path={},server=on,wait=off", sock.display())
         } else {
             format!("socket,id=c0,path={},reconnect=1", sock.display())
         };
-        let mut child = Command::new("qemu-system-x86_64")
-            .args(["-accel", "tcg", "-cpu", "max", "-smp", "1", "-m", "256"])
+        let mut child = cmd
+            .args(["-accel", accel, "-cpu", cpu, "-smp", "1", "-m", "256"])
             .args([
                 "-nographic",
                 "-no-reboot",
