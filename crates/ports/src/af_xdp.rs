@@ -39,7 +39,8 @@ struct Queue {
 /// An AF_XDP port.
 pub struct AfXdpPort {
     ifname: String,
-    mode: ModeInUse,
+    /// The mode of the current open (an interface re-created may take another).
+    mode: Mutex<ModeInUse>,
     replaced: usize,
     queues: Vec<Queue>,
     /// NUMA nodes with a steering socket on every queue (0: no steering).
@@ -70,7 +71,7 @@ impl std::fmt::Debug for AfXdpPort {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AfXdpPort")
             .field("ifname", &self.ifname)
-            .field("mode", &self.mode)
+            .field("mode", &*lock(&self.mode))
             .finish()
     }
 }
@@ -142,7 +143,7 @@ impl AfXdpPort {
             link_lost: AtomicU64::new(0),
             reopened: AtomicU64::new(0),
             reopen_warned: AtomicBool::new(false),
-            mode: dev.mode(),
+            mode: Mutex::new(dev.mode()),
             replaced: dev.replaced(),
             queues,
             steer_nodes: nodes as usize,
@@ -158,7 +159,7 @@ impl AfXdpPort {
 
     /// The XDP mode in use.
     pub fn mode(&self) -> ModeInUse {
-        self.mode
+        *lock(&self.mode)
     }
 
     /// Detaches the program, closes the sockets and unmaps the UMEMs (frames in flight go
@@ -216,9 +217,11 @@ impl AfXdpPort {
                     if let Err(e) = crate::sys::if_up(&self.ifname) {
                         tracing::warn!(ifname = %self.ifname, error = %e, "cannot bring it up");
                     }
+                    let mode = d.mode();
+                    *lock(&self.mode) = mode;
                     *dev = Some(d);
                     self.reopened.fetch_add(1, Relaxed);
-                    tracing::info!(ifname = %self.ifname, "interface back: af-xdp port re-opened");
+                    tracing::info!(ifname = %self.ifname, mode = mode.name(), "interface back: af-xdp port re-opened");
                 }
                 Err(e) => {
                     if !self.reopen_warned.swap(true, Relaxed) {
@@ -428,7 +431,7 @@ impl Port for AfXdpPort {
             "xdp_mark": if self.marks { "on" } else { "off" },
             "rx_marked": self.rx_marked.load(Relaxed),
             "steering": steer,
-            "xdp_mode": self.mode.name(),
+            "xdp_mode": self.mode().name(),
             "queues": self.queues.len(),
             "replaced_programs": self.replaced,
             "link_lost": self.link_lost.load(Relaxed),

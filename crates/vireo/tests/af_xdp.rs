@@ -400,6 +400,38 @@ fn an_interface_deleted_and_recreated_comes_back() {
     assert!(!a.host_link().contains("xdp"), "{}", a.host_link());
 }
 
+/// An interface re-created as another kind takes the mode that kind allows, and `show` says
+/// so: a veth (native XDP) deleted and re-created as a Linux bridge device (no native XDP) comes
+/// back in generic mode.
+#[test]
+fn a_reopened_interface_reports_the_mode_it_got() {
+    if !have_peers() {
+        return;
+    }
+    let _s = serial();
+    let (a, b) = two_namespaces(13);
+    let dir = tempfile::tempdir().unwrap();
+    let d = bridge_of_two(dir.path(), &a, &b);
+    assert_eq!(port_status(&d, "pa")["status"]["xdp_mode"], "native");
+    testkit::veth::must("ip", &["link", "del", &a.host_if]);
+    assert!(
+        common::wait_until(Duration::from_secs(5), || port_status(&d, "pa")["status"]
+            ["link_lost"]
+            == 1),
+        "deletion not noticed: {}",
+        port_status(&d, "pa")
+    );
+    testkit::veth::must("ip", &["link", "add", &a.host_if, "type", "bridge"]);
+    let back = common::wait_until(Duration::from_secs(5), || {
+        port_status(&d, "pa")["status"]["reopened"] == 1
+    });
+    let st = port_status(&d, "pa");
+    d.ok(&["del-port", "br0", "pa"]);
+    let _ = testkit::veth::must("ip", &["link", "del", &a.host_if]);
+    assert!(back, "not re-opened: {st}");
+    assert_eq!(st["status"]["xdp_mode"], "generic", "{st}");
+}
+
 fn fd_count(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
