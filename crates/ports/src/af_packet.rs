@@ -1,6 +1,6 @@
 //! The `af-packet` port kind: a kernel interface (a veth end, a NIC) through one `AF_PACKET`
 //! raw socket. Frames come in through a memory-mapped receive ring (`PACKET_RX_RING`,
-//! `TPACKET_V2`, [`crate::ring`]): the PMD reads slot status words and copies frames into
+//! `TPACKET_V2`, `ring.rs`): the PMD reads slot status words and copies frames into
 //! Vireo's packet buffers, with no system call while frames flow or while the ring is empty.
 //! They go out in batches of up to 32 with `sendmmsg`. (Measured against `recvmmsg` on rx:
 //! the ring wins, see BENCHMARKS.md "Kernel ports".)
@@ -10,12 +10,13 @@
 //! or `PACKET_AUXDATA` beside a frame read with `recvmsg`) is put back in,
 //! `PACKET_IGNORE_OUTGOING` (what we send is not received back), promiscuous membership
 //! (undone by the kernel when the socket closes), `PACKET_QDISC_BYPASS` on send. Ring slots
-//! hold a jumbo frame ([`ring::FRAME_SIZE`]); a larger frame (a TCP GSO frame from a veth
-//! peer with TSO) is cut in its slot (`TP_STATUS_COPY`) and read whole from the socket's
-//! queue with `recvmmsg` (`PACKET_COPY_THRESH`). Every slot header is checked against the
-//! slot ([`crate::kmeta::parse_tpacket2`]); a bad one is dropped and counted. Frames the
+//! hold a jumbo frame (`ring::FRAME_SIZE`, 9344 bytes); a larger frame (a TCP GSO frame from
+//! a veth peer with TSO) is cut in its slot (`TP_STATUS_COPY`) and read whole from the
+//! socket's queue with `recvmmsg` (`PACKET_COPY_THRESH`). Every slot header is checked against
+//! the slot ([`crate::kmeta::parse_tpacket2`]); a bad one is dropped and counted. Frames the
 //! kernel could not put in a full ring are read from `PACKET_STATISTICS` by housekeeping and
-//! counted as `queue_full` drops (`kernel_drops` in `show`).
+//! counted as `queue-full` drops (`kernel_drops` in `show`).
+//!
 //! Offloads (option `offloads`, default on): a partial checksum or a TCP GSO frame (a veth
 //! peer with TSO on hands over up to 64 KB) keeps its offload in the packet's metadata after
 //! the header is checked (`packet::vnet`, a GSO frame in a large buffer); the datapath

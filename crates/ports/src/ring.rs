@@ -82,7 +82,8 @@ fn is(e: &io::Error, errno: libc::c_int) -> bool {
 /// True if packet socket `fd` has a receive ring already (made by another process, or
 /// another port); leaves it at `TPACKET_V2` if not.
 pub fn has_ring(fd: BorrowedFd<'_>) -> bool {
-    matches!(sys::set_packet_int(fd, sys::PACKET_VERSION, TPACKET_V2), Err(e) if is(&e, libc::EBUSY))
+    let r = sys::set_packet_int(fd, sys::PACKET_VERSION, TPACKET_V2);
+    matches!(r, Err(e) if is(&e, libc::EBUSY))
 }
 
 /// How [`RxRing::attach`] got its ring.
