@@ -23,6 +23,8 @@ pub struct VireoK {
     core: usize,
     /// `vireo-busy`: the PMD never sleeps.
     busy: bool,
+    /// The name in results: `vireo`, `vireo-busy`, or `vireo@DIR` for another build.
+    pub label: &'static str,
     bin_dir: PathBuf,
     proc: Option<Proc>,
     dir: Option<PathBuf>,
@@ -34,6 +36,7 @@ impl VireoK {
         VireoK {
             core,
             busy: false,
+            label: "vireo",
             bin_dir,
             proc: None,
             dir: None,
@@ -44,6 +47,7 @@ impl VireoK {
     pub fn busy(core: usize, bin_dir: PathBuf) -> VireoK {
         VireoK {
             busy: true,
+            label: "vireo-busy",
             ..VireoK::new(core, bin_dir)
         }
     }
@@ -58,11 +62,7 @@ impl VireoK {
 
 impl KSwitch for VireoK {
     fn name(&self) -> &'static str {
-        if self.busy {
-            "vireo-busy"
-        } else {
-            "vireo"
-        }
+        self.label
     }
     fn check(&self, _: PortKind) -> Result<(), String> {
         for b in ["vireod", "vireoctl"] {

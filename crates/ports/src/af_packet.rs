@@ -1,10 +1,22 @@
 //! The `af-packet` port kind: a kernel interface (a veth end, a NIC) through one `AF_PACKET`
-//! raw socket, moved in batches of up to 32 with `recvmmsg`/`sendmmsg`.
+//! raw socket. Frames come in through a memory-mapped receive ring (`PACKET_RX_RING`,
+//! `TPACKET_V2`, `ring.rs`): the PMD reads slot status words and copies frames into
+//! Vireo's packet buffers, with no system call while frames flow or while the ring is empty.
+//! They go out in batches of up to 32 with `sendmmsg`. (Measured against `recvmmsg` on rx:
+//! the ring wins, see BENCHMARKS.md "Kernel ports".)
 //!
-//! The socket: `PACKET_VNET_HDR` (each frame comes with its checksum and GSO state),
-//! `PACKET_AUXDATA` (the VLAN tag the kernel stripped comes back beside the frame and is put
-//! back in), `PACKET_IGNORE_OUTGOING` (what we send is not received back), promiscuous
-//! membership (undone by the kernel when the socket closes), `PACKET_QDISC_BYPASS` on send.
+//! The socket: `PACKET_VNET_HDR` (each frame comes with its checksum and GSO state, in the
+//! ring just before the frame), the VLAN tag the kernel stripped (the slot's `tp_vlan_tci`,
+//! or `PACKET_AUXDATA` beside a frame read with `recvmsg`) is put back in,
+//! `PACKET_IGNORE_OUTGOING` (what we send is not received back), promiscuous membership
+//! (undone by the kernel when the socket closes), `PACKET_QDISC_BYPASS` on send. Ring slots
+//! hold a jumbo frame (`ring::FRAME_SIZE`, 9344 bytes); a larger frame (a TCP GSO frame from
+//! a veth peer with TSO) is cut in its slot (`TP_STATUS_COPY`) and read whole from the
+//! socket's queue with `recvmmsg` (`PACKET_COPY_THRESH`). Every slot header is checked against
+//! the slot ([`crate::kmeta::parse_tpacket2`]); a bad one is dropped and counted. Frames the
+//! kernel could not put in a full ring are read from `PACKET_STATISTICS` by housekeeping and
+//! counted as `queue-full` drops (`kernel_drops` in `show`).
+//!
 //! Offloads (option `offloads`, default on): a partial checksum or a TCP GSO frame (a veth
 //! peer with TSO on hands over up to 64 KB) keeps its offload in the packet's metadata after
 //! the header is checked (`packet::vnet`, a GSO frame in a large buffer); the datapath
@@ -13,13 +25,21 @@
 //! are completed and GSO frames segmented in software here (`wire::offload`), and tx takes no
 //! offload.
 //!
-//! Threads: `rx_burst` on the one PMD polling the port's single rx queue (its state sits
-//! behind an uncontended mutex, taken once per burst); `tx_burst` from any PMD (`sendmmsg` on
-//! a shared socket needs no lock); `maintain` on the housekeeping thread: it notices the
-//! interface going away (`ip link del`) or coming back and closes or re-opens the socket, so
-//! PMDs never make that check. Lock order: `rx` before `sock` (rx_burst reads `sock` while
-//! holding `rx`; maintain takes only `sock`).
+//! An upgrade hands the socket over with its ring (`adopt`): the new vireod maps the same
+//! ring and finds the kernel's position in it; a socket from a vireod without a ring gets one,
+//! and what was queued on it before is read first.
+//!
+//! Threads: `open`/`adopt` (socket, options, ring set-up and mapping) on the control thread;
+//! `rx_burst` on the one PMD polling the port's single rx queue (its state and the ring's
+//! cursor sit behind uncontended mutexes, taken once per burst); `tx_burst` from any PMD
+//! (`sendmmsg` on a shared socket needs no lock); `maintain` on the housekeeping thread: it
+//! reads the kernel's drop count and notices the interface going away (`ip link del`) or
+//! coming back and closes or re-opens the socket (with a new ring), so PMDs never make that
+//! check. A closed socket's ring is unmapped when the last PMD holding it lets go. Lock order:
+//! `rx` before `sock` before the ring's cursor (rx_burst reads `sock` while holding `rx`;
+//! maintain takes only `sock`).
 use crate::kmeta::{self, VnetHdr};
+use crate::ring::{self, RxRing};
 use crate::sys::{self, PacketOpt, RxBufs, MAX_BATCH, VNET_HDR_LEN};
 use crate::{DropReason, Link, Port, PortCounters, PortError, PortStats};
 use packet::{Batch, Packet, Pool, MAX_FRAME};
@@ -36,6 +56,9 @@ const MAX_GSO_FRAME: usize = 65_536 + 256;
 
 /// An open socket on one interface.
 struct Sock {
+    /// Its receive ring (declared before `fd`: unmapped before the socket closes); None only
+    /// while `adopt` reads what was queued on a socket that had none.
+    ring: Option<RxRing>,
     fd: OwnedFd,
     ifindex: u32,
 }
@@ -49,6 +72,12 @@ pub(crate) struct KernelCounters {
     pub(crate) gso_frames: AtomicU64,
     pub(crate) gso_segments: AtomicU64,
     pub(crate) bad_vnet: AtomicU64,
+    /// Frames the kernel dropped for want of room in the ring or socket buffer.
+    pub(crate) kernel_drops: AtomicU64,
+    /// Frames above a ring slot, read whole from the socket's queue.
+    pub(crate) ring_copies: AtomicU64,
+    /// Ring slots whose header was refused.
+    pub(crate) bad_slots: AtomicU64,
 }
 
 impl KernelCounters {
@@ -60,6 +89,9 @@ impl KernelCounters {
             "gso_frames": self.gso_frames.load(Relaxed),
             "gso_segments": self.gso_segments.load(Relaxed),
             "bad_vnet_headers": self.bad_vnet.load(Relaxed),
+            "kernel_drops": self.kernel_drops.load(Relaxed),
+            "ring_copies": self.ring_copies.load(Relaxed),
+            "bad_ring_slots": self.bad_slots.load(Relaxed),
         })
     }
 }
@@ -68,7 +100,6 @@ impl KernelCounters {
 struct RxState {
     bufs: RxBufs,
     fill: Batch,
-    big: Vec<u8>,
     seg: Vec<u8>,
     pending: VecDeque<Packet>,
 }
@@ -118,12 +149,22 @@ fn open(ifname: &str) -> Result<Sock, PortError> {
     }
     // Only a speed-up; older kernels lack it.
     let _ = sys::set_packet_opt(fd.as_fd(), PacketOpt::QdiscBypass, true);
+    // The receive buffer holds only frames above a ring slot (TP_STATUS_COPY).
     let _ = sys::set_buf(fd.as_fd(), true, 4 << 20);
     let _ = sys::set_buf(fd.as_fd(), false, 4 << 20);
+    // The ring before the bind: nothing arrives before it.
+    let (ring, _) = RxRing::attach(fd.as_fd()).map_err(|x| e("cannot set up the rx ring", x))?;
     sys::bind_packet(fd.as_fd(), ifindex).map_err(|x| e("bind", x))?;
     sys::add_promisc(fd.as_fd(), ifindex).map_err(|x| e("promiscuous mode", x))?;
     sys::if_up(ifname).map_err(|x| e("cannot bring it up", x))?;
-    Ok(Sock { fd, ifindex })
+    // A bind to an interface that was down leaves ENETDOWN pending on the socket; with the rx
+    // ring nothing reads it, and the first send would fail with it.
+    let _ = sys::take_sock_error(fd.as_fd());
+    Ok(Sock {
+        ring: Some(ring),
+        fd,
+        ifindex,
+    })
 }
 
 /// The interface a packet socket is bound to, from the kernel's own table of packet sockets
@@ -183,7 +224,8 @@ impl AfPacketPort {
 
     /// Takes over packet socket `fd`, handed over by the vireod this one replaces (`vireoctl
     /// upgrade`): it must be a packet socket bound to `ifname`. Its options, its promiscuous
-    /// membership and the frames queued on it come along, so the port sees no gap.
+    /// membership, its receive ring and the frames waiting in it (or, from a vireod without a
+    /// ring, queued on the socket) come along, so the port sees no gap.
     pub fn adopt(
         ifname: &str,
         offloads: bool,
@@ -201,8 +243,30 @@ impl AfPacketPort {
                 "the handed-over packet socket is bound to ifindex {bound}, not {ifname} ({want})"
             )));
         }
-        let sock = Sock { fd, ifindex: want };
-        Ok(AfPacketPort::with_sock(ifname, offloads, sock))
+        let had_ring = ring::has_ring(fd.as_fd());
+        let sock = Sock {
+            ring: None,
+            fd,
+            ifindex: want,
+        };
+        let port = AfPacketPort::with_sock(ifname, offloads, sock);
+        if !had_ring {
+            // Setting up a ring discards what waits on the socket's queue: take it first.
+            port.read_queue();
+        }
+        let mut slot = port.sock.write().unwrap_or_else(|e| e.into_inner());
+        let sock = slot
+            .as_mut()
+            .and_then(Arc::get_mut)
+            .expect("the port is not shared yet");
+        let (ring, _) = RxRing::attach(sock.fd.as_fd()).map_err(|x| {
+            PortError(format!(
+                "{ifname}: cannot set up the rx ring on the handed-over socket: {x}"
+            ))
+        })?;
+        sock.ring = Some(ring);
+        drop(slot);
+        Ok(port)
     }
 
     /// Stops (or resumes) reading the socket: at an upgrade's switch-over the old vireod
@@ -224,7 +288,6 @@ impl AfPacketPort {
             rx: Mutex::new(RxState {
                 bufs: RxBufs::new(MAX_GSO_FRAME - MAX_FRAME),
                 fill: Batch::new(),
-                big: Vec::with_capacity(MAX_GSO_FRAME),
                 seg: Vec::with_capacity(MAX_FRAME),
                 pending: VecDeque::with_capacity(64),
             }),
@@ -252,13 +315,118 @@ impl AfPacketPort {
         *self.sock.write().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
-    /// Turns one received message into packets (`p` holds its first bytes; GSO frames are
-    /// segmented) and queues them on `st.pending`. Returns false if the frame was dropped.
-    fn take_frame(&self, st: &mut RxState, i: usize, mut p: Packet, pool: &mut Pool) {
+    /// Moves every frame waiting on the socket's queue to the rx state's pending packets
+    /// (control thread, at adoption, before the ring exists).
+    fn read_queue(&self) {
+        let Some(sock) = self.sock() else { return };
+        let mut st = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pool = Pool::new(self.numa.unwrap_or(0), 0);
+        while self.recv_queued(&mut st, &sock, MAX_BATCH, &mut pool) > 0 {}
+    }
+
+    /// Reads what the ring holds (up to `want` slots) and queues the packets on `st.pending`.
+    fn rx_ring(&self, st: &mut RxState, sock: &Sock, want: usize, pool: &mut Pool) {
+        let Some(ring) = &sock.ring else { return };
+        let mut r = ring.reader();
+        for _ in 0..want {
+            let Some(slot) = r.next_slot() else { break };
+            self.take_slot(st, sock, slot.bytes(), pool);
+        }
+    }
+
+    /// Turns one ring slot into packets on `st.pending` (or a counted drop).
+    fn take_slot(&self, st: &mut RxState, sock: &Sock, slot: &[u8], pool: &mut Pool) {
+        let t = match kmeta::parse_tpacket2(slot, VNET_HDR_LEN) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::debug!(ifname = %self.ifname, error = ?e, "bad rx ring slot");
+                self.kc.bad_slots.fetch_add(1, Relaxed);
+                self.counters.drop(DropReason::Malformed, 1);
+                self.counters.rx_error(1);
+                return;
+            }
+        };
+        if t.status & kmeta::TP_STATUS_COPY != 0 {
+            // Above a slot: the whole frame waits on the socket's queue.
+            self.kc.ring_copies.fetch_add(1, Relaxed);
+            if self.recv_queued(st, sock, 1, pool) == 0 {
+                self.counters.drop(DropReason::TooBig, 1);
+                self.counters.rx_error(1);
+            }
+            return;
+        }
+        if t.truncated() || t.len < 14 {
+            let why = if t.len < 14 {
+                DropReason::Malformed
+            } else {
+                DropReason::TooBig
+            };
+            self.counters.drop(why, 1);
+            self.counters.rx_error(1);
+            return;
+        }
+        let mut vnet = [0u8; VNET_HDR_LEN];
+        if let Some(v) = t.vnet {
+            vnet.copy_from_slice(&slot[v]);
+        }
+        let data = &slot[t.data.clone()];
+        let mut p = pool.get_for(data.len());
+        p.set_frame(data);
+        self.deliver(st, &vnet, p, pool, t.vlan);
+    }
+
+    /// `recvmmsg` of up to `max` frames waiting on the socket's queue (frames above a ring
+    /// slot, or queued before the ring); their packets go to `st.pending`. Returns how many
+    /// frames were read.
+    fn recv_queued(&self, st: &mut RxState, sock: &Sock, max: usize, pool: &mut Pool) -> usize {
+        for _ in 0..max.min(MAX_BATCH) {
+            let mut p = pool.get();
+            p.reset_for_fill(MAX_FRAME);
+            let _ = st.fill.push(p);
+        }
+        let n = st.fill.len();
+        let got = {
+            let mut frames: [&mut [u8]; MAX_BATCH] = Default::default();
+            for (f, p) in frames.iter_mut().zip(st.fill.as_mut_slice()) {
+                *f = p.data_mut();
+            }
+            sys::recv_batch(sock.fd.as_fd(), &mut frames[..n], &mut st.bufs)
+        };
+        let got = match got {
+            Ok(n) => n,
+            Err(e) => {
+                // ENETDOWN is reported once after a bind to an interface that was down, or
+                // while it goes away (housekeeping notices and re-opens); anything else is
+                // counted.
+                if e.raw_os_error() != Some(libc::ENETDOWN) {
+                    self.counters.rx_error(1);
+                }
+                0
+            }
+        };
+        let mut taken: [Option<Packet>; MAX_BATCH] = Default::default();
+        for (i, p) in st.fill.drain().enumerate() {
+            if i < got {
+                taken[i] = Some(p);
+            } else {
+                pool.put(p);
+            }
+        }
+        for (i, p) in taken.iter_mut().enumerate().take(got) {
+            if let Some(p) = p.take() {
+                self.take_msg(st, i, p, pool);
+            }
+        }
+        got
+    }
+
+    /// Turns message `i` of the last `recvmmsg` into packets (`p` holds its first bytes, the
+    /// rest is in the spill area).
+    fn take_msg(&self, st: &mut RxState, i: usize, mut p: Packet, pool: &mut Pool) {
         let info = st.bufs.info[i];
         let aux = kmeta::parse_auxdata(&st.bufs.cmsg[i][..info.cmsg_len]);
         let vlan = aux.and_then(|a| a.vlan);
-        if info.truncated || info.len > MAX_GSO_FRAME || info.len < 14 {
+        if info.truncated || info.len > packet::MAX_LARGE_FRAME || info.len < 14 {
             let why = if info.len < 14 {
                 DropReason::Malformed
             } else {
@@ -269,11 +437,41 @@ impl AfPacketPort {
             pool.put(p);
             return;
         }
-        if self.offloads {
-            return self.take_offloaded(st, i, p, pool, vlan);
+        if info.len > MAX_FRAME {
+            // Its tail is in the spill area: gather it into a large buffer.
+            let mut q = pool.get_large();
+            let head = p.reset_for_fill(MAX_FRAME);
+            let dst = q.reset_for_fill(info.len);
+            dst[..MAX_FRAME].copy_from_slice(head);
+            let off = i * st.bufs.spill_each;
+            dst[MAX_FRAME..].copy_from_slice(&st.bufs.spill[off..off + info.len - MAX_FRAME]);
+            pool.put(p);
+            p = q;
+        } else {
+            p.truncate(info.len);
         }
-        let vnet = match VnetHdr::parse(&st.bufs.vnet[i]).and_then(|h| {
-            h.check(info.len)?;
+        let vnet = st.bufs.vnet[i];
+        self.deliver(st, &vnet, p, pool, vlan);
+    }
+
+    /// Takes one whole received frame `p` (a large buffer above [`MAX_FRAME`]) with its
+    /// virtio-net header and stripped VLAN tag: checks the header, keeps or finishes its
+    /// offload (see the module doc), puts the tag back and queues the result on `st.pending`.
+    fn deliver(
+        &self,
+        st: &mut RxState,
+        vnet: &[u8; VNET_HDR_LEN],
+        p: Packet,
+        pool: &mut Pool,
+        vlan: Option<(u16, u16)>,
+    ) {
+        if self.offloads {
+            return self.deliver_offloaded(st, vnet, p, pool, vlan);
+        }
+        let mut p = p;
+        let len = p.len();
+        let vnet = match VnetHdr::parse(vnet).and_then(|h| {
+            h.check(len)?;
             Ok(h)
         }) {
             Ok(h) => h,
@@ -285,27 +483,19 @@ impl AfPacketPort {
                 return;
             }
         };
-        if vnet.is_gso() || info.len > MAX_FRAME {
-            // Large or GSO frame: gather it, then cut it into MSS-sized frames.
-            st.big.clear();
-            st.big
-                .extend_from_slice(&p.reset_for_fill(MAX_FRAME)[..info.len.min(MAX_FRAME)]);
-            pool.put(p);
-            if info.len > MAX_FRAME {
-                let off = i * st.bufs.spill_each;
-                let rest = info.len - MAX_FRAME;
-                st.big.extend_from_slice(&st.bufs.spill[off..off + rest]);
-            }
+        if vnet.is_gso() || len > MAX_FRAME {
+            // Large or GSO frame: cut it into MSS-sized frames.
             if !vnet.is_gso() {
                 self.counters.drop(DropReason::TooBig, 1);
+                pool.put(p);
                 return;
             }
             self.kc.gso_frames.fetch_add(1, Relaxed);
-            let (big, seg, pending) = (&st.big, &mut st.seg, &mut st.pending);
+            let (seg, pending) = (&mut st.seg, &mut st.pending);
             let mut segs = 0u64;
             let mut bad = 0u64;
             let r = wire::offload::segment_tcp(
-                big,
+                p.data(),
                 usize::from(vnet.gso_size),
                 MAX_FRAME - 4,
                 seg,
@@ -321,6 +511,7 @@ impl AfPacketPort {
                     }
                 },
             );
+            pool.put(p);
             self.kc.gso_segments.fetch_add(segs, Relaxed);
             if r.is_err() || bad > 0 {
                 self.counters.drop(DropReason::Malformed, 1);
@@ -328,7 +519,6 @@ impl AfPacketPort {
             }
             return;
         }
-        p.truncate(info.len);
         if vnet.needs_csum() {
             let (s, o) = (usize::from(vnet.csum_start), usize::from(vnet.csum_offset));
             if wire::offload::complete_partial(p.data_mut(), s, o).is_err() {
@@ -349,34 +539,18 @@ impl AfPacketPort {
 }
 
 impl AfPacketPort {
-    /// [`AfPacketPort::take_frame`] with offloads on: the header is checked against the whole
-    /// frame (a GSO frame gathered into a large buffer) and its offload kept in the metadata.
-    fn take_offloaded(
+    /// [`AfPacketPort::deliver`] with offloads on: the header is checked against the whole
+    /// frame and its offload kept in the metadata.
+    fn deliver_offloaded(
         &self,
         st: &mut RxState,
-        i: usize,
+        vnet: &[u8; VNET_HDR_LEN],
         mut p: Packet,
         pool: &mut Pool,
         vlan: Option<(u16, u16)>,
     ) {
-        let len = st.bufs.info[i].len;
-        let mut raw = [0u8; 10];
-        raw.copy_from_slice(&st.bufs.vnet[i][..10]);
-        let h = packet::vnet::Hdr::parse(&raw);
-        if len > MAX_FRAME {
-            // Its tail is in the spill area: gather it into a large buffer.
-            let mut q = pool.get_large();
-            let head = p.reset_for_fill(MAX_FRAME);
-            let dst = q.reset_for_fill(len);
-            dst[..MAX_FRAME].copy_from_slice(head);
-            let off = i * st.bufs.spill_each;
-            dst[MAX_FRAME..].copy_from_slice(&st.bufs.spill[off..off + len - MAX_FRAME]);
-            pool.put(p);
-            p = q;
-        } else {
-            p.truncate(len);
-        }
-        let o = if len > MAX_FRAME && !h.is_gso() {
+        let h = packet::vnet::Hdr::parse(vnet);
+        let o = if p.len() > MAX_FRAME && !h.is_gso() {
             Err(None)
         } else {
             h.validate(p.data(), packet::vnet::Offloads::ALL)
@@ -445,44 +619,7 @@ impl Port for AfPacketPort {
         if st.pending.is_empty() {
             if let Some(sock) = self.sock() {
                 let want = out.room().min(MAX_BATCH);
-                for _ in 0..want {
-                    let mut p = pool.get();
-                    p.reset_for_fill(MAX_FRAME);
-                    let _ = st.fill.push(p);
-                }
-                let n = st.fill.len();
-                let got = {
-                    let mut frames: [&mut [u8]; MAX_BATCH] = Default::default();
-                    for (f, p) in frames.iter_mut().zip(st.fill.as_mut_slice()) {
-                        *f = p.data_mut();
-                    }
-                    sys::recv_batch(sock.fd.as_fd(), &mut frames[..n], &mut st.bufs)
-                };
-                let got = match got {
-                    Ok(n) => n,
-                    Err(e) => {
-                        // ENETDOWN is reported once after a bind to an interface that was
-                        // down, or while it goes away (housekeeping notices and re-opens);
-                        // anything else is counted.
-                        if e.raw_os_error() != Some(libc::ENETDOWN) {
-                            self.counters.rx_error(1);
-                        }
-                        0
-                    }
-                };
-                let mut taken: [Option<Packet>; MAX_BATCH] = Default::default();
-                for (i, p) in st.fill.drain().enumerate() {
-                    if i < got {
-                        taken[i] = Some(p);
-                    } else {
-                        pool.put(p);
-                    }
-                }
-                for (i, p) in taken.iter_mut().enumerate().take(got) {
-                    if let Some(p) = p.take() {
-                        self.take_frame(st, i, p, pool);
-                    }
-                }
+                self.rx_ring(st, &sock, want, pool);
             }
         }
         let mut n = 0;
@@ -587,6 +724,19 @@ impl Port for AfPacketPort {
         if self.closed.load(Relaxed) {
             return;
         }
+        if let Some(sock) = self.sock() {
+            // The kernel leaves ENETDOWN pending when the interface goes down; no receive call
+            // reports it (rx is the ring), so clear it here rather than fail a send with it
+            // once the interface is back.
+            let _ = sys::take_sock_error(sock.fd.as_fd());
+            if let Ok((_, dropped)) = sys::packet_stats(sock.fd.as_fd()) {
+                if dropped > 0 {
+                    self.kc.kernel_drops.fetch_add(u64::from(dropped), Relaxed);
+                    self.counters
+                        .drop(DropReason::QueueFull, u64::from(dropped));
+                }
+            }
+        }
         let now = sys::if_index(&self.ifname).ok();
         let cur = self.sock().map(|s| s.ifindex);
         if cur.is_some() && cur != now {
@@ -615,6 +765,14 @@ impl Port for AfPacketPort {
         v["ifname"] = self.ifname.clone().into();
         v["ifindex"] = self.sock().map(|s| s.ifindex).into();
         v["numa_node"] = self.numa.into();
+        v["rx_ring"] = serde_json::json!({
+            "slots": ring::FRAMES,
+            "slot_size": ring::FRAME_SIZE,
+        });
         v
     }
 }
+
+#[cfg(test)]
+#[path = "af_packet_tests.rs"]
+mod tests;

@@ -1,7 +1,9 @@
 //! Parsers of the metadata the kernel puts beside a frame: the virtio-net header
 //! (`PACKET_VNET_HDR`, `IFF_VNET_HDR`) and the packet-socket control messages
-//! (`PACKET_AUXDATA`: VLAN tag the kernel stripped, checksum state). Pure functions over bytes,
-//! fuzzed (`crates/ports/fuzz`); everything is checked, nothing here panics.
+//! (`PACKET_AUXDATA`: VLAN tag the kernel stripped, checksum state), and the `tpacket2_hdr` at
+//! the start of each slot of a `PACKET_RX_RING` (`af-packet` ports): its offsets are checked
+//! against the slot before anything is read through them. Pure functions over bytes, fuzzed
+//! (`crates/ports/fuzz`); everything is checked, nothing here panics.
 //!
 //! Threads: any; called on PMD threads.
 
@@ -146,6 +148,91 @@ pub fn parse_auxdata(cmsg: &[u8]) -> Option<AuxData> {
     None
 }
 
+/// `TP_STATUS_USER`: the ring slot holds a frame for user space (else it is the kernel's).
+pub const TP_STATUS_USER: u32 = 1;
+/// `TP_STATUS_COPY`: the frame did not fit its slot; a full copy waits on the socket's receive
+/// queue (`PACKET_COPY_THRESH`), to be read with `recvmsg`.
+pub const TP_STATUS_COPY: u32 = 1 << 1;
+/// `TP_STATUS_LOSING`: the kernel dropped frames since the statistics were last read.
+pub const TP_STATUS_LOSING: u32 = 1 << 2;
+/// `TPACKET2_HDRLEN`: `struct tpacket2_hdr` (32 bytes) plus the `sockaddr_ll` after it; the
+/// frame (and a virtio-net header before it) starts no earlier.
+pub const TPACKET2_HDRLEN: usize = 52;
+
+/// A ring slot's `tpacket2_hdr`, checked against the slot it sits in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tpacket2 {
+    /// `tp_status` (`TP_STATUS_USER`, `TP_STATUS_COPY`, VLAN flags, ...).
+    pub status: u32,
+    /// `tp_len`: the frame's length on the wire (may exceed what the slot holds).
+    pub len: usize,
+    /// Where the frame's first `tp_snaplen` bytes are in the slot.
+    pub data: std::ops::Range<usize>,
+    /// Where the virtio-net header is in the slot (just before the frame), if asked for.
+    pub vnet: Option<std::ops::Range<usize>>,
+    /// The VLAN tag the kernel stripped, as `(tpid, tci)`.
+    pub vlan: Option<(u16, u16)>,
+}
+
+impl Tpacket2 {
+    /// True when the slot holds only the frame's head (`tp_snaplen < tp_len`).
+    pub fn truncated(&self) -> bool {
+        self.data.len() < self.len
+    }
+}
+
+/// Why a ring slot's header was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotError {
+    /// The slot is smaller than a `tpacket2_hdr` and `sockaddr_ll`.
+    Short,
+    /// `tp_mac` points into the header (or leaves no room for the virtio-net header).
+    MacInHeader,
+    /// `tp_mac + tp_snaplen` passes the end of the slot.
+    PastSlot,
+    /// `tp_snaplen` above `tp_len`.
+    SnapAboveLen,
+}
+
+/// Parses the `tpacket2_hdr` at the start of `slot` (a whole ring slot, host byte order) and
+/// checks every offset in it against the slot: the frame `[tp_mac, tp_mac + tp_snaplen)` and
+/// the `vnet_len`-byte virtio-net header before it must lie after the header, inside the slot.
+pub fn parse_tpacket2(slot: &[u8], vnet_len: usize) -> Result<Tpacket2, SlotError> {
+    if slot.len() < TPACKET2_HDRLEN {
+        return Err(SlotError::Short);
+    }
+    let u32_at = |o: usize| u32::from_ne_bytes([slot[o], slot[o + 1], slot[o + 2], slot[o + 3]]);
+    let u16_at = |o: usize| u16::from_ne_bytes([slot[o], slot[o + 1]]);
+    let status = u32_at(0);
+    let len = u32_at(4) as usize;
+    let snap = u32_at(8) as usize;
+    let mac = usize::from(u16_at(12));
+    if mac < TPACKET2_HDRLEN + vnet_len {
+        return Err(SlotError::MacInHeader);
+    }
+    if mac > slot.len() || snap > slot.len() - mac {
+        return Err(SlotError::PastSlot);
+    }
+    if snap > len {
+        return Err(SlotError::SnapAboveLen);
+    }
+    let tci = u16_at(24);
+    let tpid = if status & TP_STATUS_VLAN_TPID_VALID != 0 {
+        u16_at(26)
+    } else {
+        0x8100
+    };
+    // As for auxdata: a tag of 0 with VLAN_VALID is a real (priority) tag.
+    let vlan = (status & TP_STATUS_VLAN_VALID != 0 || tci != 0).then_some((tpid, tci));
+    Ok(Tpacket2 {
+        status,
+        len,
+        data: mac..mac + snap,
+        vnet: (vnet_len > 0).then_some(mac - vnet_len..mac),
+        vlan,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,5 +302,65 @@ mod tests {
             VnetHdr::parse(&b).unwrap().check(60),
             Err(VnetError::BadGso)
         );
+    }
+
+    /// A slot of `size` bytes whose header says `status`, `len`, `snap`, `mac`, `tci`.
+    fn slot(size: usize, status: u32, len: u32, snap: u32, mac: u16, tci: u16) -> Vec<u8> {
+        let mut b = vec![0u8; size];
+        b[0..4].copy_from_slice(&status.to_ne_bytes());
+        b[4..8].copy_from_slice(&len.to_ne_bytes());
+        b[8..12].copy_from_slice(&snap.to_ne_bytes());
+        b[12..14].copy_from_slice(&mac.to_ne_bytes());
+        b[24..26].copy_from_slice(&tci.to_ne_bytes());
+        b
+    }
+
+    #[test]
+    fn ring_slot_headers() {
+        // What the kernel writes for a 60-byte frame with a virtio-net header: frame at 76.
+        let s = slot(2048, TP_STATUS_USER | TP_STATUS_VLAN_VALID, 60, 60, 76, 5);
+        let t = parse_tpacket2(&s, 10).unwrap();
+        assert_eq!((t.data.clone(), t.vnet.clone()), (76..136, Some(66..76)));
+        assert_eq!(
+            (t.len, t.truncated(), t.vlan),
+            (60, false, Some((0x8100, 5)))
+        );
+        // A frame cut at the slot's end (TP_STATUS_COPY): accepted, marked truncated.
+        let s = slot(
+            2048,
+            TP_STATUS_USER | TP_STATUS_COPY,
+            65_000,
+            2048 - 76,
+            76,
+            0,
+        );
+        let t = parse_tpacket2(&s, 10).unwrap();
+        assert!(t.truncated());
+        assert_eq!((t.data.end, t.vlan), (2048, None));
+    }
+
+    #[test]
+    fn hostile_ring_slot_headers_are_refused() {
+        let user = TP_STATUS_USER;
+        assert_eq!(parse_tpacket2(&[0; 51], 0), Err(SlotError::Short));
+        // Frame or vnet header over the tpacket2_hdr / sockaddr_ll.
+        let s = slot(2048, user, 60, 60, 0, 0);
+        assert_eq!(parse_tpacket2(&s, 10), Err(SlotError::MacInHeader));
+        let s = slot(2048, user, 60, 60, 56, 0);
+        assert_eq!(parse_tpacket2(&s, 10), Err(SlotError::MacInHeader));
+        assert!(parse_tpacket2(&s, 0).is_ok());
+        // Frame past the slot: by one byte, by a huge snaplen, mac itself past the end.
+        let s = slot(2048, user, 2048, 2048 - 75, 76, 0);
+        assert_eq!(parse_tpacket2(&s, 10), Err(SlotError::PastSlot));
+        let s = slot(2048, user, u32::MAX, u32::MAX, 76, 0);
+        assert_eq!(parse_tpacket2(&s, 10), Err(SlotError::PastSlot));
+        let s = slot(2048, user, 0, 0, u16::MAX, 0);
+        assert_eq!(parse_tpacket2(&s, 10), Err(SlotError::PastSlot));
+        // More captured than the frame had.
+        let s = slot(2048, user, 10, 60, 76, 0);
+        assert_eq!(parse_tpacket2(&s, 10), Err(SlotError::SnapAboveLen));
+        // Ends exactly at the slot's end: fine.
+        let s = slot(2048, user, 2048 - 76, 2048 - 76, 76, 0);
+        assert_eq!(parse_tpacket2(&s, 10).unwrap().data, 76..2048);
     }
 }

@@ -11,6 +11,7 @@ pub mod af_packet;
 pub mod af_xdp;
 pub mod dummy;
 pub mod kmeta;
+mod ring;
 mod stats;
 mod sys;
 pub mod tap;

@@ -26,7 +26,14 @@ pub const CMSG_SPACE: usize = 64;
 
 const SOL_PACKET: libc::c_int = 263;
 const PACKET_ADD_MEMBERSHIP: libc::c_int = 1;
+/// `PACKET_RX_RING`.
+pub(crate) const PACKET_RX_RING: libc::c_int = 5;
+const PACKET_STATISTICS: libc::c_int = 6;
+/// `PACKET_COPY_THRESH`.
+pub(crate) const PACKET_COPY_THRESH: libc::c_int = 7;
 const PACKET_AUXDATA: libc::c_int = 8;
+/// `PACKET_VERSION`.
+pub(crate) const PACKET_VERSION: libc::c_int = 10;
 const PACKET_VNET_HDR: libc::c_int = 15;
 const PACKET_QDISC_BYPASS: libc::c_int = 20;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
@@ -80,7 +87,13 @@ pub fn bind_packet(fd: BorrowedFd<'_>, ifindex: u32) -> io::Result<()> {
     Ok(())
 }
 
-fn set_opt<T>(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, v: &T) -> io::Result<()> {
+/// Sets socket option `level`/`name` to the plain-data value `v`.
+pub(crate) fn set_opt<T>(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    v: &T,
+) -> io::Result<()> {
     // SAFETY: `v` is a live plain-data value of the size passed, read by the kernel only.
     check(unsafe {
         libc::setsockopt(
@@ -116,6 +129,51 @@ pub fn set_packet_opt(fd: BorrowedFd<'_>, opt: PacketOpt, on: bool) -> io::Resul
         PacketOpt::QdiscBypass => PACKET_QDISC_BYPASS,
     };
     set_opt(fd, SOL_PACKET, name, &libc::c_int::from(on))
+}
+
+/// Sets an `int` packet socket option (`PACKET_VERSION`, `PACKET_COPY_THRESH`).
+pub(crate) fn set_packet_int(
+    fd: BorrowedFd<'_>,
+    name: libc::c_int,
+    v: libc::c_int,
+) -> io::Result<()> {
+    set_opt(fd, SOL_PACKET, name, &v)
+}
+
+/// `PACKET_STATISTICS`: frames the socket received and dropped (no room in its ring or
+/// buffer) since the last call, which resets both.
+pub fn packet_stats(fd: BorrowedFd<'_>) -> io::Result<(u32, u32)> {
+    let mut v = [0u32; 2];
+    let mut len = size_of::<[u32; 2]>() as libc::socklen_t;
+    // SAFETY: `v` and `len` live across the call; the kernel writes at most `len` bytes into
+    // `v` (a `struct tpacket_stats`: two u32) and the length it wrote into `len`.
+    check(unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            SOL_PACKET,
+            PACKET_STATISTICS,
+            v.as_mut_ptr().cast(),
+            &mut len,
+        )
+    })?;
+    Ok((v[0], v[1]))
+}
+
+/// Reads and clears the socket's pending error (`SO_ERROR`; 0 if none).
+pub fn take_sock_error(fd: BorrowedFd<'_>) -> io::Result<libc::c_int> {
+    let mut v: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `v` and `len` live across the call; the kernel writes at most `len` bytes.
+    check(unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ERROR,
+            (&raw mut v).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(v)
 }
 
 /// Puts the interface in promiscuous mode for as long as the socket lives.

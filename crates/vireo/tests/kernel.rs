@@ -114,6 +114,9 @@ fn af_packet_ping_and_tcp_between_namespaces() {
     let st = status_of(&d, "a")["status"].clone();
     assert!(st["gso_frames"].as_u64().unwrap() > 0, "no GSO frame: {st}");
     assert_eq!(st["gso_segments"], 0, "segmented with offloads on: {st}");
+    // They are above a ring slot: each came whole through the socket's queue.
+    assert!(st["ring_copies"].as_u64().unwrap() > 0, "{st}");
+    assert_eq!(st["bad_ring_slots"], 0, "{st}");
     // Our own transmissions are not received back: a's rx is what namespace a sent.
     let sa = drops(&d, "a");
     let sb = drops(&d, "b");
@@ -305,7 +308,9 @@ fn vlan_access_port_and_stripped_tags_restored() {
     while !neigh().contains("02:00:00:00:d4:02") {
         assert!(
             Instant::now() < end,
-            "tagged ARP never reached access port a"
+            "tagged ARP never reached access port a: a {} b {}",
+            drops(&d, "a"),
+            drops(&d, "b"),
         );
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -45,6 +45,7 @@ struct Args {
     #[arg(long)]
     scenarios: Option<String>,
     /// Switches for the kernel-port scenarios: vireo, vireo-busy (its PMD never sleeps),
+    /// vireo@DIR (another build),
     /// ovs-netdev, linux-bridge, none (the generator alone over one veth pair: its ceiling).
     #[arg(
         long,
@@ -395,6 +396,13 @@ fn kernel_switches(a: &Args, meta: &mut Meta) -> Vec<Box<dyn KSwitch>> {
         let c: Box<dyn KSwitch> = match name.as_str() {
             "vireo" => Box::new(VireoK::new(a.switch_core, vireo_bin(a))),
             "vireo-busy" => Box::new(VireoK::busy(a.switch_core, vireo_bin(a))),
+            // Another build of Vireo in the same rounds (e.g. main's target/release):
+            // `vireo@DIR`.
+            other if other.starts_with("vireo@") => {
+                let mut c = VireoK::new(a.switch_core, PathBuf::from(&other["vireo@".len()..]));
+                c.label = Box::leak(other.to_string().into_boxed_str());
+                Box::new(c)
+            }
             "ovs-netdev" => Box::new(OvsNetdev::new(a.switch_core)),
             "linux-bridge" => Box::new(LinuxBridge::new()),
             "none" => Box::new(NoSwitch),
