@@ -78,16 +78,19 @@ fn send(fd: &OwnedFd, seqs: std::ops::Range<u32>, len: usize) {
     std::thread::sleep(std::time::Duration::from_millis(50));
 }
 
-/// The sequence numbers (and lengths) of the test frames the port has for us now.
+/// The sequence numbers (and lengths) of the test frames the port has for us now: read until
+/// nothing more came for 100 ms (on a loaded machine the kernel may deliver late).
 fn receive(port: &AfPacketPort, pool: &mut Pool) -> Vec<(u32, usize)> {
     let mut got = Vec::new();
     let mut idle = 0;
-    while idle < 3 {
+    while idle < 10 {
         let mut out = Batch::new();
         if port.rx_burst(0, pool, &mut out) == 0 {
             idle += 1;
+            std::thread::sleep(std::time::Duration::from_millis(10));
             continue;
         }
+        idle = 0;
         for p in out.drain() {
             let d = p.data();
             if d.len() >= 18 && d[12..14] == ETHERTYPE {
