@@ -40,6 +40,9 @@
 //! maintain takes only `sock`).
 use crate::kmeta::{self, VnetHdr};
 use crate::ring::{self, RxRing};
+
+// A slot holds what the kernel puts before a frame (76 bytes) and the largest frame.
+const _: () = assert!(ring::FRAME_SIZE >= 76 + packet::MAX_FRAME);
 use crate::sys::{self, PacketOpt, RxBufs, MAX_BATCH, VNET_HDR_LEN};
 use crate::{DropReason, Link, Port, PortCounters, PortError, PortStats};
 use packet::{Batch, Packet, Pool, MAX_FRAME};
@@ -717,7 +720,7 @@ impl Port for AfPacketPort {
     }
 
     fn set_admin_up(&self, up: bool) -> Result<(), PortError> {
-        sys::set_admin(&self.ifname, up)
+        crate::set_admin(&self.ifname, up)
     }
 
     fn maintain(&self) {

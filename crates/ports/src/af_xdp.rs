@@ -378,7 +378,7 @@ impl Port for AfXdpPort {
     }
 
     fn set_admin_up(&self, up: bool) -> Result<(), PortError> {
-        crate::sys::set_admin(&self.ifname, up)
+        crate::set_admin(&self.ifname, up)
     }
 
     fn maintain(&self) {

@@ -148,16 +148,13 @@ pub fn parse_auxdata(cmsg: &[u8]) -> Option<AuxData> {
     None
 }
 
-/// `TP_STATUS_USER`: the ring slot holds a frame for user space (else it is the kernel's).
-pub const TP_STATUS_USER: u32 = 1;
+pub use ksys::ring::TP_STATUS_USER;
 /// `TP_STATUS_COPY`: the frame did not fit its slot; a full copy waits on the socket's receive
 /// queue (`PACKET_COPY_THRESH`), to be read with `recvmsg`.
 pub const TP_STATUS_COPY: u32 = 1 << 1;
 /// `TP_STATUS_LOSING`: the kernel dropped frames since the statistics were last read.
 pub const TP_STATUS_LOSING: u32 = 1 << 2;
-/// `TPACKET2_HDRLEN`: `struct tpacket2_hdr` (32 bytes) plus the `sockaddr_ll` after it; the
-/// frame (and a virtio-net header before it) starts no earlier.
-pub const TPACKET2_HDRLEN: usize = 52;
+pub use ksys::ring::TPACKET2_HDRLEN;
 
 /// A ring slot's `tpacket2_hdr`, checked against the slot it sits in.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -11,14 +11,23 @@ pub mod af_packet;
 pub mod af_xdp;
 pub mod dummy;
 pub mod kmeta;
-mod ring;
+// The kernel calls and the TPACKET ring (the crate holding their `unsafe`), as `crate::sys`
+// and `crate::ring` for the port kinds.
+use ksys::{ring, sys};
 mod stats;
-mod sys;
 pub mod tap;
 pub mod tunnel;
 pub mod vhost_user;
 
 pub use stats::{DropReason, PortCounters, PortStats};
+
+/// [`sys::set_if_up`] for a port's `set_admin_up`, with the interface named in the error.
+pub(crate) fn set_admin(name: &str, up: bool) -> Result<(), PortError> {
+    sys::set_if_up(name, up).map_err(|e| {
+        let what = if up { "up" } else { "down" };
+        PortError(format!("cannot take {name} {what}: {e}"))
+    })
+}
 
 use packet::{Batch, Pool};
 

@@ -27,13 +27,13 @@ pub const CMSG_SPACE: usize = 64;
 const SOL_PACKET: libc::c_int = 263;
 const PACKET_ADD_MEMBERSHIP: libc::c_int = 1;
 /// `PACKET_RX_RING`.
-pub(crate) const PACKET_RX_RING: libc::c_int = 5;
+pub const PACKET_RX_RING: libc::c_int = 5;
 const PACKET_STATISTICS: libc::c_int = 6;
 /// `PACKET_COPY_THRESH`.
-pub(crate) const PACKET_COPY_THRESH: libc::c_int = 7;
+pub const PACKET_COPY_THRESH: libc::c_int = 7;
 const PACKET_AUXDATA: libc::c_int = 8;
 /// `PACKET_VERSION`.
-pub(crate) const PACKET_VERSION: libc::c_int = 10;
+pub const PACKET_VERSION: libc::c_int = 10;
 const PACKET_VNET_HDR: libc::c_int = 15;
 const PACKET_QDISC_BYPASS: libc::c_int = 20;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
@@ -88,7 +88,7 @@ pub fn bind_packet(fd: BorrowedFd<'_>, ifindex: u32) -> io::Result<()> {
 }
 
 /// Sets socket option `level`/`name` to the plain-data value `v`.
-pub(crate) fn set_opt<T>(
+pub fn set_opt<T>(
     fd: BorrowedFd<'_>,
     level: libc::c_int,
     name: libc::c_int,
@@ -132,11 +132,7 @@ pub fn set_packet_opt(fd: BorrowedFd<'_>, opt: PacketOpt, on: bool) -> io::Resul
 }
 
 /// Sets an `int` packet socket option (`PACKET_VERSION`, `PACKET_COPY_THRESH`).
-pub(crate) fn set_packet_int(
-    fd: BorrowedFd<'_>,
-    name: libc::c_int,
-    v: libc::c_int,
-) -> io::Result<()> {
+pub fn set_packet_int(fd: BorrowedFd<'_>, name: libc::c_int, v: libc::c_int) -> io::Result<()> {
     set_opt(fd, SOL_PACKET, name, &v)
 }
 
@@ -261,14 +257,6 @@ pub fn set_if_up(name: &str, up: bool) -> io::Result<()> {
     let bit = libc::IFF_UP as libc::c_short;
     r.ifr_ifru.ifru_flags = if up { flags | bit } else { flags & !bit };
     ioctl_ifreq(s.as_raw_fd(), libc::SIOCSIFFLAGS, &mut r)
-}
-
-/// [`set_if_up`] for a port's `set_admin_up`, with the interface named in the error.
-pub fn set_admin(name: &str, up: bool) -> Result<(), crate::PortError> {
-    set_if_up(name, up).map_err(|e| {
-        let what = if up { "up" } else { "down" };
-        crate::PortError(format!("cannot take {name} {what}: {e}"))
-    })
 }
 
 /// The interface's MTU.

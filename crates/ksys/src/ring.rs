@@ -1,7 +1,7 @@
 //! The receive ring of an `af-packet` socket: a `PACKET_RX_RING` (`TPACKET_V2`) the kernel
 //! writes frames into and this process maps, so a PMD takes frames by reading each slot's
 //! status word, with no system call per frame or per burst. It owns the mapping, the ring's
-//! geometry and the read cursor; what is in a slot is parsed by [`crate::kmeta::parse_tpacket2`].
+//! geometry and the read cursor; what is in a slot is parsed by the `ports` crate (`kmeta::parse_tpacket2`).
 //!
 //! Protocol (the kernel's `packet_mmap` contract): a slot whose `tp_status` has
 //! `TP_STATUS_USER` holds a frame and the kernel does not touch it until user space writes
@@ -22,19 +22,26 @@
 //! the last reference to the port's socket.
 #![allow(unsafe_code)]
 
-use crate::kmeta::{TPACKET2_HDRLEN, TP_STATUS_USER};
 use crate::sys;
+
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+/// `TP_STATUS_USER`: the ring slot holds a frame for user space (else it is the kernel's).
+pub const TP_STATUS_USER: u32 = 1;
+
+/// `TPACKET2_HDRLEN`: `struct tpacket2_hdr` (32 bytes) plus the `sockaddr_ll` after it; the
+/// frame (and a virtio-net header before it) starts no earlier.
+pub const TPACKET2_HDRLEN: usize = 52;
+
 /// `TPACKET_V2`.
 const TPACKET_V2: libc::c_int = 1;
 /// Bytes per slot: what the kernel puts before an Ethernet frame (`tpacket2_hdr`,
 /// `sockaddr_ll`, the virtio-net header, alignment: 76 bytes) plus a full
-/// [`packet::MAX_FRAME`] frame (a jumbo frame of the largest MTU a kernel port takes, with a
+/// `packet::MAX_FRAME` frame (a jumbo frame of the largest MTU a kernel port takes, with a
 /// VLAN tag), rounded up to the kernel's 16-byte alignment with some slack.
 pub const FRAME_SIZE: usize = 9344;
 /// Bytes per block (the kernel allocates the ring in blocks; a slot never spans two).
@@ -49,7 +56,7 @@ pub const FRAMES: usize = PER_BLOCK * BLOCKS;
 const MAP_LEN: usize = BLOCK_SIZE * BLOCKS;
 
 const _: () = assert!(FRAME_SIZE.is_multiple_of(16) && FRAME_SIZE >= TPACKET2_HDRLEN + 24 + 10);
-const _: () = assert!(FRAME_SIZE >= 76 + packet::MAX_FRAME && PER_BLOCK > 0);
+const _: () = assert!(PER_BLOCK > 0);
 
 /// `struct tpacket_req`.
 #[repr(C)]
