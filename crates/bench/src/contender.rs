@@ -71,8 +71,13 @@ impl Contender for Dpdk {
             .ok_or_else(|| format!("{TESTPMD} not found (Debian dpdk-dev)"))
     }
     fn start(&mut self, dir: &Path, sc: &Scenario) -> Result<Ports, String> {
-        if sc.meter().is_some() || sc.kind == crate::scenario::Kind::Ct {
-            return Err("testpmd io forwarding has no meters and no conntrack".into());
+        if sc.meter().is_some()
+            || matches!(
+                sc.kind,
+                crate::scenario::Kind::Ct | crate::scenario::Kind::Tunnel(_)
+            )
+        {
+            return Err("testpmd io forwarding has no meters, conntrack or tunnels".into());
         }
         let s = socks(dir);
         let args = switch_args(&s, sc.queues, self.core);
@@ -236,6 +241,83 @@ impl Ovs {
     fn ofctl(&self, dir: &Path, args: &[&str]) -> Result<String, String> {
         run(self.cmd(dir, "ovs-ofctl").args(args))
     }
+
+    /// The tunnel scenario in OVS-DPDK's own terms (native tunneling): `ta` (flow-based,
+    /// local 10.99.0.1) and `tb` (remote 10.99.0.1, VNI 5, local 10.99.0.2) on br0; two
+    /// underlay bridges `tunpa` (10.99.0.1) and `tunpb` (10.99.0.2) joined by patch ports;
+    /// routes and neighbour entries set by hand. An encapsulated packet is pushed on one
+    /// underlay bridge, crosses the patch, and is popped at the other's local port: the same
+    /// encap + decap per packet as Vireo's loopback pair, without the kernel.
+    fn add_tunnels(&self, dir: &Path, t: crate::scenario::Tun) -> Result<(), String> {
+        let ty = match t {
+            crate::scenario::Tun::Vxlan => "type=vxlan",
+            crate::scenario::Tun::Geneve => "type=geneve",
+        };
+        let (a, b) = (
+            crate::scenario::TunnelPorts::A,
+            crate::scenario::TunnelPorts::B,
+        );
+        for (name, opts) in [
+            (
+                a,
+                [
+                    "options:remote_ip=flow",
+                    "options:key=flow",
+                    "options:local_ip=10.99.0.1",
+                ],
+            ),
+            (
+                b,
+                [
+                    "options:remote_ip=10.99.0.1",
+                    "options:key=5",
+                    "options:local_ip=10.99.0.2",
+                ],
+            ),
+        ] {
+            let mut args = vec!["add-port", "br0", name, "--", "set", "Interface", name, ty];
+            args.extend(opts);
+            self.vsctl(dir, &args)?;
+        }
+        for (br, patch, peer, ip) in [
+            ("tunpa", "tunpa-p", "tunpb-p", "10.99.0.1/24"),
+            ("tunpb", "tunpb-p", "tunpa-p", "10.99.0.2/24"),
+        ] {
+            let dt = "datapath_type=netdev";
+            self.vsctl(dir, &["add-br", br, "--", "set", "bridge", br, dt])?;
+            let peer = format!("options:peer={peer}");
+            self.vsctl(
+                dir,
+                &[
+                    "add-port",
+                    br,
+                    patch,
+                    "--",
+                    "set",
+                    "Interface",
+                    patch,
+                    "type=patch",
+                    &peer,
+                ],
+            )?;
+            run(Command::new("ip").args(["addr", "add", ip, "dev", br]))?;
+            run(Command::new("ip").args(["link", "set", br, "up"]))?;
+        }
+        let mac = |br: &str| {
+            std::fs::read_to_string(format!("/sys/class/net/{br}/address"))
+                .map(|s| s.trim().to_string())
+                .map_err(|e| format!("{br}: {e}"))
+        };
+        let (ma, mb) = (mac("tunpa")?, mac("tunpb")?);
+        self.appctl(dir, &["ovs/route/add", "10.99.0.2/32", "tunpa"])?;
+        self.appctl(dir, &["ovs/route/add", "10.99.0.1/32", "tunpb"])?;
+        self.appctl(dir, &["tnl/arp/set", "tunpa", "10.99.0.2", &mb])?;
+        self.appctl(dir, &["tnl/arp/set", "tunpb", "10.99.0.1", &ma])?;
+        for br in ["tunpa", "tunpb"] {
+            self.ofctl(dir, &["add-flow", br, "actions=NORMAL"])?;
+        }
+        Ok(())
+    }
 }
 
 fn hugepages_free() -> u64 {
@@ -300,6 +382,9 @@ impl Contender for Ovs {
                     &ofp,
                 ],
             )?;
+        }
+        if let crate::scenario::Kind::Tunnel(t) = sc.kind {
+            self.add_tunnels(dir, t)?;
         }
         self.add_rules(dir, sc)?;
         Ok(Ports {
@@ -447,6 +532,13 @@ impl Contender for Vireo {
             self.ctl(dir, &args).map_err(|e| {
                 format!("vireod cannot carry vhost-user yet (add-port failed: {e})")
             })?;
+        }
+        if let crate::scenario::Kind::Tunnel(t) = sc.kind {
+            for args in crate::scenario::TunnelPorts::add_port_args(t) {
+                let mut a = vec!["add-port", "br0"];
+                a.extend(args.iter().map(String::as_str));
+                self.ctl(dir, &a)?;
+            }
         }
         let _ = self.ctl(dir, &["del-flows", "br0"]);
         if let Some(m) = sc.meter() {
