@@ -223,7 +223,9 @@ impl Ovs {
     fn add_rules(&self, dir: &Path, sc: &Scenario) -> Result<(), String> {
         self.ofctl(dir, &["del-flows", "br0"])?;
         let rules = dir.join("rules.txt");
-        std::fs::write(&rules, sc.rules("1", "2").join("\n") + "\n").map_err(|e| e.to_string())?;
+        // Tunnel scenarios: `tb`'s underlay address here is 10.99.0.2 (`add_tunnels`).
+        let text = sc.rules_to("1", "2", "10.99.0.2").join("\n") + "\n";
+        std::fs::write(&rules, text).map_err(|e| e.to_string())?;
         let rules = rules.display().to_string();
         if let Some(m) = sc.meter() {
             // Meters and the meter instruction are OpenFlow 1.3; the meter first, or the
@@ -243,15 +245,17 @@ impl Ovs {
     }
 
     /// The tunnel scenario in OVS-DPDK's own terms (native tunneling): `ta` (flow-based,
-    /// local 10.99.0.1) and `tb` (remote 10.99.0.1, VNI 5, local 10.99.0.2) on br0; two
-    /// underlay bridges `tunpa` (10.99.0.1) and `tunpb` (10.99.0.2) joined by patch ports;
-    /// routes and neighbour entries set by hand. An encapsulated packet is pushed on one
-    /// underlay bridge, crosses the patch, and is popped at the other's local port: the same
-    /// encap + decap per packet as Vireo's loopback pair, without the kernel.
+    /// local 10.99.0.1) and `tb` (remote 10.99.0.1, VNI 5, local 10.99.0.2) on br0; one
+    /// underlay bridge `tunp` holding both addresses, with neighbour entries set by hand and
+    /// a patch pair on itself: an encapsulated packet leaves `tunp`'s local port through the
+    /// patch (`in_port=LOCAL,udp,tp_dst=PORT`) and comes back to the local port, where it is
+    /// popped. The same encap + decap per packet as Vireo's loopback pair, without a kernel.
+    /// (Two underlay bridges do not work: OVS routes to its own local address through the
+    /// bridge holding it, whatever `ovs/route/add` says.)
     fn add_tunnels(&self, dir: &Path, t: crate::scenario::Tun) -> Result<(), String> {
-        let ty = match t {
-            crate::scenario::Tun::Vxlan => "type=vxlan",
-            crate::scenario::Tun::Geneve => "type=geneve",
+        let (ty, udp) = match t {
+            crate::scenario::Tun::Vxlan => ("type=vxlan", "4789"),
+            crate::scenario::Tun::Geneve => ("type=geneve", "6081"),
         };
         let (a, b) = (
             crate::scenario::TunnelPorts::A,
@@ -279,43 +283,51 @@ impl Ovs {
             args.extend(opts);
             self.vsctl(dir, &args)?;
         }
-        for (br, patch, peer, ip) in [
-            ("tunpa", "tunpa-p", "tunpb-p", "10.99.0.1/24"),
-            ("tunpb", "tunpb-p", "tunpa-p", "10.99.0.2/24"),
-        ] {
-            let dt = "datapath_type=netdev";
-            self.vsctl(dir, &["add-br", br, "--", "set", "bridge", br, dt])?;
+        let br = "tunp";
+        self.vsctl(
+            dir,
+            &[
+                "add-br",
+                br,
+                "--",
+                "set",
+                "bridge",
+                br,
+                "datapath_type=netdev",
+            ],
+        )?;
+        for (p, peer, no) in [("tunp1", "tunp2", "1"), ("tunp2", "tunp1", "2")] {
             let peer = format!("options:peer={peer}");
+            let no = format!("ofport_request={no}");
             self.vsctl(
                 dir,
                 &[
                     "add-port",
                     br,
-                    patch,
+                    p,
                     "--",
                     "set",
                     "Interface",
-                    patch,
+                    p,
                     "type=patch",
                     &peer,
+                    &no,
                 ],
             )?;
+        }
+        for ip in ["10.99.0.1/24", "10.99.0.2/24"] {
             run(Command::new("ip").args(["addr", "add", ip, "dev", br]))?;
-            run(Command::new("ip").args(["link", "set", br, "up"]))?;
         }
-        let mac = |br: &str| {
-            std::fs::read_to_string(format!("/sys/class/net/{br}/address"))
-                .map(|s| s.trim().to_string())
-                .map_err(|e| format!("{br}: {e}"))
-        };
-        let (ma, mb) = (mac("tunpa")?, mac("tunpb")?);
-        self.appctl(dir, &["ovs/route/add", "10.99.0.2/32", "tunpa"])?;
-        self.appctl(dir, &["ovs/route/add", "10.99.0.1/32", "tunpb"])?;
-        self.appctl(dir, &["tnl/arp/set", "tunpa", "10.99.0.2", &mb])?;
-        self.appctl(dir, &["tnl/arp/set", "tunpb", "10.99.0.1", &ma])?;
-        for br in ["tunpa", "tunpb"] {
-            self.ofctl(dir, &["add-flow", br, "actions=NORMAL"])?;
+        run(Command::new("ip").args(["link", "set", br, "up"]))?;
+        let mac = std::fs::read_to_string(format!("/sys/class/net/{br}/address"))
+            .map_err(|e| format!("{br}: {e}"))?;
+        for ip in ["10.99.0.1", "10.99.0.2"] {
+            self.appctl(dir, &["tnl/arp/set", br, ip, mac.trim()])?;
         }
+        self.ofctl(dir, &["del-flows", br])?;
+        let out = format!("in_port=LOCAL,udp,tp_dst={udp},actions=output:1");
+        self.ofctl(dir, &["add-flow", br, &out])?;
+        self.ofctl(dir, &["add-flow", br, "in_port=2,actions=LOCAL"])?;
         Ok(())
     }
 }

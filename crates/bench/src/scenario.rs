@@ -226,8 +226,15 @@ impl Scenario {
         !matches!(self.kind, Kind::Flows(n) if n > 1)
     }
 
-    /// OpenFlow rules (ovs-ofctl syntax), with the two ports written as `p0` and `p1`.
+    /// OpenFlow rules (ovs-ofctl syntax), with the two ports written as `p0` and `p1`
+    /// (tunnel scenarios: towards Vireo's `tb`, 127.0.0.102; see [`Scenario::rules_to`]).
     pub fn rules(&self, p0: &str, p1: &str) -> Vec<String> {
+        self.rules_to(p0, p1, "127.0.0.102")
+    }
+
+    /// [`Scenario::rules`] with the tunnel scenarios' `tun_dst` (the fixed tunnel port's
+    /// underlay address in that switch).
+    pub fn rules_to(&self, p0: &str, p1: &str, tun_dst: &str) -> Vec<String> {
         match self.kind {
             Kind::P2p => vec![
                 format!("in_port={p0},actions=output:{p1}"),
@@ -249,7 +256,7 @@ impl Scenario {
             Kind::Tunnel(_) => {
                 let (a, b) = (TunnelPorts::A, TunnelPorts::B);
                 vec![
-                    format!("in_port={p0},actions=set_field:5->tun_id,set_field:127.0.0.102->tun_dst,output:{a}"),
+                    format!("in_port={p0},actions=set_field:5->tun_id,set_field:{tun_dst}->tun_dst,output:{a}"),
                     format!("in_port={b},actions=output:{p1}"),
                     format!("in_port={p1},actions=output:{b}"),
                     format!("tun_id=5,in_port={a},actions=output:{p0}"),
