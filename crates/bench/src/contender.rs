@@ -315,6 +315,8 @@ impl Ovs {
                 ],
             )?;
         }
+        // OVS leaves the bridge's tap behind when it exits (persistent): start clean.
+        run(Command::new("ip").args(["addr", "flush", "dev", br]))?;
         for ip in ["10.99.0.1/24", "10.99.0.2/24"] {
             run(Command::new("ip").args(["addr", "add", ip, "dev", br]))?;
         }
@@ -428,6 +430,8 @@ impl Contender for Ovs {
             let _ = self.appctl(&d, &["exit"]);
             kill_pidfile(&d.join("vswitchd.pid"), Duration::from_secs(10));
             kill_pidfile(&d.join("ovsdb.pid"), Duration::from_secs(5));
+            // The tunnel scenarios' underlay bridge (a persistent tap holding 10.99.0.1-2).
+            let _ = run(Command::new("ip").args(["link", "del", "tunp"]));
         }
     }
 }

@@ -356,6 +356,10 @@ mod tests {
         assert_eq!(r.len(), 4);
         assert!(r[0].contains("->tun_dst,output:ta") && r[3].starts_with("tun_id=5,in_port=ta"));
         assert!(TunnelPorts::add_port_args(Tun::Vxlan)[0].contains(&"key=flow".to_string()));
+        let o = Scenario::parse("vxlan:64")
+            .unwrap()
+            .rules_to("1", "2", "10.99.0.2");
+        assert!(o[0].contains("set_field:10.99.0.2->tun_dst"), "{o:?}");
     }
 
     #[test]
