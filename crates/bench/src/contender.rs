@@ -71,8 +71,13 @@ impl Contender for Dpdk {
             .ok_or_else(|| format!("{TESTPMD} not found (Debian dpdk-dev)"))
     }
     fn start(&mut self, dir: &Path, sc: &Scenario) -> Result<Ports, String> {
-        if sc.meter().is_some() || sc.kind == crate::scenario::Kind::Ct {
-            return Err("testpmd io forwarding has no meters and no conntrack".into());
+        if sc.meter().is_some()
+            || matches!(
+                sc.kind,
+                crate::scenario::Kind::Ct | crate::scenario::Kind::Tunnel(_)
+            )
+        {
+            return Err("testpmd io forwarding has no meters, conntrack or tunnels".into());
         }
         let s = socks(dir);
         let args = switch_args(&s, sc.queues, self.core);
@@ -229,7 +234,9 @@ impl Ovs {
     fn add_rules(&self, dir: &Path, sc: &Scenario) -> Result<(), String> {
         self.ofctl(dir, &["del-flows", "br0"])?;
         let rules = dir.join("rules.txt");
-        std::fs::write(&rules, sc.rules("1", "2").join("\n") + "\n").map_err(|e| e.to_string())?;
+        // Tunnel scenarios: `tb`'s underlay address here is 10.99.0.2 (`add_tunnels`).
+        let text = sc.rules_to("1", "2", "10.99.0.2").join("\n") + "\n";
+        std::fs::write(&rules, text).map_err(|e| e.to_string())?;
         let rules = rules.display().to_string();
         if let Some(m) = sc.meter() {
             // Meters and the meter instruction are OpenFlow 1.3; the meter first, or the
@@ -246,6 +253,95 @@ impl Ovs {
 
     fn ofctl(&self, dir: &Path, args: &[&str]) -> Result<String, String> {
         run(self.cmd(dir, "ovs-ofctl").args(args))
+    }
+
+    /// The tunnel scenario in OVS-DPDK's own terms (native tunneling): `ta` (flow-based,
+    /// local 10.99.0.1) and `tb` (remote 10.99.0.1, VNI 5, local 10.99.0.2) on br0; one
+    /// underlay bridge `tunp` holding both addresses, with neighbour entries set by hand and
+    /// a patch pair on itself: an encapsulated packet leaves `tunp`'s local port through the
+    /// patch (`in_port=LOCAL,udp,tp_dst=PORT`) and comes back to the local port, where it is
+    /// popped. The same encap + decap per packet as Vireo's loopback pair, without a kernel.
+    /// (Two underlay bridges do not work: OVS routes to its own local address through the
+    /// bridge holding it, whatever `ovs/route/add` says.)
+    fn add_tunnels(&self, dir: &Path, t: crate::scenario::Tun) -> Result<(), String> {
+        let (ty, udp) = match t {
+            crate::scenario::Tun::Vxlan => ("type=vxlan", "4789"),
+            crate::scenario::Tun::Geneve => ("type=geneve", "6081"),
+        };
+        let (a, b) = (
+            crate::scenario::TunnelPorts::A,
+            crate::scenario::TunnelPorts::B,
+        );
+        for (name, opts) in [
+            (
+                a,
+                [
+                    "options:remote_ip=flow",
+                    "options:key=flow",
+                    "options:local_ip=10.99.0.1",
+                ],
+            ),
+            (
+                b,
+                [
+                    "options:remote_ip=10.99.0.1",
+                    "options:key=5",
+                    "options:local_ip=10.99.0.2",
+                ],
+            ),
+        ] {
+            let mut args = vec!["add-port", "br0", name, "--", "set", "Interface", name, ty];
+            args.extend(opts);
+            self.vsctl(dir, &args)?;
+        }
+        let br = "tunp";
+        self.vsctl(
+            dir,
+            &[
+                "add-br",
+                br,
+                "--",
+                "set",
+                "bridge",
+                br,
+                "datapath_type=netdev",
+            ],
+        )?;
+        for (p, peer, no) in [("tunp1", "tunp2", "1"), ("tunp2", "tunp1", "2")] {
+            let peer = format!("options:peer={peer}");
+            let no = format!("ofport_request={no}");
+            self.vsctl(
+                dir,
+                &[
+                    "add-port",
+                    br,
+                    p,
+                    "--",
+                    "set",
+                    "Interface",
+                    p,
+                    "type=patch",
+                    &peer,
+                    &no,
+                ],
+            )?;
+        }
+        // OVS leaves the bridge's tap behind when it exits (persistent): start clean.
+        run(Command::new("ip").args(["addr", "flush", "dev", br]))?;
+        for ip in ["10.99.0.1/24", "10.99.0.2/24"] {
+            run(Command::new("ip").args(["addr", "add", ip, "dev", br]))?;
+        }
+        run(Command::new("ip").args(["link", "set", br, "up"]))?;
+        let mac = std::fs::read_to_string(format!("/sys/class/net/{br}/address"))
+            .map_err(|e| format!("{br}: {e}"))?;
+        for ip in ["10.99.0.1", "10.99.0.2"] {
+            self.appctl(dir, &["tnl/arp/set", br, ip, mac.trim()])?;
+        }
+        self.ofctl(dir, &["del-flows", br])?;
+        let out = format!("in_port=LOCAL,udp,tp_dst={udp},actions=output:1");
+        self.ofctl(dir, &["add-flow", br, &out])?;
+        self.ofctl(dir, &["add-flow", br, "in_port=2,actions=LOCAL"])?;
+        Ok(())
     }
 }
 
@@ -312,6 +408,9 @@ impl Contender for Ovs {
                 ],
             )?;
         }
+        if let crate::scenario::Kind::Tunnel(t) = sc.kind {
+            self.add_tunnels(dir, t)?;
+        }
         self.add_rules(dir, sc)?;
         Ok(Ports {
             socks: s,
@@ -346,6 +445,8 @@ impl Contender for Ovs {
             let _ = self.appctl(&d, &["exit"]);
             kill_pidfile(&d.join("vswitchd.pid"), Duration::from_secs(10));
             kill_pidfile(&d.join("ovsdb.pid"), Duration::from_secs(5));
+            // The tunnel scenarios' underlay bridge (a persistent tap holding 10.99.0.1-2).
+            let _ = run(Command::new("ip").args(["link", "del", "tunp"]));
         }
     }
 }
@@ -466,6 +567,13 @@ impl Contender for Vireo {
             self.ctl(dir, &args).map_err(|e| {
                 format!("vireod cannot carry vhost-user yet (add-port failed: {e})")
             })?;
+        }
+        if let crate::scenario::Kind::Tunnel(t) = sc.kind {
+            for args in crate::scenario::TunnelPorts::add_port_args(t) {
+                let mut a = vec!["add-port", "br0"];
+                a.extend(args.iter().map(String::as_str));
+                self.ctl(dir, &a)?;
+            }
         }
         let _ = self.ctl(dir, &["del-flows", "br0"]);
         if let Some(m) = sc.meter() {

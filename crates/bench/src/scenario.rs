@@ -21,6 +21,59 @@ pub enum Kind {
     /// then in table 1 `ct(commit)` and the output (the firewall pattern's datapath work: a
     /// lookup, a recirculation, a commit of an existing connection).
     Ct,
+    /// Each direction crosses a tunnel: encapsulated on one tunnel port, sent over loopback
+    /// UDP, decapsulated on the other (see [`TunnelPorts`]); one flow-based port (the rules
+    /// set `tun_id` and `tun_dst`) and one fixed.
+    Tunnel(Tun),
+}
+
+/// The tunnel type of a [`Kind::Tunnel`] scenario.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Tun {
+    /// VXLAN (`vxlan:SIZE`).
+    Vxlan,
+    /// Geneve (`geneve:SIZE`).
+    Geneve,
+}
+
+/// The two tunnel ports of a tunnel scenario, as `vireoctl add-port` arguments after the
+/// bridge: `ta` is flow-based on 127.0.0.101, `tb` has a fixed remote (`ta`) and VNI 5 on
+/// 127.0.0.102; both on UDP port 14789 (not a well-known one, so a test's tunnel elsewhere
+/// does not collide).
+pub struct TunnelPorts;
+
+impl TunnelPorts {
+    /// Name of the flow-based port.
+    pub const A: &'static str = "ta";
+    /// Name of the fixed port.
+    pub const B: &'static str = "tb";
+
+    /// `add-port br0 ...` argument lists for both ports.
+    pub fn add_port_args(t: Tun) -> [Vec<String>; 2] {
+        let ty = match t {
+            Tun::Vxlan => "type=vxlan",
+            Tun::Geneve => "type=geneve",
+        };
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        [
+            v(&[
+                Self::A,
+                ty,
+                "remote_ip=flow",
+                "key=flow",
+                "local_ip=127.0.0.101",
+                "dst_port=14789",
+            ]),
+            v(&[
+                Self::B,
+                ty,
+                "remote_ip=127.0.0.101",
+                "key=5",
+                "local_ip=127.0.0.102",
+                "dst_port=14789",
+            ]),
+        ]
+    }
 }
 
 /// The rate of `meter:SIZE`: far above what any contender forwards on one core, so the meter
@@ -93,6 +146,8 @@ impl Scenario {
             Kind::Meter(METER_NO_DROP_PPS) => "meter".to_string(),
             Kind::Meter(r) => format!("meter{}", flow_label(r)),
             Kind::Ct => "ct".to_string(),
+            Kind::Tunnel(Tun::Vxlan) => "vxlan".to_string(),
+            Kind::Tunnel(Tun::Geneve) => "geneve".to_string(),
         };
         let q = if self.queues > 1 {
             format!(":{}q", self.queues)
@@ -118,6 +173,8 @@ impl Scenario {
             "normal" => Kind::Normal,
             "meter" => Kind::Meter(METER_NO_DROP_PPS),
             "ct" => Kind::Ct,
+            "vxlan" => Kind::Tunnel(Tun::Vxlan),
+            "geneve" => Kind::Tunnel(Tun::Geneve),
             f if f.starts_with("meter") => Kind::Meter(
                 parse_count(&f["meter".len()..])
                     .filter(|&r| r > 0)
@@ -181,8 +238,15 @@ impl Scenario {
         !matches!(self.kind, Kind::Flows(n) if n > 1)
     }
 
-    /// OpenFlow rules (ovs-ofctl syntax), with the two ports written as `p0` and `p1`.
+    /// OpenFlow rules (ovs-ofctl syntax), with the two ports written as `p0` and `p1`
+    /// (tunnel scenarios: towards Vireo's `tb`, 127.0.0.102; see [`Scenario::rules_to`]).
     pub fn rules(&self, p0: &str, p1: &str) -> Vec<String> {
+        self.rules_to(p0, p1, "127.0.0.102")
+    }
+
+    /// [`Scenario::rules`] with the tunnel scenarios' `tun_dst` (the fixed tunnel port's
+    /// underlay address in that switch).
+    pub fn rules_to(&self, p0: &str, p1: &str, tun_dst: &str) -> Vec<String> {
         match self.kind {
             Kind::P2p => vec![
                 format!("in_port={p0},actions=output:{p1}"),
@@ -200,6 +264,16 @@ impl Scenario {
                 format!("table=1,priority=10,ip,ct_state=+trk,in_port={p0},actions=ct(commit),output:{p1}"),
                 format!("table=1,priority=10,ip,ct_state=+trk,in_port={p1},actions=ct(commit),output:{p0}"),
             ],
+            // p0 -> encap on ta (VNI 5 to tb) -> decap on tb -> p1, and back the other way.
+            Kind::Tunnel(_) => {
+                let (a, b) = (TunnelPorts::A, TunnelPorts::B);
+                vec![
+                    format!("in_port={p0},actions=set_field:5->tun_id,set_field:{tun_dst}->tun_dst,output:{a}"),
+                    format!("in_port={b},actions=output:{p1}"),
+                    format!("in_port={p1},actions=output:{b}"),
+                    format!("tun_id=5,in_port={a},actions=output:{p0}"),
+                ]
+            }
             Kind::Flows(_) => {
                 let mut v = Vec::with_capacity(2 * RULES as usize);
                 for (a, b) in [(p0, p1), (p1, p0)] {
@@ -285,6 +359,19 @@ mod tests {
         let ct = Scenario::parse("ct:64").unwrap();
         assert_eq!((ct.kind, ct.name()), (Kind::Ct, "ct:64".to_string()));
         assert!(ct.rules("1", "2").iter().any(|r| r.contains("ct(commit)")));
+        let g = Scenario::parse("geneve:128").unwrap();
+        assert_eq!(
+            (g.kind, g.name()),
+            (Kind::Tunnel(Tun::Geneve), "geneve:128".into())
+        );
+        let r = Scenario::parse("vxlan:64").unwrap().rules("vu0", "vu1");
+        assert_eq!(r.len(), 4);
+        assert!(r[0].contains("->tun_dst,output:ta") && r[3].starts_with("tun_id=5,in_port=ta"));
+        assert!(TunnelPorts::add_port_args(Tun::Vxlan)[0].contains(&"key=flow".to_string()));
+        let o = Scenario::parse("vxlan:64")
+            .unwrap()
+            .rules_to("1", "2", "10.99.0.2");
+        assert!(o[0].contains("set_field:10.99.0.2->tun_dst"), "{o:?}");
     }
 
     #[test]

@@ -318,7 +318,9 @@ impl Datapath {
                         continue;
                     };
                     let mut b = packet::Batch::new();
-                    let _ = b.push(packet::Packet::from_slice(pkt.data()));
+                    let mut q = packet::Packet::from_slice(pkt.data());
+                    q.meta = pkt.meta; // tunnel metadata a set_tunnel gave it
+                    let _ = b.push(q);
                     port.tx_burst(0, &mut b);
                 }
                 Action::Userspace(cookie) => self.inner.upcall.userspace(*cookie, &key, &pkt),

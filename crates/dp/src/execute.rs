@@ -303,6 +303,12 @@ pub fn execute(
                 }
             }
             Action::CtClear => clear_ct(key),
+            Action::SetTunnel { id, src, dst } => {
+                modify(pkt, a);
+                key.set(Field::TunId, *id);
+                key.set(Field::TunSrc, u64::from(*src));
+                key.set(Field::TunDst, u64::from(*dst));
+            }
             other => modify(pkt, other),
         }
     }
@@ -319,7 +325,7 @@ pub fn clear_ct(key: &mut FlowKey) {
 }
 
 /// Key words that hold `recirc_id` and the conntrack fields (see `wire::flow`).
-pub const CT_WORDS: std::ops::Range<usize> = 9..wire::KEY_WORDS;
+pub const CT_WORDS: std::ops::Range<usize> = wire::flow::CT_WORDS;
 
 /// Writes a conntrack verdict into a key's conntrack fields.
 pub fn set_ct_fields(key: &mut FlowKey, r: &CtResult) {

@@ -286,6 +286,13 @@ pub fn actions_to_string(actions: &[Action]) -> String {
             Action::Meter(m) => format!("meter({})", m.0.id()),
             Action::Ct(c) => ct_string(c),
             Action::CtClear => "ct_clear".into(),
+            Action::SetTunnel { id, src, dst } => {
+                format!(
+                    "set(tunnel(tun_id=0x{id:x},src={},dst={}))",
+                    ip(src),
+                    ip(dst)
+                )
+            }
         })
         .collect();
     parts.join(",")

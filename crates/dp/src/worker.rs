@@ -19,7 +19,7 @@
 use crate::action::{Actions, Upcall};
 use crate::dpcls::{Dpcls, NO_FLOW};
 use crate::emc::Emc;
-use crate::execute::{execute, finish, ExecCtx, TxTable, CT_WORDS, NO_PORT, RECIRC};
+use crate::execute::{execute, finish, ExecCtx, TxTable, NO_PORT, RECIRC};
 pub use crate::flow::Deps;
 use crate::flow::{steal_index, FlowTable, Megaflow, Registry};
 use crate::smc::Smc;
@@ -28,7 +28,16 @@ use packet::{Batch, Pool, BATCH_SIZE};
 use ports::Port;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
+use wire::flow::META_WORDS;
 use wire::{Field, FlowKey};
+
+/// Copies a packet's tunnel metadata into its key's tunnel words.
+#[inline]
+fn set_tun_words(k: &mut FlowKey, t: &packet::TunMeta) {
+    k.set(Field::TunId, u64::from(t.id));
+    k.set(Field::TunSrc, u64::from(t.src));
+    k.set(Field::TunDst, u64::from(t.dst));
+}
 
 /// Decision for a packet whose upcall result was not installed (see `Worker::adhoc`).
 const ADHOC: u32 = u32::MAX - 1;
@@ -220,10 +229,15 @@ impl Worker {
         self.tally.packets += n as u64;
         for (p, k) in self.rx.as_mut_slice().iter_mut().zip(self.keys.iter_mut()) {
             // In place, and hashed without a look at the tail: a key fresh from a port has
-            // none (`wire::flow`, *Head and tail*).
+            // none (`wire::flow`, *Head and tail*), unless a tunnel port decapsulated it.
             wire::extract_into(p.data(), in_port, k);
             p.meta.in_port = in_port;
-            p.meta.hash = k.hash_head();
+            p.meta.hash = if p.meta.tun.is_set() {
+                set_tun_words(k, &p.meta.tun);
+                k.hash()
+            } else {
+                k.hash_head()
+            };
         }
         self.classify(n);
         self.execute_all();
@@ -247,7 +261,7 @@ impl Worker {
             for (i, p) in self.rx.as_mut_slice().iter_mut().enumerate() {
                 let k = &mut self.keys[i];
                 wire::extract_into(p.data(), p.meta.in_port, k);
-                k.w[CT_WORDS].copy_from_slice(&self.recirc_keys[i].w[CT_WORDS]);
+                k.w[META_WORDS].copy_from_slice(&self.recirc_keys[i].w[META_WORDS]);
                 p.meta.hash = k.hash();
             }
             self.recirc_keys.clear();

@@ -53,6 +53,18 @@ pub enum Action {
     Ct(Box<CtSpec>),
     /// Clear the packet's conntrack fields (`ct_clear`).
     CtClear,
+    /// Set the packet's tunnel metadata (`tun_id`, `tun_src`, `tun_dst`; IPv4 addresses as
+    /// big-endian numbers): what a later output to a flow-based `vxlan`/`geneve` port
+    /// (`key=flow`, `remote_ip=flow`) encapsulates with. The pipeline emits it before an
+    /// output when a `set_field`/`load` changed a tunnel field.
+    SetTunnel {
+        /// Tunnel id (VNI in the low 24 bits).
+        id: u64,
+        /// Outer source address (0: the port's own).
+        src: u32,
+        /// Outer destination address (0: none; a `remote_ip=flow` port drops the packet).
+        dst: u32,
+    },
 }
 
 /// The parameters of [`Action::Ct`].

@@ -39,6 +39,13 @@ pub fn modify(pkt: &mut Packet, a: &Action) {
         Action::SetIpTtl(v) => {
             rewrite::set_ip_ttl(pkt.data_mut(), *v);
         }
+        Action::SetTunnel { id, src, dst } => {
+            pkt.meta.tun = packet::TunMeta {
+                id: *id as u32,
+                src: *src,
+                dst: *dst,
+            };
+        }
         Action::Output(_)
         | Action::Userspace(_)
         | Action::Meter(_)

@@ -243,6 +243,10 @@ pub fn format_ct(ct: &CtAction) -> String {
 }
 
 fn format_nx_set(f: NxField, v: u128) -> String {
+    if matches!(f, NxField::TunSrc | NxField::TunDst) {
+        let a = std::net::Ipv4Addr::from(v as u32);
+        return format!("set_field:{a}->{}", f.short_name());
+    }
     format!("set_field:{}->{}", fmt_hex(v), f.short_name())
 }
 
@@ -318,6 +322,22 @@ pub fn format_match(
                 u64::MAX.into()
             )
         ));
+    }
+    if let Some((v, mask)) = m.get(Field::TunId) {
+        out.push(format!(
+            "tun_id={}",
+            fmt_hex_masked(v.into(), mask.into(), u64::MAX.into())
+        ));
+    }
+    for (f, name) in [(Field::TunSrc, "tun_src"), (Field::TunDst, "tun_dst")] {
+        if let Some((v, mask)) = m.get(f) {
+            let a = std::net::Ipv4Addr::from(v as u32);
+            out.push(if mask == u64::from(u32::MAX) {
+                format!("{name}={a}")
+            } else {
+                format!("{name}={a}/{}", std::net::Ipv4Addr::from(mask as u32))
+            });
+        }
     }
     if let Some((v, _)) = m.get(Field::InPort) {
         let p = v as OfPort;

@@ -247,11 +247,12 @@ pub enum NxField {
     CtMark,
     /// `ct_label` (128 bits): only inside `ct(exec(...))`.
     CtLabel,
-    /// `tun_id` (64 bits): decoded, refused by the pipeline until tunnels land.
+    /// `tun_id` (64 bits): the tunnel id (VNI) of a decapsulated packet, or the one a
+    /// flow-based tunnel port encapsulates with.
     TunId,
-    /// `tun_src` (32 bits): decoded, refused by the pipeline.
+    /// `tun_src` (32 bits, IPv4): the outer source address.
     TunSrc,
-    /// `tun_dst` (32 bits): decoded, refused by the pipeline.
+    /// `tun_dst` (32 bits, IPv4): the outer destination (where a `remote_ip=flow` port sends).
     TunDst,
     /// A packet header field.
     Packet(PktField),
@@ -274,6 +275,16 @@ impl NxField {
             self,
             NxField::Reg(_) | NxField::XReg(_) | NxField::XXReg(_) | NxField::Metadata
         )
+    }
+
+    /// The key field of a tunnel field (`tun_id`, `tun_src`, `tun_dst`).
+    pub fn tunnel_key_field(self) -> Option<wire::Field> {
+        match self {
+            NxField::TunId => Some(wire::Field::TunId),
+            NxField::TunSrc => Some(wire::Field::TunSrc),
+            NxField::TunDst => Some(wire::Field::TunDst),
+            _ => None,
+        }
     }
 
     /// True if the index is in range (`reg` < 16, `xreg` < 8, `xxreg` < 4).

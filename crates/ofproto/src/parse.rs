@@ -321,8 +321,27 @@ impl FlowParser<'_> {
                 self.nw_proto = Some((tok.to_string(), parse_num::<u8>(tok, v)?.into()));
                 return Ok(());
             }
-            "tun_id" | "tunnel_id" | "tun_src" | "tun_dst" => {
-                return err(tok, "tunnel fields are not supported by this pipeline yet");
+            "tun_id" | "tunnel_id" => {
+                let full = u128::from(u64::MAX);
+                let (val, mask) = match v.split_once('/') {
+                    Some((a, b)) => (parse_u128(tok, a)?, parse_u128(tok, b)?),
+                    None => (parse_u128(tok, v)?, full),
+                };
+                if val > full || mask > full {
+                    return err(tok, "tun_id is 64 bits");
+                }
+                m.set_masked(Field::TunId, val as u64, mask as u64);
+                vec![Field::TunId]
+            }
+            "tun_src" | "tun_dst" => {
+                let f = if name == "tun_src" {
+                    Field::TunSrc
+                } else {
+                    Field::TunDst
+                };
+                let (val, mask) = parse_ipv4_masked(tok, v)?;
+                m.set_masked(f, val.into(), mask.into());
+                vec![f]
             }
             _ => {
                 if let Some(f) = NxField::from_name(name).filter(|f| f.is_register()) {

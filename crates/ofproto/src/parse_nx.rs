@@ -80,9 +80,7 @@ fn check_writable(tok: &str, f: NxField, in_ct: bool, m: &Match) -> Result<(), P
         NxField::CtMark | NxField::CtLabel if in_ct => Ok(()),
         NxField::CtMark | NxField::CtLabel => err(tok, "cannot set CT fields outside of ct action"),
         _ if in_ct => err(tok, "ct(exec(...)) may only set ct_mark and ct_label"),
-        NxField::TunId | NxField::TunSrc | NxField::TunDst => {
-            err(tok, "tunnel fields are not supported by this pipeline yet")
-        }
+        NxField::TunId | NxField::TunSrc | NxField::TunDst => Ok(()),
         NxField::Packet(p) if crate::xlate::packet_set_field(p, 0).is_none() => err(
             tok,
             "load/move may write registers, metadata, eth_src/dst, ip_src/dst, tcp/udp ports",
@@ -154,8 +152,14 @@ pub(crate) fn parse_nx_action(
                 format!("source is {} bits, destination {} bits", s.nbits, d.nbits),
             );
         }
-        if !(s.field.is_register() || matches!(s.field, NxField::Packet(_))) {
-            return err(tok, "move can read registers, metadata and packet fields");
+        if !(s.field.is_register()
+            || matches!(s.field, NxField::Packet(_))
+            || s.field.tunnel_key_field().is_some())
+        {
+            return err(
+                tok,
+                "move can read registers, metadata, tunnel and packet fields",
+            );
         }
         check_prereq(tok, s.field, m)?;
         check_writable(tok, d.field, in_ct, m)?;
@@ -176,9 +180,14 @@ pub(crate) fn parse_nx_action(
         };
         check_writable(tok, f, in_ct, m)?;
         let full = ones(f.width());
+        // tun_src / tun_dst take a dotted IPv4 address too (as ovs-ofctl writes them).
+        let num = |s: &str| match s.parse::<std::net::Ipv4Addr>() {
+            Ok(a) if matches!(f, NxField::TunSrc | NxField::TunDst) => Ok(u32::from(a).into()),
+            _ => parse_u128(tok, s),
+        };
         let (value, mask) = match v.split_once('/') {
-            Some((a, b)) => (parse_u128(tok, a)?, parse_u128(tok, b)?),
-            None => (parse_u128(tok, v)?, full),
+            Some((a, b)) => (num(a)?, num(b)?),
+            None => (num(v)?, full),
         };
         if value & !full != 0 || mask & !full != 0 {
             return err(tok, format!("value or mask wider than `{name}`"));

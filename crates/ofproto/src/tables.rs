@@ -124,16 +124,20 @@ pub(crate) fn check_action(a: &OfAction) -> Result<(), OfError> {
                 nbits,
             })
         }
-        OfAction::SetField(SetField::Nx(f, _)) if !f.is_register() => Err(OfError::BadSetType(
-            "set_field: only registers and metadata (ct_mark/ct_label inside ct exec)",
-        )),
+        OfAction::SetField(SetField::Nx(f, _))
+            if !f.is_register() && f.tunnel_key_field().is_none() =>
+        {
+            Err(OfError::BadSetType(
+                "set_field: only registers, metadata and tunnel fields (ct_mark/ct_label inside ct exec)",
+            ))
+        }
         _ => Ok(()),
     }
 }
 
 /// True if the pipeline can read the field (registers and packet header fields).
 fn readable(f: NxField) -> bool {
-    f.is_register() || matches!(f, NxField::Packet(_))
+    f.is_register() || matches!(f, NxField::Packet(_)) || f.tunnel_key_field().is_some()
 }
 
 /// A `load`/`move` destination: in range, and a register or a packet field the datapath can
@@ -143,10 +147,10 @@ fn check_dst(sub: &SubField) -> Result<(), OfError> {
         return Err(OfError::BadArgument("destination bits outside the field"));
     }
     match sub.field {
-        f if f.is_register() => Ok(()),
+        f if f.is_register() || f.tunnel_key_field().is_some() => Ok(()),
         NxField::Packet(p) if crate::xlate::packet_set_field(p, 0).is_some() => Ok(()),
         _ => Err(OfError::BadSetType(
-            "load/move may write registers, metadata, eth_src/dst, ip_src/dst, tcp/udp ports",
+            "load/move may write registers, metadata, tunnel fields, eth_src/dst, ip_src/dst, tcp/udp ports",
         )),
     }
 }

@@ -7,6 +7,12 @@
 //! specific than needed, never wrong. VLAN changes are committed lazily (pop/push emitted just
 //! before an output), so `mod_vlan_vid` + `mod_vlan_pcp` cost one pop+push.
 //!
+//! Tunnel fields (`tun_id`, `tun_src`, `tun_dst`) are key bits like headers: rules match
+//! them (a decapsulated packet carries them), and `set_field`/`load` change the key; the
+//! change is committed lazily, as one `SetTunnel` datapath action just before the next output
+//! (what a flow-based tunnel port encapsulates with). The action carries all three fields, so
+//! committing marks all three exact in the mask.
+//!
 //! Nicira extensions: the register file ([`Regs`]) is translation state, not key bits: it
 //! starts at zero, rules match it without widening the megaflow, and a `move:` from a packet
 //! field marks the bits it copied in the mask (so two packets that differ there get different
@@ -30,6 +36,9 @@ use crate::types::{VLAN_PRESENT, VLAN_VID_MASK};
 use dpif::Action;
 use std::time::Instant;
 use wire::{Field, FlowKey};
+
+/// First key word of the tunnel fields.
+const TUN0: usize = wire::flow::TUN_WORDS.start;
 
 /// Datapath port number used for packets with no ingress port (PACKET_OUT from CONTROLLER).
 pub const NO_DP_PORT: u32 = u32::MAX;
@@ -102,6 +111,8 @@ pub struct Xlate<'a> {
     pub(crate) key: FlowKey,
     /// VLAN TCI the datapath packet carries at this point of the action list.
     committed_tci: u16,
+    /// Tunnel words (`wire::flow::TUN_WORDS`) the datapath packet carries at this point.
+    committed_tun: [u64; 2],
     /// Bits of the original key consulted.
     pub(crate) wc: FlowKey,
     pub(crate) out: Vec<Action>,
@@ -162,6 +173,7 @@ impl<'a> Xlate<'a> {
             in_dp,
             in_of,
             committed_tci: key.get(Field::VlanTci) as u16,
+            committed_tun: [key.w[TUN0], key.w[TUN0 + 1]],
             key,
             wc,
             out: Vec::new(),
@@ -562,6 +574,8 @@ impl<'a> Xlate<'a> {
             SetField::Nx(f, v) => {
                 if f.is_register() {
                     f.set_reg(&mut self.regs, v, ones(f.width()));
+                } else if let Some(kf) = f.tunnel_key_field() {
+                    self.key.set(kf, v as u64);
                 }
                 return;
             }
@@ -587,6 +601,23 @@ impl<'a> Xlate<'a> {
         self.committed_tci = want;
     }
 
+    /// Emits the `SetTunnel` that brings the datapath packet's tunnel metadata to the key's.
+    pub(crate) fn commit_tun(&mut self) {
+        let want = [self.key.w[TUN0], self.key.w[TUN0 + 1]];
+        if want == self.committed_tun {
+            return;
+        }
+        for f in [Field::TunId, Field::TunSrc, Field::TunDst] {
+            self.wc.set_exact(f);
+        }
+        self.out.push(Action::SetTunnel {
+            id: self.key.get(Field::TunId),
+            src: self.key.get(Field::TunSrc) as u32,
+            dst: self.key.get(Field::TunDst) as u32,
+        });
+        self.committed_tun = want;
+    }
+
     /// Outputs to a datapath port with the key's current VLAN.
     pub(crate) fn emit_output(&mut self, dp_port: u32) {
         use crate::bridge::port_config::{NO_FWD, PORT_DOWN};
@@ -604,6 +635,7 @@ impl<'a> Xlate<'a> {
             }
         }
         self.commit_vlan();
+        self.commit_tun();
         self.out.push(Action::Output(dp_port));
     }
 

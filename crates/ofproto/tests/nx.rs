@@ -345,7 +345,6 @@ fn text_syntax_errors_name_the_token() {
         ("actions=resubmit(,255)", "table"),
         ("actions=resubmit(70000,1)", "cannot resubmit"),
         ("ip,actions=dec_ttl(1,2)", "controller ids"),
-        ("tun_id=5,actions=drop", "tunnel"),
         ("reg0=0x100000000,actions=drop", "wider"),
     ] {
         let e = pl.add_flow("br0", flow).unwrap_err().to_string();

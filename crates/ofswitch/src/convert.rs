@@ -57,6 +57,9 @@ pub fn match_to_pipeline(m: &openflow::Match) -> Result<PMatch, OfError> {
             X::Metadata(v, mk) => {
                 out.set_reg(NxField::Metadata, v.into(), mk.unwrap_or(u64::MAX).into());
             }
+            X::TunnelId(v, mk) => {
+                out.set_masked(Field::TunId, v, mk.unwrap_or(u64::MAX));
+            }
             _ if l2_field(&mut out, f) || l3_field(&mut out, f) => {}
             _ => return Err(errors::BAD_MATCH_BAD_FIELD),
         }
@@ -178,6 +181,7 @@ pub fn match_to_wire(m: &PMatch) -> openflow::Match {
     }
     push_l4(m, proto, &mut f);
     regs_to_wire(m, &mut f);
+    crate::convert_nx::tun_to_wire(m, &mut f);
     crate::convert_ct::ct_to_wire(m, &mut f);
     if let Some(o) = m.exact(Field::ArpOp) {
         f.push(X::ArpOp(o as u16));
@@ -259,6 +263,7 @@ fn set_field_to_pipeline(f: &X) -> Result<SetField, OfError> {
         X::UdpSrc(p) => SetField::UdpSrc(p),
         X::UdpDst(p) => SetField::UdpDst(p),
         X::Metadata(v, _) => SetField::Nx(NxField::Metadata, v.into()),
+        X::TunnelId(v, _) => SetField::Nx(NxField::TunId, v.into()),
         _ => return Err(errors::BAD_ACTION_BAD_SET_TYPE),
     })
 }
@@ -557,8 +562,9 @@ mod tests {
 
     #[test]
     fn unsupported_fields_and_actions_are_refused() {
-        let tun = openflow::Match::new(vec![X::TunnelId(1, None)]);
-        assert_eq!(match_to_pipeline(&tun), Err(errors::BAD_MATCH_BAD_FIELD));
+        // Tunnel fields are key fields now: they round-trip.
+        let tun = openflow::Match::new(vec![X::TunnelId(1, Some(0xff))]);
+        assert_eq!(match_to_wire(&match_to_pipeline(&tun).unwrap()), tun);
         let mpls = openflow::Match::new(vec![X::EthType(0x8847), X::MplsLabel(5)]);
         assert_eq!(match_to_pipeline(&mpls), Err(errors::BAD_MATCH_BAD_FIELD));
         assert_eq!(

@@ -4,9 +4,10 @@
 //!
 //! Pure functions on whichever thread handles the message. What the pipeline cannot hold is
 //! refused with the error OpenFlow names: a field header that is unknown or has the wrong
-//! length `OFPBAC_BAD_ARGUMENT`, bits outside the field `OFPBAC_BAD_ARGUMENT`, tunnel match
-//! fields `OFPBMC_BAD_FIELD`, `nat` outside `ct` or `dec_ttl` with controller ids
-//! `OFPBAC_BAD_ARGUMENT`.
+//! length `OFPBAC_BAD_ARGUMENT`, bits outside the field `OFPBAC_BAD_ARGUMENT`, other NXM
+//! match fields `OFPBMC_BAD_FIELD`, `nat` outside `ct` or `dec_ttl` with controller ids
+//! `OFPBAC_BAD_ARGUMENT`. Tunnel fields (`tun_id`, `tun_src`, `tun_dst`) are key fields: their
+//! matches go into the match's key, their set-fields stay `SetField::Nx`.
 
 use ofproto::nx::{ones, CtAction, CtZone, NatKind, NatSpec, NxField, PktField};
 use ofproto::{Match as PMatch, OfAction, SetField};
@@ -97,15 +98,45 @@ fn field_of_nxm(f: &NxmField) -> Option<NxField> {
     field_of_header(header(f.class, f.field, f.width() as u8)).ok()
 }
 
-/// An NXM match TLV into the match's register file (ct fields go through `convert_ct`
-/// first); tunnel fields are refused (`OFPBMC_BAD_FIELD`: tunnels are not in the pipeline).
+/// An NXM match TLV into the match's register file, or its key for tunnel fields (ct fields
+/// go through `convert_ct` first).
 pub fn nxm_match_field(out: &mut PMatch, f: &NxmField) -> Result<(), OfError> {
     match field_of_nxm(f) {
         Some(nf) if nf.is_register() => {
             out.set_reg(nf, f.value, f.mask.unwrap_or(ones(nf.width())));
             Ok(())
         }
-        _ => Err(errors::BAD_MATCH_BAD_FIELD),
+        Some(nf) => match nf.tunnel_key_field() {
+            Some(kf) => {
+                let full = ones(nf.width());
+                out.set_masked(kf, f.value as u64, f.mask.unwrap_or(full) as u64);
+                Ok(())
+            }
+            None => Err(errors::BAD_MATCH_BAD_FIELD),
+        },
+        None => Err(errors::BAD_MATCH_BAD_FIELD),
+    }
+}
+
+/// Tunnel match fields as TLVs: `tun_id` as the OXM `tunnel_id` (as ovs-ofctl writes it for
+/// OpenFlow 1.3), `tun_src` / `tun_dst` as NXM fields.
+pub fn tun_to_wire(m: &PMatch, f: &mut Vec<X>) {
+    use wire::Field;
+    if let Some((v, mk)) = m.get(Field::TunId) {
+        f.push(X::TunnelId(v, (mk != u64::MAX).then_some(mk)));
+    }
+    for (kf, n) in [
+        (Field::TunSrc, nxm1::TUN_IPV4_SRC),
+        (Field::TunDst, nxm1::TUN_IPV4_DST),
+    ] {
+        if let Some((v, mk)) = m.get(kf) {
+            f.push(X::Nx(NxmField {
+                class: class::NXM1,
+                field: n,
+                value: v.into(),
+                mask: (mk != u64::from(u32::MAX)).then_some(mk.into()),
+            }));
+        }
     }
 }
 
@@ -175,12 +206,10 @@ fn masked_loads(dst: NxField, value: u128, mask: u128) -> Vec<OfAction> {
     out
 }
 
-/// A set-field on an NXM TLV (registers; ct_mark/ct_label, which only `ct(exec())` allows).
+/// A set-field on an NXM TLV (registers, tunnel fields; ct_mark/ct_label, which only
+/// `ct(exec())` allows).
 pub fn nxm_set_field(f: &NxmField) -> Result<Vec<OfAction>, OfError> {
     let nf = field_of_nxm(f).ok_or(errors::BAD_ACTION_BAD_SET_TYPE)?;
-    if matches!(nf, NxField::TunId | NxField::TunSrc | NxField::TunDst) {
-        return Err(errors::BAD_ACTION_BAD_SET_TYPE);
-    }
     Ok(match f.mask {
         None => vec![OfAction::SetField(SetField::Nx(nf, f.value))],
         Some(m) => masked_loads(nf, f.value & m, m),
@@ -356,6 +385,8 @@ pub fn nx_to_pipeline(a: &NxAction) -> Result<Vec<OfAction>, OfError> {
 pub fn set_nx_to_wire(f: NxField, v: u128) -> WAction {
     WAction::SetField(match f {
         NxField::Metadata => X::Metadata(v as u64, None),
+        // As ovs-ofctl writes `set_field:..->tun_id` for OpenFlow 1.2+.
+        NxField::TunId => X::TunnelId(v as u64, None),
         f => {
             let (c, n, _, _) = split_header(header_of_field(f));
             X::Nx(NxmField {

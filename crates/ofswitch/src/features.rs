@@ -3,8 +3,8 @@
 //! set-field targets that the conversion into the pipeline (`convert`) accepts, found by
 //! offering each one to the converter. The match fields include the Nicira ones a FLOW_MOD
 //! may carry, under the headers Open vSwitch lists them with in 1.3+ (`NXM_NX_REG0`..15,
-//! `OXM_OF_PKT_REG0`..7 for `xreg`, `NXM_NX_XXREG0`..3, `NXM_NX_CT_*`); tunnel fields, which
-//! the pipeline refuses, are not listed. What a controller reads is then exactly what a
+//! `OXM_OF_PKT_REG0`..7 for `xreg`, `NXM_NX_XXREG0`..3, `NXM_NX_CT_*`, `NXM_NX_TUN_ID` and
+//! `NXM_NX_TUN_IPV4_SRC/DST`). What a controller reads is then exactly what a
 //! FLOW_MOD may use, and stays so as the converter learns more.
 //!
 //! Pure functions; run on the connection thread answering the multipart request, which
@@ -287,21 +287,24 @@ mod tests {
             f::Ipv4Src,
             f::TcpDst,
             f::Ipv6Dst,
+            f::TunnelId,
         ] {
             assert!(m.contains(&want), "{want} missing from {m:?}");
         }
-        // metadata is matchable since the Nicira extensions (a register-file field).
-        for never in [f::MplsLabel, f::TunnelId, f::Ipv6Flabel] {
+        // metadata is matchable since the Nicira extensions (a register-file field), tunnel_id
+        // since flow-based tunnels.
+        for never in [f::MplsLabel, f::Ipv6Flabel] {
             assert!(!m.contains(&never), "{never} in {m:?}");
         }
         let set = oxms(&t, p::APPLY_SETFIELD);
         assert!(set.contains(&f::EthSrc) && set.contains(&f::Ipv4Dst));
+        assert!(set.contains(&f::TunnelId), "{set:?}");
         assert!(
             !set.contains(&f::InPort) && !set.contains(&f::Ipv6Src),
             "{set:?}"
         );
         // The Nicira fields, under the headers OVS lists: reg0..15, xreg0..7 (PKT_REG),
-        // xxreg0..3, the conntrack fields; no tunnel fields (the pipeline refuses them).
+        // xxreg0..3, the conntrack fields, the tunnel fields.
         let h = ids_masked(&t, p::MATCH);
         let w = ids_masked(&t, p::WILDCARDS);
         for want in [
@@ -324,11 +327,9 @@ mod tests {
             h.contains(&((1 << 7) | 106, false)),
             "ct_zone is exact: {h:x?}"
         );
+        // The tunnel fields (flow-based tunnels), maskable as in OVS.
         for tunnel in [0x0001_2008u32, 0x0001_3e04, 0x0001_4004, 0x8000_4c08] {
-            assert!(
-                !h.iter().any(|x| x.0 == tunnel >> 9),
-                "{tunnel:#x} in {h:x?}"
-            );
+            assert!(h.contains(&(tunnel >> 9, true)), "{tunnel:#x} in {h:x?}");
         }
         let set = headers(&t, p::APPLY_SETFIELD);
         assert!(

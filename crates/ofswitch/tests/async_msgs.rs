@@ -181,7 +181,7 @@ fn packet_in_buffers_flow_removed_port_status_and_errors() {
     // Bad requests get the OpenFlow error, and the connection stays up.
     let bad = FlowMod::add(
         1,
-        openflow::Match::new(vec![OxmField::TunnelId(5, None)]),
+        openflow::Match::new(vec![OxmField::EthType(0x8847), OxmField::MplsLabel(5)]),
         vec![],
     );
     let x = c.send(&Message::FlowMod(bad));

@@ -3,7 +3,8 @@
 //! Owns: [`Packet`] (one fixed-size buffer with headroom for pushed headers: standard, or large
 //! for GSO frames), [`Batch`] (a burst of up to [`BATCH_SIZE`] packets), [`Pool`] (free lists of
 //! buffers tied to one NUMA node), the packet's metadata ([`Meta`], with the [`Offload`] it
-//! still needs) and the virtio-net header rules ([`vnet`]).
+//! still needs and its tunnel metadata, [`TunMeta`]) and the virtio-net header rules
+//! ([`vnet`]).
 //!
 //! Threads: a `Pool` and the `Batch`es it feeds belong to one PMD thread and are never shared,
 //! so nothing here locks. Buffers are allocated only while a pool warms up (or grows after
@@ -103,6 +104,31 @@ pub struct Meta {
     /// copy; the enum itself (with padding) made the 64-byte burst of gets and puts twice as
     /// slow (`cargo bench -p packet --bench pool`).
     offload: u64,
+    /// Tunnel metadata: what a `vxlan`/`geneve` port decapsulated, or what a `set_tunnel`
+    /// action set for the output to a flow-based tunnel port (all zero: none).
+    pub tun: TunMeta,
+}
+
+/// A packet's tunnel metadata (IPv4 outer addresses; an IPv6 underlay leaves them zero).
+/// Twelve bytes, so `Meta` stays 32: the flow key holds the full 64-bit `tun_id` for the
+/// pipeline, and a recirculated packet keeps the key's words, not these.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TunMeta {
+    /// Low 32 bits of the tunnel id (VNI: VXLAN and Geneve carry the low 24).
+    pub id: u32,
+    /// Outer source address (big-endian number; on decap, the remote endpoint).
+    pub src: u32,
+    /// Outer destination address (on decap, our address when the port is bound to one; on
+    /// encap to a `remote_ip=flow` port, where the packet goes).
+    pub dst: u32,
+}
+
+impl TunMeta {
+    /// True if any field is set.
+    #[inline(always)]
+    pub fn is_set(&self) -> bool {
+        self.id | self.src | self.dst != 0
+    }
 }
 
 impl Meta {
@@ -533,6 +559,16 @@ impl Pool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn meta_stays_32_bytes() {
+        // Reset on every pool get and copied on every extra output: keep it small.
+        assert!(
+            std::mem::size_of::<Meta>() <= 32,
+            "{}",
+            std::mem::size_of::<Meta>()
+        );
+    }
+
     use super::*;
 
     #[test]

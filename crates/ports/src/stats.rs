@@ -35,10 +35,12 @@ pub enum DropReason {
     VnetBadGso,
     /// A GSO frame above 64 KB plus headers, or needing more segments than the cap.
     VnetGsoTooBig,
+    /// Output to a `remote_ip=flow` tunnel port with no `tun_dst` set by the pipeline.
+    NoTunnelDst,
 }
 
 /// Every reason, in declaration order (so `reason as usize` indexes `PortCounters::drops`).
-const REASONS: [DropReason; 12] = [
+const REASONS: [DropReason; 13] = [
     DropReason::LinkDown,
     DropReason::QueueFull,
     DropReason::TooBig,
@@ -51,6 +53,7 @@ const REASONS: [DropReason; 12] = [
     DropReason::VnetBadGsoType,
     DropReason::VnetBadGso,
     DropReason::VnetGsoTooBig,
+    DropReason::NoTunnelDst,
 ];
 
 /// Live counters of one port.
@@ -62,7 +65,7 @@ pub struct PortCounters {
     tx_bytes: AtomicU64,
     rx_errors: AtomicU64,
     tx_errors: AtomicU64,
-    drops: [AtomicU64; 12],
+    drops: [AtomicU64; 13],
     budget_cuts: AtomicU64,
 }
 

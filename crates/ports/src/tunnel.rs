@@ -10,8 +10,19 @@
 //! datagram goes to the port with its source address and VNI; the port whose poll read it puts
 //! it in the owner's bounded inbox when it is another port's.
 //!
-//! Not native tunneling: no route table or neighbour cache of our own, no `tun_id` metadata
-//! (one port per VNI and remote, `key=flow`/`remote_ip=flow` refused), IPv4 or IPv6 underlay. The socket
+//! Flow-based tunnels (as OVS): `key=flow` takes the VNI from the packet's tunnel metadata
+//! (`packet::TunMeta`, set by the pipeline's `set_field:..->tun_id`) on output and accepts any
+//! VNI on input; `remote_ip=flow` sends to the metadata's `tun_dst` (a packet without one is
+//! dropped as `no-tunnel-dst`) and accepts datagrams from any source. A received datagram goes
+//! to the most specific port: same remote and VNI, then same remote with `key=flow`, then
+//! `remote_ip=flow` with the same VNI, then `remote_ip=flow,key=flow`. Every decapsulated frame
+//! carries its VNI as `tun_id`, the datagram's source as `tun_src` and the port's bound address
+//! as `tun_dst` (IPv4; an IPv6 underlay leaves the addresses zero), which the pipeline can
+//! match. `remote_ip=flow` needs an IPv4 underlay (`tun_dst` is IPv4); `local_ip=flow` is
+//! refused; a `tun_src` set by the pipeline is not used (the socket's bound address is).
+//!
+//! Not native tunneling: no route table or neighbour cache of our own, IPv4 or IPv6 underlay
+//! (see `docs/design-notes.md` for what native tunneling will change). The socket
 //! never fragments (`IP_PMTUDISC_DO`): a frame that does not fit the underlay route's MTU after
 //! encapsulation is dropped as `too-big` and counted in `mtu_drops`. Outer fragments are
 //! reassembled by the kernel before the socket sees them.
@@ -48,12 +59,12 @@ pub const OPTIONS: &[&str] = &[
 pub struct TunnelConfig {
     /// VXLAN or Geneve.
     pub kind: TunnelKind,
-    /// The far end's underlay address.
-    pub remote: IpAddr,
+    /// The far end's underlay address (`None`: `remote_ip=flow`, the packet's `tun_dst`).
+    pub remote: Option<IpAddr>,
     /// Our underlay address (the socket's bind address; 0.0.0.0 = any).
     pub local: IpAddr,
-    /// The VNI sent and required on receive.
-    pub vni: u32,
+    /// The VNI sent and required on receive (`None`: `key=flow`, the packet's `tun_id`).
+    pub vni: Option<u32>,
     /// UDP destination port (and our bound port).
     pub dst_port: u16,
     /// Whether outer UDP checksums are sent (`csum`; IPv4 default false as in OVS, IPv6
@@ -69,9 +80,12 @@ pub struct TunnelConfig {
 pub fn check_option(key: &str, v: &str) -> Result<(), String> {
     match key {
         "remote_ip" | "local_ip" => {
+            if v == "flow" && key == "remote_ip" {
+                return Ok(());
+            }
             if v == "flow" {
                 return Err(
-                    "flow-based addresses are not supported yet (give an IP address)".into(),
+                    "local_ip=flow is not supported (give an address or leave it out)".into(),
                 );
             }
             v.parse::<IpAddr>()
@@ -80,7 +94,7 @@ pub fn check_option(key: &str, v: &str) -> Result<(), String> {
         }
         "key" => {
             if v == "flow" {
-                return Err("key=flow is not supported yet (give a VNI)".into());
+                return Ok(());
             }
             match v.parse::<u32>() {
                 Ok(n) if n < 1 << 24 => Ok(()),
@@ -118,17 +132,29 @@ impl TunnelConfig {
                 check_option(k, v).map_err(|e| PortError(format!("{k}: {e}")))?;
             }
         }
-        let remote = opt("remote_ip")
-            .ok_or_else(|| PortError("a tunnel port needs remote_ip=IP".into()))?
-            .parse::<IpAddr>()
-            .map_err(|_| PortError("bad remote_ip".into()))?;
-        let any = match remote {
-            IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        let remote = match opt("remote_ip")
+            .ok_or_else(|| PortError("a tunnel port needs remote_ip=IP|flow".into()))?
+        {
+            "flow" => None,
+            v => Some(
+                v.parse::<IpAddr>()
+                    .map_err(|_| PortError("bad remote_ip".into()))?,
+            ),
         };
         let local = opt("local_ip").and_then(|v| v.parse::<IpAddr>().ok());
+        let v6 = remote.map_or(local.is_some_and(|l| l.is_ipv6()), |r| r.is_ipv6());
+        if remote.is_none() && v6 {
+            return Err(PortError(
+                "remote_ip=flow needs an IPv4 underlay (tun_dst is an IPv4 address)".into(),
+            ));
+        }
+        let any = if v6 {
+            IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+        } else {
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        };
         let local = local.unwrap_or(any);
-        if local.is_ipv4() != remote.is_ipv4() {
+        if local.is_ipv6() != v6 {
             return Err(PortError(
                 "local_ip and remote_ip must both be IPv4 or both IPv6".into(),
             ));
@@ -138,7 +164,10 @@ impl TunnelConfig {
             kind,
             remote,
             local,
-            vni: num("key").unwrap_or(0),
+            vni: match opt("key") {
+                Some("flow") => None,
+                _ => Some(num("key").unwrap_or(0)),
+            },
             dst_port: num("dst_port").map_or(
                 match kind {
                     TunnelKind::Vxlan => VXLAN_PORT,
@@ -148,14 +177,14 @@ impl TunnelConfig {
             ),
             csum: match opt("csum") {
                 Some("true") => true,
-                Some(_) if remote.is_ipv6() => {
+                Some(_) if v6 => {
                     return Err(PortError(
                         "csum=false needs an IPv4 underlay (IPv6 requires UDP checksums)".into(),
                     ))
                 }
                 Some(_) => false,
                 // As OVS: no UDP checksum over IPv4 unless asked; IPv6 always has one.
-                None => remote.is_ipv6(),
+                None => v6,
             },
             tos: num("tos").map(|v| v as u8),
             ttl: num("ttl").map(|v| v as u8),
@@ -173,6 +202,7 @@ struct Shared {
     decap_drops: [AtomicU64; DecapError::ALL.len()],
     remote_mismatch: AtomicU64,
     mtu_drops: AtomicU64,
+    no_tun_dst: AtomicU64,
     inbox: Mutex<VecDeque<Packet>>,
 }
 
@@ -184,9 +214,46 @@ impl Shared {
 }
 
 struct Member {
-    remote: IpAddr,
-    vni: u32,
+    /// `None`: `remote_ip=flow` (any source).
+    remote: Option<IpAddr>,
+    /// `None`: `key=flow` (any VNI).
+    vni: Option<u32>,
     sh: Arc<Shared>,
+}
+
+/// The member a datagram from `ip` with `vni` belongs to: the most specific match (exact
+/// remote and VNI, then exact remote with `key=flow`, then `remote_ip=flow` with the VNI, then
+/// both flow).
+fn best_member(members: &[Member], ip: IpAddr, vni: u32) -> Option<&Member> {
+    let mut best: Option<(u8, &Member)> = None;
+    for m in members {
+        let r = match m.remote {
+            Some(r) if r == ip => 2,
+            None => 0,
+            Some(_) => continue,
+        };
+        let v = match m.vni {
+            Some(v) if v == vni => 1,
+            None => 0,
+            Some(_) => continue,
+        };
+        if best.is_none_or(|(s, _)| r + v > s) {
+            best = Some((r + v, m));
+        }
+    }
+    best.map(|(_, m)| m)
+}
+
+/// An IPv4 address as the key's big-endian number (0 for IPv6 or unspecified).
+fn v4_num(a: IpAddr) -> u32 {
+    match a {
+        IpAddr::V4(a) => u32::from(a),
+        IpAddr::V6(_) => 0,
+    }
+}
+
+fn flow_or<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or("flow".to_string(), |v| v.to_string())
 }
 
 /// One UDP socket shared by every tunnel port of one kind on the same `local_ip:dst_port`;
@@ -279,7 +346,8 @@ impl Endpoint {
         if m.iter().any(|m| m.remote == cfg.remote && m.vni == cfg.vni) {
             return Err(PortError(format!(
                 "another tunnel port on UDP {bind} already has remote_ip={} key={}",
-                cfg.remote, cfg.vni
+                flow_or(cfg.remote),
+                flow_or(cfg.vni)
             )));
         }
         m.push(Member {
@@ -340,8 +408,12 @@ fn kind_name(k: TunnelKind) -> &'static str {
 pub struct TunnelPort {
     cfg: TunnelConfig,
     ep: Arc<Endpoint>,
-    remote: SocketAddr,
+    /// The fixed remote (`None`: `remote_ip=flow`).
+    remote: Option<SocketAddr>,
+    /// The header for the fixed VNI (`key=flow`: built per packet).
     header: [u8; 8],
+    /// `tun_dst` of what this port decapsulates (its bound IPv4 address, or 0).
+    local_num: u32,
     sh: Arc<Shared>,
 }
 
@@ -367,8 +439,9 @@ impl TunnelPort {
         let sh = Arc::new(Shared::default());
         let ep = Endpoint::join(&cfg, &sh)?;
         Ok(Arc::new(TunnelPort {
-            remote: SocketAddr::new(cfg.remote, cfg.dst_port),
-            header: encap_header(cfg.kind, cfg.vni),
+            remote: cfg.remote.map(|r| SocketAddr::new(r, cfg.dst_port)),
+            header: encap_header(cfg.kind, cfg.vni.unwrap_or(0)),
+            local_num: v4_num(cfg.local),
             cfg,
             ep,
             sh,
@@ -414,8 +487,13 @@ impl TunnelPort {
             };
             p.truncate(len);
             let ip = from.ip();
-            // Errors before the VNI is known go to the first port with that remote.
-            let Some(first) = members.iter().find(|m| m.remote == ip) else {
+            // Errors before the VNI is known go to the first port with that remote (or, if
+            // none, the first with `remote_ip=flow`).
+            let first = members
+                .iter()
+                .find(|m| m.remote == Some(ip))
+                .or_else(|| members.iter().find(|m| m.remote.is_none()));
+            let Some(first) = first else {
                 self.sh.remote_mismatch.fetch_add(1, Relaxed);
                 self.sh.refuse(DropReason::Malformed);
                 pool.put(p);
@@ -436,13 +514,18 @@ impl TunnelPort {
                     continue;
                 }
             };
-            let Some(m) = members.iter().find(|m| m.remote == ip && m.vni == vni) else {
+            let Some(m) = best_member(&members, ip, vni) else {
                 first.sh.decap_drops[DecapError::VniMismatch as usize].fetch_add(1, Relaxed);
                 first.sh.refuse(DropReason::Malformed);
                 pool.put(p);
                 continue;
             };
             p.pull_front(hlen);
+            p.meta.tun = packet::TunMeta {
+                id: vni,
+                src: v4_num(ip),
+                dst: self.local_num,
+            };
             if Arc::ptr_eq(&m.sh, &self.sh) {
                 bytes += p.len() as u64;
                 let _ = out.push(p);
@@ -491,13 +574,29 @@ impl Port for TunnelPort {
         let c = &self.sh.counters;
         let (mut sent, mut bytes) = (0, 0u64);
         for p in pkts.as_mut_slice() {
-            let Some(h) = p.push_front(self.header.len()) else {
+            let remote = match self.remote {
+                Some(r) => r,
+                None if p.meta.tun.dst == 0 => {
+                    self.sh.no_tun_dst.fetch_add(1, Relaxed);
+                    c.drop(DropReason::NoTunnelDst, 1);
+                    continue;
+                }
+                None => SocketAddr::new(
+                    IpAddr::V4(Ipv4Addr::from(p.meta.tun.dst)),
+                    self.cfg.dst_port,
+                ),
+            };
+            let header = match self.cfg.vni {
+                Some(_) => self.header,
+                None => encap_header(self.cfg.kind, p.meta.tun.id & 0xff_ffff),
+            };
+            let Some(h) = p.push_front(header.len()) else {
                 c.drop(DropReason::TooBig, 1);
                 continue;
             };
-            h.copy_from_slice(&self.header);
-            let r = self.ep.sock.send_to(p.data(), self.remote);
-            p.pull_front(self.header.len());
+            h.copy_from_slice(&header);
+            let r = self.ep.sock.send_to(p.data(), remote);
+            p.pull_front(header.len());
             match r {
                 Ok(_) => {
                     sent += 1;
@@ -549,9 +648,10 @@ impl Port for TunnelPort {
             .unwrap_or_else(|e| e.into_inner())
             .len();
         serde_json::json!({
-            "remote_ip": self.cfg.remote.to_string(),
+            "remote_ip": flow_or(self.cfg.remote),
             "local_ip": self.cfg.local.to_string(),
-            "key": self.cfg.vni,
+            "key": self.cfg.vni.map_or(serde_json::json!("flow"), |v| v.into()),
+            "no_tun_dst_drops": self.sh.no_tun_dst.load(Relaxed),
             "dst_port": self.cfg.dst_port,
             "tos": self.cfg.tos,
             "csum": self.cfg.csum,
@@ -581,16 +681,22 @@ mod tests {
         .unwrap();
         assert_eq!(
             (c.dst_port, c.vni, c.local),
-            (GENEVE_PORT, 7, IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+            (GENEVE_PORT, Some(7), IpAddr::V4(Ipv4Addr::UNSPECIFIED))
         );
+        let c = TunnelConfig::parse(
+            TunnelKind::Vxlan,
+            opts(&[("remote_ip", "flow"), ("key", "flow")]),
+        )
+        .unwrap();
+        assert_eq!((c.remote, c.vni, c.csum), (None, None, false));
         let c = TunnelConfig::parse(TunnelKind::Vxlan, opts(&[("remote_ip", "10.0.0.1")])).unwrap();
         assert_eq!(c.dst_port, VXLAN_PORT);
         for bad in [
             vec![],
-            vec![("remote_ip", "flow")],
+            vec![("remote_ip", "flow"), ("local_ip", "::1")],
+            vec![("remote_ip", "10.0.0.1"), ("local_ip", "flow")],
             vec![("remote_ip", "::1"), ("local_ip", "127.0.0.1")],
             vec![("remote_ip", "10.0.0.1"), ("key", "16777216")],
-            vec![("remote_ip", "10.0.0.1"), ("key", "flow")],
             vec![("remote_ip", "10.0.0.1"), ("dst_port", "0")],
             vec![("remote_ip", "10.0.0.1"), ("ttl", "0")],
         ] {
@@ -610,9 +716,9 @@ mod tests {
         let mk = |l: [u8; 4], r: [u8; 4]| {
             TunnelPort::open(TunnelConfig {
                 kind: TunnelKind::Geneve,
-                remote: r.into(),
+                remote: Some(r.into()),
                 local: l.into(),
-                vni: 7,
+                vni: Some(7),
                 dst_port: port,
                 csum: false,
                 tos: None,
@@ -680,9 +786,9 @@ mod tests {
         let port = 40000 + (std::process::id() % 20000) as u16;
         let cfg = |kind, l: [u8; 4], r: [u8; 4], vni| TunnelConfig {
             kind,
-            remote: r.into(),
+            remote: Some(r.into()),
             local: l.into(),
-            vni,
+            vni: Some(vni),
             dst_port: port,
             csum: false,
             tos: None,
@@ -722,5 +828,78 @@ mod tests {
         drop((a7, a8, o7, o8));
         // The socket closed with its last port: the address can be bound again.
         UdpSocket::bind(("127.0.0.5", port)).unwrap();
+    }
+
+    /// A flow-based port (`remote_ip=flow,key=flow`) beside a fixed one on the same socket:
+    /// the fixed one wins its own remote and VNI, the flow one takes any other VNI and marks
+    /// it as tunnel metadata; output follows the packet's metadata, and a packet without
+    /// `tun_dst` is dropped and counted.
+    #[test]
+    fn flow_based_port_uses_and_sets_tunnel_metadata() {
+        let port = 30000 + (std::process::id() % 20000) as u16;
+        let cfg = |l: [u8; 4], r: Option<[u8; 4]>, vni: Option<u32>| TunnelConfig {
+            kind: TunnelKind::Vxlan,
+            remote: r.map(IpAddr::from),
+            local: l.into(),
+            vni,
+            dst_port: port,
+            csum: false,
+            tos: None,
+            ttl: None,
+        };
+        let (a, b) = ([127, 0, 0, 7], [127, 0, 0, 8]);
+        let flow = TunnelPort::open(cfg(a, None, None)).unwrap();
+        let fixed = TunnelPort::open(cfg(a, Some(b), Some(9))).unwrap();
+        let b5 = TunnelPort::open(cfg(b, Some(a), Some(5))).unwrap();
+        let b9 = TunnelPort::open(cfg(b, Some(a), Some(9))).unwrap();
+        assert_eq!(flow.status()["key"], "flow");
+        for (tx, byte) in [(&b5, 5u8), (&b9, 9u8)] {
+            let mut batch = Batch::new();
+            batch.push(Packet::from_slice(&[byte; 64])).unwrap();
+            assert_eq!(tx.tx_burst(0, &mut batch), 1);
+        }
+        let mut pool = Pool::new(0, 4);
+        let (mut of, mut ox) = (Batch::new(), Batch::new());
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while of.is_empty() || fixed.sh.inbox.lock().unwrap().is_empty() {
+            assert!(std::time::Instant::now() < end, "datagrams did not arrive");
+            flow.rx_burst(0, &mut pool, &mut of);
+        }
+        assert_eq!(fixed.rx_burst(0, &mut pool, &mut ox), 1);
+        let (pf, px) = (&of.as_slice()[0], &ox.as_slice()[0]);
+        assert_eq!(pf.data(), &[5u8; 64][..], "VNI 5 went to the flow port");
+        assert_eq!(px.data(), &[9u8; 64][..], "VNI 9 went to the fixed port");
+        let want = |id| packet::TunMeta {
+            id,
+            src: u32::from_be_bytes(b),
+            dst: u32::from_be_bytes(a),
+        };
+        assert_eq!((pf.meta.tun, px.meta.tun), (want(5), want(9)));
+
+        // Output: to tun_dst with tun_id's VNI; without tun_dst, dropped and counted.
+        let mut batch = Batch::new();
+        let mut p = Packet::from_slice(&[0x55; 64]);
+        p.meta.tun = packet::TunMeta {
+            id: 5,
+            src: 0,
+            dst: u32::from_be_bytes(b),
+        };
+        batch.push(p).unwrap();
+        batch.push(Packet::from_slice(&[0x66; 64])).unwrap();
+        assert_eq!(flow.tx_burst(0, &mut batch), 1);
+        assert_eq!(flow.status()["no_tun_dst_drops"], 1);
+        assert!(flow.stats().drops.contains(&(DropReason::NoTunnelDst, 1)));
+        let mut o5 = Batch::new();
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while o5.is_empty() {
+            assert!(
+                std::time::Instant::now() < end,
+                "encap to tun_dst did not arrive"
+            );
+            b5.rx_burst(0, &mut pool, &mut o5);
+            b9.rx_burst(0, &mut pool, &mut o5);
+        }
+        assert_eq!(o5.as_slice()[0].data(), &[0x55; 64][..]);
+        assert_eq!(b5.stats().rx_packets, 1, "it carried VNI 5");
     }
 }

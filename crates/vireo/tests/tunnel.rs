@@ -11,9 +11,9 @@
 //! fd00:231::2/3 on a root-namespace veth `vtn6uPID` (Geneve underlays).
 mod common;
 
-use common::host::{kernel_ok, must, sh, Bg, Ns};
+use common::host::{kernel_ok, must, ping_count, sh, Bg, Ns};
 use common::ovs::Ovs;
-use common::Daemon;
+use common::{port_status, stats, Daemon};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -33,20 +33,6 @@ fn tmp(tag: &str) -> tempfile::TempDir {
         .prefix(&format!("vtn-{tag}-"))
         .tempdir()
         .unwrap()
-}
-
-/// Packets received of `n` sent by `ping -c n` (parsed from ping's summary).
-fn ping_count(ns: &Ns, ip: &str, n: u32, extra: &[&str]) -> u32 {
-    let c = n.to_string();
-    let mut a = vec!["ping", "-c", &c, "-i", "0.2", "-W", "2"];
-    a.extend_from_slice(extra);
-    a.push(ip);
-    let out = String::from_utf8_lossy(&ns.try_exec(&a).stdout).into_owned();
-    out.split(',')
-        .find(|s| s.contains("received"))
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
 }
 
 /// Captures one packet matching `filter` on `iface` (inside `ns` if given) with `tcpdump -vv`
@@ -79,22 +65,6 @@ fn capture_one(ns: Option<&Ns>, iface: &str, filter: &str, mut trigger: impl FnM
     }
     let out = cap.wait_with_output().unwrap();
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn port_status(d: &Daemon, port: &str) -> serde_json::Value {
-    let show = d.json(&["show"]);
-    for b in show["bridges"].as_array().unwrap() {
-        for p in b["ports"].as_array().unwrap() {
-            if p["name"] == port {
-                return p.clone();
-            }
-        }
-    }
-    panic!("no port {port} in show: {show}");
-}
-
-fn stats(d: &Daemon, port: &str) -> serde_json::Value {
-    d.json(&["port-stats", port])[0].clone()
 }
 
 /// Host B is the kernel: a VXLAN device (VNI 42, port 4789) on a veth whose root-namespace end
@@ -509,7 +479,10 @@ fn bad_tunnel_options_are_clear_errors() {
     d.ok(&["add-br", "br0", "internal=false"]);
     for (args, needle) in [
         (vec!["type=vxlan"], "remote_ip"),
-        (vec!["type=vxlan", "remote_ip=flow"], "flow"),
+        (
+            vec!["type=vxlan", "remote_ip=flow", "local_ip=fd00::1"],
+            "IPv4 underlay",
+        ),
         (
             vec!["type=geneve", "remote_ip=fd00::1", "local_ip=10.0.0.1"],
             "both",
@@ -523,8 +496,8 @@ fn bad_tunnel_options_are_clear_errors() {
             "VNI",
         ),
         (
-            vec!["type=vxlan", "remote_ip=10.0.0.1", "key=flow"],
-            "key=flow",
+            vec!["type=vxlan", "remote_ip=10.0.0.1", "local_ip=flow"],
+            "local_ip=flow",
         ),
         (
             vec!["type=geneve", "remote_ip=10.0.0.1", "dst_port=0"],

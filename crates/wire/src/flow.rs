@@ -22,9 +22,14 @@
 //! | 14 | ct_ipv6_src low 64 bits |
 //! | 15 | ct_ipv6_dst high 64 bits |
 //! | 16 | ct_ipv6_dst low 64 bits |
+//! | 17 | tun_id (64 bits; VXLAN and Geneve carry the low 24) |
+//! | 18 | 0..32 tun_src (IPv4), 32..64 tun_dst (IPv4) |
 //!
-//! Words 9-16 are metadata, not headers: zero on a packet from a port; the datapath's `ct`
-//! action sets the conntrack words and recirculation sets `recirc_id` (see `dp::worker`).
+//! Words 9-18 are metadata, not headers: zero on a packet from a port; the datapath's `ct`
+//! action sets the conntrack words and recirculation sets `recirc_id` (see `dp::worker`); a
+//! packet decapsulated by a `vxlan`/`geneve` port carries its tunnel id and outer addresses
+//! in `packet::Meta`, which the datapath copies into words 17-18 (and a `set_tunnel` action
+//! writes both). Tunnel addresses are IPv4 only: an IPv6 underlay leaves them zero.
 //!
 //! Head and tail: words `0..HEAD_WORDS` (the headers and word 9, which holds `recirc_id`,
 //! `ct_state` and `ct_zone`, the metadata most masks use) are the *head*; words
@@ -43,13 +48,23 @@
 //! eth_type, so the overlap is never ambiguous.
 
 /// Number of 64-bit words in a key.
-pub const KEY_WORDS: usize = 17;
+pub const KEY_WORDS: usize = 19;
+
+/// The conntrack words (`recirc_id` and the `ct_*` fields): `ct_clear` zeroes them (keeping
+/// `recirc_id`).
+pub const CT_WORDS: std::ops::Range<usize> = 9..17;
+
+/// The tunnel words (`tun_id`, `tun_src`, `tun_dst`).
+pub const TUN_WORDS: std::ops::Range<usize> = 17..19;
+
+/// Every metadata word (conntrack and tunnel): recirculation carries them over.
+pub const META_WORDS: std::ops::Range<usize> = 9..KEY_WORDS;
 
 /// Words of the head (see the module documentation): headers, `recirc_id`, `ct_state`,
 /// `ct_nw_proto`, `ct_zone`.
 pub const HEAD_WORDS: usize = 10;
 
-/// The tail's words: zero on every key that never went through `ct`.
+/// The tail's words: zero on every key that never went through `ct` or a tunnel.
 pub const TAIL: std::ops::Range<usize> = HEAD_WORDS..KEY_WORDS;
 
 /// A flow key, or a mask over one.
@@ -119,11 +134,14 @@ pub enum Field {
     CtIpv6SrcLo,
     CtIpv6DstHi,
     CtIpv6DstLo,
+    TunId,
+    TunSrc,
+    TunDst,
 }
 
 impl Field {
     /// Every field, in layout order.
-    pub const ALL: [Field; 36] = [
+    pub const ALL: [Field; 39] = [
         Field::InPort,
         Field::EthType,
         Field::VlanTci,
@@ -160,6 +178,9 @@ impl Field {
         Field::CtIpv6SrcLo,
         Field::CtIpv6DstHi,
         Field::CtIpv6DstLo,
+        Field::TunId,
+        Field::TunSrc,
+        Field::TunDst,
     ];
 
     /// (word, first bit, width).
@@ -202,6 +223,9 @@ impl Field {
             Field::CtIpv6SrcLo => (14, 0, 64),
             Field::CtIpv6DstHi => (15, 0, 64),
             Field::CtIpv6DstLo => (16, 0, 64),
+            Field::TunId => (17, 0, 64),
+            Field::TunSrc => (18, 0, 32),
+            Field::TunDst => (18, 32, 32),
         }
     }
 
@@ -403,15 +427,16 @@ fn combine(w: &[u64; HEAD_WORDS], e: u64, k: &[u64; HASH_KEYS]) -> u32 {
 }
 
 /// The hash of a key with a tail: the head's, with the tail's folded into its last pair.
-/// Out of line: only keys that went through `ct` come here.
+/// Out of line: only keys that went through `ct` or a tunnel come here.
 #[inline(never)]
 fn hash_with_tail(w: &[u64; KEY_WORDS]) -> u32 {
     let k = hash_keys();
     let t1 = fmul(w[10] ^ k[10], w[11] ^ k[11]);
     let t2 = fmul(w[12] ^ k[12], w[13] ^ k[13]);
     let t3 = fmul(w[14] ^ k[14], w[15] ^ k[15]);
-    let t4 = fmul(w[16] ^ k[16], k[KEY_WORDS]);
-    let tail = fmul(t1 ^ t3 ^ k[KEY_WORDS + 1], t2.wrapping_add(t4));
+    let t4 = fmul(w[16] ^ k[16], w[17] ^ k[17]);
+    let t5 = fmul(w[18] ^ k[18], k[KEY_WORDS]);
+    let tail = fmul(t1 ^ t3 ^ t5 ^ k[KEY_WORDS + 1], t2.wrapping_add(t4));
     let e = fmul(w[8] ^ k[8], w[9] ^ k[9]) ^ tail;
     let (head, _) = w
         .split_first_chunk::<HEAD_WORDS>()
@@ -520,6 +545,34 @@ mod tests {
         assert!(k.matches_head(&other, &m) && k.matches(&other, &m));
         m.set_exact(Field::CtMark);
         assert!(!k.matches(&other, &m));
+    }
+
+    #[test]
+    fn tunnel_fields_are_tail_metadata_and_shown() {
+        let mut k = FlowKey::ZERO;
+        k.set(Field::InPort, 2);
+        let plain = k;
+        k.set(Field::TunId, 5);
+        assert!(k.has_tail(), "tun_id is in the tail");
+        assert_ne!(k.hash(), plain.hash());
+        let mut k6 = plain;
+        k6.set(Field::TunId, 6);
+        assert_ne!(k.hash(), k6.hash(), "two VNIs hash apart");
+        k.set(Field::TunSrc, 0x0a00_0002);
+        k.set(Field::TunDst, 0x0a00_0001);
+        for f in [Field::TunId, Field::TunSrc, Field::TunDst] {
+            let (w, _, _) = f.layout();
+            assert!(TUN_WORDS.contains(&w) && !CT_WORDS.contains(&w));
+        }
+        let mut m = FlowKey::ZERO;
+        m.set_exact(Field::InPort);
+        m.set_exact(Field::TunId);
+        assert!(!k.matches(&k6, &m), "a mask on tun_id tells VNIs apart");
+        m.set_exact(Field::TunSrc);
+        assert_eq!(
+            k.masked(&m).match_string(&m),
+            "in_port=2,tun_id=0x5,tun_src=10.0.0.2"
+        );
     }
 
     #[test]

@@ -40,6 +40,9 @@ fn name(f: Field, arp: bool) -> &'static str {
         Field::CtNwDst => "ct_nw_dst",
         Field::CtIpv6SrcHi | Field::CtIpv6SrcLo => "ct_ipv6_src",
         Field::CtIpv6DstHi | Field::CtIpv6DstLo => "ct_ipv6_dst",
+        Field::TunId => "tun_id",
+        Field::TunSrc => "tun_src",
+        Field::TunDst => "tun_dst",
     }
 }
 
@@ -100,10 +103,22 @@ pub(crate) fn format_match(key: &FlowKey, mask: &FlowKey) -> String {
             Field::EthDst | Field::EthSrc | Field::ArpSha | Field::ArpTha => {
                 write!(out, "{}/{}", mac(v), mac(m))
             }
-            Field::Ipv4Src | Field::Ipv4Dst | Field::CtNwSrc | Field::CtNwDst if exact => {
+            Field::Ipv4Src
+            | Field::Ipv4Dst
+            | Field::CtNwSrc
+            | Field::CtNwDst
+            | Field::TunSrc
+            | Field::TunDst
+                if exact =>
+            {
                 write!(out, "{}", Ipv4Addr::from(v as u32))
             }
-            Field::Ipv4Src | Field::Ipv4Dst | Field::CtNwSrc | Field::CtNwDst => {
+            Field::Ipv4Src
+            | Field::Ipv4Dst
+            | Field::CtNwSrc
+            | Field::CtNwDst
+            | Field::TunSrc
+            | Field::TunDst => {
                 write!(
                     out,
                     "{}/{}",
@@ -143,8 +158,10 @@ pub(crate) fn format_match(key: &FlowKey, mask: &FlowKey) -> String {
                 Ok(())
             }
             Field::EthType if exact => write!(out, "0x{v:04x}"),
-            Field::VlanTci | Field::TcpFlags | Field::CtMark if exact => write!(out, "0x{v:x}"),
-            Field::VlanTci | Field::TcpFlags | Field::EthType | Field::CtMark => {
+            Field::VlanTci | Field::TcpFlags | Field::CtMark | Field::TunId if exact => {
+                write!(out, "0x{v:x}")
+            }
+            Field::VlanTci | Field::TcpFlags | Field::EthType | Field::CtMark | Field::TunId => {
                 write!(out, "0x{v:x}/0x{m:x}")
             }
             _ if exact => write!(out, "{v}"),

@@ -91,6 +91,7 @@ impl<'a> Xlate<'a> {
     pub(super) fn xlate_ct(&mut self, ct: &CtAction) {
         // The datapath packet must carry every change made so far before conntrack sees it.
         self.commit_vlan();
+        self.commit_tun();
         let zone = match ct.zone {
             CtZone::Imm(z) => z,
             CtZone::Field { field, ofs, nbits } => {

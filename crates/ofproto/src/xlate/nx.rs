@@ -40,7 +40,13 @@ impl<'a> Xlate<'a> {
                 p.get(&self.key)
             }
             f if f.is_register() => f.get_reg(&self.regs),
-            _ => 0,
+            f => match f.tunnel_key_field() {
+                Some(kf) => {
+                    self.wc.set(kf, self.wc.get(kf) | mask as u64);
+                    u128::from(self.key.get(kf))
+                }
+                None => 0,
+            },
         }
     }
 
@@ -62,7 +68,20 @@ impl<'a> Xlate<'a> {
                 }
             }
             f if f.is_register() => f.set_reg(&mut self.regs, value, mask),
-            _ => {} // ct_mark/ct_label outside ct(): refused at FLOW_MOD time
+            f => {
+                // Tunnel fields: the key changes now, the datapath at the next output. The
+                // bits kept are read, so they enter the mask. (ct_mark/ct_label outside ct()
+                // are refused at FLOW_MOD time.)
+                if let Some(kf) = f.tunnel_key_field() {
+                    let full = ones(f.width());
+                    let old = if mask & full == full {
+                        0
+                    } else {
+                        self.read_field(f, full & !mask)
+                    };
+                    self.key.set(kf, ((old & !mask) | (value & mask)) as u64);
+                }
+            }
         }
     }
 

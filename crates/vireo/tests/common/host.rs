@@ -157,3 +157,17 @@ pub fn mappings(pid: u32) -> (usize, u64) {
     }
     (shared, private)
 }
+
+/// Packets received of `n` sent by `ping -c n` from `ns` (parsed from ping's summary).
+pub fn ping_count(ns: &Ns, ip: &str, n: u32, extra: &[&str]) -> u32 {
+    let c = n.to_string();
+    let mut a = vec!["ping", "-c", &c, "-i", "0.2", "-W", "2"];
+    a.extend_from_slice(extra);
+    a.push(ip);
+    let out = String::from_utf8_lossy(&ns.try_exec(&a).stdout).into_owned();
+    out.split(',')
+        .find(|s| s.contains("received"))
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}

@@ -144,3 +144,21 @@ pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     }
     f()
 }
+
+/// A port's entry in `vireoctl show` (its kind's status included).
+pub fn port_status(d: &Daemon, port: &str) -> serde_json::Value {
+    let show = d.json(&["show"]);
+    for b in show["bridges"].as_array().unwrap() {
+        for p in b["ports"].as_array().unwrap() {
+            if p["name"] == port {
+                return p.clone();
+            }
+        }
+    }
+    panic!("no port {port} in show: {show}");
+}
+
+/// A port's counters (`vireoctl port-stats PORT`).
+pub fn stats(d: &Daemon, port: &str) -> serde_json::Value {
+    d.json(&["port-stats", port])[0].clone()
+}
