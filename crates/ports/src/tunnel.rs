@@ -31,14 +31,18 @@
 //! port's poll holds the socket (`try_lock`), one `recvfrom` per datagram (at most 64) until
 //! the socket is empty or the batch full; `tx_burst` from any PMD (one `sendto` per frame on
 //! the shared socket, no lock); `open` and drop on the control thread (or the last holder).
+//!
+//! Upgrade: the old vireod hands the socket over (`dup_fd`, one duplicate per port), stops
+//! reading it at the switch-over (`hold_rx`: datagrams wait in the socket), and the new one
+//! `adopt`s it (checked to be a datagram socket bound to `local_ip:dst_port`).
 use crate::sys;
 use crate::{DropReason, Link, Port, PortCounters, PortError, PortStats};
 use packet::{Batch, Packet, Pool, MAX_FRAME};
 use std::collections::VecDeque;
 use std::io::ErrorKind;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
-use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 pub use wire::tunnel::TunnelKind;
 use wire::tunnel::{decap_any, encap_header, DecapError, GENEVE_PORT, VXLAN_PORT};
@@ -267,6 +271,9 @@ struct Endpoint {
     /// Held (`try_lock`) by the port reading the socket; the others only drain their inbox.
     reader: Mutex<()>,
     members: RwLock<Vec<Member>>,
+    /// No port reads the socket (an upgrade's switch-over: what arrives waits in the socket
+    /// for the next vireod, which adopts it).
+    held: AtomicBool,
 }
 
 /// Every live endpoint (control thread: `open`; a port's drop).
@@ -277,10 +284,32 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Endpoint {
-    fn open(cfg: &TunnelConfig) -> Result<Arc<Endpoint>, PortError> {
+    /// A new socket bound to `cfg`'s `local_ip:dst_port`, or the one handed over by the
+    /// previous vireod (`adopted`), checked to be a UDP socket bound to that very address.
+    fn open(cfg: &TunnelConfig, adopted: Option<OwnedFd>) -> Result<Arc<Endpoint>, PortError> {
         let bind = SocketAddr::new(cfg.local, cfg.dst_port);
-        let sock = UdpSocket::bind(bind)
-            .map_err(|e| PortError(format!("cannot bind UDP {bind} for the tunnel: {e}")))?;
+        let sock = match adopted {
+            None => UdpSocket::bind(bind)
+                .map_err(|e| PortError(format!("cannot bind UDP {bind} for the tunnel: {e}")))?,
+            Some(fd) => {
+                use nix::sys::socket::{getsockopt, sockopt, SockType};
+                let ty = getsockopt(&fd, sockopt::SockType);
+                if ty != Ok(SockType::Datagram) {
+                    return Err(PortError(format!(
+                        "the handed-over tunnel socket for UDP {bind} is not a datagram socket"
+                    )));
+                }
+                let sock = UdpSocket::from(fd);
+                match sock.local_addr() {
+                    Ok(a) if a == bind => sock,
+                    other => {
+                        return Err(PortError(format!(
+                            "the handed-over tunnel socket is bound to {other:?}, not UDP {bind}"
+                        )))
+                    }
+                }
+            }
+        };
         let err = |what: &str, e: std::io::Error| PortError(format!("tunnel socket {what}: {e}"));
         sock.set_nonblocking(true)
             .map_err(|e| err("non-blocking", e))?;
@@ -295,12 +324,17 @@ impl Endpoint {
             sock,
             reader: Mutex::new(()),
             members: RwLock::new(Vec::new()),
+            held: AtomicBool::new(false),
         }))
     }
 
     /// The endpoint for `cfg` (an existing one on the same address, or a new socket), with
     /// `sh` joined as the member for `cfg`'s remote and VNI.
-    fn join(cfg: &TunnelConfig, sh: &Arc<Shared>) -> Result<Arc<Endpoint>, PortError> {
+    fn join(
+        cfg: &TunnelConfig,
+        sh: &Arc<Shared>,
+        adopted: Option<OwnedFd>,
+    ) -> Result<Arc<Endpoint>, PortError> {
         let mut all = lock(&ENDPOINTS);
         all.retain(|w| w.strong_count() > 0);
         let bind = SocketAddr::new(cfg.local, cfg.dst_port);
@@ -337,7 +371,7 @@ impl Endpoint {
                 e
             }
             None => {
-                let e = Endpoint::open(cfg)?;
+                let e = Endpoint::open(cfg, adopted)?;
                 all.push(Arc::downgrade(&e));
                 e
             }
@@ -436,8 +470,20 @@ impl TunnelPort {
     /// another tunnel port of the same kind already bound there (its remote and VNI must then
     /// differ from every other port's on that socket, and its `tos`/`ttl`/`csum` be the same).
     pub fn open(cfg: TunnelConfig) -> Result<Arc<TunnelPort>, PortError> {
+        Self::open_with(cfg, None)
+    }
+
+    /// [`TunnelPort::open`] with the socket the previous vireod handed over at an upgrade
+    /// (datagrams that arrived meanwhile wait in it). A second port on the same socket was
+    /// handed a duplicate of it: it joins the endpoint the first one adopted, and its duplicate
+    /// is closed.
+    pub fn adopt(cfg: TunnelConfig, fd: OwnedFd) -> Result<Arc<TunnelPort>, PortError> {
+        Self::open_with(cfg, Some(fd))
+    }
+
+    fn open_with(cfg: TunnelConfig, fd: Option<OwnedFd>) -> Result<Arc<TunnelPort>, PortError> {
         let sh = Arc::new(Shared::default());
-        let ep = Endpoint::join(&cfg, &sh)?;
+        let ep = Endpoint::join(&cfg, &sh, fd)?;
         Ok(Arc::new(TunnelPort {
             remote: cfg.remote.map(|r| SocketAddr::new(r, cfg.dst_port)),
             header: encap_header(cfg.kind, cfg.vni.unwrap_or(0)),
@@ -461,9 +507,24 @@ impl TunnelPort {
         m.retain(|m| !Arc::ptr_eq(&m.sh, &self.sh));
     }
 
+    /// Stops (or resumes) reading the socket, for every port on it: at an upgrade's
+    /// switch-over what arrives then waits in the socket for the next vireod.
+    pub fn hold_rx(&self, on: bool) {
+        self.ep.held.store(on, Relaxed);
+    }
+
+    /// A duplicate of the underlay socket (shared with the other ports on it), to hand it to
+    /// the next vireod.
+    pub fn dup_fd(&self) -> Option<OwnedFd> {
+        self.ep.sock.as_fd().try_clone_to_owned().ok()
+    }
+
     /// Reads datagrams (up to twice a batch) and hands each to its port: into `out` if it is
     /// this port's, else into that port's inbox. Holds the endpoint's reader lock.
     fn read_socket(&self, pool: &mut Pool, out: &mut Batch) -> usize {
+        if self.ep.held.load(Relaxed) {
+            return 0;
+        }
         let Ok(_reader) = self.ep.reader.try_lock() else {
             return 0;
         };

@@ -1,6 +1,6 @@
 //! `vireoctl upgrade` with other kinds of port: a QEMU guest pinging through upgrades, kernel
-//! (`tap`, `internal`) and idle vhost-user ports coming back, `af-packet` sockets handed over
-//! under a ping flood, packed rings surviving upgrades.
+//! (`tap`, `internal`) and idle vhost-user ports coming back, `af-packet` and Geneve tunnel
+//! sockets handed over under a ping flood, packed rings surviving upgrades.
 //! The harness is shared with `upgrade.rs`.
 mod common;
 mod upgrade_harness;
@@ -234,11 +234,16 @@ fn packed_rings_survive_upgrades() {
 
 /// The inodes of the packet sockets process `pid` holds (its fds ∩ `/proc/net/packet`).
 fn packet_sockets(pid: i32) -> std::collections::BTreeSet<String> {
-    let packet = std::fs::read_to_string("/proc/net/packet").unwrap();
-    let inodes: std::collections::BTreeSet<String> = packet
+    sockets_of(pid, "packet", 8)
+}
+
+/// The inodes of the sockets of `pid` listed in `/proc/net/TABLE` (inode in column `col`).
+fn sockets_of(pid: i32, table: &str, col: usize) -> std::collections::BTreeSet<String> {
+    let list = std::fs::read_to_string(format!("/proc/net/{table}")).unwrap();
+    let inodes: std::collections::BTreeSet<String> = list
         .lines()
         .skip(1)
-        .filter_map(|l| l.split_whitespace().last().map(str::to_string))
+        .filter_map(|l| l.split_whitespace().nth(col).map(str::to_string))
         .collect();
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
@@ -325,4 +330,96 @@ fn af_packet_sockets_are_handed_over_under_a_ping_flood() {
     for p in ["pa", "pb"] {
         assert!(d.port(p)["error"].is_null(), "{}", d.port(p));
     }
+}
+
+/// `geneve` (and `vxlan`) ports keep their underlay UDP socket across an upgrade: two vireods
+/// joined by Geneve on 127.0.0.12 and 127.0.0.13 (VNI 7), a namespace behind each (af-packet);
+/// the first vireod is upgraded under a ping flood: the new process holds the very UDP socket
+/// the old one had, and the flood goes on.
+#[test]
+fn tunnel_sockets_are_handed_over_under_a_ping_flood() {
+    use common::host::{kernel_ok, Ns};
+    let _g = serial();
+    if !kernel_ok() {
+        return;
+    }
+    let (a, b) = (Ns::create("vup", 't', 'a'), Ns::create("vup", 't', 'b'));
+    a.exec(&["ip", "addr", "add", "10.79.2.1/24", "dev", &a.ns_if]);
+    b.exec(&["ip", "addr", "add", "10.79.2.2/24", "dev", &b.ns_if]);
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut d = Vireod::start(da.path());
+    let e = Vireod::start(db.path());
+    for (v, ns, local, remote) in [
+        (&d, &a, "127.0.0.12", "127.0.0.13"),
+        (&e, &b, "127.0.0.13", "127.0.0.12"),
+    ] {
+        v.ok(&["add-br", "br0", "internal=false"]);
+        v.ok(&[
+            "add-port",
+            "br0",
+            "vm",
+            "type=af-packet",
+            &format!("ifname={}", ns.host_if),
+        ]);
+        v.ok(&[
+            "add-port",
+            "br0",
+            "gn",
+            "type=geneve",
+            &format!("local_ip={local}"),
+            &format!("remote_ip={remote}"),
+            "key=7",
+        ]);
+    }
+    assert!(
+        a.ping_until("10.79.2.2", &[], 20),
+        "no ping through Geneve before the upgrade: {}",
+        d.port("gn")
+    );
+    // The UDP socket (sockets_of lists inodes in column 9 of /proc/net/udp).
+    let before = sockets_of(d.pid(), "udp", 9);
+    assert_eq!(before.len(), 1, "{before:?}");
+    let flood = a.cmd(&[
+        "ping",
+        "-q",
+        "-c",
+        "400",
+        "-i",
+        "0.01",
+        "-W",
+        "2",
+        "10.79.2.2",
+    ]);
+    let pinger = std::process::Command::new(&flood[0])
+        .args(&flood[1..])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let new = d.upgrade();
+    let out = pinger.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        wait_until(Duration::from_secs(5), || sockets_of(new, "udp", 9)
+            == before),
+        "not the same UDP socket: {:?} then {before:?}\n{}",
+        sockets_of(new, "udp", 9),
+        d.log_tail()
+    );
+    let received = text
+        .split(", ")
+        .find_map(|w| w.strip_suffix(" received")?.parse::<u32>().ok())
+        .unwrap_or(0);
+    eprintln!("ping flood across the upgrade (Geneve): {received} of 400 answered");
+    assert!(
+        received >= 396,
+        "more than 1% of the pings lost across the upgrade: {text}\n{}",
+        d.log_tail()
+    );
+    assert!(d.port("gn")["error"].is_null(), "{}", d.port("gn"));
+    assert!(
+        a.ping_until("10.79.2.2", &[], 5),
+        "no ping after the upgrade: {}",
+        d.port("gn")
+    );
 }

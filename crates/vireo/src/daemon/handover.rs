@@ -74,6 +74,10 @@ pub struct Offer {
     /// `af-packet` ports by name: their packet sockets (bound, options set; version 2).
     #[serde(default)]
     pub af_packet: BTreeMap<String, usize>,
+    /// `vxlan` and `geneve` ports by name: their underlay UDP sockets (ports sharing one
+    /// `local_ip:dst_port` each carry a duplicate of it; version 2).
+    #[serde(default)]
+    pub tunnels: BTreeMap<String, usize>,
     /// Each bridge's OpenFlow groups, one OpenFlow 1.5 GROUP_MOD ADD each, hex
     /// (`ofswitch::group_handover`, `format::to_hex`; version 2).
     #[serde(default)]
@@ -237,6 +241,7 @@ mod tests {
             meters: BTreeMap::new(),
             taps: BTreeMap::new(),
             af_packet: BTreeMap::new(),
+            tunnels: BTreeMap::new(),
             groups: BTreeMap::new(),
         })
         .unwrap()

@@ -97,17 +97,7 @@ impl LivePort {
                     .map(LivePort::Tap)
                     .map_err(|e| format!("port {name}: {e}"))
             }
-            "vxlan" | "geneve" => {
-                let kind = if pc.kind == "vxlan" {
-                    ports::tunnel::TunnelKind::Vxlan
-                } else {
-                    ports::tunnel::TunnelKind::Geneve
-                };
-                TunnelConfig::parse(kind, opt)
-                    .and_then(TunnelPort::open)
-                    .map(LivePort::Tunnel)
-                    .map_err(|e| format!("port {name}: {e}"))
-            }
+            "vxlan" | "geneve" => LivePort::tunnel(name, pc, None),
             other => Err(format!(
                 "port type {other:?} is not implemented yet in this build of vireod"
             )),
@@ -170,13 +160,37 @@ impl LivePort {
             .map_err(|e| format!("port {name}: {e}"))
     }
 
-    /// A handed-over `tap`, `internal` or `af-packet` port (see [`LivePort::adopt_tap`] and
-    /// `AfPacketPort::adopt`).
+    /// A `vxlan` or `geneve` port: a new underlay socket, or the one handed over (`fd`).
+    fn tunnel(
+        name: &str,
+        pc: &PortConfig,
+        fd: Option<std::os::fd::OwnedFd>,
+    ) -> Result<LivePort, String> {
+        let kind = if pc.kind == "vxlan" {
+            ports::tunnel::TunnelKind::Vxlan
+        } else {
+            ports::tunnel::TunnelKind::Geneve
+        };
+        let opt = |k: &str| pc.options.get(k).map(String::as_str);
+        TunnelConfig::parse(kind, opt)
+            .and_then(|cfg| match fd {
+                Some(fd) => TunnelPort::adopt(cfg, fd),
+                None => TunnelPort::open(cfg),
+            })
+            .map(LivePort::Tunnel)
+            .map_err(|e| format!("port {name}: {e}"))
+    }
+
+    /// A handed-over `tap`, `internal`, `af-packet`, `vxlan` or `geneve` port (see
+    /// [`LivePort::adopt_tap`], `AfPacketPort::adopt` and `TunnelPort::adopt`).
     pub fn adopt_kernel(
         name: &str,
         pc: &PortConfig,
         fd: std::os::fd::OwnedFd,
     ) -> Result<LivePort, String> {
+        if pc.kind == "vxlan" || pc.kind == "geneve" {
+            return LivePort::tunnel(name, pc, Some(fd));
+        }
         if pc.kind != "af-packet" {
             return LivePort::adopt_tap(name, pc, fd);
         }

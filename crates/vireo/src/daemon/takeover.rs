@@ -207,6 +207,7 @@ impl Switch {
         let handed = t.offer.taps.remove(name).map(|i| (i, "tap"));
         let handed =
             handed.or_else(|| t.offer.af_packet.remove(name).map(|i| (i, "packet socket")));
+        let handed = handed.or_else(|| t.offer.tunnels.remove(name).map(|i| (i, "tunnel socket")));
         if let Some((i, what)) = handed {
             let fd = t.fd(i, what);
             let fd = t.or_refuse(fd);
@@ -334,8 +335,8 @@ impl Switch {
     /// After the old process exited: opens the kernel ports (retrying for a moment: the
     /// kernel may still be tearing down the old process's interface).
     pub(super) fn start_deferred(&mut self) {
-        // Taps and packet sockets handed over: the same interfaces and sockets (frames they
-        // received meanwhile wait in their queues).
+        // Taps, packet sockets and tunnel sockets handed over: the same interfaces and sockets
+        // (frames they received meanwhile wait in their queues).
         for (br, name, pc, fd) in std::mem::take(&mut self.deferred_fds) {
             let r = LivePort::adopt_kernel(&name, &pc, fd)
                 .map_err(super::switch::CmdError)

@@ -393,13 +393,14 @@ impl Switch {
         }
     }
 
-    /// Holds (or releases) reading from every tap and `af-packet` port (their fds are handed
-    /// over).
+    /// Holds (or releases) reading from every tap, `af-packet` and tunnel port (their fds are
+    /// handed over).
     fn hold_kernel_rx(&self, on: bool) {
         for lp in self.live.values() {
             match lp {
                 LivePort::Tap(t) => t.hold_rx(on),
                 LivePort::AfPacket(a) => a.hold_rx(on),
+                LivePort::Tunnel(t) => t.hold_rx(on),
                 _ => {}
             }
         }
@@ -447,12 +448,16 @@ impl Switch {
                 mgmt.insert(name.clone(), fds.len() - 1);
             }
         }
-        let (mut taps, mut af_packet) = (BTreeMap::new(), BTreeMap::new());
+        let (mut taps, mut af_packet, mut tunnels) =
+            (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
         for (name, lp) in &self.live {
             let (fd, map) = match lp {
                 LivePort::Tap(t) => (t.dup_fd(), &mut taps),
                 // Only from version 2 on: a version-1 build would not know to take it.
                 LivePort::AfPacket(a) if version >= 2 => (a.dup_fd(), &mut af_packet),
+                // A build that does not know `tunnels` ignores it and binds anew once this
+                // process has exited (the socket closes with it).
+                LivePort::Tunnel(t) if version >= 2 => (t.dup_fd(), &mut tunnels),
                 _ => continue,
             };
             if let Some(fd) = fd {
@@ -500,6 +505,7 @@ impl Switch {
                 meters,
                 taps,
                 af_packet,
+                tunnels,
                 groups,
             },
             fds,
