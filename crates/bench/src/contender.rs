@@ -255,6 +255,18 @@ impl Ovs {
         run(self.cmd(dir, "ovs-ofctl").args(args))
     }
 
+    /// `ovs-vsctl ARGS` against the running instance (for callers that add ports of their own).
+    pub fn vsctl_running(&self, args: &[&str]) -> Result<String, String> {
+        let dir = self.dir.clone().ok_or("OVS-DPDK is not running")?;
+        self.vsctl(&dir, args)
+    }
+
+    /// `ovs-ofctl ARGS` against the running instance.
+    pub fn ofctl_running(&self, args: &[&str]) -> Result<String, String> {
+        let dir = self.dir.clone().ok_or("OVS-DPDK is not running")?;
+        self.ofctl(&dir, args)
+    }
+
     /// The tunnel scenario in OVS-DPDK's own terms (native tunneling): `ta` (flow-based,
     /// local 10.99.0.1) and `tb` (remote 10.99.0.1, VNI 5, local 10.99.0.2) on br0; one
     /// underlay bridge `tunp` holding both addresses, with neighbour entries set by hand and
@@ -484,6 +496,12 @@ impl Vireo {
             .arg("--run-dir")
             .arg(dir)
             .args(args))
+    }
+
+    /// `vireoctl ARGS` against the running vireod (for callers that add ports of their own).
+    pub fn ctl_running(&self, args: &[&str]) -> Result<String, String> {
+        let dir = self.dir.clone().ok_or("vireod is not running")?;
+        self.ctl(&dir, args)
     }
 }
 

@@ -453,85 +453,86 @@ fn tcp_throughput_guest_to_namespace_offloads_on_vs_off() {
     );
 }
 
-/// TCP throughput guest → guest (two QEMU guests on the two vhost-user ports of a p2p bridge,
-/// QEMU the socket server), Vireo (release `vireod`, `offloads=true|false` on both ports)
-/// against OVS-DPDK 3.1 (`userspace-tso-enable=true|false`), the four cases interleaved in
-/// each round; switch PMD on core 0, both guests on core 1, software emulation (TCG, which
-/// bounds every case; `VIREO_GUEST_ACCEL=kvm` where KVM works). A benchmark, not a check:
-/// `cargo build --release -p vireo && cargo test -p vireo --test vm_offload -- --ignored
-/// --nocapture guest_to_guest` (`VIREO_BENCH_BIN` = the directory of a vireod build to use;
-/// `VIREO_BENCH_ROUNDS`, default 3). The rate is timed inside the receiving guest, from the
-/// accepted connection to its end (`VIREO-RECV-SECS`, guest uptime).
-#[test]
-#[ignore]
-fn tcp_throughput_guest_to_guest_vireo_vs_ovs_dpdk() {
-    use bench::contender::{Contender, Ovs, Vireo};
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(kernel) = peers_ok() else { return };
-    let bin = std::env::var_os("VIREO_BENCH_BIN").map_or_else(
-        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release"),
-        std::path::PathBuf::from,
-    );
-    let rounds: usize = std::env::var("VIREO_BENCH_ROUNDS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(3);
-    // KVM where the operator says it works (on this VM's nested KVM a guest hangs at boot).
-    let accel = std::env::var("VIREO_GUEST_ACCEL").unwrap_or_else(|_| "tcg".into());
-    let accel = accel.as_str();
-    const N: u64 = 3_000_000; // 20.9 MB
-    let (len, md5) = expected(N);
-    let sc = bench::scenario::Scenario::p2p(64);
-    let mut rates: std::collections::BTreeMap<(&str, bool), Vec<f64>> = Default::default();
-    eprintln!("guests: {accel}, {len} bytes per transfer, {rounds} rounds");
-    for round in 0..rounds {
-        for (sw, on) in [
-            ("vireo", true),
-            ("ovs", true),
-            ("vireo", false),
-            ("ovs", false),
-        ] {
-            let mut c: Box<dyn Contender> = if sw == "vireo" {
-                let mut v = Vireo::new(0, bin.clone());
-                v.port_options.push(format!("offloads={on}"));
-                Box::new(v)
-            } else {
-                let mut o = Ovs::new(0);
-                o.other_config.push(format!("userspace-tso-enable={on}"));
-                Box::new(o)
-            };
-            if let Err(e) = c.check() {
-                assert!(!testkit::peers_required(), "{sw}: {e}");
-                eprintln!("skipped: {sw}: {e}");
-                return;
+/// One switch of the Vireo-vs-OVS-DPDK offload benchmarks: Vireo (release `vireod`,
+/// `offloads=true|false` on its ports) or OVS-DPDK 3.1 (`userspace-tso-enable=true|false`), both
+/// with vhost-user-client ports `vu0`/`vu1` (QEMU the socket server) and p2p rules.
+enum Switch {
+    Vireo(bench::contender::Vireo),
+    Ovs(bench::contender::Ovs),
+}
+
+impl Switch {
+    fn new(sw: &str, on: bool) -> Switch {
+        if sw == "vireo" {
+            let bin = std::env::var_os("VIREO_BENCH_BIN").map_or_else(
+                || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release"),
+                std::path::PathBuf::from,
+            );
+            let mut v = bench::contender::Vireo::new(0, bin);
+            v.port_options.push(format!("offloads={on}"));
+            Switch::Vireo(v)
+        } else {
+            let mut o = bench::contender::Ovs::new(0);
+            o.other_config.push(format!("userspace-tso-enable={on}"));
+            Switch::Ovs(o)
+        }
+    }
+
+    fn c(&mut self) -> &mut dyn bench::contender::Contender {
+        match self {
+            Switch::Vireo(v) => v,
+            Switch::Ovs(o) => o,
+        }
+    }
+
+    /// Adds the kernel interface `ifname` (Vireo `af-packet`, OVS `system`: both packet
+    /// sockets) and makes the rules `vu0` ↔ it instead of `vu0` ↔ `vu1`.
+    fn kernel_port(&self, ifname: &str, on: bool) {
+        match self {
+            Switch::Vireo(v) => {
+                let (i, o) = (format!("ifname={ifname}"), format!("offloads={on}"));
+                v.ctl_running(&["add-port", "br0", "kp", "type=af-packet", &i, &o])
+                    .unwrap();
+                v.ctl_running(&["del-flows", "br0"]).unwrap();
+                for r in [
+                    "in_port=vu0,actions=output:kp",
+                    "in_port=kp,actions=output:vu0",
+                ] {
+                    v.ctl_running(&["add-flow", "br0", r]).unwrap();
+                }
             }
-            let dir = tempfile::tempdir().unwrap();
-            let ports = c.start(dir.path(), &sc).expect("switch start");
-            assert!(ports.gen_server, "the guests listen on the sockets");
-            let initrd = build_initramfs(dir.path());
-            let boot = |sock: &std::path::Path, mac: &str, cmd: &str| {
-                Guest::boot_with(accel, Some(1), &kernel, &initrd, sock, true, mac, cmd)
-            };
-            let rx = boot(
-                &ports.socks[1],
-                MAC_B,
-                "vireo.ip=10.216.0.2/24 vireo.listen=5001",
-            );
-            assert!(
-                rx.out.wait_for("VIREO-LISTENING", Duration::from_secs(200)),
-                "receiver did not come up:\n{}",
-                rx.out.text()
-            );
-            // What the receiving guest negotiated, as the switch reports it (kept by
-            // `pmd_cycles`; read now: the guests power off when done): TSO (virtio feature
-            // bit 11, `host_tso4`) exactly when offloads are on.
-            let _ = c.pmd_cycles();
-            let read = |f: &str| std::fs::read_to_string(dir.path().join(f)).unwrap_or_default();
-            let tso = if sw == "vireo" {
+            Switch::Ovs(o) => {
+                o.vsctl_running(&[
+                    "add-port",
+                    "br0",
+                    ifname,
+                    "--",
+                    "set",
+                    "Interface",
+                    ifname,
+                    "ofport_request=3",
+                ])
+                .unwrap();
+                o.ofctl_running(&["del-flows", "br0"]).unwrap();
+                for r in ["in_port=1,actions=output:3", "in_port=3,actions=output:1"] {
+                    o.ofctl_running(&["add-flow", "br0", r]).unwrap();
+                }
+            }
+        }
+    }
+
+    /// Whether the guest(s) connected now negotiated TSO (virtio feature bit 11,
+    /// `host_tso4`), as the switch reports it (kept in `dir` by `pmd_cycles`).
+    fn tso_negotiated(&mut self, dir: &std::path::Path) -> bool {
+        let _ = self.c().pmd_cycles();
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+        match self {
+            Switch::Vireo(_) => {
                 let show = read("show.txt");
                 assert!(show.contains("features:"), "{show}");
                 show.contains("host_tso4")
-            } else {
+            }
+            Switch::Ovs(_) => {
                 let st = read("interfaces.txt");
                 let f: Vec<u64> = st
                     .split("features=\"0x")
@@ -540,39 +541,37 @@ fn tcp_throughput_guest_to_guest_vireo_vs_ovs_dpdk() {
                     .collect();
                 assert!(!f.is_empty(), "{st}");
                 f.iter().all(|f| f & (1 << 11) != 0)
-            };
-            assert_eq!(tso, on, "{sw}: TSO negotiated {tso} with offloads={on}");
-            let tx = boot(
-                &ports.socks[0],
-                MAC_A,
-                &format!("vireo.ip=10.216.0.1/24 vireo.send=10.216.0.2:5001:{N}"),
-            );
-            let done = rx.out.wait_for("VIREO-RECV-SECS", Duration::from_secs(600));
-            let text = rx.out.text();
-            assert!(
-                done && text.contains(&format!("VIREO-RECV {len} {md5}")),
-                "{sw} offloads={on}: transfer incomplete:\n{text}\n---\n{}",
-                tx.out.text()
-            );
-            let secs: Vec<f64> = text
-                .lines()
-                .find_map(|l| l.trim().strip_prefix("VIREO-RECV-SECS "))
-                .map(|s| {
-                    s.split_whitespace()
-                        .filter_map(|x| x.parse().ok())
-                        .collect()
-                })
-                .unwrap_or_default();
-            assert_eq!(secs.len(), 2, "{text}");
-            let mbps = len as f64 * 8.0 / (secs[1] - secs[0]).max(0.01) / 1e6;
-            eprintln!(
-                "round {round} {sw} offloads={on}: {:.2} s, {mbps:.0} Mbit/s",
-                secs[1] - secs[0]
-            );
+            }
+        }
+    }
+}
+
+/// Runs `case(switch, offloads, round, dir)` for the four cases interleaved in each round
+/// (`VIREO_BENCH_ROUNDS`, default 3) and prints the medians and the Vireo/OVS ratios.
+fn offload_bench(what: &str, mut case: impl FnMut(&mut Switch, bool, &std::path::Path) -> f64) {
+    let rounds: usize = std::env::var("VIREO_BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
+    let mut rates: std::collections::BTreeMap<(&str, bool), Vec<f64>> = Default::default();
+    for round in 0..rounds {
+        for (sw, on) in [
+            ("vireo", true),
+            ("ovs", true),
+            ("vireo", false),
+            ("ovs", false),
+        ] {
+            let mut s = Switch::new(sw, on);
+            if let Err(e) = s.c().check() {
+                assert!(!testkit::peers_required(), "{sw}: {e}");
+                eprintln!("skipped: {sw}: {e}");
+                return;
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let mbps = case(&mut s, on, dir.path());
+            eprintln!("{what} round {round} {sw} offloads={on}: {mbps:.0} Mbit/s");
             rates.entry((sw, on)).or_default().push(mbps);
-            drop(tx);
-            drop(rx);
-            c.stop();
+            s.c().stop();
         }
     }
     let med = |v: &Vec<f64>| {
@@ -583,15 +582,162 @@ fn tcp_throughput_guest_to_guest_vireo_vs_ovs_dpdk() {
     for ((sw, on), v) in &rates {
         let r: Vec<String> = v.iter().map(|x| format!("{x:.0}")).collect();
         eprintln!(
-            "{sw} offloads={on}: median {:.0} Mbit/s ({})",
+            "{what}: {sw} offloads={on}: median {:.0} Mbit/s ({})",
             med(v),
             r.join(", ")
         );
     }
     for on in [true, false] {
         eprintln!(
-            "offloads={on}: vireo/ovs {:.2}",
+            "{what}: offloads={on}: vireo/ovs {:.2}",
             med(&rates[&("vireo", on)]) / med(&rates[&("ovs", on)])
         );
     }
+}
+
+/// The guest accelerator of the benchmarks: software emulation (TCG, which bounds every
+/// case) unless `VIREO_GUEST_ACCEL=kvm` (on this VM's nested KVM a guest hangs at boot).
+fn bench_accel() -> String {
+    std::env::var("VIREO_GUEST_ACCEL").unwrap_or_else(|_| "tcg".into())
+}
+
+/// Bytes each benchmark transfer carries: `seq 1 3000000` (22.9 MB).
+const BENCH_N: u64 = 3_000_000;
+
+/// TCP throughput guest → guest (two QEMU guests on the two vhost-user ports of a p2p
+/// bridge), Vireo against OVS-DPDK with and without offloads (see [`Switch`]), the four cases
+/// interleaved in each round; switch PMD on core 0, both guests on core 1. A benchmark, not a
+/// check: `cargo build --release -p vireo && cargo test -p vireo --test vm_offload --
+/// --ignored --nocapture guest_to_` (`VIREO_BENCH_BIN` = the directory of a vireod build to
+/// use). The rate is timed inside the receiving guest, from the accepted connection to its
+/// end (`VIREO-RECV-SECS`, guest uptime). Each case checks that TSO was negotiated exactly
+/// when offloads are on.
+#[test]
+#[ignore]
+fn tcp_throughput_guest_to_guest_vireo_vs_ovs_dpdk() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(kernel) = peers_ok() else { return };
+    let accel = bench_accel();
+    let (len, md5) = expected(BENCH_N);
+    eprintln!("guests: {accel}, {len} bytes per transfer");
+    let sc = bench::scenario::Scenario::p2p(64);
+    offload_bench("guest to guest", |s, on, dir| {
+        let ports = s.c().start(dir, &sc).expect("switch start");
+        assert!(ports.gen_server, "the guests listen on the sockets");
+        let initrd = build_initramfs(dir);
+        let boot = |sock: &std::path::Path, mac: &str, cmd: &str| {
+            Guest::boot_with(&accel, Some(1), &kernel, &initrd, sock, true, mac, cmd)
+        };
+        let rx = boot(
+            &ports.socks[1],
+            MAC_B,
+            "vireo.ip=10.216.0.2/24 vireo.listen=5001",
+        );
+        assert!(
+            rx.out.wait_for("VIREO-LISTENING", Duration::from_secs(200)),
+            "receiver did not come up:\n{}",
+            rx.out.text()
+        );
+        // Read now: the guests power off when done.
+        assert_eq!(
+            s.tso_negotiated(dir),
+            on,
+            "TSO negotiated with offloads={on}?"
+        );
+        let tx = boot(
+            &ports.socks[0],
+            MAC_A,
+            &format!("vireo.ip=10.216.0.1/24 vireo.send=10.216.0.2:5001:{BENCH_N}"),
+        );
+        let done = rx.out.wait_for("VIREO-RECV-SECS", Duration::from_secs(600));
+        let text = rx.out.text();
+        assert!(
+            done && text.contains(&format!("VIREO-RECV {len} {md5}")),
+            "offloads={on}: transfer incomplete:\n{text}\n---\n{}",
+            tx.out.text()
+        );
+        let secs: Vec<f64> = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("VIREO-RECV-SECS "))
+            .map(|s| {
+                s.split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(secs.len(), 2, "{text}");
+        len as f64 * 8.0 / (secs[1] - secs[0]).max(0.01) / 1e6
+    });
+}
+
+/// TCP throughput guest → namespace: the guest on `vu0`, a namespace behind a veth whose host
+/// end is the switch's packet-socket port (Vireo `af-packet`, OVS `system`), rules `vu0` ↔ it;
+/// otherwise as [`tcp_throughput_guest_to_guest_vireo_vs_ovs_dpdk`]. Timed on the host from
+/// the first byte the namespace's `nc` wrote to the last (polled every 5 ms).
+#[test]
+#[ignore]
+fn tcp_throughput_guest_to_namespace_vireo_vs_ovs_dpdk() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(kernel) = peers_ok() else { return };
+    if !kernel_ok() {
+        return;
+    }
+    let accel = bench_accel();
+    let (len, md5) = expected(BENCH_N);
+    eprintln!("guest: {accel}, {len} bytes per transfer");
+    let sc = bench::scenario::Scenario::p2p(64);
+    offload_bench("guest to namespace", |s, on, dir| {
+        let ports = s.c().start(dir, &sc).expect("switch start");
+        let ns = Ns::create("vob", 'n', 'b');
+        ns.exec(&["ip", "addr", "add", "10.217.0.2/24", "dev", &ns.ns_if]);
+        must(&["ip", "link", "set", &ns.host_if, "up"]);
+        s.kernel_port(&ns.host_if, on);
+        let rx = dir.join("rx");
+        let argv = ns.cmd(&["busybox", "nc", "-l", "-p", "5001"]);
+        let _nc = Bg(Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::piped()) // held open: busybox nc stops listening on stdin EOF
+            .stdout(std::fs::File::create(&rx).unwrap())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nc"));
+        let initrd = build_initramfs(dir);
+        let guest = Guest::boot_with(
+            &accel,
+            Some(1),
+            &kernel,
+            &initrd,
+            &ports.socks[0],
+            true,
+            MAC_A,
+            &format!("vireo.ip=10.217.0.1/24 vireo.send=10.217.0.2:5001:{BENCH_N}"),
+        );
+        let size = || std::fs::metadata(&rx).map_or(0, |m| m.len());
+        assert!(
+            wait_until(Duration::from_secs(400), || size() > 0),
+            "nothing received:\n{}",
+            guest.out.text()
+        );
+        let t0 = Instant::now();
+        // Read while the transfer runs: the guest powers off when done.
+        assert_eq!(
+            s.tso_negotiated(dir),
+            on,
+            "TSO negotiated with offloads={on}?"
+        );
+        let end = t0 + Duration::from_secs(600);
+        while size() < len && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        assert!(
+            size() >= len,
+            "{} of {len} bytes:\n{}",
+            size(),
+            guest.out.text()
+        );
+        let sum = must(&["md5sum", rx.to_str().unwrap()]);
+        assert!(sum.starts_with(&md5), "content differs");
+        len as f64 * 8.0 / secs / 1e6
+    });
 }
