@@ -345,6 +345,19 @@ fn a_veth_whose_host_end_is_down_is_brought_up_and_link_changes_are_followed() {
     assert_eq!(stats[0]["rx_errors"], 0, "{stats}");
 }
 
+/// Deletes `a`'s host end (the interface under port `pa`) and waits for the port to count it
+/// lost.
+fn delete_and_see_it_lost(d: &Daemon, a: &NsVeth) {
+    testkit::veth::must("ip", &["link", "del", &a.host_if]);
+    assert!(
+        common::wait_until(Duration::from_secs(5), || port_status(d, "pa")["status"]
+            ["link_lost"]
+            == 1),
+        "deletion not noticed: {}",
+        port_status(d, "pa")
+    );
+}
+
 /// `ip link del` of the interface under an af-xdp port takes the port down (counted in
 /// `link_lost`, program and sockets closed); re-creating the interface brings the port back
 /// (`reopened`, program attached again) and traffic flows again.
@@ -358,14 +371,7 @@ fn an_interface_deleted_and_recreated_comes_back() {
     let dir = tempfile::tempdir().unwrap();
     let d = bridge_of_two(dir.path(), &a, &b);
     ping(&b, "10.78.8.1");
-    testkit::veth::must("ip", &["link", "del", &a.host_if]);
-    assert!(
-        common::wait_until(Duration::from_secs(5), || port_status(&d, "pa")["status"]
-            ["link_lost"]
-            == 1),
-        "deletion not noticed: {}",
-        port_status(&d, "pa")
-    );
+    delete_and_see_it_lost(&d, &a);
     assert_eq!(port_status(&d, "pa")["link"], "down");
     // The same names again (the namespace end went with the pair).
     testkit::veth::must(
@@ -413,14 +419,7 @@ fn a_reopened_interface_reports_the_mode_it_got() {
     let dir = tempfile::tempdir().unwrap();
     let d = bridge_of_two(dir.path(), &a, &b);
     assert_eq!(port_status(&d, "pa")["status"]["xdp_mode"], "native");
-    testkit::veth::must("ip", &["link", "del", &a.host_if]);
-    assert!(
-        common::wait_until(Duration::from_secs(5), || port_status(&d, "pa")["status"]
-            ["link_lost"]
-            == 1),
-        "deletion not noticed: {}",
-        port_status(&d, "pa")
-    );
+    delete_and_see_it_lost(&d, &a);
     testkit::veth::must("ip", &["link", "add", &a.host_if, "type", "bridge"]);
     let back = common::wait_until(Duration::from_secs(5), || {
         port_status(&d, "pa")["status"]["reopened"] == 1

@@ -256,6 +256,47 @@ fn sockets_of(pid: i32, table: &str, col: usize) -> std::collections::BTreeSet<S
         .collect()
 }
 
+/// Pings `to` from `ns` 400 times at 100 a second and upgrades `d` one second in: the new
+/// process must hold the very sockets `sockets(pid)` the old one had (`before`), and at most 1%
+/// of the pings may be lost (in this debug build 0-2 of 400 in the runs made: a frame in the
+/// old process's hands when it stops reading may go; a reopened socket loses everything that
+/// arrives until the new process has bound it).
+fn ping_flood_across_an_upgrade(
+    d: &mut Vireod,
+    ns: &common::host::Ns,
+    to: &str,
+    before: &std::collections::BTreeSet<String>,
+    sockets: impl Fn(i32) -> std::collections::BTreeSet<String>,
+) {
+    let flood = ns.cmd(&["ping", "-q", "-c", "400", "-i", "0.01", "-W", "2", to]);
+    let pinger = std::process::Command::new(&flood[0])
+        .args(&flood[1..])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let new = d.upgrade();
+    let out = pinger.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Kernel ports are taken once the old process has gone (just after `upgrade` returns).
+    assert!(
+        wait_until(Duration::from_secs(5), || sockets(new) == *before),
+        "not the same sockets: {:?} then {before:?}\n{}",
+        sockets(new),
+        d.log_tail()
+    );
+    let received = text
+        .split(", ")
+        .find_map(|w| w.strip_suffix(" received")?.parse::<u32>().ok())
+        .unwrap_or(0);
+    eprintln!("ping flood across the upgrade: {received} of 400 answered");
+    assert!(
+        received >= 396,
+        "more than 1% of the pings lost across the upgrade: {text}\n{}",
+        d.log_tail()
+    );
+}
+
 /// `af-packet` ports keep their packet sockets across an upgrade: the new vireod holds the very
 /// sockets the old one had (bound, promiscuous, with what queued on them meanwhile), and a ping
 /// flood between two namespaces through them (100 a second, an upgrade in the middle) goes on.
@@ -287,46 +328,7 @@ fn af_packet_sockets_are_handed_over_under_a_ping_flood() {
     );
     let before = packet_sockets(d.pid());
     assert_eq!(before.len(), 2, "{before:?}");
-    let flood = a.cmd(&[
-        "ping",
-        "-q",
-        "-c",
-        "400",
-        "-i",
-        "0.01",
-        "-W",
-        "2",
-        "10.79.1.2",
-    ]);
-    let pinger = std::process::Command::new(&flood[0])
-        .args(&flood[1..])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_secs(1));
-    let new = d.upgrade();
-    let out = pinger.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    // The kernel ports are taken once the old process has gone (just after `upgrade` returns).
-    assert!(
-        wait_until(Duration::from_secs(5), || packet_sockets(new) == before),
-        "not the same packet sockets: {:?} then {before:?}\n{}",
-        packet_sockets(new),
-        d.log_tail()
-    );
-    // Lost: in this debug build 0-2 of 400 in the runs made (a frame in the old process's
-    // hands when it stops reading may go); a reopened socket loses everything that arrives
-    // until the new process has bound it.
-    let received = text
-        .split(", ")
-        .find_map(|w| w.strip_suffix(" received")?.parse::<u32>().ok())
-        .unwrap_or(0);
-    eprintln!("ping flood across the upgrade: {received} of 400 answered");
-    assert!(
-        received >= 396,
-        "more than 1% of the pings lost across the upgrade: {text}\n{}",
-        d.log_tail()
-    );
+    ping_flood_across_an_upgrade(&mut d, &a, "10.79.1.2", &before, packet_sockets);
     for p in ["pa", "pb"] {
         assert!(d.port(p)["error"].is_null(), "{}", d.port(p));
     }
@@ -376,46 +378,11 @@ fn tunnel_sockets_are_handed_over_under_a_ping_flood() {
         "no ping through Geneve before the upgrade: {}",
         d.port("gn")
     );
-    // The UDP socket (sockets_of lists inodes in column 9 of /proc/net/udp).
-    let before = sockets_of(d.pid(), "udp", 9);
+    // The UDP socket (inodes in column 9 of /proc/net/udp).
+    let udp = |pid| sockets_of(pid, "udp", 9);
+    let before = udp(d.pid());
     assert_eq!(before.len(), 1, "{before:?}");
-    let flood = a.cmd(&[
-        "ping",
-        "-q",
-        "-c",
-        "400",
-        "-i",
-        "0.01",
-        "-W",
-        "2",
-        "10.79.2.2",
-    ]);
-    let pinger = std::process::Command::new(&flood[0])
-        .args(&flood[1..])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_secs(1));
-    let new = d.upgrade();
-    let out = pinger.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        wait_until(Duration::from_secs(5), || sockets_of(new, "udp", 9)
-            == before),
-        "not the same UDP socket: {:?} then {before:?}\n{}",
-        sockets_of(new, "udp", 9),
-        d.log_tail()
-    );
-    let received = text
-        .split(", ")
-        .find_map(|w| w.strip_suffix(" received")?.parse::<u32>().ok())
-        .unwrap_or(0);
-    eprintln!("ping flood across the upgrade (Geneve): {received} of 400 answered");
-    assert!(
-        received >= 396,
-        "more than 1% of the pings lost across the upgrade: {text}\n{}",
-        d.log_tail()
-    );
+    ping_flood_across_an_upgrade(&mut d, &a, "10.79.2.2", &before, udp);
     assert!(d.port("gn")["error"].is_null(), "{}", d.port("gn"));
     assert!(
         a.ping_until("10.79.2.2", &[], 5),
