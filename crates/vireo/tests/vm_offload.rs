@@ -546,6 +546,16 @@ impl Switch {
     }
 }
 
+/// A switch stopped when dropped, also when a case panics (OVS-DPDK daemonizes: left running,
+/// its PMD would spin on core 0 and it would hold whatever lock its parent held).
+struct Stopped(Switch);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        self.0.c().stop();
+    }
+}
+
 /// Runs `case(switch, offloads, round, dir)` for the four cases interleaved in each round
 /// (`VIREO_BENCH_ROUNDS`, default 3) and prints the medians and the Vireo/OVS ratios.
 fn offload_bench(what: &str, mut case: impl FnMut(&mut Switch, bool, &std::path::Path) -> f64) {
@@ -561,17 +571,16 @@ fn offload_bench(what: &str, mut case: impl FnMut(&mut Switch, bool, &std::path:
             ("vireo", false),
             ("ovs", false),
         ] {
-            let mut s = Switch::new(sw, on);
-            if let Err(e) = s.c().check() {
+            let mut s = Stopped(Switch::new(sw, on));
+            if let Err(e) = s.0.c().check() {
                 assert!(!testkit::peers_required(), "{sw}: {e}");
                 eprintln!("skipped: {sw}: {e}");
                 return;
             }
             let dir = tempfile::tempdir().unwrap();
-            let mbps = case(&mut s, on, dir.path());
+            let mbps = case(&mut s.0, on, dir.path());
             eprintln!("{what} round {round} {sw} offloads={on}: {mbps:.0} Mbit/s");
             rates.entry((sw, on)).or_default().push(mbps);
-            s.c().stop();
         }
     }
     let med = |v: &Vec<f64>| {
