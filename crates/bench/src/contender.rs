@@ -218,10 +218,15 @@ impl Ovs {
         let _ = self.appctl(&dir, &["exit"]);
         kill_pidfile(&dir.join("vswitchd.pid"), Duration::from_secs(10));
         self.start_vswitchd(&dir)?;
-        // The bridge's OpenFlow socket comes once vswitchd has read the database.
+        self.add_rules_when_ready(&dir, sc)
+    }
+
+    /// [`Ovs::add_rules`], retried for up to 20 s: the bridge's OpenFlow socket comes once
+    /// vswitchd has read the database (on a loaded machine, after `add-br` has returned).
+    fn add_rules_when_ready(&self, dir: &Path, sc: &Scenario) -> Result<(), String> {
         let end = std::time::Instant::now() + Duration::from_secs(20);
         loop {
-            match self.add_rules(&dir, sc) {
+            match self.add_rules(dir, sc) {
                 Ok(()) => return Ok(()),
                 Err(_) if std::time::Instant::now() < end => {
                     std::thread::sleep(Duration::from_millis(10))
@@ -423,7 +428,7 @@ impl Contender for Ovs {
         if let crate::scenario::Kind::Tunnel(t) = sc.kind {
             self.add_tunnels(dir, t)?;
         }
-        self.add_rules(dir, sc)?;
+        self.add_rules_when_ready(dir, sc)?;
         Ok(Ports {
             socks: s,
             gen_server: true,
