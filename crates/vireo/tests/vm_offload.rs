@@ -571,13 +571,15 @@ fn offload_bench(what: &str, mut case: impl FnMut(&mut Switch, bool, &std::path:
             ("vireo", false),
             ("ovs", false),
         ] {
+            // Declared first, dropped last: the switch stops while its run directory (pid
+            // files, control sockets) still exists.
+            let dir = tempfile::tempdir().unwrap();
             let mut s = Stopped(Switch::new(sw, on));
             if let Err(e) = s.0.c().check() {
                 assert!(!testkit::peers_required(), "{sw}: {e}");
                 eprintln!("skipped: {sw}: {e}");
                 return;
             }
-            let dir = tempfile::tempdir().unwrap();
             let mbps = case(&mut s.0, on, dir.path());
             eprintln!("{what} round {round} {sw} offloads={on}: {mbps:.0} Mbit/s");
             rates.entry((sw, on)).or_default().push(mbps);
