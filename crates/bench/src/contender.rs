@@ -71,7 +71,7 @@ impl Contender for Dpdk {
             .ok_or_else(|| format!("{TESTPMD} not found (Debian dpdk-dev)"))
     }
     fn start(&mut self, dir: &Path, sc: &Scenario) -> Result<Ports, String> {
-        if sc.meter().is_some() || sc.kind == crate::scenario::Kind::Ct {
+        if sc.meter().is_some() || matches!(sc.kind, crate::scenario::Kind::Ct(_)) {
             return Err("testpmd io forwarding has no meters and no conntrack".into());
         }
         let s = socks(dir);

@@ -54,7 +54,7 @@ pub fn args(ports: &Ports, sc: &Scenario, plan: &GenPlan, json: &Path) -> Vec<St
         format!("--size={}", sc.size),
         format!("--flows={}", sc.flows()),
         format!("--trial-secs={}", plan.trial_secs),
-        format!("--warmup-secs={}", plan.warmup_secs),
+        format!("--warmup-secs={}", plan.warmup_secs.max(sc.warmup_secs())),
         format!("--max-trials={}", plan.max_trials),
         format!("--core={}", plan.core),
         format!("--json={}", json.display()),
@@ -115,7 +115,8 @@ pub fn run(
     let log = dir.join("vireo-gen.log");
     let mut p = Proc::spawn("vireo-gen", command(vireo_gen_path()).args(&a), &log)?;
     let trials = 1 + plan.loss_ppm.len() * plan.max_trials.max(1) * 3;
-    let limit = 60.0 + plan.warmup_secs + trials as f64 * (plan.trial_secs + 0.6);
+    let limit =
+        60.0 + plan.warmup_secs.max(sc.warmup_secs()) + trials as f64 * (plan.trial_secs + 0.6);
     let end = Instant::now() + Duration::from_secs_f64(limit);
     let (mut pmd, mut switch_cpu, mut gen_cpu) = (None, None, None);
     // Some switches spin only while traffic flows: pick their polling threads during the
