@@ -7,7 +7,9 @@
 //! packet a `ct(zone=Z, commit?, force?, nat(...)?, exec(set_field mark/label)?)` action
 //! reaches, call [`Conntrack::execute`] with the frame, a [`CtAction`] and the current time in
 //! ms; put the returned [`CtResult`]'s `state`, `zone`, `mark`, `label` into the packet's
-//! metadata (the `ct_state`/`ct_zone`/`ct_mark`/`ct_label` match fields) and recirculate. NAT
+//! metadata (the `ct_state`/`ct_zone`/`ct_mark`/`ct_label` match fields) and recirculate (a
+//! packet that may meet `ct` again goes through [`Conntrack::execute_hinted`] with a [`Hint`]
+//! that travels with it, so its next pass skips the hash and the table probe). NAT
 //! rewrites the frame in place (checksums updated incrementally). A fragment returns
 //! [`Outcome::Held`] (the tracker keeps a copy; drop the buffer) until its datagram is complete,
 //! then [`Outcome::Released`] gives the held originals back, to be forwarded with the verdict.

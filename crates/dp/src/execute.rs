@@ -244,7 +244,7 @@ pub struct ExecCtx<'a> {
     /// Keys of `recirc`, by index (conntrack words and `recirc_id` set).
     pub recirc_keys: &'a mut Vec<FlowKey>,
     /// Conntrack hints of the packets being executed, by packet index ([`conntrack::Hint`]:
-    /// what a packet's last `ct` pass learned, for its next one). Empty: no hints.
+    /// the connection a packet's last `ct` pass found, for its next one). Empty: no hints.
     pub hints: &'a mut [Hint],
     /// Index of the packet being executed, into `hints` (out of range: no hint).
     pub cur: usize,

@@ -123,8 +123,8 @@ pub struct Worker {
     recirc: Batch,
     recirc_keys: Vec<FlowKey>,
     /// Conntrack hints of the packets in `rx`, by index (all empty between bursts), and of
-    /// those in `recirc`: a packet's second `ct` pass reuses its first pass's parse, hash and
-    /// connection ([`conntrack::Hint`]).
+    /// those in `recirc`: a packet's second `ct` pass starts from the connection its first
+    /// pass found ([`conntrack::Hint`]).
     hints: Vec<conntrack::Hint>,
     recirc_hints: Vec<conntrack::Hint>,
 }
