@@ -192,6 +192,14 @@ mod tests {
         let a = args(&client, &Scenario::p2p(64), &plan, Path::new("/d/g.json")).join(" ");
         assert!(!a.contains("--server") && !a.contains("--search"), "{a}");
         assert!(a.contains("--no-stamp"), "{a}");
+        // A conntrack scenario with 1M connections: half a million flows per direction, and a
+        // warm-up long enough to set them all up.
+        let ct = Scenario::parse("ct1m:64").unwrap();
+        let a = args(&client, &ct, &plan, Path::new("/d/g.json")).join(" ");
+        assert!(a.contains("--flows=500000"), "{a}");
+        assert!(a.contains("--warmup-secs=5"), "{a}");
+        let a = args(&client, &Scenario::p2p(64), &plan, Path::new("/d/g.json")).join(" ");
+        assert!(a.contains("--warmup-secs=1 "), "{a}");
     }
 
     #[test]
