@@ -74,7 +74,7 @@ impl Contender for Dpdk {
         if sc.meter().is_some()
             || matches!(
                 sc.kind,
-                crate::scenario::Kind::Ct | crate::scenario::Kind::Tunnel(_)
+                crate::scenario::Kind::Ct(_) | crate::scenario::Kind::Tunnel(_)
             )
         {
             return Err("testpmd io forwarding has no meters, conntrack or tunnels".into());

@@ -54,7 +54,7 @@ pub fn args(ports: &Ports, sc: &Scenario, plan: &GenPlan, json: &Path) -> Vec<St
         format!("--size={}", sc.size),
         format!("--flows={}", sc.flows()),
         format!("--trial-secs={}", plan.trial_secs),
-        format!("--warmup-secs={}", plan.warmup_secs),
+        format!("--warmup-secs={}", plan.warmup_secs.max(sc.warmup_secs())),
         format!("--max-trials={}", plan.max_trials),
         format!("--core={}", plan.core),
         format!("--json={}", json.display()),
@@ -115,7 +115,8 @@ pub fn run(
     let log = dir.join("vireo-gen.log");
     let mut p = Proc::spawn("vireo-gen", command(vireo_gen_path()).args(&a), &log)?;
     let trials = 1 + plan.loss_ppm.len() * plan.max_trials.max(1) * 3;
-    let limit = 60.0 + plan.warmup_secs + trials as f64 * (plan.trial_secs + 0.6);
+    let limit =
+        60.0 + plan.warmup_secs.max(sc.warmup_secs()) + trials as f64 * (plan.trial_secs + 0.6);
     let end = Instant::now() + Duration::from_secs_f64(limit);
     let (mut pmd, mut switch_cpu, mut gen_cpu) = (None, None, None);
     // Some switches spin only while traffic flows: pick their polling threads during the
@@ -191,6 +192,14 @@ mod tests {
         let a = args(&client, &Scenario::p2p(64), &plan, Path::new("/d/g.json")).join(" ");
         assert!(!a.contains("--server") && !a.contains("--search"), "{a}");
         assert!(a.contains("--no-stamp"), "{a}");
+        // A conntrack scenario with 1M connections: half a million flows per direction, and a
+        // warm-up long enough to set them all up.
+        let ct = Scenario::parse("ct1m:64").unwrap();
+        let a = args(&client, &ct, &plan, Path::new("/d/g.json")).join(" ");
+        assert!(a.contains("--flows=500000"), "{a}");
+        assert!(a.contains("--warmup-secs=5"), "{a}");
+        let a = args(&client, &Scenario::p2p(64), &plan, Path::new("/d/g.json")).join(" ");
+        assert!(a.contains("--warmup-secs=1 "), "{a}");
     }
 
     #[test]

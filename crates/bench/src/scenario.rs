@@ -19,8 +19,11 @@ pub enum Kind {
     Meter(u32),
     /// As `P2p`, but every IP packet goes through connection tracking first: `ct(table=1)`,
     /// then in table 1 `ct(commit)` and the output (the firewall pattern's datapath work: a
-    /// lookup, a recirculation, a commit of an existing connection).
-    Ct,
+    /// lookup, a recirculation, a commit of an existing connection), with this many
+    /// connections: 1 is testpmd's single flow bouncing both ways (`ct:64`); N > 1 is N/2
+    /// distinct UDP flows per direction from vireo-gen (`ct1k:64`, `ct1m:64`), each its own
+    /// connection (none is replied to).
+    Ct(u32),
     /// Each direction crosses a tunnel: encapsulated on one tunnel port, sent over loopback
     /// UDP, decapsulated on the other (see [`TunnelPorts`]); one flow-based port (the rules
     /// set `tun_id` and `tun_dst`) and one fixed.
@@ -145,7 +148,8 @@ impl Scenario {
             Kind::Flows(n) => format!("flows{}", flow_label(n)),
             Kind::Meter(METER_NO_DROP_PPS) => "meter".to_string(),
             Kind::Meter(r) => format!("meter{}", flow_label(r)),
-            Kind::Ct => "ct".to_string(),
+            Kind::Ct(1) => "ct".to_string(),
+            Kind::Ct(n) => format!("ct{}", flow_label(n)),
             Kind::Tunnel(Tun::Vxlan) => "vxlan".to_string(),
             Kind::Tunnel(Tun::Geneve) => "geneve".to_string(),
         };
@@ -172,9 +176,14 @@ impl Scenario {
             "p2p" => Kind::P2p,
             "normal" => Kind::Normal,
             "meter" => Kind::Meter(METER_NO_DROP_PPS),
-            "ct" => Kind::Ct,
+            "ct" => Kind::Ct(1),
             "vxlan" => Kind::Tunnel(Tun::Vxlan),
             "geneve" => Kind::Tunnel(Tun::Geneve),
+            f if f.starts_with("ct") => Kind::Ct(
+                parse_count(&f["ct".len()..])
+                    .filter(|&n| n > 0)
+                    .ok_or_else(bad)?,
+            ),
             f if f.starts_with("meter") => Kind::Meter(
                 parse_count(&f["meter".len()..])
                     .filter(|&r| r > 0)
@@ -229,13 +238,24 @@ impl Scenario {
     pub fn flows(&self) -> u32 {
         match self.kind {
             Kind::Flows(n) => n.max(1),
+            Kind::Ct(n) => n.div_ceil(2).max(1),
             _ => 1,
+        }
+    }
+
+    /// Seconds of warm-up vireo-gen needs before measuring: enough for every flow to have
+    /// been sent at least once (every connection set up) even at a few hundred thousand new
+    /// connections per second.
+    pub fn warmup_secs(&self) -> f64 {
+        match self.kind {
+            Kind::Ct(n) if n > 1 => 2.0 + 3.0 * f64::from(n) / 1e6,
+            _ => 0.0,
         }
     }
 
     /// Whether the testpmd generator can drive it (it sends one flow; see `flows`).
     pub fn testpmd_can_drive(&self) -> bool {
-        !matches!(self.kind, Kind::Flows(n) if n > 1)
+        !matches!(self.kind, Kind::Flows(n) | Kind::Ct(n) if n > 1)
     }
 
     /// OpenFlow rules (ovs-ofctl syntax), with the two ports written as `p0` and `p1`
@@ -257,7 +277,7 @@ impl Scenario {
                 format!("in_port={p1},actions=meter:1,output:{p0}"),
             ],
             Kind::Normal => vec!["actions=NORMAL".to_string()],
-            Kind::Ct => vec![
+            Kind::Ct(_) => vec![
                 "table=0,priority=10,ip,ct_state=-trk,actions=ct(table=1)".to_string(),
                 format!("table=0,priority=0,in_port={p0},actions=output:{p1}"),
                 format!("table=0,priority=0,in_port={p1},actions=output:{p0}"),
@@ -357,7 +377,18 @@ mod tests {
         }
         assert_eq!(parse_list("quick, sizes").unwrap().len(), 6);
         let ct = Scenario::parse("ct:64").unwrap();
-        assert_eq!((ct.kind, ct.name()), (Kind::Ct, "ct:64".to_string()));
+        assert_eq!((ct.kind, ct.name()), (Kind::Ct(1), "ct:64".to_string()));
+        assert_eq!((ct.flows(), ct.testpmd_can_drive()), (1, true));
+        let many = Scenario::parse("ct1m:64").unwrap();
+        assert_eq!(
+            (many.kind, many.name()),
+            (Kind::Ct(1_000_000), "ct1m:64".to_string())
+        );
+        assert_eq!((many.flows(), many.testpmd_can_drive()), (500_000, false));
+        assert!(many.warmup_secs() >= 5.0);
+        assert_eq!(many.rules("1", "2"), ct.rules("1", "2"));
+        assert_eq!(Scenario::parse("ct1k:64").unwrap().flows(), 500);
+        assert!(Scenario::parse("ct0:64").is_err() && Scenario::parse("ctx:64").is_err());
         assert!(ct.rules("1", "2").iter().any(|r| r.contains("ct(commit)")));
         let g = Scenario::parse("geneve:128").unwrap();
         assert_eq!(

@@ -7,7 +7,9 @@
 //! packet a `ct(zone=Z, commit?, force?, nat(...)?, exec(set_field mark/label)?)` action
 //! reaches, call [`Conntrack::execute`] with the frame, a [`CtAction`] and the current time in
 //! ms; put the returned [`CtResult`]'s `state`, `zone`, `mark`, `label` into the packet's
-//! metadata (the `ct_state`/`ct_zone`/`ct_mark`/`ct_label` match fields) and recirculate. NAT
+//! metadata (the `ct_state`/`ct_zone`/`ct_mark`/`ct_label` match fields) and recirculate (a
+//! packet that may meet `ct` again goes through [`Conntrack::execute_hinted`] with a [`Hint`]
+//! that travels with it, so its next pass skips the hash and the table probe). NAT
 //! rewrites the frame in place (checksums updated incrementally). A fragment returns
 //! [`Outcome::Held`] (the tracker keeps a copy; drop the buffer) until its datagram is complete,
 //! then [`Outcome::Released`] gives the held originals back, to be forwarded with the verdict.
@@ -26,6 +28,7 @@
 
 mod action;
 pub mod frag;
+mod hint;
 pub mod nat;
 mod ops;
 pub mod parse;
@@ -41,6 +44,7 @@ pub use action::{
     CtAction, CtResult, Invalid, Nat, Outcome, Timeouts, INVALID_NAMES, INVALID_REASONS,
 };
 pub use frag::FragLimits;
+pub use hint::Hint;
 pub use nat::{NatDir, NatSpec, PortSel};
 pub use ops::{ConnDump, Stats, SweepReport};
 pub use parse::Tuple;
@@ -124,11 +128,6 @@ impl Default for Conntrack {
     }
 }
 
-enum Dir {
-    Orig,
-    Reply,
-}
-
 fn ms(s: u32) -> u64 {
     u64::from(s) * 1000
 }
@@ -189,6 +188,31 @@ impl Conntrack {
 
     /// Runs one `ct` action on `frame` (an Ethernet frame) at time `now` (ms, monotonic).
     pub fn execute(&self, frame: &mut [u8], a: &CtAction, now: u64) -> Outcome {
+        self.run(frame, a, now, None, None)
+    }
+
+    /// [`Conntrack::execute`] for a packet that may pass through `ct` again (recirculation):
+    /// tries the connection `hint` holds before a table lookup, and leaves in it the
+    /// connection this pass found (see [`Hint`]). The verdict is the same as without a hint.
+    pub fn execute_hinted(
+        &self,
+        frame: &mut [u8],
+        a: &CtAction,
+        now: u64,
+        hint: &mut Hint,
+    ) -> Outcome {
+        let known = hint.0.take();
+        self.run(frame, a, now, known, Some(hint))
+    }
+
+    fn run(
+        &self,
+        frame: &mut [u8],
+        a: &CtAction,
+        now: u64,
+        known: Option<Arc<Conn>>,
+        out: Option<&mut Hint>,
+    ) -> Outcome {
         let p = match parse::parse(frame) {
             Ok(p) => p,
             Err(Bad::NotIp) => return Outcome::Done(self.invalid(Invalid::NotIp, a.zone)),
@@ -197,7 +221,7 @@ impl Conntrack {
         if let Some(f) = p.frag {
             return self.fragment(frame, &p, &f, a, now);
         }
-        Outcome::Done(self.track(frame, &p, a, now))
+        Outcome::Done(self.track(frame, &p, a, now, known, out))
     }
 
     /// [`Conntrack::execute`] over a burst of frames with one action; `out[i]` gets frame
@@ -254,7 +278,7 @@ impl Conntrack {
                 let r = match parse::parse(&whole) {
                     Ok(wp) if wp.frag.is_none() => {
                         let before = wp.tuple;
-                        let r = self.track(&mut whole, &wp, a, now);
+                        let r = self.track(&mut whole, &wp, a, now, None, None);
                         // NAT changed the reassembled copy: carry the change to the originals
                         // (addresses in every fragment; ports and the transport checksum,
                         // which sit in the first).
@@ -300,7 +324,12 @@ impl Conntrack {
 
     /// Finds the live connection for key `k`, unlinking a dead or expired one in the way.
     fn find(&self, k: &Key, now: u64) -> Option<Arc<Conn>> {
-        let c = self.table.get(k)?;
+        self.find_hashed(k, self.table.hash(k), now)
+    }
+
+    /// [`Conntrack::find`] with the key's hash already computed.
+    fn find_hashed(&self, k: &Key, h: u64, now: u64) -> Option<Arc<Conn>> {
+        let c = self.table.get_hashed(k, h)?;
         if c.alive(now) {
             return Some(c);
         }
@@ -323,7 +352,15 @@ impl Conntrack {
         }
     }
 
-    fn track(&self, frame: &mut [u8], p: &Parsed, a: &CtAction, now: u64) -> CtResult {
+    fn track(
+        &self,
+        frame: &mut [u8],
+        p: &Parsed,
+        a: &CtAction,
+        now: u64,
+        known: Option<Arc<Conn>>,
+        out: Option<&mut Hint>,
+    ) -> CtResult {
         match p.kind {
             L4::Error(q) => return self.related(frame, p, &q, a, now),
             L4::IcmpOther => return self.invalid(Invalid::IcmpOther, a.zone),
@@ -333,21 +370,42 @@ impl Conntrack {
             zone: a.zone,
             t: p.tuple,
         };
-        if let Some(c) = self.find(&key, now) {
-            let dir = if key == c.orig_key() {
-                Dir::Orig
+        // The hint's connection is the one the lookup would find if the packet's key is one
+        // of its two keys and it is alive (a connection not dead is linked under both keys,
+        // `table`): then neither hash nor probe is needed.
+        let hinted = known.and_then(|c| {
+            let reply = if key == c.orig_key() {
+                false
+            } else if key == c.reply_key() {
+                true
             } else {
-                Dir::Reply
+                return None;
             };
-            match self.existing(frame, p, a, &c, dir, now) {
-                Some(r) => return r,
-                None => {
-                    // Force, or a SYN reopening a closed connection: start over.
-                    self.unlink(&c, false);
+            c.alive(now).then_some((c, reply))
+        });
+        let found = match hinted {
+            Some(f) => Some(f),
+            None => self.find(&key, now).map(|c| {
+                let reply = key != c.orig_key();
+                (c, reply)
+            }),
+        };
+        let (res, conn) = 'done: {
+            if let Some((c, reply)) = found {
+                match self.existing(frame, p, a, &c, reply, now) {
+                    Some(r) => break 'done (r, Some((c, reply))),
+                    None => {
+                        // Force, or a SYN reopening a closed connection: start over.
+                        self.unlink(&c, false);
+                    }
                 }
             }
+            self.new_conn(frame, p, a, now)
+        };
+        if let Some(out) = out {
+            out.0 = conn.map(|(c, _)| c);
         }
-        self.new_conn(frame, p, a, now)
+        res
     }
 
     /// A packet of an existing connection; `None` if the connection must be replaced.
@@ -357,10 +415,9 @@ impl Conntrack {
         p: &Parsed,
         a: &CtAction,
         c: &Arc<Conn>,
-        dir: Dir,
+        reply: bool,
         now: u64,
     ) -> Option<CtResult> {
-        let reply = matches!(dir, Dir::Reply);
         if a.force && reply {
             return None;
         }
@@ -441,7 +498,7 @@ impl Conntrack {
         reply: bool,
         mut res: CtResult,
     ) -> CtResult {
-        if a.nat == Nat::Off || c.nat == NatDone::default() {
+        if !rewrites(a, c) {
             return res;
         }
         let (from, to) = if reply {
@@ -460,15 +517,24 @@ impl Conntrack {
         res
     }
 
-    fn new_conn(&self, frame: &mut [u8], p: &Parsed, a: &CtAction, now: u64) -> CtResult {
+    /// A packet no live connection owns: committed if `a.commit`. Returns the verdict and the
+    /// connection it now belongs to (with its direction: reply if another PMD committed the
+    /// same connection from the other side first).
+    fn new_conn(
+        &self,
+        frame: &mut [u8],
+        p: &Parsed,
+        a: &CtAction,
+        now: u64,
+    ) -> (CtResult, Option<(Arc<Conn>, bool)>) {
         let tcp = match p.kind {
             L4::Tcp(t) => {
                 if !tcp::valid_new(&t) {
-                    return self.invalid(Invalid::TcpFlags, a.zone);
+                    return (self.invalid(Invalid::TcpFlags, a.zone), None);
                 }
                 Some(TcpConn::new(&t))
             }
-            L4::Echo { request: false } => return self.invalid(Invalid::IcmpOther, a.zone),
+            L4::Echo { request: false } => return (self.invalid(Invalid::IcmpOther, a.zone), None),
             _ => None,
         };
         let mut res = CtResult {
@@ -479,17 +545,18 @@ impl Conntrack {
             orig: Some(p.tuple),
         };
         if !a.commit {
-            return res;
+            return (res, None);
         }
         // Reserve a slot under both limits before building anything.
         let limit = self.limit.load(Ordering::Relaxed);
         if self.total.fetch_add(1, Ordering::Relaxed) >= limit {
             self.total.fetch_sub(1, Ordering::Relaxed);
             self.ctr.limit_global.fetch_add(1, Ordering::Relaxed);
-            return CtResult {
+            let r = CtResult {
                 orig: None,
                 ..self.invalid_silent(a.zone)
             };
+            return (r, None);
         }
         let z = usize::from(a.zone);
         let zl = self.zone_limit[z].load(Ordering::Relaxed);
@@ -497,7 +564,7 @@ impl Conntrack {
             self.zone_count[z].fetch_sub(1, Ordering::Relaxed);
             self.total.fetch_sub(1, Ordering::Relaxed);
             self.ctr.limit_zone.fetch_add(1, Ordering::Relaxed);
-            return self.invalid_silent(a.zone);
+            return (self.invalid_silent(a.zone), None);
         }
         let pol = self.policy(a.zone);
         let timeout = match p.kind {
@@ -556,24 +623,22 @@ impl Conntrack {
                     self.ctr.created.fetch_add(1, Ordering::Relaxed);
                     res.mark = inner.mark;
                     res.label = inner.label;
-                    return self.nat_packet(frame, p, a, &c, false, res);
+                    let r = self.nat_packet(frame, p, a, &c, false, res);
+                    return (r, Some((c, false)));
                 }
                 Err(InsertErr::Exists(other)) => {
                     // Another PMD committed the same connection first: use it.
                     self.zone_count[z].fetch_sub(1, Ordering::Relaxed);
                     self.total.fetch_sub(1, Ordering::Relaxed);
-                    let dir = if other.orig_key()
-                        == (Key {
+                    let reply = other.orig_key()
+                        != (Key {
                             zone: a.zone,
                             t: p.tuple,
-                        }) {
-                        Dir::Orig
-                    } else {
-                        Dir::Reply
+                        });
+                    return match self.existing(frame, p, a, &other, reply, now) {
+                        Some(r) => (r, Some((other, reply))),
+                        None => (self.invalid_silent(a.zone), None),
                     };
-                    return self
-                        .existing(frame, p, a, &other, dir, now)
-                        .unwrap_or_else(|| self.invalid_silent(a.zone));
                 }
                 Err(InsertErr::Clash) => {
                     if a.nat == Nat::Off || matches!(a.nat, Nat::Existing) {
@@ -586,7 +651,7 @@ impl Conntrack {
         self.zone_count[z].fetch_sub(1, Ordering::Relaxed);
         self.total.fetch_sub(1, Ordering::Relaxed);
         self.ctr.nat_exhausted.fetch_add(1, Ordering::Relaxed);
-        self.invalid_silent(a.zone)
+        (self.invalid_silent(a.zone), None)
     }
 
     /// An invalid verdict for a refused commit (counted by the caller under its own reason).
@@ -685,6 +750,11 @@ fn nat_fragment(frame: &mut [u8], old: &Tuple, new: &Tuple) {
         };
         parse::rewrite(frame, p.l3, f.data, p.end, &strip(old), &strip(new), &mut d);
     }
+}
+
+/// True if `a` applied to a packet of `c` rewrites the packet (NAT).
+fn rewrites(a: &CtAction, c: &Conn) -> bool {
+    a.nat != Nat::Off && c.nat != NatDone::default()
 }
 
 fn apply_marks(g: &mut ConnInner, a: &CtAction) {

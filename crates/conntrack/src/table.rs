@@ -4,6 +4,9 @@
 //! liveness as atomics, mutable state behind its own mutex) and [`Table`] (`SHARDS` shards, each
 //! an `RwLock<HashMap<Key, Arc<Conn>>>`). A connection is entered twice: under its original
 //! tuple and under the reverse of its translated tuple (what a reply looks like on arrival).
+//! Keys are hashed with [`KeyHash`], a keyed multiply-fold hash with per-table random secrets
+//! (cheap enough for two lookups per packet, keyed so a sender cannot aim tuples at a shard;
+//! see its doc and `docs/threat-model.md`).
 //!
 //! Threads: every PMD thread looks up and inserts concurrently; the control thread dumps,
 //! flushes and sweeps. There is no global lock: a lookup takes one shard's read lock for the
@@ -15,7 +18,7 @@
 //! a shard lock while holding a connection mutex, and no code holds two connection mutexes.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::RandomState;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockWriteGuard};
 
@@ -105,8 +108,7 @@ impl Conn {
     }
 }
 
-/// A key with its hash computed once (SipHash with a per-table random key, so a sender
-/// cannot aim tuples at one shard or bucket); the map hashes by that value alone.
+/// A key with its hash computed once ([`KeyHash`]); the map hashes by that value alone.
 #[derive(Clone, Copy, Debug)]
 struct HKey {
     h: u64,
@@ -141,6 +143,74 @@ impl std::hash::Hasher for PassThrough {
     }
 }
 
+/// The 128-bit product of `a` and `b`, its halves folded together by xor.
+#[inline(always)]
+fn fold_mul(a: u64, b: u64) -> u64 {
+    let p = u128::from(a) * u128::from(b);
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
+/// The table's keyed hash of a [`Key`]: each pair of the key's five 64-bit words (source
+/// address, destination address, ports/protocol/family/zone) is xored with secret words and
+/// multiplied (128-bit product, halves folded), the three products are summed and mixed once
+/// more with a secret. The seven secret words come from the OS's random source
+/// ([`std::hash::RandomState`]) when the table is created and never leave the process.
+///
+/// Why not SipHash: it cost a fifth of a PMD's time under `vireo-bench`'s `ct:64` (two
+/// lookups per packet; `BENCHMARKS.md`, *Connection tracking*). This costs four multiplies.
+/// Why it still stands against a guest choosing tuples (`docs/threat-model.md`): every input
+/// word meets a secret before it is multiplied, so a sender who cannot read the secret cannot
+/// aim tuples at one shard or bucket; the mapping from tuples to hashes changes with every
+/// table (every vireod start). It is not a cryptographic PRF: a sender able to observe bucket
+/// collisions precisely enough to recover the secrets could build colliding tuples; the
+/// per-zone and global connection limits bound what such a flood can put in one shard.
+#[derive(Clone, Copy, Debug)]
+pub struct KeyHash {
+    s: [u64; 7],
+}
+
+impl KeyHash {
+    /// A hasher with fresh random secrets.
+    pub fn random() -> KeyHash {
+        use std::hash::BuildHasher;
+        let r = RandomState::new();
+        let mut s = [0u64; 7];
+        for (i, w) in s.iter_mut().enumerate() {
+            // SipHash of the index under the OS-seeded key: seven independent random words.
+            *w = r.hash_one(i as u64);
+        }
+        KeyHash { s }
+    }
+
+    /// The hash of `k`.
+    #[inline]
+    pub fn hash(&self, k: &Key) -> u64 {
+        let t = &k.t;
+        let w = |a: &[u8; 16], i: usize| {
+            u64::from_le_bytes([
+                a[i],
+                a[i + 1],
+                a[i + 2],
+                a[i + 3],
+                a[i + 4],
+                a[i + 5],
+                a[i + 6],
+                a[i + 7],
+            ])
+        };
+        let tail = u64::from(t.sport)
+            | u64::from(t.dport) << 16
+            | u64::from(t.proto) << 32
+            | u64::from(t.v6) << 40
+            | u64::from(k.zone) << 48;
+        let s = &self.s;
+        let a = fold_mul(w(&t.src, 0) ^ s[0], w(&t.src, 8) ^ s[1]);
+        let b = fold_mul(w(&t.dst, 0) ^ s[2], w(&t.dst, 8) ^ s[3]);
+        let c = fold_mul(tail ^ s[4], a.rotate_left(23) ^ s[5]);
+        fold_mul(b.wrapping_add(c) ^ s[6], s[2] | 1)
+    }
+}
+
 type Map = HashMap<HKey, Arc<Conn>, std::hash::BuildHasherDefault<PassThrough>>;
 
 /// Connections an insert found expired in its way and unlinked (the caller accounts them).
@@ -149,7 +219,7 @@ pub type Killed = [Option<Arc<Conn>>; 2];
 /// The sharded table.
 pub struct Table {
     shards: Box<[RwLock<Map>]>,
-    hasher: RandomState,
+    hasher: KeyHash,
 }
 
 /// Why an insert failed.
@@ -172,15 +242,21 @@ impl Table {
     pub fn new() -> Table {
         Table {
             shards: (0..SHARDS).map(|_| RwLock::new(Map::default())).collect(),
-            hasher: RandomState::new(),
+            hasher: KeyHash::random(),
         }
     }
 
     fn hk(&self, k: &Key) -> HKey {
         HKey {
-            h: self.hasher.hash_one(k),
+            h: self.hasher.hash(k),
             k: *k,
         }
+    }
+
+    /// The table's hash of `k` (for [`Table::get_hashed`]).
+    #[inline]
+    pub fn hash(&self, k: &Key) -> u64 {
+        self.hasher.hash(k)
     }
     fn shard(&self, k: &HKey) -> usize {
         ((k.h >> 40) as usize) & (SHARDS - 1)
@@ -195,7 +271,13 @@ impl Table {
 
     /// Finds the connection a packet with key `k` belongs to (live or not).
     pub fn get(&self, k: &Key) -> Option<Arc<Conn>> {
-        let k = self.hk(k);
+        self.get_hashed(k, self.hash(k))
+    }
+
+    /// [`Table::get`] with `h` = [`Table::hash`]`(k)` computed by the caller.
+    #[inline]
+    pub fn get_hashed(&self, k: &Key, h: u64) -> Option<Arc<Conn>> {
+        let k = HKey { h, k: *k };
         self.read(self.shard(&k)).get(&k).cloned()
     }
 

@@ -19,7 +19,7 @@ use crate::action::{Action, CtSpec, Upcall};
 use crate::flow::NO_STEAL;
 use crate::meter::{remark_dscp, Verdict};
 use crate::stats::Tally;
-use conntrack::{Conntrack, CtResult, Outcome};
+use conntrack::{Conntrack, CtResult, Hint, Outcome};
 use packet::{Batch, Offload, Packet, Pool, MAX_FRAME};
 use ports::Port;
 use std::sync::Arc;
@@ -248,6 +248,13 @@ pub struct ExecCtx<'a> {
     pub recirc: &'a mut Batch,
     /// Keys of `recirc`, by index (conntrack words and `recirc_id` set).
     pub recirc_keys: &'a mut Vec<FlowKey>,
+    /// Conntrack hints of the packets being executed, by packet index ([`conntrack::Hint`]:
+    /// the connection a packet's last `ct` pass found, for its next one). Empty: no hints.
+    pub hints: &'a mut [Hint],
+    /// Index of the packet being executed, into `hints` (out of range: no hint).
+    pub cur: usize,
+    /// Hints of `recirc`, by index.
+    pub recirc_hints: &'a mut Vec<Hint>,
 }
 
 /// [`execute`]'s answer for a packet to classify again (`ct(table=N)`): the caller moves it
@@ -269,6 +276,9 @@ pub fn execute(
     key: &mut FlowKey,
     cx: &mut ExecCtx,
 ) -> u32 {
+    // Whether an action since the packet's last `ct` pass rewrote the frame (its conntrack
+    // hint is then stale). Conservative: every modifying action counts.
+    let mut dirty = false;
     for (j, a) in actions.iter().enumerate() {
         match a {
             Action::Output(p) => {
@@ -295,21 +305,29 @@ pub fn execute(
             Action::Meter(m) => match m.0.apply(pkt.len(), burst_time(cx)) {
                 Verdict::Drop => return NO_PORT,
                 Verdict::Pass { remark: 0 } => {}
-                Verdict::Pass { remark: r } => remark(pkt, key, r),
+                Verdict::Pass { remark: r } => {
+                    dirty = true;
+                    remark(pkt, key, r)
+                }
             },
             Action::Ct(spec) => {
-                if let Some(to) = ct(pkt, spec, &actions[j + 1..], key, cx) {
+                if let Some(to) = ct(pkt, spec, &actions[j + 1..], key, cx, dirty) {
                     return to;
                 }
+                dirty = false;
             }
             Action::CtClear => clear_ct(key),
+            // Tunnel metadata is no part of a connection's tuple: a hint stays valid.
             Action::SetTunnel { id, src, dst } => {
                 modify(pkt, a);
                 key.set(Field::TunId, *id);
                 key.set(Field::TunSrc, u64::from(*src));
                 key.set(Field::TunDst, u64::from(*dst));
             }
-            other => modify(pkt, other),
+            other => {
+                dirty = true;
+                modify(pkt, other)
+            }
         }
     }
     NO_PORT
@@ -359,7 +377,9 @@ pub fn set_ct_fields(key: &mut FlowKey, r: &CtResult) {
 
 /// The `ct` action on one packet. `None`: go on with the rest of the list; `Some(to)`: the
 /// list ends here with [`execute`]'s answer `to` (recirculation, or a fragment conntrack holds).
-/// Out of line: conntrack costs far more than a call.
+/// The packet's hint (`cx.hints[cx.cur]`) is used unless `dirty` (the frame was rewritten since
+/// it was made), and refilled for the next pass. Out of line: conntrack costs far more than a
+/// call.
 #[inline(never)]
 fn ct(
     pkt: &mut Packet,
@@ -367,6 +387,7 @@ fn ct(
     rest: &[Action],
     key: &mut FlowKey,
     cx: &mut ExecCtx,
+    dirty: bool,
 ) -> Option<u32> {
     let Some(tracker) = cx.ct else {
         let r = CtResult {
@@ -380,7 +401,16 @@ fn ct(
     if cx.now_ms == 0 {
         cx.now_ms = conntrack::clock_ms();
     }
-    let (result, held) = match tracker.execute(pkt.data_mut(), &spec.ct, cx.now_ms) {
+    let out = match cx.hints.get_mut(cx.cur) {
+        Some(h) => {
+            if dirty {
+                h.clear();
+            }
+            tracker.execute_hinted(pkt.data_mut(), &spec.ct, cx.now_ms, h)
+        }
+        None => tracker.execute(pkt.data_mut(), &spec.ct, cx.now_ms),
+    };
+    let (result, held) = match out {
         Outcome::Done(r) => (r, Vec::new()),
         Outcome::Held => return Some(NO_PORT),
         Outcome::Released { result, held } => (result, held),
@@ -402,10 +432,14 @@ fn ct(
                 cx.pool.put(c);
             } else {
                 cx.recirc_keys.push(k);
+                cx.recirc_hints.push(Hint::default());
                 let _ = cx.recirc.push(c);
             }
         } else {
+            // A copy, not the packet `cx.cur` names: no hint.
+            let cur = std::mem::replace(&mut cx.cur, usize::MAX);
             execute(&mut c, rest, NO_STEAL, &mut k, cx);
+            cx.cur = cur;
             cx.pool.put(c);
         }
     }
@@ -509,6 +543,9 @@ mod tests {
             now_ms: 0,
             recirc: &mut Batch::new(),
             recirc_keys: &mut Vec::new(),
+            hints: &mut [],
+            cur: 0,
+            recirc_hints: &mut Vec::new(),
         };
         let acts = [Action::Meter(one(BandKind::Drop)), Action::Output(3)];
         let mut pkt = Packet::from_slice(&[0u8; 60]);
@@ -555,6 +592,9 @@ mod tests {
             now_ms: 0,
             recirc: &mut Batch::new(),
             recirc_keys: &mut Vec::new(),
+            hints: &mut [],
+            cur: 0,
+            recirc_hints: &mut Vec::new(),
         };
         let acts = [
             Action::Output(1),
@@ -583,6 +623,9 @@ mod tests {
             now_ms: 0,
             recirc: &mut Batch::new(),
             recirc_keys: &mut Vec::new(),
+            hints: &mut [],
+            cur: 0,
+            recirc_hints: &mut Vec::new(),
         };
         let mut pkt = Packet::from_slice(&[1; 20]);
         let to = execute(
@@ -614,6 +657,9 @@ mod tests {
                 now_ms: 0,
                 recirc: &mut Batch::new(),
                 recirc_keys: &mut Vec::new(),
+                hints: &mut [],
+                cur: 0,
+                recirc_hints: &mut Vec::new(),
             };
             let acts = [Action::Output(1), Action::Output(1)];
             let mut pkt = Packet::from_slice(&[i; 14]);
@@ -708,6 +754,9 @@ mod tests {
             now_ms: 0,
             recirc: &mut Batch::new(),
             recirc_keys: &mut Vec::new(),
+            hints: &mut [],
+            cur: 0,
+            recirc_hints: &mut Vec::new(),
         };
         let mut pkt = pkt;
         let mut key = FlowKey::ZERO;

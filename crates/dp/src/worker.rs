@@ -131,6 +131,11 @@ pub struct Worker {
     /// Packets to classify again after this pass, and their keys.
     recirc: Batch,
     recirc_keys: Vec<FlowKey>,
+    /// Conntrack hints of the packets in `rx`, by index (all empty between bursts), and of
+    /// those in `recirc`: a packet's second `ct` pass starts from the connection its first
+    /// pass found ([`conntrack::Hint`]).
+    hints: Vec<conntrack::Hint>,
+    recirc_hints: Vec<conntrack::Hint>,
 }
 
 /// What the control thread may read about a worker without waiting for it, so revalidation can
@@ -181,6 +186,10 @@ impl Worker {
             ct: None,
             recirc: Batch::new(),
             recirc_keys: Vec::with_capacity(BATCH_SIZE),
+            hints: (0..BATCH_SIZE)
+                .map(|_| conntrack::Hint::default())
+                .collect(),
+            recirc_hints: Vec::with_capacity(BATCH_SIZE),
         }
     }
 
@@ -265,12 +274,16 @@ impl Worker {
                 p.meta.hash = k.hash();
             }
             self.recirc_keys.clear();
+            for (slot, h) in self.hints.iter_mut().zip(self.recirc_hints.drain(..)) {
+                *slot = h;
+            }
             self.classify(n);
             self.execute_all();
         }
         self.tally.recirc_drops += self.recirc.len() as u64;
         self.pool.put_batch(&mut self.recirc);
         self.recirc_keys.clear();
+        self.recirc_hints.clear();
     }
 
     #[inline]
@@ -418,6 +431,8 @@ impl Worker {
             ct,
             recirc,
             recirc_keys,
+            hints,
+            recirc_hints,
             ..
         } = self;
         let mut cx = ExecCtx {
@@ -430,12 +445,16 @@ impl Worker {
             now_ms: 0,
             recirc,
             recirc_keys,
+            hints,
+            cur: 0,
+            recirc_hints,
         };
         let (mut run_id, mut run_pkts, mut run_bytes) = (NO_FLOW, 0u64, 0u64);
         let pkts = rx.as_mut_slice();
         let n = pkts.len().min(BATCH_SIZE);
         for i in 0..n {
             let (pkt, id, key) = (&mut pkts[i], ids[i], &mut keys[i]);
+            cx.cur = i;
             dest[i] = if id == ADHOC {
                 let acts = adhoc.iter().find(|(j, _)| *j == i).map(|(_, a)| &a[..]);
                 let acts = acts.unwrap_or(&[]);
@@ -464,10 +483,15 @@ impl Worker {
                     cx.pool.put(pkt);
                 } else {
                     cx.recirc_keys.push(keys[i]);
+                    cx.recirc_hints.push(std::mem::take(&mut cx.hints[i]));
                     let _ = cx.recirc.push(pkt);
+                    continue;
                 }
             } else {
                 finish(pkt, to, &mut cx);
+            }
+            if cx.hints[i].is_set() {
+                cx.hints[i].clear();
             }
         }
         adhoc.clear();

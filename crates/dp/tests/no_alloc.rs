@@ -242,7 +242,18 @@ fn the_fast_path_allocates_nothing_per_packet() {
     let mut w = worker(0, &gen, &out);
     let (n, _) = drive(&mut w, &gen, &out);
     let t = w.take_tally();
-    assert_eq!(t.megaflow_hits, pkts, "every packet a dpcls hit");
+    // A rare key may meet an earlier one's SMC bucket and signature (the flow hash has a
+    // per-process random seed) and, being covered by the same megaflow, count as an SMC hit.
+    assert_eq!(
+        t.megaflow_hits + t.smc_hits,
+        pkts,
+        "every packet a cache hit"
+    );
+    assert!(
+        t.megaflow_hits * 100 >= pkts * 99,
+        "{} of {pkts} dpcls hits",
+        t.megaflow_hits
+    );
     assert_eq!(t.misses, 0);
     assert_eq!(n, 0, "{n} allocations in {pkts} dpcls-hit packets");
 
