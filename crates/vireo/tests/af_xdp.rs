@@ -75,18 +75,6 @@ fn bridge_of_two(dir: &std::path::Path, a: &NsVeth, b: &NsVeth) -> Daemon {
     d
 }
 
-fn port_status(d: &Daemon, port: &str) -> serde_json::Value {
-    let show = d.json(&["show"]);
-    for b in show["bridges"].as_array().unwrap() {
-        for p in b["ports"].as_array().unwrap() {
-            if p["name"] == port {
-                return p.clone();
-            }
-        }
-    }
-    panic!("no port {port} in show: {show}");
-}
-
 fn ping(from: &NsVeth, to: &str) {
     let o = from.exec(&["ping", "-c", "3", "-i", "0.2", "-W", "2", to]);
     let text = String::from_utf8_lossy(&o.stdout);
@@ -143,7 +131,7 @@ fn traffic_in_mode(mode: &str, n: u32, queues: u32) {
             &format!("xdp-mode={mode}"),
             &format!("queues={queues}"),
         ]);
-        let st = port_status(&d, p);
+        let st = common::port_status(&d, p);
         assert_eq!(st["status"]["queues"], queues, "{st}");
         assert_eq!(st["status"]["xdp_mode"], mode, "{st}");
         assert_eq!(st["link"], "up");
@@ -309,12 +297,13 @@ fn a_veth_whose_host_end_is_down_is_brought_up_and_link_changes_are_followed() {
     let dir = tempfile::tempdir().unwrap();
     let d = bridge_of_two(dir.path(), &a, &b);
     assert!(a.host_link().contains(",UP"), "{}", a.host_link());
-    assert_eq!(port_status(&d, "pa")["link"], "up");
+    assert_eq!(common::port_status(&d, "pa")["link"], "up");
     ping(&b, "10.78.7.1");
     for cycle in 0..2 {
         testkit::veth::must("ip", &["link", "set", &a.host_if, "down"]);
         assert!(
-            common::wait_until(Duration::from_secs(5), || port_status(&d, "pa")["link"]
+            common::wait_until(Duration::from_secs(5), || common::port_status(&d, "pa")
+                ["link"]
                 == "down"),
             "link not down in show (cycle {cycle})"
         );
@@ -331,7 +320,8 @@ fn a_veth_whose_host_end_is_down_is_brought_up_and_link_changes_are_followed() {
         assert!(drops(&after) > drops(&before), "{after}");
         testkit::veth::must("ip", &["link", "set", &a.host_if, "up"]);
         assert!(
-            common::wait_until(Duration::from_secs(5), || port_status(&d, "pa")["link"]
+            common::wait_until(Duration::from_secs(5), || common::port_status(&d, "pa")
+                ["link"]
                 == "up"),
             "link not up in show (cycle {cycle})"
         );
@@ -350,11 +340,11 @@ fn a_veth_whose_host_end_is_down_is_brought_up_and_link_changes_are_followed() {
 fn delete_and_see_it_lost(d: &Daemon, a: &NsVeth) {
     testkit::veth::must("ip", &["link", "del", &a.host_if]);
     assert!(
-        common::wait_until(Duration::from_secs(5), || port_status(d, "pa")["status"]
-            ["link_lost"]
+        common::wait_until(Duration::from_secs(5), || common::port_status(d, "pa")
+            ["status"]["link_lost"]
             == 1),
         "deletion not noticed: {}",
-        port_status(d, "pa")
+        common::port_status(d, "pa")
     );
 }
 
@@ -372,7 +362,7 @@ fn an_interface_deleted_and_recreated_comes_back() {
     let d = bridge_of_two(dir.path(), &a, &b);
     ping(&b, "10.78.8.1");
     delete_and_see_it_lost(&d, &a);
-    assert_eq!(port_status(&d, "pa")["link"], "down");
+    assert_eq!(common::port_status(&d, "pa")["link"], "down");
     // The same names again (the namespace end went with the pair).
     testkit::veth::must(
         "ip",
@@ -385,11 +375,11 @@ fn an_interface_deleted_and_recreated_comes_back() {
     a.exec_must(&["ethtool", "-K", &a.ns_if, "tx", "off", "txvlan", "off"]);
     assert!(
         common::wait_until(Duration::from_secs(5), || {
-            let st = port_status(&d, "pa");
+            let st = common::port_status(&d, "pa");
             st["status"]["reopened"] == 1 && st["link"] == "up"
         }),
         "not re-opened: {}",
-        port_status(&d, "pa")
+        common::port_status(&d, "pa")
     );
     // Vireo brought the new host end up and attached its program again.
     assert!(a.host_link().contains(",UP"), "{}", a.host_link());
@@ -418,13 +408,16 @@ fn a_reopened_interface_reports_the_mode_it_got() {
     let (a, b) = two_namespaces(13);
     let dir = tempfile::tempdir().unwrap();
     let d = bridge_of_two(dir.path(), &a, &b);
-    assert_eq!(port_status(&d, "pa")["status"]["xdp_mode"], "native");
+    assert_eq!(
+        common::port_status(&d, "pa")["status"]["xdp_mode"],
+        "native"
+    );
     delete_and_see_it_lost(&d, &a);
     testkit::veth::must("ip", &["link", "add", &a.host_if, "type", "bridge"]);
     let back = common::wait_until(Duration::from_secs(5), || {
-        port_status(&d, "pa")["status"]["reopened"] == 1
+        common::port_status(&d, "pa")["status"]["reopened"] == 1
     });
-    let st = port_status(&d, "pa");
+    let st = common::port_status(&d, "pa");
     d.ok(&["del-port", "br0", "pa"]);
     let _ = testkit::veth::must("ip", &["link", "del", &a.host_if]);
     assert!(back, "not re-opened: {st}");
@@ -542,7 +535,7 @@ fn after_kill_9_no_program_is_left_and_a_restart_takes_the_ports_again() {
     );
     let d = start(dir.path());
     for p in ["pa", "pb"] {
-        let st = port_status(&d, p);
+        let st = common::port_status(&d, p);
         assert_eq!(st["link"], "up", "{st}");
         assert_eq!(
             st["status"]["xdp_mode"], "native",
@@ -552,12 +545,12 @@ fn after_kill_9_no_program_is_left_and_a_restart_takes_the_ports_again() {
     ping(&a, "10.78.5.2");
     // The link follows the interface.
     testkit::veth::must("ip", &["link", "set", "dev", &a.host_if, "down"]);
-    assert_eq!(port_status(&d, "pa")["link"], "down");
+    assert_eq!(common::port_status(&d, "pa")["link"], "down");
     testkit::veth::must("ip", &["link", "set", "dev", &a.host_if, "up"]);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while port_status(&d, "pa")["link"] != "up" && std::time::Instant::now() < deadline {
+    while common::port_status(&d, "pa")["link"] != "up" && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(port_status(&d, "pa")["link"], "up");
+    assert_eq!(common::port_status(&d, "pa")["link"], "up");
     ping(&a, "10.78.5.2");
 }

@@ -25,18 +25,6 @@ use virtq::ring::Desc;
 /// Ring entries of the attacker's rings.
 const SIZE: u16 = 64;
 
-fn port_json(d: &Daemon, name: &str) -> Value {
-    let show = d.json(&["show"]);
-    for b in show["bridges"].as_array().unwrap() {
-        for p in b["ports"].as_array().unwrap() {
-            if p["name"] == name {
-                return p.clone();
-            }
-        }
-    }
-    panic!("no port {name} in {show}");
-}
-
 fn stats(d: &Daemon, port: &str) -> Value {
     d.json(&["port-stats", port])[0].clone()
 }
@@ -174,10 +162,11 @@ fn frame(src: [u8; 6]) -> Vec<u8> {
 fn fresh_frontend_forwards(d: &Daemon, sock: &Path, src: [u8; 6]) {
     let mut g = MockGuest::connect(sock, 1, SIZE, u64::MAX).expect("fresh handshake");
     assert!(
-        wait_until(Duration::from_secs(10), || port_json(d, "h1")["link"]
+        wait_until(Duration::from_secs(10), || common::port_status(d, "h1")
+            ["link"]
             == "up"),
         "h1 never came up again: {}",
-        port_json(d, "h1")
+        common::port_status(d, "h1")
     );
     let rx0 = n(&stats(d, "h1"), "rx_packets");
     for _ in 0..16 {
@@ -205,11 +194,11 @@ fn fresh_frontend_forwards(d: &Daemon, sock: &Path, src: [u8; 6]) {
     );
     drop(g);
     assert!(
-        wait_until(Duration::from_secs(10), || port_json(d, "h1")["status"]
-            ["state"]
+        wait_until(Duration::from_secs(10), || common::port_status(d, "h1")
+            ["status"]["state"]
             == "listening"),
         "{}",
-        port_json(d, "h1")
+        common::port_status(d, "h1")
     );
 }
 
@@ -288,7 +277,7 @@ fn truncated_guest_memory_costs_only_that_port_under_live_traffic() {
     assert!(
         wait_until(Duration::from_secs(30), || ["vm1", "vm2"]
             .iter()
-            .all(|p| port_json(&d, p)["link"] == "up")),
+            .all(|p| common::port_status(&d, p)["link"] == "up")),
         "links never came up: {}",
         d.ok(&["show"])
     );
@@ -317,7 +306,8 @@ fn truncated_guest_memory_costs_only_that_port_under_live_traffic() {
         let lines0 = log.lost_lines();
         let mut g = MockGuest::connect(&sock("h1"), 1, SIZE, u64::MAX).expect("handshake");
         assert!(
-            wait_until(Duration::from_secs(10), || port_json(&d, "h1")["link"]
+            wait_until(Duration::from_secs(10), || common::port_status(&d, "h1")
+                ["link"]
                 == "up"),
             "{how:?}: h1 not up"
         );
@@ -330,7 +320,7 @@ fn truncated_guest_memory_costs_only_that_port_under_live_traffic() {
             |e| e.kind() == std::io::ErrorKind::ConnectionReset,
             |_| true,
         );
-        let h1 = port_json(&d, "h1");
+        let h1 = common::port_status(&d, "h1");
         assert!(closed, "{how:?}: connection not closed ({r:?}): {h1}");
         assert!(
             d.ok(&["version"]).contains("vireod"),
@@ -349,7 +339,7 @@ fn truncated_guest_memory_costs_only_that_port_under_live_traffic() {
             "{how:?}: no log line naming the lost region:\n{}",
             std::fs::read_to_string(&log.0).unwrap_or_default()
         );
-        let st = port_json(&d, "h1")["status"].clone();
+        let st = common::port_status(&d, "h1")["status"].clone();
         assert_eq!(st["memory_lost"], lost0 + 1, "{how:?}: {st}");
         let (ra, rb) = others_forward(&d, &format!("{how:?}"));
         eprintln!(
@@ -392,7 +382,7 @@ fn truncated_guest_memory_costs_only_that_port_under_live_traffic() {
     );
 
     tp.cmd("stop");
-    let vm1 = port_json(&d, "vm1")["status"].clone();
+    let vm1 = common::port_status(&d, "vm1")["status"].clone();
     assert_eq!(vm1["memory_lost"], 0, "{vm1}");
     assert_eq!(vm1["broken_queues"], 0, "{vm1}");
     tp.quit();

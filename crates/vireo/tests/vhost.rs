@@ -8,7 +8,6 @@ mod common;
 use common::peers::{missing, Testpmd, VirtioUser};
 use common::wait_until;
 use common::Daemon;
-use serde_json::Value;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -40,20 +39,10 @@ fn vireod(run: &Path) -> Daemon {
     Daemon::start_with(run, &["--pmd-cores", "0"])
 }
 
-fn port_json(d: &Daemon, name: &str) -> Value {
-    let show = d.json(&["show"]);
-    for b in show["bridges"].as_array().unwrap() {
-        for p in b["ports"].as_array().unwrap() {
-            if p["name"] == name {
-                return p.clone();
-            }
-        }
-    }
-    panic!("no port {name} in {show}");
-}
-
 fn links_up(d: &Daemon, ports: &[&str]) -> bool {
-    ports.iter().all(|p| port_json(d, p)["link"] == "up")
+    ports
+        .iter()
+        .all(|p| common::port_status(d, p)["link"] == "up")
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -275,7 +264,7 @@ fn testpmd_through_normal_and_port_to_port_flows() {
     let d = &s.d;
     let ports = [vu(&s.sock("vm1"), MAC0, ""), vu(&s.sock("vm2"), MAC1, "")];
     let mut tp = testpmd(d, "normal", &ports, &MAC_FWD, &["vm1", "vm2"]);
-    let st = port_json(d, "vm1")["status"].clone();
+    let st = common::port_status(d, "vm1")["status"].clone();
     assert_eq!(st["state"], "connected", "{st}");
     assert_eq!(st["protocol_errors"], 0, "{st}");
     let feats = st["features"].to_string();
@@ -335,7 +324,7 @@ fn testpmd_through_normal_and_port_to_port_flows() {
     let out = tp.quit();
     assert!(!out.contains("PANIC"), "{out}");
     assert!(wait_until(Duration::from_secs(10), || {
-        port_json(d, "vm1")["link"] == "down"
+        common::port_status(d, "vm1")["link"] == "down"
     }));
     let flows = flows_after;
     for f in flows.as_array().unwrap() {
@@ -366,7 +355,7 @@ fn testpmd_two_queue_pairs() {
     args.extend(["--rxq=2", "--txq=2"]);
     let mut tp = testpmd(d, "mq", &ports, &args, &["vm1", "vm2"]);
     traffic_round(d, &mut tp, "vm1", "vm2", 1.0);
-    let st = port_json(d, "vm1")["status"].clone();
+    let st = common::port_status(d, "vm1")["status"].clone();
     assert_eq!(st["queues"], 2, "{st}");
     assert!(st["features"].to_string().contains("mq"), "{st}");
     // Both rx queues of each port are polled.
@@ -399,7 +388,7 @@ fn testpmd_without_mergeable_rx_buffers() {
         vu(&s.sock("vm2"), MAC1, "mrg_rxbuf=0"),
     ];
     let mut tp = testpmd(d, "nomrg", &ports, &MAC_FWD, &["vm1", "vm2"]);
-    let st = port_json(d, "vm1")["status"].clone();
+    let st = common::port_status(d, "vm1")["status"].clone();
     assert!(!st["features"].to_string().contains("mrg_rxbuf"), "{st}");
     traffic_round(d, &mut tp, "vm1", "vm2", 1.0);
     content_check(&mut tp);
@@ -423,7 +412,7 @@ fn testpmd_on_packed_rings() {
     let mut tp = testpmd(d, "packed", &ports, &MAC_FWD, &["vm1", "vm2"]);
     traffic_round(d, &mut tp, "vm1", "vm2", 1.0);
     content_check(&mut tp);
-    let st = port_json(d, "vm1")["status"].clone();
+    let st = common::port_status(d, "vm1")["status"].clone();
     assert!(st["features"].to_string().contains("ring_packed"), "{st}");
     let rings = st["rings"].as_array().expect("rings");
     assert_eq!(rings.len(), 2, "{st}");
@@ -457,7 +446,7 @@ fn client_mode_survives_vireod_kill_and_testpmd_restart() {
             "reconnect-ms=100",
         ]);
     }
-    assert_eq!(port_json(&d, "vm1")["link"], "down");
+    assert_eq!(common::port_status(&d, "vm1")["link"], "down");
     let ports = [vu(&s1, MAC0, "server=1"), vu(&s2, MAC1, "server=1")];
     let mut tp = testpmd(&d, "client0", &ports, &MAC_FWD, &["vm1", "vm2"]);
     traffic_round(&d, &mut tp, "vm1", "vm2", 0.5);
@@ -466,7 +455,8 @@ fn client_mode_survives_vireod_kill_and_testpmd_restart() {
     drop(tp);
     assert!(
         wait_until(Duration::from_secs(10), || {
-            port_json(&d, "vm1")["link"] == "down" && port_json(&d, "vm2")["link"] == "down"
+            common::port_status(&d, "vm1")["link"] == "down"
+                && common::port_status(&d, "vm2")["link"] == "down"
         }),
         "{}",
         d.ok(&["show"])
@@ -475,7 +465,7 @@ fn client_mode_survives_vireod_kill_and_testpmd_restart() {
     let _ = std::fs::remove_file(&s2);
     let mut tp = testpmd(&d, "client1", &ports, &MAC_FWD, &["vm1", "vm2"]);
     traffic_round(&d, &mut tp, "vm1", "vm2", 0.5);
-    let st = port_json(&d, "vm1")["status"].clone();
+    let st = common::port_status(&d, "vm1")["status"].clone();
     assert!(st["connections"].as_u64().unwrap() >= 2, "{st}");
     assert_eq!(st["mode"], "client", "{st}");
 
@@ -529,7 +519,7 @@ fn client_mode_survives_vireod_kill_and_testpmd_restart() {
     std::thread::sleep(Duration::from_millis(500));
     // Traffic both ways through the new vireod.
     traffic_round(&d, &mut tp, "vm1", "vm2", 0.5);
-    let st = port_json(&d, "vm1")["status"].clone();
+    let st = common::port_status(&d, "vm1")["status"].clone();
     assert_eq!(st["broken_queues"], 0, "{st}");
 
     tp.quit();
@@ -606,7 +596,7 @@ fn hostile_vhost_user_client_next_to_live_traffic() {
     // Endless traffic between vm1 and vm2 while the hostile client works.
     tp.cmd("start tx_first 4");
     assert!(wait_until(Duration::from_secs(20), || vstats(d, "vm2").rx > 5000));
-    let e0 = port_json(d, "h1")["status"]["protocol_errors"]
+    let e0 = common::port_status(d, "h1")["status"]["protocol_errors"]
         .as_u64()
         .unwrap();
 
@@ -657,14 +647,14 @@ fn hostile_vhost_user_client_next_to_live_traffic() {
         assert_eq!(f, feats, "after {what}");
     }
     let errs = |d: &Daemon| {
-        port_json(d, "h1")["status"]["protocol_errors"]
+        common::port_status(d, "h1")["status"]["protocol_errors"]
             .as_u64()
             .unwrap()
     };
     assert!(
         wait_until(Duration::from_secs(5), || errs(d) >= e0 + n_bad),
         "protocol errors not counted: {}",
-        port_json(d, "h1")
+        common::port_status(d, "h1")
     );
     // A payload size beyond any message: the connection is dropped, the port listens again.
     c.write_all(&msg_sized(SET_OWNER, &[], 1 << 30)).unwrap();
@@ -691,12 +681,12 @@ fn hostile_vhost_user_client_next_to_live_traffic() {
     // never stopped.
     assert!(d.ok(&["version"]).contains("vireod"));
     assert!(wait_until(Duration::from_secs(10), || {
-        port_json(d, "h1")["status"]["state"] == "listening"
+        common::port_status(d, "h1")["status"]["state"] == "listening"
     }));
     let mut c = connect(&hsock);
     assert_eq!(get_u64(&mut c, GET_FEATURES).unwrap(), feats);
     drop(c);
-    let h1 = port_json(d, "h1");
+    let h1 = common::port_status(d, "h1");
     assert!(errs(d) > e0 + n_bad, "{h1}");
     let (a0, b0) = (vstats(d, "vm1"), vstats(d, "vm2"));
     std::thread::sleep(Duration::from_millis(500));
@@ -706,7 +696,7 @@ fn hostile_vhost_user_client_next_to_live_traffic() {
         "traffic stalled: {a0:?} {a1:?} {b0:?} {b1:?}"
     );
     tp.cmd("stop");
-    let vm1 = port_json(d, "vm1")["status"].clone();
+    let vm1 = common::port_status(d, "vm1")["status"].clone();
     assert_eq!(vm1["protocol_errors"], 0, "{vm1}");
     assert_eq!(vm1["broken_queues"], 0, "{vm1}");
     tp.quit();

@@ -76,24 +76,13 @@ fn peers_ok() -> Option<std::path::PathBuf> {
     k
 }
 
-fn port_status(d: &Daemon, port: &str) -> serde_json::Value {
-    let show = d.json(&["show"]);
-    show["bridges"][0]["ports"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == port)
-        .cloned()
-        .unwrap_or_else(|| panic!("no port {port}: {show}"))
-}
-
 fn port_stats(d: &Daemon, port: &str) -> serde_json::Value {
     d.json(&["port-stats", port])[0].clone()
 }
 
 /// The negotiated features of a vhost-user port, as `show` lists them.
 fn features(d: &Daemon, port: &str) -> Vec<String> {
-    let st = port_status(d, port)["status"]["features"].clone();
+    let st = common::port_status(d, port)["status"]["features"].clone();
     st.as_array()
         .unwrap_or_else(|| panic!("no features for {port}: {st}"))
         .iter()
