@@ -504,9 +504,12 @@ fn a_dead_pmd_is_restarted_and_traffic_resumes() {
         armed: std::sync::atomic::AtomicBool::new(true),
     });
     let out = Arc::new(DummyPort::new());
-    dp.add_port(1, "bad", bad.clone(), &[]).unwrap();
-    dp.add_port(2, "out", out.clone(), &[]).unwrap();
+    // Queued before the port is polled at all: the first poll finds it and panics (injected
+    // later, a poll could check `pending` just before the frame came and take it without
+    // panicking).
     bad.inner.inject(udp_frame(0x0a00_0002, 1)).unwrap();
+    dp.add_port(2, "out", out.clone(), &[]).unwrap();
+    dp.add_port(1, "bad", bad.clone(), &[]).unwrap();
     assert_eq!(
         collect(&out, 1).len(),
         1,

@@ -450,8 +450,8 @@ fn table_features_and_monitor_packet_ins() {
         &tf[..tf.len().min(2000)]
     );
     // OVS's decoder names the Nicira match fields Vireo lists, as it names its own
-    // (registers, xregs, xxregs and conntrack fields maskable; ct_zone and ct_nw_proto exact),
-    // and no tunnel field, which a FLOW_MOD may not use.
+    // (registers, xregs, xxregs, conntrack and tunnel fields maskable; ct_zone and ct_nw_proto
+    // exact); the tunnel fields (flow-based tunnels) are matched and set.
     let t0 = &tf[..tf.find("\n  table").unwrap_or(tf.len())];
     let line = |what: &str| {
         t0.lines()
@@ -466,17 +466,19 @@ fn table_features_and_monitor_packet_ins() {
         "xxreg0...xxreg3",
         "ct_{state,mark,label,nw_{src,dst},ipv6_{src,dst},tp_{src,dst}}",
         "metadata",
+        "tun_{id,src,dst}",
     ] {
         assert!(masked.contains(want), "{want}: {masked}");
     }
     let exact = line("exact match or wildcard:");
     assert!(exact.contains("ct_{zone,nw_proto}"), "{exact}");
-    assert!(!t0.contains("tun_"), "{t0}");
     // Every field may be left out of a rule (WILDCARDS lists them all).
     assert!(!t0.contains("must exact match"), "{t0}");
     let set = line("supported on Set-Field:");
     assert!(
-        set.contains("reg0...reg15") && set.contains("xreg0...xreg7"),
+        set.contains("reg0...reg15")
+            && set.contains("xreg0...xreg7")
+            && set.contains("tun_{id,src,dst}"),
         "{set}"
     );
     // `ovs-ofctl monitor` asks for async messages with SET_CONFIG (miss_send_len).
