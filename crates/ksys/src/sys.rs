@@ -55,14 +55,17 @@ fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
-/// A new non-blocking `AF_PACKET`/`SOCK_RAW` socket receiving every protocol (not yet bound).
+/// A new non-blocking `AF_PACKET`/`SOCK_RAW` socket that receives nothing until bound.
 pub fn packet_socket() -> io::Result<OwnedFd> {
     // SAFETY: plain syscall with constant arguments; a non-negative return is a new fd we own.
     let fd = check(unsafe {
         libc::socket(
             libc::AF_PACKET,
             libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            libc::c_int::from(ETH_P_ALL.to_be() as i16),
+            // Protocol 0: nothing is received until `bind_packet` names the interface (with
+            // ETH_P_ALL here the socket would take every interface's frames until then, and a
+            // port being opened would carry other interfaces' traffic into its bridge).
+            0,
         )
     })?;
     // SAFETY: `fd` was just returned by socket() and is owned by nobody else.

@@ -245,3 +245,25 @@ fn first_send_after_the_interface_comes_up_goes_out() {
     assert_eq!(sent(2), 1, "{:?}", port.stats());
     assert!(port.stats().drops.is_empty(), "{:?}", port.stats());
 }
+
+/// A packet socket receives nothing before it is bound to its interface: a port being opened
+/// never takes frames of other interfaces (a socket made with protocol ETH_P_ALL would, until
+/// its bind; seen in CI as another test's frames at the head of a new port's ring).
+#[test]
+fn an_unbound_packet_socket_receives_nothing() {
+    let Some(v) = Veth::new('u') else { return };
+    let fd = sys::packet_socket().unwrap();
+    let tx = sender(&v.a());
+    send(&tx, 0..10, 70);
+    let mut buf = [0u8; 2048];
+    let r = nix::sys::socket::recv(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &mut buf,
+        nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+    );
+    assert_eq!(
+        r,
+        Err(nix::errno::Errno::EAGAIN),
+        "an unbound socket received"
+    );
+}
