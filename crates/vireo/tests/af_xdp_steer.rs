@@ -77,21 +77,9 @@ fn start(dir: &std::path::Path) -> Daemon {
     d
 }
 
-fn status(d: &Daemon, port: &str) -> serde_json::Value {
-    let show = d.json(&["show"]);
-    for b in show["bridges"].as_array().unwrap() {
-        for p in b["ports"].as_array().unwrap() {
-            if p["name"] == port {
-                return p.clone();
-            }
-        }
-    }
-    panic!("no port {port} in show: {show}");
-}
-
 /// Per interface queue: (arrived, steered to node 0, steered to node 1).
 fn counters(d: &Daemon) -> Vec<(u64, u64, u64)> {
-    let st = status(d, "pa");
+    let st = common::port_status(d, "pa");
     st["status"]["steering"]
         .as_array()
         .unwrap_or_else(|| panic!("no steering counters: {st}"))
@@ -165,7 +153,7 @@ fn frames_to_a_vm_land_on_the_queue_of_its_node() {
         "xdp-mark=on",
     ]);
     d.ok(&["add-port", "br0", "vm", "type=vhost-user"]);
-    let st = status(&d, "pa");
+    let st = common::port_status(&d, "pa");
     assert_eq!(st["status"]["xdp_steering"], "on", "{st}");
     assert_eq!(st["status"]["xdp_mark"], "on", "{st}");
     // Each interface queue is 3 rx queues of the port: its own socket (any PMD) and one
@@ -298,7 +286,7 @@ fn frames_to_a_vm_land_on_the_queue_of_its_node() {
     eprintln!("testpmd port stats (rx, tx): {stats:?}");
     assert!(stats[0].0 >= 150, "testpmd got {stats:?}");
     // With xdp-mark=on every frame the port received carried the program's metadata.
-    let st = status(&d, "pa");
+    let st = common::port_status(&d, "pa");
     let rx = d.json(&["port-stats", "pa"]);
     eprintln!("pa rx_marked {} port-stats {rx}", st["status"]["rx_marked"]);
     let marked = st["status"]["rx_marked"].as_u64().unwrap();

@@ -54,18 +54,6 @@ fn iperf_tcp(client: &Ns, server: &Ns, server_ip: &str) -> u64 {
     j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0)
 }
 
-fn status_of(d: &Daemon, port: &str) -> serde_json::Value {
-    let show = d.json(&["show"]);
-    for b in show["bridges"].as_array().unwrap() {
-        for p in b["ports"].as_array().unwrap() {
-            if p["name"] == port {
-                return p.clone();
-            }
-        }
-    }
-    panic!("no port {port} in show: {show}");
-}
-
 fn drops(d: &Daemon, port: &str) -> serde_json::Value {
     d.json(&["port-stats", port])
 }
@@ -111,7 +99,7 @@ fn af_packet_ping_and_tcp_between_namespaces() {
         "TCP through af-packet moved only {bytes} bytes"
     );
     // The veths' offloads are on: GSO frames came and went through whole (port offloads on).
-    let st = status_of(&d, "a")["status"].clone();
+    let st = common::port_status(&d, "a")["status"].clone();
     assert!(st["gso_frames"].as_u64().unwrap() > 0, "no GSO frame: {st}");
     assert_eq!(st["gso_segments"], 0, "segmented with offloads on: {st}");
     // They are above a ring slot: each came whole through the socket's queue.
@@ -153,7 +141,7 @@ fn af_packet_without_offloads_completes_and_segments_in_software() {
     let bytes = iperf_tcp(&a, &b, "10.211.0.2");
     eprintln!("af-packet (offloads=false) iperf3 TCP: {bytes} bytes in 2 s");
     assert!(bytes > 1_000_000, "TCP moved only {bytes} bytes");
-    let st = status_of(&d, "a")["status"].clone();
+    let st = common::port_status(&d, "a")["status"].clone();
     let completed = st["csum_completed"].as_u64().unwrap() + st["gso_segments"].as_u64().unwrap();
     assert!(completed > 0, "no partial checksum was completed: {st}");
 }
@@ -196,12 +184,12 @@ fn tap_ports_moved_into_namespaces_carry_ping_and_tcp() {
         "TCP through tap moved only {bytes} bytes"
     );
     let port = format!("vkpta{pid}");
-    assert_eq!(status_of(&d, &port)["link"], "up");
+    assert_eq!(common::port_status(&d, &port)["link"], "up");
     // Deleting the tap (inside its namespace) takes the port down; Vireo re-creates it.
     nss[0].exec(&["ip", "link", "del", &port]);
     let end = Instant::now() + Duration::from_secs(5);
     loop {
-        let st = status_of(&d, &port);
+        let st = common::port_status(&d, &port);
         if st["status"]["reopened"].as_u64() == Some(1) && st["link"] == "up" {
             assert_eq!(st["status"]["link_lost"], 1);
             break;
@@ -224,7 +212,7 @@ fn host_reaches_a_namespace_through_the_internal_port() {
     let d = Daemon::start(dir.path());
     d.ok(&["add-br", &br]);
     // The bridge's interface exists, is up, is OpenFlow LOCAL, and is not in list-ports.
-    let st = status_of(&d, &br);
+    let st = common::port_status(&d, &br);
     assert_eq!(st["type"], "internal");
     assert_eq!(st["ofport"], 0xffff_fffeu32);
     assert!(must(&["ip", "link", "show", &br]).contains(",UP"));
@@ -368,7 +356,7 @@ fn af_packet_interface_deleted_and_recreated_comes_back() {
     let wait = |want: &str, key: &str, n: u64| {
         let end = Instant::now() + Duration::from_secs(5);
         loop {
-            let st = status_of(&d, "a");
+            let st = common::port_status(&d, "a");
             if st["link"] == want && st["status"][key].as_u64() == Some(n) {
                 return;
             }
@@ -672,7 +660,7 @@ fn namespace_reaches_a_virtio_endpoint() {
         tp.out.text()
     );
     let end = Instant::now() + Duration::from_secs(30);
-    while status_of(&d, "vm")["link"] != "up" {
+    while common::port_status(&d, "vm")["link"] != "up" {
         assert!(Instant::now() < end, "vhost-user link never came up");
         std::thread::sleep(Duration::from_millis(100));
     }
