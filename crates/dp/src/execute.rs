@@ -75,6 +75,11 @@ impl TxTable {
         }
     }
 
+    /// The tx queue used on every port from now on (control change; nothing may be pending).
+    pub fn set_txq(&mut self, txq: usize) {
+        self.txq = txq;
+    }
+
     /// Replaces the set of ports (control change; nothing may be pending).
     pub fn set_ports(&mut self, ports: &[(u32, Arc<dyn Port>)], pool: &mut Pool) {
         for s in &mut self.slots {

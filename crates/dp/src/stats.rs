@@ -185,6 +185,8 @@ pub struct PmdStats {
     pub megaflows: usize,
     /// Rx queues this PMD polls.
     pub rxqs: usize,
+    /// The tx queue it sends on (its dense position among the PMDs).
+    pub txq: usize,
 }
 
 impl PmdStats {
@@ -214,6 +216,7 @@ impl PmdStats {
             },
             megaflows,
             rxqs,
+            txq: 0,
         }
     }
 }

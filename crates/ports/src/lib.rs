@@ -19,7 +19,7 @@ pub mod tap;
 pub mod tunnel;
 pub mod vhost_user;
 
-pub use stats::{DropReason, PortCounters, PortStats};
+pub use stats::{set_thread_shard, DropReason, PortCounters, PortStats};
 
 /// [`sys::set_if_up`] for a port's `set_admin_up`, with the interface named in the error.
 pub(crate) fn set_admin(name: &str, up: bool) -> Result<(), PortError> {
