@@ -24,6 +24,10 @@ pub enum Kind {
     /// distinct UDP flows per direction from vireo-gen (`ct1k:64`, `ct1m:64`), each its own
     /// connection (none is replied to).
     Ct(u32),
+    /// The connection-setup rate: the rules of [`Kind::Ct`], but no packet repeats a 5-tuple
+    /// (vireo-gen walks [`CT_NEW_FLOWS`] flows per direction), so every packet the switch
+    /// forwards has set up and committed a new connection (`ctnew:64`).
+    CtNew,
     /// Each direction crosses a tunnel: encapsulated on one tunnel port, sent over loopback
     /// UDP, decapsulated on the other (see [`TunnelPorts`]); one flow-based port (the rules
     /// set `tun_id` and `tun_dst`) and one fixed.
@@ -38,6 +42,15 @@ pub enum Tun {
     /// Geneve (`geneve:SIZE`).
     Geneve,
 }
+
+/// Flows per direction in [`Kind::CtNew`]: more than a switch sets up in a run here (at 1 M
+/// connections/s, 60 s), and each a distinct 5-tuple ([`crate::gen::flow_fields`] is unique
+/// below 65.5 M).
+pub const CT_NEW_FLOWS: u32 = 60_000_000;
+
+/// The connection limit both switches get in [`Kind::CtNew`] (each's default is 3 M), so the
+/// warm-up and the saturation trial stay below it.
+pub const CT_NEW_LIMIT: u32 = 10_000_000;
 
 /// The two tunnel ports of a tunnel scenario, as `vireoctl add-port` arguments after the
 /// bridge: `ta` is flow-based on 127.0.0.101, `tb` has a fixed remote (`ta`) and VNI 5 on
@@ -150,6 +163,7 @@ impl Scenario {
             Kind::Meter(r) => format!("meter{}", flow_label(r)),
             Kind::Ct(1) => "ct".to_string(),
             Kind::Ct(n) => format!("ct{}", flow_label(n)),
+            Kind::CtNew => "ctnew".to_string(),
             Kind::Tunnel(Tun::Vxlan) => "vxlan".to_string(),
             Kind::Tunnel(Tun::Geneve) => "geneve".to_string(),
         };
@@ -177,6 +191,7 @@ impl Scenario {
             "normal" => Kind::Normal,
             "meter" => Kind::Meter(METER_NO_DROP_PPS),
             "ct" => Kind::Ct(1),
+            "ctnew" => Kind::CtNew,
             "vxlan" => Kind::Tunnel(Tun::Vxlan),
             "geneve" => Kind::Tunnel(Tun::Geneve),
             f if f.starts_with("ct") => Kind::Ct(
@@ -239,6 +254,7 @@ impl Scenario {
         match self.kind {
             Kind::Flows(n) => n.max(1),
             Kind::Ct(n) => n.div_ceil(2).max(1),
+            Kind::CtNew => CT_NEW_FLOWS,
             _ => 1,
         }
     }
@@ -255,7 +271,7 @@ impl Scenario {
 
     /// Whether the testpmd generator can drive it (it sends one flow; see `flows`).
     pub fn testpmd_can_drive(&self) -> bool {
-        !matches!(self.kind, Kind::Flows(n) | Kind::Ct(n) if n > 1)
+        !matches!(self.kind, Kind::Flows(n) | Kind::Ct(n) if n > 1) && self.kind != Kind::CtNew
     }
 
     /// OpenFlow rules (ovs-ofctl syntax), with the two ports written as `p0` and `p1`
@@ -277,7 +293,7 @@ impl Scenario {
                 format!("in_port={p1},actions=meter:1,output:{p0}"),
             ],
             Kind::Normal => vec!["actions=NORMAL".to_string()],
-            Kind::Ct(_) => vec![
+            Kind::Ct(_) | Kind::CtNew => vec![
                 "table=0,priority=10,ip,ct_state=-trk,actions=ct(table=1)".to_string(),
                 format!("table=0,priority=0,in_port={p0},actions=output:{p1}"),
                 format!("table=0,priority=0,in_port={p1},actions=output:{p0}"),
@@ -390,6 +406,25 @@ mod tests {
         assert_eq!(Scenario::parse("ct1k:64").unwrap().flows(), 500);
         assert!(Scenario::parse("ct0:64").is_err() && Scenario::parse("ctx:64").is_err());
         assert!(ct.rules("1", "2").iter().any(|r| r.contains("ct(commit)")));
+        let new = Scenario::parse("ctnew:64").unwrap();
+        assert_eq!(
+            (new.kind, new.name()),
+            (Kind::CtNew, "ctnew:64".to_string())
+        );
+        assert_eq!(
+            (new.flows(), new.testpmd_can_drive()),
+            (CT_NEW_FLOWS, false)
+        );
+        assert_eq!(new.rules("1", "2"), ct.rules("1", "2"));
+        // Every packet of the run is a new 5-tuple.
+        let first = crate::gen::flow_fields(0, 0);
+        let last = crate::gen::flow_fields(0, CT_NEW_FLOWS - 1);
+        assert_ne!(first, last);
+        assert_ne!(
+            crate::gen::flow_fields(0, 65_535 * crate::gen::RULES),
+            first,
+            "unique up to the flow count"
+        );
         let g = Scenario::parse("geneve:128").unwrap();
         assert_eq!(
             (g.kind, g.name()),
