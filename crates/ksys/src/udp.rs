@@ -1,7 +1,8 @@
 //! Batched datagram I/O on UDP sockets for the tunnel ports: [`recv_batch`] (`recvmmsg` of up
 //! to [`MAX_BATCH`] datagrams into the caller's packet buffers, with each one's source address)
 //! and [`send_batch`] (`sendmmsg` of up to [`MAX_BATCH`] datagrams, each a header and a frame
-//! gathered from two buffers, to its own destination).
+//! gathered from two buffers, to its own destination, optionally from a source address of its
+//! own: `IP_PKTINFO`/`IPV6_PKTINFO`).
 //!
 //! Why `unsafe` lives here: `std::net::UdpSocket` has one `recv_from`/`send_to` per datagram;
 //! `nix`'s `recvmmsg`/`sendmmsg` allocate per call. Each call here is one libc call on memory
@@ -14,7 +15,7 @@
 
 use std::io;
 use std::mem::{size_of, zeroed};
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 /// Most datagrams one [`recv_batch`] or [`send_batch`] moves.
@@ -178,6 +179,11 @@ pub struct Outgoing<'a> {
     pub frame: &'a [u8],
     /// Where it goes.
     pub to: SocketAddr,
+    /// The source address it must leave from (`IP_PKTINFO`'s `ipi_spec_dst`, or
+    /// `IPV6_PKTINFO`'s address; of the same family as `to`), instead of the socket's bound
+    /// address or the route's choice. The kernel refuses one that is not an address of this
+    /// host (`ENETUNREACH`; `EINVAL` for a multicast, broadcast or zero one).
+    pub src: Option<IpAddr>,
 }
 
 impl Default for Outgoing<'_> {
@@ -186,8 +192,66 @@ impl Default for Outgoing<'_> {
             head: &[],
             frame: &[],
             to: SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)),
+            src: None,
         }
     }
+}
+
+/// Room for one `IP_PKTINFO` or `IPV6_PKTINFO` control message (`CMSG_SPACE` of the larger,
+/// `in6_pktinfo`: 16 + 24 bytes), aligned for `cmsghdr`.
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+struct PktInfoCmsg([u8; 40]);
+
+/// Writes the control message that makes a datagram leave from `src` into `buf`; returns
+/// its length (`msg_controllen`).
+fn pktinfo(buf: &mut PktInfoCmsg, src: IpAddr) -> usize {
+    let (level, ty, data_len) = match src {
+        IpAddr::V4(_) => (
+            libc::IPPROTO_IP,
+            libc::IP_PKTINFO,
+            size_of::<libc::in_pktinfo>(),
+        ),
+        IpAddr::V6(_) => (
+            libc::IPPROTO_IPV6,
+            libc::IPV6_PKTINFO,
+            size_of::<libc::in6_pktinfo>(),
+        ),
+    };
+    // SAFETY: CMSG_SPACE/CMSG_LEN only compute sizes.
+    let (space, len) = unsafe {
+        (
+            libc::CMSG_SPACE(data_len as u32),
+            libc::CMSG_LEN(data_len as u32),
+        )
+    };
+    debug_assert!(space as usize <= buf.0.len());
+    buf.0 = [0; 40];
+    let hdr = libc::cmsghdr {
+        cmsg_len: len as _,
+        cmsg_level: level,
+        cmsg_type: ty,
+    };
+    let hlen = size_of::<libc::cmsghdr>();
+    // SAFETY: `buf` is 8-byte aligned and holds a whole `cmsghdr` (16 bytes) at its start;
+    // the data that follows fits in its 40 bytes (checked above: `CMSG_SPACE` <= 40).
+    unsafe {
+        std::ptr::write(buf.0.as_mut_ptr().cast::<libc::cmsghdr>(), hdr);
+        let data = buf.0.as_mut_ptr().add(hlen);
+        match src {
+            IpAddr::V4(a) => {
+                let mut info: libc::in_pktinfo = zeroed();
+                info.ipi_spec_dst.s_addr = u32::from(a).to_be();
+                std::ptr::write_unaligned(data.cast::<libc::in_pktinfo>(), info);
+            }
+            IpAddr::V6(a) => {
+                let mut info: libc::in6_pktinfo = zeroed();
+                info.ipi6_addr.s6_addr = a.octets();
+                std::ptr::write_unaligned(data.cast::<libc::in6_pktinfo>(), info);
+            }
+        }
+    }
+    space as usize
 }
 
 /// One `sendmmsg` of `msgs` (at most [`MAX_BATCH`]), non-blocking. Returns how many the kernel
@@ -203,9 +267,15 @@ pub fn send_batch(fd: BorrowedFd<'_>, msgs: &[Outgoing<'_>]) -> io::Result<usize
     // SAFETY: as above.
     let mut hdrs: [libc::mmsghdr; MAX_BATCH] = unsafe { zeroed() };
     let mut names = [SockName::zero(); MAX_BATCH];
+    let mut cmsgs = [PktInfoCmsg([0; 40]); MAX_BATCH];
     for (i, m) in msgs.iter().enumerate().take(n) {
         let (name, len) = SockName::of(&m.to);
         names[i] = name;
+        if let Some(src) = m.src {
+            let clen = pktinfo(&mut cmsgs[i], src);
+            hdrs[i].msg_hdr.msg_control = cmsgs[i].0.as_mut_ptr().cast();
+            hdrs[i].msg_hdr.msg_controllen = clen as _;
+        }
         iov[i] = [
             libc::iovec {
                 iov_base: m.head.as_ptr() as *mut libc::c_void,
@@ -222,8 +292,8 @@ pub fn send_batch(fd: BorrowedFd<'_>, msgs: &[Outgoing<'_>]) -> io::Result<usize
         h.msg_name = (&raw mut names[i]).cast();
         h.msg_namelen = len;
     }
-    // Every pointer in `hdrs` points into `msgs`' buffers, `names` or `iov`, which outlive the
-    // call.
+    // Every pointer in `hdrs` points into `msgs`' buffers, `names`, `cmsgs` or `iov`, which
+    // outlive the call.
     // SAFETY: the kernel only reads through the names and iovecs of a send, all live buffers.
     let rc = unsafe {
         libc::sendmmsg(
@@ -266,6 +336,7 @@ mod tests {
                 head: &heads[i],
                 frame: &frames[i],
                 to: if i % 2 == 0 { to_a } else { to_b },
+                src: None,
             })
             .collect();
         assert_eq!(send_batch(tx.as_fd(), &msgs).unwrap(), 10);
@@ -304,6 +375,7 @@ mod tests {
             head: &[1],
             frame: &[2, 3],
             to: rx.local_addr().unwrap(),
+            src: None,
         };
         assert_eq!(send_batch(tx.as_fd(), &[m]).unwrap(), 1);
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -313,5 +385,38 @@ mod tests {
         assert_eq!(recv_batch(rx.as_fd(), &mut refs, &mut rb).unwrap(), 1);
         assert_eq!(rb.info[0].from, Some(tx.local_addr().unwrap()));
         assert_eq!(&buf[..3], &[1, 2, 3]);
+    }
+
+    /// A socket bound to 0.0.0.0 sends from the source each datagram names: two loopback
+    /// addresses in one `sendmmsg`, as the receiver sees them; a source that is not this
+    /// host's is refused and nothing of it is sent.
+    #[test]
+    fn per_datagram_source_addresses() {
+        let tx = UdpSocket::bind("0.0.0.0:0").unwrap();
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+            .unwrap();
+        let to = rx.local_addr().unwrap();
+        let srcs = [[127, 0, 0, 21], [127, 0, 0, 22]];
+        let msgs = srcs.map(|s| Outgoing {
+            head: &[9],
+            frame: &[8],
+            to,
+            src: Some(IpAddr::from(s)),
+        });
+        assert_eq!(send_batch(tx.as_fd(), &msgs).unwrap(), 2);
+        let mut buf = [0u8; 8];
+        for s in srcs {
+            let (len, from) = rx.recv_from(&mut buf).unwrap();
+            assert_eq!((len, from.ip()), (2, IpAddr::from(s)));
+            assert_eq!(from.port(), tx.local_addr().unwrap().port());
+        }
+        let foreign = Outgoing {
+            src: Some(IpAddr::from([192, 0, 2, 1])),
+            ..msgs[0]
+        };
+        let e = send_batch(tx.as_fd(), &[foreign]).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENETUNREACH), "{e}");
+        assert!(rx.set_nonblocking(true).is_ok() && rx.recv_from(&mut buf).is_err());
     }
 }

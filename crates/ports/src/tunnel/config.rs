@@ -24,6 +24,9 @@ pub struct TunnelConfig {
     pub remote: Option<IpAddr>,
     /// Our underlay address (the socket's bind address; 0.0.0.0 = any).
     pub local: IpAddr,
+    /// `local_ip=flow`: the socket is bound to 0.0.0.0 and each datagram leaves from the
+    /// packet's `tun_src` (when the pipeline set one; else the route's source).
+    pub local_flow: bool,
     /// The VNI sent and required on receive (`None`: `key=flow`, the packet's `tun_id`).
     pub vni: Option<u32>,
     /// UDP destination port (and our bound port).
@@ -41,13 +44,8 @@ pub struct TunnelConfig {
 pub fn check_option(key: &str, v: &str) -> Result<(), String> {
     match key {
         "remote_ip" | "local_ip" => {
-            if v == "flow" && key == "remote_ip" {
-                return Ok(());
-            }
             if v == "flow" {
-                return Err(
-                    "local_ip=flow is not supported (give an address or leave it out)".into(),
-                );
+                return Ok(());
             }
             v.parse::<IpAddr>()
                 .map(|_| ())
@@ -102,11 +100,17 @@ impl TunnelConfig {
                     .map_err(|_| PortError("bad remote_ip".into()))?,
             ),
         };
+        let local_flow = opt("local_ip") == Some("flow");
         let local = opt("local_ip").and_then(|v| v.parse::<IpAddr>().ok());
         let v6 = remote.map_or(local.is_some_and(|l| l.is_ipv6()), |r| r.is_ipv6());
         if remote.is_none() && v6 {
             return Err(PortError(
                 "remote_ip=flow needs an IPv4 underlay (tun_dst is an IPv4 address)".into(),
+            ));
+        }
+        if local_flow && v6 {
+            return Err(PortError(
+                "local_ip=flow needs an IPv4 underlay (tun_src is an IPv4 address)".into(),
             ));
         }
         let any = if v6 {
@@ -125,6 +129,7 @@ impl TunnelConfig {
             kind,
             remote,
             local,
+            local_flow,
             vni: match opt("key") {
                 Some("flow") => None,
                 _ => Some(num("key").unwrap_or(0)),

@@ -149,7 +149,7 @@ impl TunnelPort {
 
     /// Encapsulates `pkts` and sends them with one `sendmmsg` per [`udp::MAX_BATCH`] (each
     /// datagram its header and the frame, gathered by the kernel: the packets are not
-    /// changed). A datagram the kernel refuses is skipped with its reason and the rest
+    /// changed; a `local_ip=flow` port's datagram leaves from the packet's `tun_src`). A datagram the kernel refuses is skipped with its reason and the rest
     /// follow in another call; when the socket's buffer is full (`EAGAIN`, `ENOBUFS`) the
     /// rest of the burst is dropped as `queue-full`, never waited for.
     pub(super) fn send_burst(&self, pkts: &Batch) -> usize {
@@ -191,10 +191,14 @@ impl TunnelPort {
         let mut n = 0;
         for (i, p) in pkts.iter().enumerate() {
             if let Some(to) = dests[i] {
+                // `local_ip=flow`: from the pipeline's `tun_src`, if it set one.
+                let src = (self.cfg.local_flow && p.meta.tun.src != 0)
+                    .then(|| IpAddr::V4(Ipv4Addr::from(p.meta.tun.src)));
                 msgs[n] = udp::Outgoing {
                     head: &heads[i],
                     frame: p.data(),
                     to,
+                    src,
                 };
                 n += 1;
             }
@@ -225,6 +229,13 @@ impl TunnelPort {
                     Some(libc::EAGAIN | libc::ENOBUFS) => {
                         c.drop(DropReason::QueueFull, (n - at) as u64);
                         break;
+                    }
+                    Some(libc::ENETUNREACH | libc::EINVAL) if msgs[at].src.is_some() => {
+                        // The `tun_src` is not this host's (or no route leaves from it).
+                        self.sh.tun_src_refused.fetch_add(1, Relaxed);
+                        c.tx_error(1);
+                        c.drop(DropReason::LinkDown, 1);
+                        at += 1;
                     }
                     _ => {
                         // Unreachable network or host, or an ICMP error an earlier datagram

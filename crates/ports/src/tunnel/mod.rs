@@ -22,8 +22,11 @@
 //! `remote_ip=flow` with the same VNI, then `remote_ip=flow,key=flow`. Every decapsulated frame
 //! carries its VNI as `tun_id`, the datagram's source as `tun_src` and the port's bound address
 //! as `tun_dst` (IPv4; an IPv6 underlay leaves the addresses zero), which the pipeline can
-//! match. `remote_ip=flow` needs an IPv4 underlay (`tun_dst` is IPv4); `local_ip=flow` is
-//! refused; a `tun_src` set by the pipeline is not used (the socket's bound address is).
+//! match. `remote_ip=flow` needs an IPv4 underlay (`tun_dst` is IPv4). `local_ip=flow` (IPv4
+//! too) binds the socket to 0.0.0.0 and sends each datagram from the packet's `tun_src`
+//! (`IP_PKTINFO`) when the pipeline set one, else from the route's source; one the kernel
+//! refuses (not this host's address) is dropped and counted in `tun_src_refused`. Other ports
+//! send from their bound address (or the route's) whatever `tun_src` says, as OVS does.
 //!
 //! Not native tunneling: no route table or neighbour cache of our own, IPv4 or IPv6 underlay
 //! (see `docs/design-notes.md` for what native tunneling will change). The socket
@@ -92,6 +95,8 @@ struct Shared {
     rx_batches: AtomicU64,
     /// `sendmmsg` calls this port made.
     tx_batches: AtomicU64,
+    /// Datagrams of a `local_ip=flow` port the kernel refused to send from their `tun_src`.
+    tun_src_refused: AtomicU64,
     inbox: Mutex<VecDeque<Packet>>,
 }
 
@@ -233,7 +238,11 @@ impl Port for TunnelPort {
             .len();
         serde_json::json!({
             "remote_ip": flow_or(self.cfg.remote),
-            "local_ip": self.cfg.local.to_string(),
+            "local_ip": if self.cfg.local_flow {
+                "flow".to_string()
+            } else {
+                self.cfg.local.to_string()
+            },
             "key": self.cfg.vni.map_or(serde_json::json!("flow"), |v| v.into()),
             "no_tun_dst_drops": self.sh.no_tun_dst.load(Relaxed),
             "dst_port": self.cfg.dst_port,
@@ -246,6 +255,7 @@ impl Port for TunnelPort {
             "mtu_drops": self.sh.mtu_drops.load(Relaxed),
             "rx_batches": self.sh.rx_batches.load(Relaxed),
             "tx_batches": self.sh.tx_batches.load(Relaxed),
+            "tun_src_refused": self.sh.tun_src_refused.load(Relaxed),
         })
     }
 }
