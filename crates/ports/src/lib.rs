@@ -13,7 +13,7 @@ pub mod dummy;
 pub mod kmeta;
 // The kernel calls and the TPACKET ring (the crate holding their `unsafe`), as `crate::sys`
 // and `crate::ring` for the port kinds.
-use ksys::{ring, sys};
+use ksys::{ring, sys, udp};
 mod stats;
 pub mod tap;
 pub mod tunnel;
