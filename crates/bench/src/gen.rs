@@ -62,6 +62,8 @@ pub struct TrafficConfig {
     pub size: usize,
     /// Distinct flows per direction.
     pub flows: u32,
+    /// Rules per direction the flows spread over ([`flow_fields`]).
+    pub rules: u32,
     /// Packets per burst.
     pub burst: usize,
     /// Seconds per trial.
@@ -140,12 +142,14 @@ fn checksum_from_base(base: u32, src: [u8; 4]) -> u16 {
     !(s as u16)
 }
 
-/// The per-flow fields of flow `f`: (IPv4 source, UDP destination port).
-pub fn flow_fields(p: usize, f: u32) -> ([u8; 4], u16) {
-    let hi = f / RULES;
+/// The per-flow fields of flow `f` spread over `rules` rules: (IPv4 source, UDP destination
+/// port `f % rules`).
+pub fn flow_fields(p: usize, f: u32, rules: u32) -> ([u8; 4], u16) {
+    let rules = rules.max(1);
+    let hi = f / rules;
     (
         [10, p as u8 + 2, (hi >> 8) as u8, hi as u8],
-        (f % RULES) as u16,
+        (f % rules) as u16,
     )
 }
 
@@ -253,7 +257,7 @@ impl Generator {
             }
             self.seq[p] += 1;
             if self.cfg.flows > 1 {
-                let (src, dport) = flow_fields(p, self.flow[p]);
+                let (src, dport) = flow_fields(p, self.flow[p], self.cfg.rules);
                 shm.write(
                     off + 24,
                     &checksum_from_base(self.ip_base[p], src).to_be_bytes(),
@@ -540,7 +544,7 @@ mod tests {
     fn flow_frames_keep_a_valid_header_checksum() {
         for (p, size, f) in [(0, 64, 0), (1, 64, 123_456), (0, 1518, 59_999_999)] {
             let mut frame = frame_template(p, size);
-            let (src, _) = flow_fields(p, f);
+            let (src, _) = flow_fields(p, f, RULES);
             frame[26..30].copy_from_slice(&src);
             let c = checksum_from_base(header_base(p, size), src);
             frame[24..26].copy_from_slice(&c.to_be_bytes());
@@ -550,10 +554,11 @@ mod tests {
 
     #[test]
     fn flows_spread_over_rules_and_sources() {
-        assert_eq!(flow_fields(0, 0), ([10, 2, 0, 0], 0));
-        assert_eq!(flow_fields(0, 999), ([10, 2, 0, 0], 999));
-        assert_eq!(flow_fields(1, 1000), ([10, 3, 0, 1], 0));
-        let (ip, port) = flow_fields(0, 999_999);
+        assert_eq!(flow_fields(0, 0, RULES), ([10, 2, 0, 0], 0));
+        assert_eq!(flow_fields(0, 999, RULES), ([10, 2, 0, 0], 999));
+        assert_eq!(flow_fields(1, 1000, RULES), ([10, 3, 0, 1], 0));
+        assert_eq!(flow_fields(0, 10_001, 10_000), ([10, 2, 0, 1], 1));
+        let (ip, port) = flow_fields(0, 999_999, RULES);
         assert_eq!((ip, port), ([10, 2, 3, 231], 999));
     }
 

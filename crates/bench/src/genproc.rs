@@ -53,6 +53,7 @@ pub fn args(ports: &Ports, sc: &Scenario, plan: &GenPlan, json: &Path) -> Vec<St
         format!("--queues={}", sc.queues),
         format!("--size={}", sc.size),
         format!("--flows={}", sc.flows()),
+        format!("--rules={}", sc.rule_count()),
         format!("--trial-secs={}", plan.trial_secs),
         format!("--warmup-secs={}", plan.warmup_secs.max(sc.warmup_secs())),
         // Connection setup: one trial at the saturation rate after the saturation trial, no

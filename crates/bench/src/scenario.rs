@@ -14,6 +14,10 @@ pub enum Kind {
     Normal,
     /// `RULES` rules per direction on UDP dst port; this many distinct flows per direction.
     Flows(u32),
+    /// As [`Kind::Flows`] with this many rules per direction instead of `RULES`: (flows,
+    /// rules), the seeds' harder lookups (`flows10m-1k:64`: 10 M flows over 1K rules,
+    /// `flows1m-10k:64`: 1 M flows over 10K rules).
+    FlowsRules(u32, u32),
     /// As `P2p`, but both rules send through OpenFlow meter 1 first (`meter:1`): a PKTPS meter
     /// with one drop band of this many packets/s, shared by both directions.
     Meter(u32),
@@ -159,6 +163,7 @@ impl Scenario {
             Kind::P2p => "p2p".to_string(),
             Kind::Normal => "normal".to_string(),
             Kind::Flows(n) => format!("flows{}", flow_label(n)),
+            Kind::FlowsRules(n, r) => format!("flows{}-{}", flow_label(n), flow_label(r)),
             Kind::Meter(METER_NO_DROP_PPS) => "meter".to_string(),
             Kind::Meter(r) => format!("meter{}", flow_label(r)),
             Kind::Ct(1) => "ct".to_string(),
@@ -204,11 +209,18 @@ impl Scenario {
                     .filter(|&r| r > 0)
                     .ok_or_else(bad)?,
             ),
-            f => Kind::Flows(
-                f.strip_prefix("flows")
-                    .and_then(parse_count)
-                    .ok_or_else(bad)?,
-            ),
+            f => {
+                let f = f.strip_prefix("flows").ok_or_else(bad)?;
+                match f.split_once('-') {
+                    Some((n, r)) => Kind::FlowsRules(
+                        parse_count(n).filter(|&n| n > 0).ok_or_else(bad)?,
+                        parse_count(r)
+                            .filter(|&r| (1..=u32::from(u16::MAX) + 1).contains(&r))
+                            .ok_or_else(bad)?,
+                    ),
+                    None => Kind::Flows(parse_count(f).ok_or_else(bad)?),
+                }
+            }
         };
         let size: usize = it.next().unwrap_or("64").parse().map_err(|_| bad())?;
         let mut rest: Vec<&str> = it.collect();
@@ -249,10 +261,19 @@ impl Scenario {
         }
     }
 
+    /// Rules per direction the flow scenarios install (UDP destination ports 0..rules); the
+    /// generator spreads its flows over them.
+    pub fn rule_count(&self) -> u32 {
+        match self.kind {
+            Kind::FlowsRules(_, r) => r,
+            _ => RULES,
+        }
+    }
+
     /// Distinct flows per direction the generator sends.
     pub fn flows(&self) -> u32 {
         match self.kind {
-            Kind::Flows(n) => n.max(1),
+            Kind::Flows(n) | Kind::FlowsRules(n, _) => n.max(1),
             Kind::Ct(n) => n.div_ceil(2).max(1),
             Kind::CtNew => CT_NEW_FLOWS,
             _ => 1,
@@ -271,7 +292,8 @@ impl Scenario {
 
     /// Whether the testpmd generator can drive it (it sends one flow; see `flows`).
     pub fn testpmd_can_drive(&self) -> bool {
-        !matches!(self.kind, Kind::Flows(n) | Kind::Ct(n) if n > 1) && self.kind != Kind::CtNew
+        !matches!(self.kind, Kind::Flows(n) | Kind::FlowsRules(n, _) | Kind::Ct(n) if n > 1)
+            && self.kind != Kind::CtNew
     }
 
     /// OpenFlow rules (ovs-ofctl syntax), with the two ports written as `p0` and `p1`
@@ -310,10 +332,11 @@ impl Scenario {
                     format!("tun_id=5,in_port={a},actions=output:{p0}"),
                 ]
             }
-            Kind::Flows(_) => {
-                let mut v = Vec::with_capacity(2 * RULES as usize);
+            Kind::Flows(_) | Kind::FlowsRules(..) => {
+                let rules = self.rule_count();
+                let mut v = Vec::with_capacity(2 * rules as usize);
                 for (a, b) in [(p0, p1), (p1, p0)] {
-                    for k in 0..RULES {
+                    for k in 0..rules {
                         v.push(format!(
                             "priority=100,udp,in_port={a},tp_dst={k},actions=output:{b}"
                         ));
@@ -325,8 +348,8 @@ impl Scenario {
     }
 }
 
-/// The full matrix: every size port-to-port, NORMAL at 64 B, every flow count at 64 B, and
-/// two queues per port at 64 B.
+/// The full matrix: every size port-to-port, NORMAL at 64 B, every flow count at 64 B, 10 M
+/// flows over 1K rules and 1 M flows over 10K rules at 64 B, and two queues per port at 64 B.
 pub fn full() -> Vec<Scenario> {
     let mut v: Vec<Scenario> = SIZES.iter().map(|&s| Scenario::p2p(s)).collect();
     v.push(Scenario {
@@ -336,6 +359,13 @@ pub fn full() -> Vec<Scenario> {
     for f in FLOWS {
         v.push(Scenario {
             kind: Kind::Flows(f),
+            ..Scenario::p2p(64)
+        });
+    }
+    // The seeds' harder lookups: many flows over many rules.
+    for (f, r) in [(10_000_000, 1000), (1_000_000, 10_000)] {
+        v.push(Scenario {
+            kind: Kind::FlowsRules(f, r),
             ..Scenario::p2p(64)
         });
     }
@@ -374,7 +404,7 @@ mod tests {
         for sc in full() {
             assert_eq!(Scenario::parse(&sc.name()).unwrap(), sc, "{}", sc.name());
         }
-        assert_eq!(full().len(), 11);
+        assert_eq!(full().len(), 13);
         let s = Scenario::parse("flows1m:64:2q").unwrap();
         assert_eq!((s.kind, s.size, s.queues), (Kind::Flows(1_000_000), 64, 2));
         assert_eq!(Scenario::parse("normal").unwrap().size, 64);
@@ -406,6 +436,25 @@ mod tests {
         assert_eq!(Scenario::parse("ct1k:64").unwrap().flows(), 500);
         assert!(Scenario::parse("ct0:64").is_err() && Scenario::parse("ctx:64").is_err());
         assert!(ct.rules("1", "2").iter().any(|r| r.contains("ct(commit)")));
+        let hard = Scenario::parse("flows10m-1k:64").unwrap();
+        assert_eq!(
+            (hard.kind, hard.name(), hard.flows(), hard.rule_count()),
+            (
+                Kind::FlowsRules(10_000_000, 1000),
+                "flows10m-1k:64".into(),
+                10_000_000,
+                1000
+            )
+        );
+        assert!(!hard.testpmd_can_drive());
+        let r = Scenario::parse("flows1m-10k:64").unwrap().rules("1", "2");
+        assert_eq!(r.len(), 20_000);
+        assert!(r[9_999].ends_with("tp_dst=9999,actions=output:2"));
+        assert!(Scenario::parse("flows1m-0:64").is_err());
+        assert!(
+            Scenario::parse("flows1m-100k:64").is_err(),
+            "ports are 16 bits"
+        );
         let new = Scenario::parse("ctnew:64").unwrap();
         assert_eq!(
             (new.kind, new.name()),
@@ -417,11 +466,11 @@ mod tests {
         );
         assert_eq!(new.rules("1", "2"), ct.rules("1", "2"));
         // Every packet of the run is a new 5-tuple.
-        let first = crate::gen::flow_fields(0, 0);
-        let last = crate::gen::flow_fields(0, CT_NEW_FLOWS - 1);
+        let first = crate::gen::flow_fields(0, 0, RULES);
+        let last = crate::gen::flow_fields(0, CT_NEW_FLOWS - 1, RULES);
         assert_ne!(first, last);
         assert_ne!(
-            crate::gen::flow_fields(0, 65_535 * crate::gen::RULES),
+            crate::gen::flow_fields(0, 65_535 * RULES, RULES),
             first,
             "unique up to the flow count"
         );
