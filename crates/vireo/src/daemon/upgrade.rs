@@ -344,7 +344,8 @@ impl Switch {
         }
         // Nor from the handed-over taps and packet sockets: what arrives waits in the kernel
         // for the new process, which holds the same fds.
-        self.hold_kernel_rx(true);
+        let xsk_names: Vec<String> = offer.af_xdp.keys().cloned().collect();
+        self.hold_kernel_rx(true, &xsk_names);
         if let Err(e) = self.rt.dp.quiesce() {
             tracing::warn!(error = %e, "upgrade: PMDs did not quiesce; packets in flight may be lost");
         }
@@ -360,10 +361,13 @@ impl Switch {
             BTreeMap::new()
         };
         let ct = with_live.then(|| self.rt.dp.conntrack().export(conntrack::clock_ms()));
+        // The af-xdp ports handed over: held, so their books stay as read here.
+        let xsk = self.xsk_books(&xsk_names);
         let final_msg = Reply::Final {
             bases,
             macs,
             conntrack: ct.is_some(),
+            xsk,
         };
         let step = handover::send_reply(&s, &final_msg)
             .and_then(|()| ct.map_or(Ok(()), |b| handover::send(&s, &b, &[])))
@@ -383,7 +387,7 @@ impl Switch {
             other => {
                 // Kill the new process before this one touches the rings again.
                 a.abandon();
-                self.hold_kernel_rx(false);
+                self.hold_kernel_rx(false, &xsk_names);
                 resume(&parked);
                 Err(format!(
                     "the new vireod did not confirm the switch-over ({other:?}); this vireod took \
@@ -394,16 +398,36 @@ impl Switch {
     }
 
     /// Holds (or releases) reading from every tap, `af-packet` and tunnel port (their fds are
-    /// handed over).
-    fn hold_kernel_rx(&self, on: bool) {
-        for lp in self.live.values() {
+    /// handed over), and every ring of the `af-xdp` ports named in `xsk` (handed over too).
+    fn hold_kernel_rx(&self, on: bool, xsk: &[String]) {
+        for (name, lp) in &self.live {
             match lp {
                 LivePort::Tap(t) => t.hold_rx(on),
                 LivePort::AfPacket(a) => a.hold_rx(on),
                 LivePort::Tunnel(t) => t.hold_rx(on),
+                LivePort::AfXdp(x) if xsk.contains(name) => x.hold_rx(on),
                 _ => {}
             }
         }
+    }
+
+    /// The frame books of the `af-xdp` ports named (held: no PMD changes them any more).
+    fn xsk_books(&self, names: &[String]) -> BTreeMap<String, Vec<handover::XskBooks>> {
+        names
+            .iter()
+            .filter_map(|n| {
+                let x = self.live.get(n)?.af_xdp()?;
+                let books = x
+                    .books()
+                    .into_iter()
+                    .map(|b| handover::XskBooks {
+                        rx_free: b.rx_free,
+                        tx_free: b.tx_free,
+                    })
+                    .collect();
+                Some((n.clone(), books))
+            })
+            .collect()
     }
 
     /// Every bridge's learned MACs, by port name, with their age.
@@ -465,6 +489,43 @@ impl Switch {
                 map.insert(name.clone(), fds.len() - 1);
             }
         }
+        let mut af_xdp = BTreeMap::new();
+        for (name, lp) in &self.live {
+            // Only from version 3 on: an older build would not take them.
+            let LivePort::AfXdp(x) = lp else { continue };
+            if version < 3 {
+                continue;
+            }
+            match x.dup_fds() {
+                Ok((d, mode)) => {
+                    let mut idx = |f: OwnedFd| {
+                        fds.push(f);
+                        fds.len() - 1
+                    };
+                    let (link, prog, map) = (idx(d.link), idx(d.prog), idx(d.map));
+                    let queues = d
+                        .queues
+                        .into_iter()
+                        .map(|q| (idx(q.sock), idx(q.umem)))
+                        .collect();
+                    af_xdp.insert(
+                        name.clone(),
+                        handover::XskOffer {
+                            mode: mode.to_string(),
+                            link,
+                            prog,
+                            map,
+                            queues,
+                        },
+                    );
+                }
+                Err(e) => tracing::warn!(
+                    port = %name,
+                    error = %e.0,
+                    "upgrade: af-xdp port not handed over; the new vireod opens it anew"
+                ),
+            }
+        }
         let mut vhost = BTreeMap::new();
         for (name, p) in ports {
             let h = p
@@ -506,6 +567,7 @@ impl Switch {
                 taps,
                 af_packet,
                 tunnels,
+                af_xdp,
                 groups,
             },
             fds,
