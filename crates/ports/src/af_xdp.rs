@@ -18,6 +18,12 @@
 //! (counted as `link_lost`, logged) and opens the interface again once one of that name exists
 //! (`reopened`). Lock order: `device`, then a queue's halves; `shutdown` marks the port closed
 //! before it takes `device`, so a re-open cannot follow it.
+//!
+//! Upgrade (`vireoctl upgrade`): the old vireod hands the device over (`dup_fds`: link,
+//! program, XSKMAP, each queue's socket and UMEM memfd), stops receiving at the switch-over
+//! (`hold_rx`), stops sending once the PMDs have quiesced and reads the frame books (`books`);
+//! the new one `adopt`s it (every fd checked by `xsk::Device::adopt`). A port with steering or
+//! marks is not handed over (it is opened anew).
 use crate::{DropReason, Link, Port, PortCounters, PortError, PortStats};
 use packet::{Batch, Pool};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
