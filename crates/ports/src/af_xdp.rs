@@ -517,6 +517,10 @@ impl Port for AfXdpPort {
         }
     }
 
+    fn preload_stats(&self, s: &PortStats) {
+        self.counters.preload(s);
+    }
+
     fn stats(&self) -> PortStats {
         self.counters.snapshot()
     }

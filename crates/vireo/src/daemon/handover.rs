@@ -10,7 +10,8 @@
 //!  <- Ready            (or Refused {why}: unknown version, a state it cannot serve)
 //!  stops its rings (final bursts published)
 //!  Final {ring bases per port, learned MACs,  (af-xdp rings held, frame books read)
-//!         af-xdp frame books (version 3)} ->
+//!         af-xdp frame books, port counters
+//!         (version 3)} ->
 //!  [connection table, raw bytes] ->           (version 2)
 //!                                             enters MACs and connections, installs the rings
 //!                                             at those bases, PMDs poll them
@@ -143,6 +144,10 @@ pub enum Reply {
         /// Per `af-xdp` port handed over, each queue's frame books (version 3).
         #[serde(default)]
         xsk: BTreeMap<String, Vec<XskBooks>>,
+        /// Every port's counters at the switch-over, by name (version 3): the new process's
+        /// go on from them.
+        #[serde(default)]
+        counters: BTreeMap<String, ports::PortStats>,
     },
     /// New: the rings run here now.
     Started {
@@ -332,6 +337,15 @@ mod tests {
                 }],
             )]
             .into(),
+            counters: [(
+                "vm1".to_string(),
+                ports::PortStats {
+                    rx_packets: 5,
+                    drops: vec![(ports::DropReason::QueueFull, 2)],
+                    ..Default::default()
+                },
+            )]
+            .into(),
         };
         let (a, b) = UnixStream::pair().unwrap();
         send_reply(&a, &r).unwrap();
@@ -365,6 +379,7 @@ mod tests {
                 macs: BTreeMap::new(),
                 conntrack: false,
                 xsk: BTreeMap::new(),
+                counters: BTreeMap::new(),
             }
         );
     }

@@ -124,6 +124,7 @@ impl Taken {
                 macs,
                 conntrack,
                 xsk,
+                counters,
             } => {
                 let conntrack = match conntrack {
                     true => Some(
@@ -138,6 +139,7 @@ impl Taken {
                     macs,
                     conntrack,
                     xsk,
+                    counters,
                 })
             }
             other => Err(format!("{other:?}")),
@@ -184,6 +186,8 @@ pub struct Switchover {
     pub conntrack: Option<Vec<u8>>,
     /// Each handed-over `af-xdp` port's frame books, from a version-3 sender.
     pub xsk: BTreeMap<String, Vec<handover::XskBooks>>,
+    /// Every port's counters at the switch-over, from a version-3 sender.
+    pub counters: BTreeMap<String, ports::PortStats>,
 }
 
 /// Answers `Refused` and exits with status 1 (no destructor: nothing taken is released).
@@ -316,6 +320,23 @@ impl Switch {
                 Err(e) => tracing::error!(error = %e, "takeover: connection table refused"),
             }
         }
+    }
+
+    /// Once every port is here (after [`Switch::start_deferred`]): each port's counters go on
+    /// from the old process's (a port that is not here, or failed, has none to take).
+    pub(super) fn take_counters(&self, so: &Switchover) {
+        let mut n = 0;
+        for (name, st) in &so.counters {
+            if let Some(lp) = self.live.get(name) {
+                lp.port().preload_stats(st);
+                n += 1;
+            }
+        }
+        tracing::info!(
+            ports = n,
+            of = so.counters.len(),
+            "takeover: port counters restored"
+        );
     }
 
     /// Learns the MACs the old process had, on the ports that exist here now. Called again once

@@ -363,11 +363,21 @@ impl Switch {
         let ct = with_live.then(|| self.rt.dp.conntrack().export(conntrack::clock_ms()));
         // The af-xdp ports handed over: held, so their books stay as read here.
         let xsk = self.xsk_books(&xsk_names);
+        // Port counters, once nothing moves here any more (every port held, PMDs quiesced).
+        let counters = if version >= 3 {
+            self.live
+                .iter()
+                .map(|(n, lp)| (n.clone(), lp.port().stats()))
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
         let final_msg = Reply::Final {
             bases,
             macs,
             conntrack: ct.is_some(),
             xsk,
+            counters,
         };
         let step = handover::send_reply(&s, &final_msg)
             .and_then(|()| ct.map_or(Ok(()), |b| handover::send(&s, &b, &[])))
