@@ -356,9 +356,10 @@ fn fd_links(pid: i32) -> Vec<String> {
 /// `af-xdp` ports keep their AF_XDP sockets, UMEMs and XDP program across an upgrade: the
 /// new vireod holds the very sockets and UMEM memfds the old one had and carries on in the
 /// same rings, and a ping flood between two namespaces through them (100 a second, an upgrade
-/// in the middle) loses at most one ping. Then an upgrade offering state version 2 (a build
-/// without the hand-over): the ports are opened anew (other sockets), and the flood's loss is
-/// printed for comparison.
+/// in the middle) loses at most one ping. Then a hand-over the new process cannot adopt (no
+/// frame books): it reopens the ports cleanly and says why. Then an upgrade offering state
+/// version 2 (a build without the hand-over): the ports are opened anew (other sockets), and
+/// the flood's loss is printed for comparison.
 #[test]
 fn af_xdp_sockets_are_handed_over_under_a_ping_flood() {
     use common::host::{kernel_ok, Ns};
@@ -408,7 +409,33 @@ fn af_xdp_sockets_are_handed_over_under_a_ping_flood() {
         "more than one ping lost across the upgrade: {text}\n{}",
         d.log_tail()
     );
+    // A hand-over that cannot be adopted (here: no frame books came): the new process closes
+    // what it was handed (the program goes with it) and opens the ports anew, says why, and
+    // they forward again.
+    let adopted = xsk_sockets(d.pid());
+    let new = d.upgrade_with(&["--no-xsk-books"]);
+    assert!(
+        wait_until(Duration::from_secs(5), || xsk_sockets(new).len() == 2),
+        "ports not reopened: {}",
+        d.log_tail()
+    );
+    assert!(xsk_sockets(new).is_disjoint(&adopted), "not reopened");
+    for p in ["pa", "pb"] {
+        let st = d.port(p);
+        let note = st["status"]["upgrade"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(note.starts_with("reopened: no frame books"), "{st}");
+        assert!(st["error"].is_null(), "{st}");
+    }
+    assert!(
+        a.ping_until("10.79.3.2", &[], 5),
+        "no ping after a reopening upgrade: {}",
+        d.log_tail()
+    );
     // A build without the hand-over (state version 2): opened anew, new sockets.
+    let before = xsk_sockets(d.pid());
     let (new, received, _) = flood_across(&mut d, &a, "10.79.3.2", &["--state-version", "2"]);
     assert!(
         wait_until(Duration::from_secs(5), || xsk_sockets(new).len() == 2),

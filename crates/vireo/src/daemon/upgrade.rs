@@ -89,12 +89,15 @@ pub fn strip_takeover(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
 struct Opts {
     binary: Option<PathBuf>,
     version: u32,
+    /// Send the af-xdp frame books (off only for tests: the new process must then reopen).
+    xsk_books: bool,
 }
 
 fn parse(args: &[String]) -> Result<Opts, CmdError> {
     let mut o = Opts {
         binary: None,
         version: STATE_VERSION,
+        xsk_books: true,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -105,6 +108,9 @@ fn parse(args: &[String]) -> Result<Opts, CmdError> {
         };
         match a.as_str() {
             "--binary" => o.binary = Some(val("--binary")?.into()),
+            // For tests: hand af-xdp ports over without their frame books (the new process
+            // must reopen them).
+            "--no-xsk-books" => o.xsk_books = false,
             // For tests: offer the state under another version number.
             "--state-version" => {
                 o.version = val("--state-version")?
@@ -250,7 +256,7 @@ impl Switch {
             sock_id: Some(sock_id),
         };
         tracing::info!(binary = %binary.display(), pid = a.child.id(), "upgrade: new vireod started");
-        match self.hand_over(&listener, &mut a, opts.version) {
+        match self.hand_over(&listener, &mut a, &opts) {
             Ok(pid) => {
                 vhost::sockfile::remove_if_ours(&a.sock, a.sock_id.take());
                 EXIT_AFTER_REPLY.store(true, Ordering::SeqCst);
@@ -279,12 +285,8 @@ impl Switch {
     }
 
     /// Everything between the new process's start and its confirmation; returns its pid.
-    fn hand_over(
-        &mut self,
-        l: &UnixListener,
-        a: &mut Attempt,
-        version: u32,
-    ) -> Result<u32, String> {
+    fn hand_over(&mut self, l: &UnixListener, a: &mut Attempt, opts: &Opts) -> Result<u32, String> {
+        let version = opts.version;
         let s = accept(l, a)?;
         let ports = self.vhost_ports();
         let mut parked = Vec::new();
@@ -362,7 +364,10 @@ impl Switch {
         };
         let ct = with_live.then(|| self.rt.dp.conntrack().export(conntrack::clock_ms()));
         // The af-xdp ports handed over: held, so their books stay as read here.
-        let xsk = self.xsk_books(&xsk_names);
+        let mut xsk = self.xsk_books(&xsk_names);
+        if !opts.xsk_books {
+            xsk.clear();
+        }
         // Port counters, once nothing moves here any more (every port held, PMDs quiesced).
         let counters = if version >= 3 {
             self.live
