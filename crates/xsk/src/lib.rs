@@ -6,7 +6,8 @@
 //! socket per queue, plus with steering one more per target on every queue: `steer.rs`) split into per-queue [`RxSide`] and [`TxSide`] halves. Each socket has its
 //! own UMEM (a memfd) of [`FRAMES_PER_QUEUE`] frames of [`FRAME_SIZE`] bytes; the first half feeds the
 //! fill/rx rings, the second half the tx/completion rings, so rx and tx of one queue never
-//! share a frame or a lock.
+//! share a frame or a lock. `adopt.rs` hands a device to another process (an upgrade's new
+//! vireod: fds, frame books) and checks and adopts it there.
 //!
 //! Threads: a `Device` is opened and dropped by the daemon's control thread. An `RxSide` is
 //! used by one PMD at a time, a `TxSide` by whichever PMD holds its lock (the `ports` crate
