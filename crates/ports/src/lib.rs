@@ -76,6 +76,11 @@ pub trait Port: Send + Sync {
     /// Counters.
     fn stats(&self) -> PortStats;
 
+    /// Adds the counts an upgrade's old vireod had for this port (control thread, once, as
+    /// the port is taken over), so its counters go on rather than start at zero. Every kind
+    /// Vireo has implements it; the default (test ports) ignores them.
+    fn preload_stats(&self, _s: &PortStats) {}
+
     /// Slow-path upkeep, called about twice a second by the daemon's housekeeping thread,
     /// never by a PMD: kernel ports notice their interface vanishing or coming back here.
     fn maintain(&self) {}

@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Why a port dropped a packet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DropReason {
     /// Link down or peer not ready.
@@ -144,6 +144,20 @@ impl PortCounters {
         self.mine().tx_errors.fetch_add(n, Relaxed);
     }
 
+    /// Adds counts a previous owner of the port had (an upgrade's old vireod), so that they
+    /// go on from there (vhost-user `memory_lost` is not carried). Called by the control
+    /// thread: they land in shard 0.
+    pub fn preload(&self, s: &PortStats) {
+        self.rx(s.rx_packets, s.rx_bytes);
+        self.tx(s.tx_packets, s.tx_bytes);
+        self.rx_error(s.rx_errors);
+        self.tx_error(s.tx_errors);
+        self.mine().budget_cuts.fetch_add(s.budget_cuts, Relaxed);
+        for &(r, n) in &s.drops {
+            self.drop(r, n);
+        }
+    }
+
     /// A consistent-enough copy for display: the sum over the shards.
     pub fn snapshot(&self) -> PortStats {
         let sum = |f: fn(&Shard) -> &AtomicU64| -> u64 {
@@ -171,7 +185,8 @@ impl PortCounters {
 }
 
 /// A copy of a port's counters.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct PortStats {
     /// Packets received from the peer.
     pub rx_packets: u64,
@@ -214,6 +229,27 @@ impl PortStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn preloaded_counts_go_on() {
+        let old = PortCounters::default();
+        old.rx(3, 300);
+        old.tx(2, 200);
+        old.drop(DropReason::QueueFull, 4);
+        old.budget_cut();
+        let carried: PortStats =
+            serde_json::from_value(serde_json::to_value(old.snapshot()).unwrap()).unwrap();
+        let new = PortCounters::default();
+        new.rx(1, 100);
+        new.drop(DropReason::QueueFull, 1);
+        new.preload(&carried);
+        let s = new.snapshot();
+        assert_eq!((s.rx_packets, s.rx_bytes, s.tx_packets), (4, 400, 2));
+        assert_eq!(
+            (s.drops.clone(), s.budget_cuts),
+            (vec![(DropReason::QueueFull, 5)], 1)
+        );
+    }
 
     #[test]
     fn drops_are_kept_by_reason() {

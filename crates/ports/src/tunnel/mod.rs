@@ -218,6 +218,10 @@ impl Port for TunnelPort {
         Link::Up
     }
 
+    fn preload_stats(&self, s: &PortStats) {
+        self.sh.counters.preload(s);
+    }
+
     fn stats(&self) -> PortStats {
         self.sh.counters.snapshot()
     }
