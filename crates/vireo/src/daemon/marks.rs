@@ -124,7 +124,7 @@ impl Marks {
                 }
             }
             let mut wanted: Vec<(FiveTuple, &dp::MarkCandidate)> = best.into_iter().collect();
-            wanted.sort_unstable_by(|a, b| b.1.packets.cmp(&a.1.packets));
+            wanted.sort_unstable_by_key(|w| std::cmp::Reverse(w.1.packets));
             wanted.truncate(MAX_MARKS);
             let wanted: HashMap<FiveTuple, &dp::MarkCandidate> = wanted.into_iter().collect();
             let stale: Vec<FiveTuple> = mp
