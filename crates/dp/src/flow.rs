@@ -15,9 +15,9 @@
 //! flow id plus one (24 bits). The mark is only a hint: the worker that receives a marked
 //! packet uses it only if the tag is its own and the flow at that id covers the packet's key
 //! ([`Megaflow::covers`], the check the SMC makes), so a stale, reused or forged mark can at
-//! worst cost a fall back to the normal lookups. Each megaflow remembers the IPv4 5-tuple of
-//! the packet that created it ([`Megaflow::tuple`]), which is what vireod installs in the XDP
-//! program's mark map, and the mark vireod installed for it ([`Megaflow::mark`], display only).
+//! worst cost a fall back to the normal lookups. Each megaflow remembers one IPv4 5-tuple of
+//! its packets ([`Megaflow::tuple`]), which is what vireod installs in the XDP program's mark
+//! map, and the mark vireod installed for it ([`Megaflow::mark`], display only).
 //!
 //! Threads: a `FlowTable` belongs to one PMD thread. It mirrors its flows into a registry
 //! ([`RegistryData`] behind a mutex) that the control thread reads for `dump-megaflows` and
@@ -29,7 +29,7 @@
 pub use crate::action::Deps;
 use crate::action::{Action, Actions};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use wire::FlowKey;
 
 /// Sentinel for "no action moves the packet": every output copies it.
@@ -130,8 +130,10 @@ pub struct Megaflow {
     pub deps: Deps,
     /// Registry epoch when installed (set by [`FlowTable::insert`] under the registry lock).
     pub(crate) epoch: u64,
-    /// The 5-tuple of the packet whose upcall created it, if an XDP program could mark it.
-    pub tuple: Option<Tuple5>,
+    /// The 5-tuple an XDP mark for it is keyed by: that of the packet whose upcall created
+    /// it, or (if that one had none, e.g. IPv6) of the first packet from an `xdp-mark` port
+    /// that hit it past the EMC. Set once by the owning PMD; read by the control thread.
+    pub tuple: OnceLock<Tuple5>,
     /// The XDP mark vireod installed for it (0: none); written by the control thread, shown
     /// by `dump-megaflows`, never read on the fast path.
     pub mark: AtomicU32,
@@ -158,7 +160,7 @@ impl Megaflow {
             head_only: !mask.has_tail(),
             deps,
             epoch: 0,
-            tuple: None,
+            tuple: OnceLock::new(),
             mark: AtomicU32::new(0),
             packets: AtomicU64::new(0),
             bytes: AtomicU64::new(0),

@@ -14,7 +14,9 @@
 //! places the flow: a key hashed both ways takes at most two entries, never a wrong one). A
 //! packet with a mark naming one of this worker's megaflows ([`crate::flow::mark_id`]) whose
 //! match covers its key goes straight to that megaflow's actions, with no EMC, SMC or dpcls
-//! lookup (`mark_hits`); any other mark is ignored and the packet takes the normal path.
+//! lookup (`mark_hits`); any other mark is ignored and the packet takes the normal path. A
+//! megaflow created by a packet without a 5-tuple (IPv6, ARP) takes the tuple of the first
+//! XDP-hashed packet that hits it past the EMC, so vireod has something to mark it by.
 //!
 //! Owns: [`Worker`], everything one PMD thread needs to move packets: its caches, flow table,
 //! buffer pool, scratch arrays for a burst, and transmit batches. A burst is processed in
@@ -146,6 +148,8 @@ pub struct Worker {
     recirc_hints: Vec<conntrack::Hint>,
     /// This worker's tag in XDP flow marks (`flow::mark_tag` of its core).
     tag: u32,
+    /// Packets of the current burst whose hash came from the port (the XDP program), by bit.
+    from_xdp: u32,
 }
 
 /// What the control thread may read about a worker without waiting for it, so revalidation can
@@ -201,6 +205,7 @@ impl Worker {
                 .collect(),
             recirc_hints: Vec::with_capacity(BATCH_SIZE),
             tag: mark_tag(cfg.txq),
+            from_xdp: 0,
         }
     }
 
@@ -247,7 +252,14 @@ impl Worker {
     fn process(&mut self, in_port: u32) {
         let n = self.rx.len().min(BATCH_SIZE);
         self.tally.packets += n as u64;
-        for (p, k) in self.rx.as_mut_slice().iter_mut().zip(self.keys.iter_mut()) {
+        let mut from_xdp = 0u32;
+        for (i, (p, k)) in self
+            .rx
+            .as_mut_slice()
+            .iter_mut()
+            .zip(self.keys.iter_mut())
+            .enumerate()
+        {
             // In place, and hashed without a look at the tail: a key fresh from a port has
             // none (`wire::flow`, *Head and tail*), unless a tunnel port decapsulated it.
             // A hash from the port (the XDP program's) is kept, see the module comment.
@@ -257,12 +269,15 @@ impl Worker {
                 set_tun_words(k, &p.meta.tun);
                 k.hash()
             } else if p.meta.hash != 0 {
+                from_xdp |= 1 << i;
                 p.meta.hash
             } else {
                 k.hash_head()
             };
         }
+        self.from_xdp = from_xdp;
         self.classify(n);
+        self.from_xdp = 0;
         self.execute_all();
         if !self.recirc.is_empty() {
             self.recirculate();
@@ -355,6 +370,9 @@ impl Worker {
                 if self.flows.get(id).is_some_and(|f| f.covers(key)) {
                     self.ids[i] = id;
                     self.tally.smc_hits += 1;
+                    if self.from_xdp & (1 << i) != 0 {
+                        self.note_tuple(i, id);
+                    }
                     self.cache(i, id, false);
                     continue;
                 }
@@ -372,6 +390,9 @@ impl Worker {
             let i = hit.trailing_zeros() as usize;
             hit &= hit - 1;
             self.tally.megaflow_hits += 1;
+            if self.from_xdp & (1 << i) != 0 {
+                self.note_tuple(i, self.ids[i]);
+            }
             self.cache(i, self.ids[i], true);
         }
         let mut miss = left;
@@ -379,6 +400,19 @@ impl Worker {
             let i = miss.trailing_zeros() as usize;
             miss &= miss - 1;
             self.handle_miss(i);
+        }
+    }
+
+    /// Gives flow `id` packet `i`'s 5-tuple for an XDP mark if it has none yet (the packet came
+    /// with an XDP hash, so from an `xdp-mark` port; only past the EMC, so rarely per flow).
+    #[inline(never)]
+    fn note_tuple(&self, i: usize, id: u32) {
+        if let Some(f) = self.flows.get(id) {
+            if f.tuple.get().is_none() {
+                if let Some(t) = Tuple5::of(&self.keys[i]) {
+                    let _ = f.tuple.set(t);
+                }
+            }
         }
     }
 
@@ -421,8 +455,10 @@ impl Worker {
         mask.set_exact(Field::InPort);
         mask.set_exact(Field::RecircId);
         self.activity.holds_flows.store(true, SeqCst);
-        let mut flow = Megaflow::with_deps(&key, &mask, res.actions, res.deps);
-        flow.tuple = Tuple5::of(&key);
+        let flow = Megaflow::with_deps(&key, &mask, res.actions, res.deps);
+        if let Some(t) = Tuple5::of(&key) {
+            let _ = flow.tuple.set(t);
+        }
         // This packet was counted by the pipeline's upcall; only later hits are credited.
         flow.preset_reported(1, pkt.len() as u64);
         let (mut id, _) = self.flows.insert(flow);

@@ -224,7 +224,7 @@ fn right_marks_skip_the_caches_and_wrong_ones_fall_back() {
         .iter()
         .flatten()
         .find(|f| f.key.get(Field::Ipv4Dst) == 0x0a00_0100);
-    let t = f1.unwrap().tuple.unwrap();
+    let t = *f1.unwrap().tuple.get().unwrap();
     assert_eq!((t.dst, t.dport, t.proto), (0x0a00_0100, 7, 17));
     drop(r);
     for low in 0..20 {
@@ -277,4 +277,51 @@ fn the_xdp_hash_places_the_flow_in_the_caches() {
         tiers,
         [(1, 0, 0, 0), (0, 1, 0, 0), (0, 0, 0, 1), (0, 1, 0, 0)]
     );
+}
+
+/// Every packet to port 1 under one megaflow (in_port only).
+struct AllToOne;
+impl Upcall for AllToOne {
+    fn upcall(&self, _: &FlowKey, _: &Packet) -> UpcallResult {
+        UpcallResult {
+            actions: vec![Action::Output(1)].into(),
+            mask: FlowKey::ZERO,
+            install: true,
+            deps: Default::default(),
+        }
+    }
+}
+
+/// A megaflow created by a frame without a 5-tuple (here IPv6) takes the tuple of the first
+/// XDP-hashed IPv4 packet that reaches it past the EMC, so vireod can mark it; a packet
+/// without an XDP hash (another port kind) does not set it.
+#[test]
+fn a_megaflow_created_without_a_tuple_takes_one_from_a_later_xdp_packet() {
+    let input = MetaPort::default();
+    let output = Arc::new(ports::dummy::DummyPort::new());
+    let cfg = WorkerConfig {
+        emc_insert_inv_prob: 0,
+        ..WorkerConfig::default()
+    };
+    let reg = Registry::default();
+    let mut w = Worker::new(Arc::new(AllToOne), cfg, reg.clone());
+    w.set_ports(&[(1, output as Arc<dyn Port>)]);
+    let mut v6 = frame(1, 1);
+    v6[12..14].copy_from_slice(&[0x86, 0xdd]);
+    input.push(v6, 0, 0);
+    run(&mut w, &input);
+    let tuple = || {
+        let r = reg.lock().unwrap();
+        let f = r.iter().flatten().next().expect("one megaflow");
+        f.tuple.get().copied()
+    };
+    assert_eq!(tuple(), None);
+    input.push(frame(1, 7), 0, 0);
+    run(&mut w, &input);
+    assert_eq!(tuple(), None, "no XDP hash: not from an xdp-mark port");
+    input.push(frame(1, 9), 0, 0x5bd1_e995);
+    run(&mut w, &input);
+    let t = tuple().expect("a tuple from the XDP packet");
+    assert_eq!((t.dst, t.dport, t.proto), (0x0a00_0109, 7, 17));
+    assert_eq!(w.flow_count(), 1);
 }

@@ -127,7 +127,7 @@ impl Datapath {
             let r = r.unwrap_or_else(|e| e.into_inner());
             for (id, f) in r.iter().enumerate() {
                 let Some(f) = f else { continue };
-                let (Some(tuple), Some(mark)) = (f.tuple, mark_of(tag, id as u32)) else {
+                let (Some(&tuple), Some(mark)) = (f.tuple.get(), mark_of(tag, id as u32)) else {
                     continue;
                 };
                 out.push(MarkCandidate {
