@@ -204,7 +204,7 @@ impl Worker {
                 .map(|_| conntrack::Hint::default())
                 .collect(),
             recirc_hints: Vec::with_capacity(BATCH_SIZE),
-            tag: mark_tag(cfg.txq),
+            tag: mark_tag(0),
             from_xdp: 0,
         }
     }
@@ -212,6 +212,12 @@ impl Worker {
     /// Shares the datapath's connection tracker with this worker (`ct` actions).
     pub fn set_conntrack(&mut self, ct: Arc<conntrack::Conntrack>) {
         self.ct = Some(ct);
+    }
+
+    /// Sets the tag this worker's XDP flow marks carry (`flow::mark_tag` of its PMD's core;
+    /// 0 until set). Marks with another tag are ignored.
+    pub fn set_mark_tag(&mut self, tag: u32) {
+        self.tag = tag & 0xff;
     }
 
     /// Shares this worker's [`Activity`] with the control thread.

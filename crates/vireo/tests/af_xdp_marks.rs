@@ -141,7 +141,8 @@ fn marked_packets_are_classified_by_mark_and_follow_rule_changes() {
         &a.ns_if,
     ]);
     let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start_with(&dir.path().join("run"), &["--pmd-cores", "0"]);
+    // A PMD on core 1: its marks carry tag 1, which the worker must know (not its tx queue).
+    let d = Daemon::start_with(&dir.path().join("run"), &["--pmd-cores", "1"]);
     d.ok(&["add-br", "br0", "internal=false"]);
     for (p, v, extra) in [
         ("pa", &a, "xdp-mark=on"),
