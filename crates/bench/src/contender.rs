@@ -74,7 +74,9 @@ impl Contender for Dpdk {
         if sc.meter().is_some()
             || matches!(
                 sc.kind,
-                crate::scenario::Kind::Ct(_) | crate::scenario::Kind::Tunnel(_)
+                crate::scenario::Kind::Ct(_)
+                    | crate::scenario::Kind::CtNew
+                    | crate::scenario::Kind::Tunnel(_)
             )
         {
             return Err("testpmd io forwarding has no meters, conntrack or tunnels".into());
@@ -238,6 +240,11 @@ impl Ovs {
 
     fn add_rules(&self, dir: &Path, sc: &Scenario) -> Result<(), String> {
         self.ofctl(dir, &["del-flows", "br0"])?;
+        if sc.kind == crate::scenario::Kind::CtNew {
+            let n = crate::scenario::CT_NEW_LIMIT.to_string();
+            self.appctl(dir, &["dpctl/ct-set-maxconns", &n])?;
+            let _ = self.appctl(dir, &["dpctl/flush-conntrack"]);
+        }
         let rules = dir.join("rules.txt");
         // Tunnel scenarios: `tb`'s underlay address here is 10.99.0.2 (`add_tunnels`).
         let text = sc.rules_to("1", "2", "10.99.0.2").join("\n") + "\n";
@@ -447,6 +454,10 @@ impl Contender for Ovs {
         if let Ok(st) = self.vsctl(&d, &["--columns=name,status", "list", "Interface"]) {
             let _ = std::fs::write(d.join("interfaces.txt"), st);
         }
+        // How many connections the run left in the tracker (conntrack scenarios).
+        if let Ok(n) = self.appctl(&d, &["dpctl/ct-get-nconns"]) {
+            let _ = std::fs::write(d.join("ct-nconns.txt"), n);
+        }
         ovs_pmd_stats(&out)
     }
     fn pid(&self) -> Option<u32> {
@@ -599,6 +610,12 @@ impl Contender for Vireo {
             }
         }
         let _ = self.ctl(dir, &["del-flows", "br0"]);
+        if sc.kind == crate::scenario::Kind::CtNew {
+            self.ctl(
+                dir,
+                &["set-ct-limit", &crate::scenario::CT_NEW_LIMIT.to_string()],
+            )?;
+        }
         if let Some(m) = sc.meter() {
             self.ctl(dir, &["add-meter", "br0", &m])?;
         }
@@ -631,6 +648,9 @@ impl Contender for Vireo {
         // What the ports negotiated (virtio features, ring layout), kept beside the figures.
         if let Ok(show) = self.ctl(&d, &["show"]) {
             let _ = std::fs::write(d.join("show.txt"), show);
+        }
+        if let Ok(ct) = self.ctl(&d, &["ct-stats"]) {
+            let _ = std::fs::write(d.join("ct-stats.txt"), ct);
         }
         vireo_pmd_stats(&out)
     }

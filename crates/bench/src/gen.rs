@@ -62,6 +62,8 @@ pub struct TrafficConfig {
     pub size: usize,
     /// Distinct flows per direction.
     pub flows: u32,
+    /// Rules per direction the flows spread over ([`flow_fields`]).
+    pub rules: u32,
     /// Packets per burst.
     pub burst: usize,
     /// Seconds per trial.
@@ -114,12 +116,40 @@ fn ipv4_checksum(h: &[u8]) -> u16 {
     !(s as u16)
 }
 
-/// The per-flow fields of flow `f`: (IPv4 source, UDP destination port).
-pub fn flow_fields(p: usize, f: u32) -> ([u8; 4], u16) {
-    let hi = f / RULES;
+/// Sum of port `p`'s template header's 16-bit words with the checksum and source zeroed, for
+/// [`checksum_from_base`]: each flow rewrites the source, and must rewrite the checksum with
+/// it, or the frames carry a stale checksum that a switch validating it (OVS's conntrack
+/// does) rejects as invalid.
+fn header_base(p: usize, size: usize) -> u32 {
+    let f = frame_template(p, size.max(MIN_FRAME));
+    let mut h = [0u8; 20];
+    h.copy_from_slice(&f[14..34]);
+    h[10..16].fill(0);
+    h.chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+        .sum()
+}
+
+/// The header checksum from [`header_base`] and a source address.
+#[inline]
+fn checksum_from_base(base: u32, src: [u8; 4]) -> u16 {
+    let mut s = base
+        + u32::from(u16::from_be_bytes([src[0], src[1]]))
+        + u32::from(u16::from_be_bytes([src[2], src[3]]));
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    !(s as u16)
+}
+
+/// The per-flow fields of flow `f` spread over `rules` rules: (IPv4 source, UDP destination
+/// port `f % rules`).
+pub fn flow_fields(p: usize, f: u32, rules: u32) -> ([u8; 4], u16) {
+    let rules = rules.max(1);
+    let hi = f / rules;
     (
         [10, p as u8 + 2, (hi >> 8) as u8, hi as u8],
-        (f % RULES) as u16,
+        (f % rules) as u16,
     )
 }
 
@@ -167,6 +197,8 @@ pub struct Generator {
     tsc_hz: f64,
     seq: [u64; 2],
     flow: [u32; 2],
+    /// [`header_base`] of each port's template (flows rewrite the source and checksum).
+    ip_base: [u32; 2],
 }
 
 /// Measures the TSC rate against the monotonic clock over `d`.
@@ -197,6 +229,7 @@ impl Generator {
             tsc_hz,
             seq: [0; 2],
             flow: [0; 2],
+            ip_base: [header_base(0, cfg.size), header_base(1, cfg.size)],
         }
     }
 
@@ -224,7 +257,11 @@ impl Generator {
             }
             self.seq[p] += 1;
             if self.cfg.flows > 1 {
-                let (src, dport) = flow_fields(p, self.flow[p]);
+                let (src, dport) = flow_fields(p, self.flow[p], self.cfg.rules);
+                shm.write(
+                    off + 24,
+                    &checksum_from_base(self.ip_base[p], src).to_be_bytes(),
+                );
                 shm.write(off + 26, &src);
                 shm.write(off + 36, &dport.to_be_bytes());
                 self.flow[p] = (self.flow[p] + 1) % self.cfg.flows;
@@ -501,12 +538,27 @@ mod tests {
         const { assert!(MIN_FRAME <= 64) };
     }
 
+    /// Every flow's frame carries a valid IPv4 header checksum (a stale one made OVS-DPDK's
+    /// conntrack mark every packet of the `ctN` runs invalid and track nothing).
+    #[test]
+    fn flow_frames_keep_a_valid_header_checksum() {
+        for (p, size, f) in [(0, 64, 0), (1, 64, 123_456), (0, 1518, 59_999_999)] {
+            let mut frame = frame_template(p, size);
+            let (src, _) = flow_fields(p, f, RULES);
+            frame[26..30].copy_from_slice(&src);
+            let c = checksum_from_base(header_base(p, size), src);
+            frame[24..26].copy_from_slice(&c.to_be_bytes());
+            assert_eq!(ipv4_checksum(&frame[14..34]), 0, "flow {f} of port {p}");
+        }
+    }
+
     #[test]
     fn flows_spread_over_rules_and_sources() {
-        assert_eq!(flow_fields(0, 0), ([10, 2, 0, 0], 0));
-        assert_eq!(flow_fields(0, 999), ([10, 2, 0, 0], 999));
-        assert_eq!(flow_fields(1, 1000), ([10, 3, 0, 1], 0));
-        let (ip, port) = flow_fields(0, 999_999);
+        assert_eq!(flow_fields(0, 0, RULES), ([10, 2, 0, 0], 0));
+        assert_eq!(flow_fields(0, 999, RULES), ([10, 2, 0, 0], 999));
+        assert_eq!(flow_fields(1, 1000, RULES), ([10, 3, 0, 1], 0));
+        assert_eq!(flow_fields(0, 10_001, 10_000), ([10, 2, 0, 1], 1));
+        let (ip, port) = flow_fields(0, 999_999, RULES);
         assert_eq!((ip, port), ([10, 2, 3, 231], 999));
     }
 

@@ -53,9 +53,19 @@ pub fn args(ports: &Ports, sc: &Scenario, plan: &GenPlan, json: &Path) -> Vec<St
         format!("--queues={}", sc.queues),
         format!("--size={}", sc.size),
         format!("--flows={}", sc.flows()),
+        format!("--rules={}", sc.rule_count()),
         format!("--trial-secs={}", plan.trial_secs),
         format!("--warmup-secs={}", plan.warmup_secs.max(sc.warmup_secs())),
-        format!("--max-trials={}", plan.max_trials),
+        // Connection setup: one trial at the saturation rate after the saturation trial, no
+        // search (each trial adds millions of connections towards the limit).
+        format!(
+            "--max-trials={}",
+            if sc.kind == crate::scenario::Kind::CtNew {
+                0
+            } else {
+                plan.max_trials
+            }
+        ),
         format!("--core={}", plan.core),
         format!("--json={}", json.display()),
         format!(

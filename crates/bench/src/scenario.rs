@@ -14,6 +14,10 @@ pub enum Kind {
     Normal,
     /// `RULES` rules per direction on UDP dst port; this many distinct flows per direction.
     Flows(u32),
+    /// As [`Kind::Flows`] with this many rules per direction instead of `RULES`: (flows,
+    /// rules), the seeds' harder lookups (`flows10m-1k:64`: 10 M flows over 1K rules,
+    /// `flows1m-10k:64`: 1 M flows over 10K rules).
+    FlowsRules(u32, u32),
     /// As `P2p`, but both rules send through OpenFlow meter 1 first (`meter:1`): a PKTPS meter
     /// with one drop band of this many packets/s, shared by both directions.
     Meter(u32),
@@ -24,6 +28,10 @@ pub enum Kind {
     /// distinct UDP flows per direction from vireo-gen (`ct1k:64`, `ct1m:64`), each its own
     /// connection (none is replied to).
     Ct(u32),
+    /// The connection-setup rate: the rules of [`Kind::Ct`], but no packet repeats a 5-tuple
+    /// (vireo-gen walks [`CT_NEW_FLOWS`] flows per direction), so every packet the switch
+    /// forwards has set up and committed a new connection (`ctnew:64`).
+    CtNew,
     /// Each direction crosses a tunnel: encapsulated on one tunnel port, sent over loopback
     /// UDP, decapsulated on the other (see [`TunnelPorts`]); one flow-based port (the rules
     /// set `tun_id` and `tun_dst`) and one fixed.
@@ -38,6 +46,15 @@ pub enum Tun {
     /// Geneve (`geneve:SIZE`).
     Geneve,
 }
+
+/// Flows per direction in [`Kind::CtNew`]: more than a switch sets up in a run here (at 1 M
+/// connections/s, 60 s), and each a distinct 5-tuple ([`crate::gen::flow_fields`] is unique
+/// below 65.5 M).
+pub const CT_NEW_FLOWS: u32 = 60_000_000;
+
+/// The connection limit both switches get in [`Kind::CtNew`] (each's default is 3 M), so the
+/// warm-up and the saturation trial stay below it.
+pub const CT_NEW_LIMIT: u32 = 10_000_000;
 
 /// The two tunnel ports of a tunnel scenario, as `vireoctl add-port` arguments after the
 /// bridge: `ta` is flow-based on 127.0.0.101, `tb` has a fixed remote (`ta`) and VNI 5 on
@@ -146,10 +163,12 @@ impl Scenario {
             Kind::P2p => "p2p".to_string(),
             Kind::Normal => "normal".to_string(),
             Kind::Flows(n) => format!("flows{}", flow_label(n)),
+            Kind::FlowsRules(n, r) => format!("flows{}-{}", flow_label(n), flow_label(r)),
             Kind::Meter(METER_NO_DROP_PPS) => "meter".to_string(),
             Kind::Meter(r) => format!("meter{}", flow_label(r)),
             Kind::Ct(1) => "ct".to_string(),
             Kind::Ct(n) => format!("ct{}", flow_label(n)),
+            Kind::CtNew => "ctnew".to_string(),
             Kind::Tunnel(Tun::Vxlan) => "vxlan".to_string(),
             Kind::Tunnel(Tun::Geneve) => "geneve".to_string(),
         };
@@ -177,6 +196,7 @@ impl Scenario {
             "normal" => Kind::Normal,
             "meter" => Kind::Meter(METER_NO_DROP_PPS),
             "ct" => Kind::Ct(1),
+            "ctnew" => Kind::CtNew,
             "vxlan" => Kind::Tunnel(Tun::Vxlan),
             "geneve" => Kind::Tunnel(Tun::Geneve),
             f if f.starts_with("ct") => Kind::Ct(
@@ -189,11 +209,18 @@ impl Scenario {
                     .filter(|&r| r > 0)
                     .ok_or_else(bad)?,
             ),
-            f => Kind::Flows(
-                f.strip_prefix("flows")
-                    .and_then(parse_count)
-                    .ok_or_else(bad)?,
-            ),
+            f => {
+                let f = f.strip_prefix("flows").ok_or_else(bad)?;
+                match f.split_once('-') {
+                    Some((n, r)) => Kind::FlowsRules(
+                        parse_count(n).filter(|&n| n > 0).ok_or_else(bad)?,
+                        parse_count(r)
+                            .filter(|&r| (1..=u32::from(u16::MAX) + 1).contains(&r))
+                            .ok_or_else(bad)?,
+                    ),
+                    None => Kind::Flows(parse_count(f).ok_or_else(bad)?),
+                }
+            }
         };
         let size: usize = it.next().unwrap_or("64").parse().map_err(|_| bad())?;
         let mut rest: Vec<&str> = it.collect();
@@ -234,11 +261,21 @@ impl Scenario {
         }
     }
 
+    /// Rules per direction the flow scenarios install (UDP destination ports 0..rules); the
+    /// generator spreads its flows over them.
+    pub fn rule_count(&self) -> u32 {
+        match self.kind {
+            Kind::FlowsRules(_, r) => r,
+            _ => RULES,
+        }
+    }
+
     /// Distinct flows per direction the generator sends.
     pub fn flows(&self) -> u32 {
         match self.kind {
-            Kind::Flows(n) => n.max(1),
+            Kind::Flows(n) | Kind::FlowsRules(n, _) => n.max(1),
             Kind::Ct(n) => n.div_ceil(2).max(1),
+            Kind::CtNew => CT_NEW_FLOWS,
             _ => 1,
         }
     }
@@ -255,7 +292,8 @@ impl Scenario {
 
     /// Whether the testpmd generator can drive it (it sends one flow; see `flows`).
     pub fn testpmd_can_drive(&self) -> bool {
-        !matches!(self.kind, Kind::Flows(n) | Kind::Ct(n) if n > 1)
+        !matches!(self.kind, Kind::Flows(n) | Kind::FlowsRules(n, _) | Kind::Ct(n) if n > 1)
+            && self.kind != Kind::CtNew
     }
 
     /// OpenFlow rules (ovs-ofctl syntax), with the two ports written as `p0` and `p1`
@@ -277,7 +315,7 @@ impl Scenario {
                 format!("in_port={p1},actions=meter:1,output:{p0}"),
             ],
             Kind::Normal => vec!["actions=NORMAL".to_string()],
-            Kind::Ct(_) => vec![
+            Kind::Ct(_) | Kind::CtNew => vec![
                 "table=0,priority=10,ip,ct_state=-trk,actions=ct(table=1)".to_string(),
                 format!("table=0,priority=0,in_port={p0},actions=output:{p1}"),
                 format!("table=0,priority=0,in_port={p1},actions=output:{p0}"),
@@ -294,10 +332,11 @@ impl Scenario {
                     format!("tun_id=5,in_port={a},actions=output:{p0}"),
                 ]
             }
-            Kind::Flows(_) => {
-                let mut v = Vec::with_capacity(2 * RULES as usize);
+            Kind::Flows(_) | Kind::FlowsRules(..) => {
+                let rules = self.rule_count();
+                let mut v = Vec::with_capacity(2 * rules as usize);
                 for (a, b) in [(p0, p1), (p1, p0)] {
-                    for k in 0..RULES {
+                    for k in 0..rules {
                         v.push(format!(
                             "priority=100,udp,in_port={a},tp_dst={k},actions=output:{b}"
                         ));
@@ -309,8 +348,8 @@ impl Scenario {
     }
 }
 
-/// The full matrix: every size port-to-port, NORMAL at 64 B, every flow count at 64 B, and
-/// two queues per port at 64 B.
+/// The full matrix: every size port-to-port, NORMAL at 64 B, every flow count at 64 B, 10 M
+/// flows over 1K rules and 1 M flows over 10K rules at 64 B, and two queues per port at 64 B.
 pub fn full() -> Vec<Scenario> {
     let mut v: Vec<Scenario> = SIZES.iter().map(|&s| Scenario::p2p(s)).collect();
     v.push(Scenario {
@@ -320,6 +359,13 @@ pub fn full() -> Vec<Scenario> {
     for f in FLOWS {
         v.push(Scenario {
             kind: Kind::Flows(f),
+            ..Scenario::p2p(64)
+        });
+    }
+    // The seeds' harder lookups: many flows over many rules.
+    for (f, r) in [(10_000_000, 1000), (1_000_000, 10_000)] {
+        v.push(Scenario {
+            kind: Kind::FlowsRules(f, r),
             ..Scenario::p2p(64)
         });
     }
@@ -358,7 +404,7 @@ mod tests {
         for sc in full() {
             assert_eq!(Scenario::parse(&sc.name()).unwrap(), sc, "{}", sc.name());
         }
-        assert_eq!(full().len(), 11);
+        assert_eq!(full().len(), 13);
         let s = Scenario::parse("flows1m:64:2q").unwrap();
         assert_eq!((s.kind, s.size, s.queues), (Kind::Flows(1_000_000), 64, 2));
         assert_eq!(Scenario::parse("normal").unwrap().size, 64);
@@ -390,6 +436,44 @@ mod tests {
         assert_eq!(Scenario::parse("ct1k:64").unwrap().flows(), 500);
         assert!(Scenario::parse("ct0:64").is_err() && Scenario::parse("ctx:64").is_err());
         assert!(ct.rules("1", "2").iter().any(|r| r.contains("ct(commit)")));
+        let hard = Scenario::parse("flows10m-1k:64").unwrap();
+        assert_eq!(
+            (hard.kind, hard.name(), hard.flows(), hard.rule_count()),
+            (
+                Kind::FlowsRules(10_000_000, 1000),
+                "flows10m-1k:64".into(),
+                10_000_000,
+                1000
+            )
+        );
+        assert!(!hard.testpmd_can_drive());
+        let r = Scenario::parse("flows1m-10k:64").unwrap().rules("1", "2");
+        assert_eq!(r.len(), 20_000);
+        assert!(r[9_999].ends_with("tp_dst=9999,actions=output:2"));
+        assert!(Scenario::parse("flows1m-0:64").is_err());
+        assert!(
+            Scenario::parse("flows1m-100k:64").is_err(),
+            "ports are 16 bits"
+        );
+        let new = Scenario::parse("ctnew:64").unwrap();
+        assert_eq!(
+            (new.kind, new.name()),
+            (Kind::CtNew, "ctnew:64".to_string())
+        );
+        assert_eq!(
+            (new.flows(), new.testpmd_can_drive()),
+            (CT_NEW_FLOWS, false)
+        );
+        assert_eq!(new.rules("1", "2"), ct.rules("1", "2"));
+        // Every packet of the run is a new 5-tuple.
+        let first = crate::gen::flow_fields(0, 0, RULES);
+        let last = crate::gen::flow_fields(0, CT_NEW_FLOWS - 1, RULES);
+        assert_ne!(first, last);
+        assert_ne!(
+            crate::gen::flow_fields(0, 65_535 * RULES, RULES),
+            first,
+            "unique up to the flow count"
+        );
         let g = Scenario::parse("geneve:128").unwrap();
         assert_eq!(
             (g.kind, g.name()),

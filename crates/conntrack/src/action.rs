@@ -140,10 +140,12 @@ pub enum Invalid {
     FragTimeout,
     /// A fragmented ICMP error that needs NAT (not supported).
     FragNat,
+    /// An IPv4 header checksum that does not verify.
+    L3Checksum,
 }
 
 /// Number of [`Invalid`] reasons.
-pub const INVALID_REASONS: usize = 12;
+pub const INVALID_REASONS: usize = 13;
 
 /// Names of the [`Invalid`] reasons, by index.
 pub const INVALID_NAMES: [&str; INVALID_REASONS] = [
@@ -159,4 +161,5 @@ pub const INVALID_NAMES: [&str; INVALID_REASONS] = [
     "frag_too_big",
     "frag_timeout",
     "frag_nat",
+    "l3_checksum",
 ];

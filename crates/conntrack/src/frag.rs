@@ -237,6 +237,10 @@ fn build(d: &Datagram, v6: bool, next: u8) -> Vec<u8> {
         let tl = (hl + total) as u16;
         out[fp.l3 + 2..fp.l3 + 4].copy_from_slice(&tl.to_be_bytes());
         out[fp.l3 + 6..fp.l3 + 8].copy_from_slice(&[0, 0]);
+        // A header the tracker parses again: its checksum must verify.
+        out[fp.l3 + 10..fp.l3 + 12].copy_from_slice(&[0, 0]);
+        let c = wire::checksum::compute(&out[fp.l3..ff.data]);
+        out[fp.l3 + 10..fp.l3 + 12].copy_from_slice(&c.to_be_bytes());
     }
     for (_, _, fr) in pieces {
         let Ok(pp) = crate::parse::parse(fr) else {

@@ -217,6 +217,7 @@ impl Conntrack {
             Ok(p) => p,
             Err(Bad::NotIp) => return Outcome::Done(self.invalid(Invalid::NotIp, a.zone)),
             Err(Bad::Truncated) => return Outcome::Done(self.invalid(Invalid::Truncated, a.zone)),
+            Err(Bad::Checksum) => return Outcome::Done(self.invalid(Invalid::L3Checksum, a.zone)),
         };
         if let Some(f) = p.frag {
             return self.fragment(frame, &p, &f, a, now);

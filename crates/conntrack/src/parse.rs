@@ -81,6 +81,9 @@ pub enum Bad {
     Truncated,
     /// Not IPv4/IPv6 (the caller should not send it to conntrack).
     NotIp,
+    /// An IPv4 header whose checksum does not verify (the receiver would drop the packet:
+    /// tracking it would give state to a packet nobody accepts).
+    Checksum,
 }
 
 /// The TCP fields tracking needs.
@@ -216,6 +219,11 @@ fn parse_ip(b: &[u8], l3: usize, v6: bool, quoted: bool) -> Result<Ip, Bad> {
         let total = usize::from(be16(b, l3 + 2)?);
         if hl < 20 || total < hl || b.len() < l3 + hl {
             return Err(Bad::Truncated);
+        }
+        // The outer header only: a quote inside an ICMP error is what some host sent, maybe
+        // already rewritten (the error's own checksum covers it).
+        if !quoted && !wire::checksum::verify(&b[l3..l3 + hl]) {
+            return Err(Bad::Checksum);
         }
         // A quoted datagram may be cut short; an outer one must be whole.
         let end = if quoted {

@@ -600,3 +600,21 @@ fn persistent_snat_keeps_a_clients_address() {
         assert_eq!(addrs.len(), 1, "client {client} moved between addresses");
     }
 }
+
+/// An IPv4 header whose checksum does not verify is invalid (and counted): no connection is
+/// made for a packet its receiver drops, as OVS's and Linux's trackers refuse it. The same
+/// packet with its checksum fixed is tracked; a quoted header inside an ICMP error is not
+/// checked (see `icmp_errors_related_or_invalid`).
+#[test]
+fn an_ipv4_header_with_a_bad_checksum_is_invalid_and_makes_no_connection() {
+    let ct = Conntrack::new();
+    let a = commit(0);
+    let (c, s) = (v4(C, 0, 0, 1), v4(C, 0, 0, 2));
+    let mut bad = udp(c, s, 5000, 53, 10);
+    bad[24] ^= 0x01; // the header checksum (frame offset 14 + 10)
+    assert_eq!(run(&ct, &mut bad, &a, 0), TRK | INV);
+    assert_eq!(inv(&ct, "l3_checksum"), 1);
+    assert_eq!(ct.len(), 0, "nothing committed");
+    assert_eq!(run(&ct, &mut udp(c, s, 5000, 53, 10), &a, 0), TRK | NEW);
+    assert_eq!(ct.len(), 1);
+}

@@ -88,6 +88,7 @@ impl Upcall for Pipe {
             vec![Action::Ct(Box::new(CtSpec {
                 ct: CtAction::default(),
                 recirc: Some(1),
+                fork: false,
             }))]
         } else {
             mask.set(Field::CtState, u64::from(state::TRK | state::EST));

@@ -154,11 +154,12 @@ impl Datapath {
         };
         {
             let mut ctl = inner.lock();
-            for &core in &inner.cfg.pmd_cores {
-                let h = inner.spawn_pmd(&ctl, core)?;
+            let mut cores = inner.cfg.pmd_cores.clone();
+            cores.sort_unstable();
+            for (txq, &core) in cores.iter().enumerate() {
+                let h = inner.spawn_pmd(&ctl, core, txq)?;
                 ctl.pmds.push(h);
             }
-            ctl.pmds.sort_by_key(|h| h.shared.core);
             // A starting PMD allocates its caches and pool first: allow it more time.
             let start = inner.tuning.ack_timeout.max(Duration::from_secs(10));
             inner.bump_and_wait_filtered(&ctl.pmds, start, false)?;
@@ -254,7 +255,8 @@ impl Datapath {
         let stopped = self.inner.stop_pmds(gone);
         for &core in cores {
             if !ctl.pmds.iter().any(|h| h.shared.core == core) {
-                let h = self.inner.spawn_pmd(&ctl, core)?;
+                // Its dense tx queue comes with the reassignment below.
+                let h = self.inner.spawn_pmd(&ctl, core, ctl.pmds.len())?;
                 ctl.pmds.push(h);
             }
         }
@@ -387,7 +389,9 @@ impl Inner {
         Ok(ctl)
     }
 
-    fn spawn_pmd(&self, ctl: &Control, core: usize) -> Result<PmdHandle, DpError> {
+    /// Starts the PMD for `core`, sending on tx queue `txq` until the next assignment gives it
+    /// its dense id.
+    fn spawn_pmd(&self, ctl: &Control, core: usize, txq: usize) -> Result<PmdHandle, DpError> {
         let numa = self.cfg.topology.numa_of(core).unwrap_or_else(|| {
             tracing::warn!(core, "core not in the NUMA topology; assuming node 0");
             0
@@ -395,6 +399,7 @@ impl Inner {
         let cfg = PmdConfig {
             rxqs: Vec::new(),
             ports: port_list(ctl),
+            txq,
         };
         let shared = Arc::new(PmdShared::new(core, numa, cfg));
         let opts = PmdOptions {
@@ -403,7 +408,7 @@ impl Inner {
                 flow_limit: self.tuning.flow_limit,
                 numa,
                 pool_prefill: self.tuning.pool_prefill,
-                txq: core,
+                txq,
                 idle_sweeps: self.tuning.idle_flow_timeout.as_secs() as u32,
             },
             idle_sleep: self.tuning.idle_sleep,
@@ -542,7 +547,7 @@ impl Inner {
             x.port_no == y.port_no && x.qid == y.qid && Arc::ptr_eq(&x.port, &y.port)
         };
         let mut grows = false;
-        for (h, list) in ctl.pmds.iter().zip(&lists) {
+        for (txq, (h, list)) in ctl.pmds.iter().zip(&lists).enumerate() {
             let old = h.shared.cfg.load();
             let keep: Vec<RxqPoll> = list
                 .iter()
@@ -551,16 +556,19 @@ impl Inner {
                 .collect();
             grows |= keep.len() != list.len();
             let ports = ports.clone();
-            h.shared
-                .cfg
-                .store(Arc::new(PmdConfig { rxqs: keep, ports }));
+            h.shared.cfg.store(Arc::new(PmdConfig {
+                rxqs: keep,
+                ports,
+                txq,
+            }));
         }
         self.bump_and_wait(&ctl.pmds)?;
         if grows {
-            for (h, list) in ctl.pmds.iter().zip(&lists) {
+            for (txq, (h, list)) in ctl.pmds.iter().zip(&lists).enumerate() {
                 let cfg = PmdConfig {
                     rxqs: list.clone(),
                     ports: ports.clone(),
+                    txq,
                 };
                 h.shared.cfg.store(Arc::new(cfg));
             }
@@ -654,7 +662,7 @@ impl Inner {
             }
             let core = h.shared.core;
             tracing::error!(core, "PMD thread died; restarting it");
-            match self.spawn_pmd(ctl, core) {
+            match self.spawn_pmd(ctl, core, i) {
                 Ok(h) => {
                     ctl.pmds[i] = h;
                     any = true;

@@ -75,6 +75,11 @@ impl TxTable {
         }
     }
 
+    /// The tx queue used on every port from now on (control change; nothing may be pending).
+    pub fn set_txq(&mut self, txq: usize) {
+        self.txq = txq;
+    }
+
     /// Replaces the set of ports (control change; nothing may be pending).
     pub fn set_ports(&mut self, ports: &[(u32, Arc<dyn Port>)], pool: &mut Pool) {
         for s in &mut self.slots {
@@ -310,6 +315,10 @@ pub fn execute(
                     remark(pkt, key, r)
                 }
             },
+            Action::Ct(spec) if spec.fork => {
+                ct_fork(pkt, spec, key, cx);
+                clear_ct(key);
+            }
             Action::Ct(spec) => {
                 if let Some(to) = ct(pkt, spec, &actions[j + 1..], key, cx, dirty) {
                     return to;
@@ -345,6 +354,17 @@ pub fn clear_ct(key: &mut FlowKey) {
 /// Key words that hold `recirc_id` and the conntrack fields (see `wire::flow`).
 pub const CT_WORDS: std::ops::Range<usize> = wire::flow::CT_WORDS;
 
+/// `ct_tp_src`/`ct_tp_dst` of a connection's original tuple: its ports, or for ICMP the type
+/// and code of the packet that opened it (as OVS's datapaths fill them). Only echo requests
+/// open ICMP connections, so that is echo request (8, ICMPv6 128), code 0.
+fn ct_tp(t: &conntrack::Tuple) -> (u16, u16) {
+    match (t.proto, t.v6) {
+        (conntrack::parse::proto::ICMP, false) => (8, 0),
+        (conntrack::parse::proto::ICMPV6, true) => (128, 0),
+        _ => (t.sport, t.dport),
+    }
+}
+
 /// Writes a conntrack verdict into a key's conntrack fields.
 pub fn set_ct_fields(key: &mut FlowKey, r: &CtResult) {
     let recirc = key.get(Field::RecircId);
@@ -359,8 +379,9 @@ pub fn set_ct_fields(key: &mut FlowKey, r: &CtResult) {
     key.set(Field::CtLabelLo, r.label as u64);
     if let Some(t) = &r.orig {
         key.set(Field::CtNwProto, u64::from(t.proto));
-        key.set(Field::CtTpSrc, u64::from(t.sport));
-        key.set(Field::CtTpDst, u64::from(t.dport));
+        let (tp_src, tp_dst) = ct_tp(t);
+        key.set(Field::CtTpSrc, u64::from(tp_src));
+        key.set(Field::CtTpDst, u64::from(tp_dst));
         if t.v6 {
             let (s, d) = (u128::from_be_bytes(t.src), u128::from_be_bytes(t.dst));
             key.set(Field::CtIpv6SrcHi, (s >> 64) as u64);
@@ -444,6 +465,31 @@ fn ct(
         }
     }
     spec.recirc.map(|_| RECIRC)
+}
+
+/// `ct(table=N)` with actions after it (OVS's fork): a copy of the packet goes through
+/// conntrack and into the recirculation batch; the caller goes on with the packet itself,
+/// untracked. The copy is not the packet `cx.cur` names, so it gets no hint.
+#[cold]
+fn ct_fork(pkt: &Packet, spec: &CtSpec, key: &FlowKey, cx: &mut ExecCtx) {
+    let mut c = cx.pool.get_for(pkt.len());
+    c.set_frame(pkt.data());
+    c.meta = pkt.meta;
+    let mut k = *key;
+    let cur = std::mem::replace(&mut cx.cur, usize::MAX);
+    let to = ct(&mut c, spec, &[], &mut k, cx, true);
+    cx.cur = cur;
+    if to != Some(RECIRC) {
+        // Held (a fragment the tracker keeps) or no recirculation: nothing to resume.
+        cx.pool.put(c);
+    } else if cx.recirc.is_full() {
+        cx.tally.recirc_drops += 1;
+        cx.pool.put(c);
+    } else {
+        cx.recirc_keys.push(k);
+        cx.recirc_hints.push(Hint::default());
+        let _ = cx.recirc.push(c);
+    }
 }
 
 /// Marks a key for recirculation with `id` (its conntrack words already set).

@@ -46,6 +46,10 @@ pub(crate) struct RxqStats {
 pub(crate) struct PmdConfig {
     pub rxqs: Vec<RxqPoll>,
     pub ports: Vec<(u32, Arc<dyn Port>)>,
+    /// The tx queue this PMD sends on: its position among the PMDs (dense, 0..n), so n PMDs
+    /// use n different queues of a port that has them (a port with fewer maps it onto its own
+    /// queues and serializes the sharers).
+    pub txq: usize,
 }
 
 /// Datapath-wide generation counters.
@@ -154,6 +158,8 @@ fn reload(
 ) -> Arc<PmdConfig> {
     let cfg = shared.cfg.load_full();
     worker.set_ports(&cfg.ports);
+    worker.set_txq(cfg.txq);
+    ports::set_thread_shard(cfg.txq + 1);
     let r = sync.reval.load(Acquire);
     if r != *seen_reval {
         worker.flush();
@@ -188,7 +194,7 @@ fn run(shared: Arc<PmdShared>, sync: Arc<DpSync>, upcall: Arc<dyn Upcall>, opts:
     // Built on this thread so its buffers and caches are first touched on the PMD's node.
     let wcfg = WorkerConfig {
         numa: shared.numa,
-        txq: shared.core,
+        txq: shared.cfg.load().txq,
         ..opts.worker
     };
     let mut worker = Worker::new(upcall, wcfg, shared.registry.clone());

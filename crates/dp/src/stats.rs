@@ -194,6 +194,8 @@ pub struct PmdStats {
     pub megaflows: usize,
     /// Rx queues this PMD polls.
     pub rxqs: usize,
+    /// The tx queue it sends on (its dense position among the PMDs).
+    pub txq: usize,
 }
 
 impl PmdStats {
@@ -224,6 +226,7 @@ impl PmdStats {
             },
             megaflows,
             rxqs,
+            txq: 0,
         }
     }
 }
@@ -311,7 +314,8 @@ pub fn actions_to_string(actions: &[Action]) -> String {
     parts.join(",")
 }
 
-/// `ct(commit,zone=5,nat(src=...),mark=0x1/0xff,recirc(0x3))`, as `dump-megaflows` shows it.
+/// `ct(commit,zone=5,nat(src=...),mark=0x1/0xff,recirc(0x3))`, as `dump-megaflows` shows it
+/// (a fork: `clone(ct(...),recirc(0x3))`).
 fn ct_string(c: &crate::action::CtSpec) -> String {
     let a = &c.ct;
     let mut parts = Vec::new();
@@ -337,7 +341,12 @@ fn ct_string(c: &crate::action::CtSpec) -> String {
     }
     let mut s = format!("ct({})", parts.join(","));
     if let Some(id) = c.recirc {
-        s.push_str(&format!(",recirc(0x{id:x})"));
+        // A fork recirculates a copy: OVS's datapath writes it as a clone.
+        if c.fork {
+            s = format!("clone({s},recirc(0x{id:x}))");
+        } else {
+            s.push_str(&format!(",recirc(0x{id:x})"));
+        }
     }
     s
 }

@@ -230,6 +230,11 @@ impl Worker {
         self.tx.set_ports(ports, &mut self.pool);
     }
 
+    /// Sets the tx queue this worker sends on (control change, between bursts).
+    pub fn set_txq(&mut self, txq: usize) {
+        self.tx.set_txq(txq);
+    }
+
     /// Receives one burst from `port`'s queue `qid` and processes it. Returns the packet count.
     #[inline]
     pub fn poll(&mut self, port_no: u32, port: &dyn Port, qid: usize) -> usize {

@@ -155,3 +155,48 @@ pub fn collect(port: &DummyPort, n: usize) -> Vec<Vec<u8>> {
     });
     got
 }
+
+/// A port with `n` queues, each its own dummy (frames injected per queue), that records
+/// which tx queue every packet was sent on.
+pub struct MultiQueuePort {
+    pub queues: Vec<DummyPort>,
+    pub sent_on: Vec<AtomicU64>,
+}
+
+impl MultiQueuePort {
+    pub fn new(n: usize) -> Arc<MultiQueuePort> {
+        Arc::new(MultiQueuePort {
+            queues: (0..n).map(|_| DummyPort::new()).collect(),
+            sent_on: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        })
+    }
+
+    /// Packets sent on each tx queue so far.
+    pub fn sent(&self) -> Vec<u64> {
+        self.sent_on.iter().map(|c| c.load(SeqCst)).collect()
+    }
+}
+
+impl Port for MultiQueuePort {
+    fn kind(&self) -> &'static str {
+        "dummy"
+    }
+    fn n_rxq(&self) -> usize {
+        self.queues.len()
+    }
+    fn rx_burst(&self, q: usize, pool: &mut Pool, out: &mut Batch) -> usize {
+        self.queues[q % self.queues.len()].rx_burst(0, pool, out)
+    }
+    fn tx_burst(&self, q: usize, pkts: &mut Batch) -> usize {
+        // Like a vhost-user port: a tx queue id beyond the port's queues wraps onto them.
+        let q = q % self.queues.len();
+        self.sent_on[q].fetch_add(pkts.len() as u64, SeqCst);
+        self.queues[q].tx_burst(0, pkts)
+    }
+    fn link(&self) -> Link {
+        Link::Up
+    }
+    fn stats(&self) -> PortStats {
+        self.queues[0].stats()
+    }
+}

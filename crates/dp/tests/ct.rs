@@ -51,6 +51,7 @@ fn ct(zone: u16, commit: bool, recirc: Option<u32>) -> Action {
             ..CtAction::default()
         },
         recirc,
+        fork: false,
     }))
 }
 
@@ -302,6 +303,7 @@ impl Upcall for Snat {
                 ..CtAction::default()
             },
             recirc: None,
+            fork: false,
         }));
         UpcallResult {
             actions: vec![a, Action::Output(3 - port)].into(),
@@ -406,6 +408,7 @@ impl Upcall for FragPipe {
                     ..CtAction::default()
                 },
                 recirc: Some(1),
+                fork: false,
             }))]
         } else if self.recirc {
             assert_ne!(key.get(Field::CtState) as u32 & state::TRK, 0);
@@ -488,6 +491,48 @@ fn ipv6_connections_fill_the_ct_ipv6_fields_of_the_recirculated_key() {
     assert_eq!(r.ct.len(), 1);
 }
 
+/// Ethernet + IPv4 + ICMP echo (request or reply) with id 0x4242, valid checksums.
+fn echo(src: u32, dst: u32, request: bool) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
+    let mut ip = vec![0x45, 0, 0, 28, 0, 1, 0x40, 0, 64, 1, 0, 0];
+    ip.extend_from_slice(&src.to_be_bytes());
+    ip.extend_from_slice(&dst.to_be_bytes());
+    let c = checksum::compute(&ip);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    f.extend_from_slice(&ip);
+    let mut m = vec![if request { 8 } else { 0 }, 0, 0, 0, 0x42, 0x42, 0, 1];
+    let c = checksum::compute(&m);
+    m[2..4].copy_from_slice(&c.to_be_bytes());
+    f.extend_from_slice(&m);
+    f
+}
+
+/// An ICMP connection's `ct_tp_src`/`ct_tp_dst` are the type and code of the request that
+/// opened it (8, 0), in both directions, as OVS's datapaths set them, not the echo id.
+#[test]
+fn icmp_connections_carry_the_request_type_and_code_in_ct_tp() {
+    let fw = Firewall::new();
+    let mut r = rig(fw.clone());
+    assert_eq!(r.send(1, vec![echo(A, B, true)]).len(), 1, "new from A");
+    assert_eq!(r.send(2, vec![echo(B, A, false)]).len(), 1, "its reply");
+    let seen = fw.seen.lock().unwrap();
+    let rec: Vec<_> = seen
+        .iter()
+        .filter(|k| k.get(Field::RecircId) == 1)
+        .collect();
+    assert_eq!(rec.len(), 2, "both directions translated after ct");
+    for k in rec {
+        assert_eq!(k.get(Field::CtNwProto), 1);
+        assert_eq!(
+            (k.get(Field::CtTpSrc), k.get(Field::CtTpDst)),
+            (8, 0),
+            "state {:#x}",
+            k.get(Field::CtState)
+        );
+        assert_eq!(k.get(Field::CtNwSrc), u64::from(A));
+    }
+}
+
 /// recirc 0: `ct(commit,table=1)` (zone 4); recirc 1: set the source port to 7777, then
 /// `ct(commit)` in the same zone, output. The second pass sees another packet (another tuple)
 /// than the first: the hint the first pass left must not be used.
@@ -502,6 +547,7 @@ impl Upcall for RewriteBetweenPasses {
                     ..CtAction::default()
                 },
                 recirc,
+                fork: false,
             }))
         };
         let actions = if key.get(Field::RecircId) == 0 {
@@ -555,4 +601,79 @@ fn a_burst_of_established_packets_through_two_passes_creates_nothing_new() {
     assert_eq!(r.send(2, back).len(), 32);
     assert_eq!(r.ct.stats().created, created);
     assert_eq!(r.ct.len(), 8);
+}
+
+/// recirc 0: `ct(commit,table=1)` then a NAT-free rewrite of the source port and output 2 (a
+/// fork); recirc 1: output 2 with the source port as conntrack left it. Records the ct state
+/// of every key the pipeline sees.
+struct ForkPipe {
+    seen: Mutex<Vec<(u64, u64)>>,
+}
+impl Upcall for ForkPipe {
+    fn upcall(&self, key: &FlowKey, _pkt: &Packet) -> UpcallResult {
+        let recirc = key.get(Field::RecircId);
+        self.seen
+            .lock()
+            .unwrap()
+            .push((recirc, key.get(Field::CtState)));
+        let actions = if recirc == 0 {
+            vec![
+                Action::Ct(Box::new(CtSpec {
+                    ct: CtAction {
+                        commit: true,
+                        ..CtAction::default()
+                    },
+                    recirc: Some(1),
+                    fork: true,
+                })),
+                Action::SetTpSrc(5555),
+                Action::Output(2),
+            ]
+        } else {
+            vec![Action::Output(2)]
+        };
+        UpcallResult {
+            actions: actions.into(),
+            mask: FlowKey::ZERO,
+            install: true,
+            deps: Deps::default(),
+        }
+    }
+}
+
+/// A forking `ct(table=N)`: the packet itself goes on (rewritten, out port 2) and a copy goes
+/// through conntrack and recirculates (out port 2 as it came); one connection, of the
+/// original tuple.
+#[test]
+fn a_forking_ct_sends_a_copy_round_and_the_packet_on() {
+    let pipe = Arc::new(ForkPipe {
+        seen: Mutex::new(Vec::new()),
+    });
+    let mut r = rig(pipe.clone());
+    let out = r.send(1, vec![tcp(A, B, 4000, 80, 100, 0, SYN)]);
+    let mut sports: Vec<u64> = out
+        .iter()
+        .map(|f| wire::extract(f, 0).get(Field::TpSrc))
+        .collect();
+    sports.sort_unstable();
+    assert_eq!(
+        sports,
+        vec![4000, 5555],
+        "the copy as it came, the packet rewritten"
+    );
+    let d = r.ct.dump(None, conntrack::clock_ms());
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].orig.sport, 4000, "the copy's tuple was tracked");
+    let seen = pipe.seen.lock().unwrap();
+    assert!(
+        seen.iter()
+            .any(|&(id, st)| id == 1 && st as u32 == state::TRK | state::NEW),
+        "the copy resumed tracked: {seen:?}"
+    );
+    let t = r.w.take_tally();
+    assert_eq!(t.recirculations, 1);
+    assert_eq!(t.recirc_drops, 0);
+    drop(seen);
+    // No buffer leaked by the copy.
+    assert_eq!(r.w.pool().stats().allocated, r.w.pool().free_count() as u64);
 }

@@ -326,6 +326,49 @@ fn set_pmd_cores_live_keeps_forwarding() {
     );
 }
 
+/// Issue 15 item 3: PMDs send on dense tx queue ids (their position among the PMDs), not on
+/// their core ids. PMDs on cores 0 and 2 used to take tx queues 0 and 2, which a two-queue
+/// port wraps onto its queue 0: both PMDs shared one guest rx ring (and its lock) while the
+/// other stayed idle.
+#[test]
+fn two_pmds_send_on_both_queues_of_a_two_queue_port() {
+    let pipe = TestPipeline::new(vec![Action::Output(2)]);
+    let cfg = DpConfig {
+        topology: Topology::single(0..4),
+        ..config(&[0, 2])
+    };
+    let dp = start(cfg, pipe);
+    let a = MultiQueuePort::new(2);
+    let b = MultiQueuePort::new(2);
+    // a's queue 0 on the PMD of core 0, queue 1 on core 2's.
+    dp.add_port(1, "a", a.clone(), &[(0, 0), (1, 2)]).unwrap();
+    dp.add_port(2, "b", b.clone(), &[]).unwrap();
+    let mut txqs: Vec<(usize, usize)> = dp.pmd_stats().iter().map(|s| (s.core, s.txq)).collect();
+    txqs.sort_unstable();
+    assert_eq!(txqs, vec![(0, 0), (2, 1)], "dense tx queue per PMD");
+    for q in 0..2 {
+        for i in 0..10 {
+            a.queues[q].inject(udp_frame(0x0a00_0002, 100 + i)).unwrap();
+        }
+    }
+    wait_for("20 frames out of b", || b.sent().iter().sum::<u64>() == 20);
+    assert_eq!(b.sent(), vec![10, 10], "each PMD on its own tx queue of b");
+
+    // A PMD set that changes keeps the ids dense: core 2 alone takes queue 0.
+    dp.set_pmd_cores(&[2]).unwrap();
+    assert_eq!(
+        dp.pmd_stats()
+            .iter()
+            .map(|s| (s.core, s.txq))
+            .collect::<Vec<_>>(),
+        vec![(2, 0)]
+    );
+    dp.set_pmd_cores(&[0, 1, 2]).unwrap();
+    let mut ids: Vec<usize> = dp.pmd_stats().iter().map(|s| s.txq).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, vec![0, 1, 2]);
+}
+
 #[test]
 fn numa_aware_assignment_with_two_node_override() {
     let pipe = TestPipeline::new(vec![]);

@@ -169,6 +169,7 @@ impl Upcall for Pipe {
                     ..CtAction::default()
                 },
                 recirc: Some(1),
+                fork: false,
             }))]
         } else {
             mask.set_exact(Field::CtState);

@@ -75,6 +75,10 @@ pub struct CtSpec {
     /// Recirculate with this `recirc_id` (non-zero), as `ct(table=N)` asks; the pipeline
     /// maps the id back to where translation continues.
     pub recirc: Option<u32>,
+    /// With `recirc`: actions follow this one in the list, so the datapath forks (as OVS
+    /// does): a copy of the packet goes through conntrack and on to recirculation, and the
+    /// packet itself goes on through the rest of the list untracked (ct fields cleared).
+    pub fork: bool,
 }
 
 /// Shared, immutable action list.

@@ -2,7 +2,8 @@
 //! tunnels), kept apart so that `unsafe` has few homes: `guestmem` (guest memory), `xsk`
 //! (AF_XDP) and this crate. [`sys`] wraps the system calls the `nix` and `rustix` crates do
 //! not (packet-socket options, `recvmmsg`/`sendmmsg` into our own buffers, tun and interface
-//! ioctls); [`ring`] owns the `TPACKET_V2` receive ring an `af-packet` socket shares with the
+//! ioctls); [`udp`] the tunnel ports' batched UDP datagram calls (`recvmmsg`/`sendmmsg` with
+//! addresses); [`ring`] owns the `TPACKET_V2` receive ring an `af-packet` socket shares with the
 //! kernel. Every other crate is `#![deny(unsafe_code)]` and sees only safe functions; each
 //! `unsafe` block here carries its `SAFETY:` argument.
 //!
@@ -12,3 +13,4 @@
 
 pub mod ring;
 pub mod sys;
+pub mod udp;

@@ -146,8 +146,9 @@ pub struct Xlate<'a> {
     stop: bool,
     /// The top-level walk missed a table: the action set is not executed.
     aset_dropped: bool,
-    /// `ct(table=N)` froze the walk: nothing after it runs (see `xlate/ct.rs`).
-    frozen: bool,
+    /// Positions in `out` of the `ct(table=N)` actions of this walk: each becomes a fork if
+    /// actions follow it (see `xlate/ct.rs`).
+    forks: Vec<usize>,
     /// The pipeline's recirculation ids (None: `ct(table=N)` drops).
     pub(crate) recirc: Option<&'a crate::recirc::RecircTable>,
 }
@@ -193,7 +194,7 @@ impl<'a> Xlate<'a> {
             limit_hit: false,
             stop: false,
             aset_dropped: false,
-            frozen: false,
+            forks: Vec::new(),
             recirc: None,
         }
     }
@@ -223,6 +224,7 @@ impl<'a> Xlate<'a> {
         if !self.aset_dropped {
             self.exec_set(set);
         }
+        self.mark_forks();
         if self.limit_hit || self.out.len() > MAX_DP_ACTIONS {
             // Too much work for one packet: drop it (the caller counts it).
             self.limit_hit = true;
@@ -267,13 +269,13 @@ impl<'a> Xlate<'a> {
             self.cur_rule = Some(rule);
             let mut next = None;
             for inst in &rule.instructions {
-                if self.stop || self.limit_hit || self.frozen {
+                if self.stop || self.limit_hit {
                     break;
                 }
                 match inst {
                     Instruction::ApplyActions(acts) => {
                         for a in acts {
-                            if self.stop || self.limit_hit || self.frozen {
+                            if self.stop || self.limit_hit {
                                 break;
                             }
                             self.exec(a);
@@ -292,7 +294,7 @@ impl<'a> Xlate<'a> {
                     }
                 }
             }
-            if std::mem::take(&mut self.stop) || self.frozen {
+            if std::mem::take(&mut self.stop) {
                 return;
             }
             match next {

@@ -201,3 +201,36 @@ fn ct_address_matches_take_their_own_eth_type() {
         assert!(pl.add_flow("br0", bad).is_err(), "{bad}");
     }
 }
+
+/// Actions after `ct(table=N)` fork the packet, as in OVS: the `Ct` action is marked `fork`
+/// and the walk goes on for the packet itself with its conntrack fields cleared (a later
+/// match on `ct_state` sees it untracked); `ct(table=N)` with nothing after it is no fork.
+#[test]
+fn actions_after_ct_table_fork_the_packet_and_run_untracked() {
+    let pl = pipeline();
+    flows(
+        &pl,
+        &[
+            "table=0,ip,ct_state=-trk,actions=ct(table=1)",
+            "table=1,ip,ct_state=+trk,actions=ct(commit,table=2),resubmit(,3)",
+            "table=3,ip,ct_state=-trk,actions=output:2",
+            "table=3,ip,ct_state=+trk,actions=output:3",
+        ],
+    );
+    let t = xlate(&pl, &base());
+    assert_eq!(t.actions.len(), 1, "{:?}", t.actions);
+    let first = ct_of(&t.actions[0]);
+    assert!(!first.fork, "nothing follows: no fork");
+    let id = first.recirc.unwrap();
+    // The recirculated packet (tracked, new) meets the forking ct in table 1.
+    let new = recirculated(&base(), id, state::TRK | state::NEW, 0);
+    let t = xlate(&pl, &new);
+    assert_eq!(t.actions.len(), 2, "{:?}", t.actions);
+    let c = ct_of(&t.actions[0]);
+    assert!(c.ct.commit && c.recirc.is_some() && c.fork, "{c:?}");
+    assert_eq!(
+        t.actions[1],
+        Action::Output(dp(2)),
+        "the packet itself goes on untracked"
+    );
+}

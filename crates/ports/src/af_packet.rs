@@ -715,6 +715,10 @@ impl Port for AfPacketPort {
         }
     }
 
+    fn preload_stats(&self, s: &PortStats) {
+        self.counters.preload(s);
+    }
+
     fn stats(&self) -> PortStats {
         self.counters.snapshot()
     }

@@ -193,6 +193,9 @@ fn socket_without_a_ring_gets_one_and_its_queue_is_read_first() {
     sys::bind_packet(fd.as_fd(), sys::if_index(&v.b()).unwrap()).unwrap();
     let tx = sender(&v.a());
     send(&tx, 0..40, 70);
+    // The first 40 must be in the socket's queue before the ring exists (a loaded machine
+    // delivers late: a frame still in flight would land in the ring instead).
+    std::thread::sleep(std::time::Duration::from_millis(200));
     let port = AfPacketPort::adopt(&v.b(), true, fd).unwrap();
     send(&tx, 40..50, 70);
     let mut pool = Pool::new(0, 64);

@@ -18,10 +18,18 @@
 //! (counted as `link_lost`, logged) and opens the interface again once one of that name exists
 //! (`reopened`). Lock order: `device`, then a queue's halves; `shutdown` marks the port closed
 //! before it takes `device`, so a re-open cannot follow it.
+//!
+//! Upgrade (`vireoctl upgrade`): the old vireod hands the device over (`dup_fds`: link,
+//! program, XSKMAP, each queue's socket and UMEM memfd), stops receiving at the switch-over
+//! (`hold_rx`), stops sending once the PMDs have quiesced and reads the frame books (`books`);
+//! the new one `adopt`s it (every fd checked by `xsk::Device::adopt`). A port with steering or
+//! marks is not handed over (it is opened anew).
 use crate::{DropReason, Link, Port, PortCounters, PortError, PortStats};
 use packet::{Batch, Pool};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
+/// What an upgrade hands over per port (`AfXdpPort::dup_fds`, `AfXdpPort::books`).
+pub use xsk::{Books, DeviceFds, QueueFds};
 use xsk::{Device, DeviceConfig, ModeInUse, ModeRequest, RxSide, TxSide};
 pub use xsk::{FiveTuple, MARK_MAP_ENTRIES};
 
@@ -66,6 +74,13 @@ pub struct AfXdpPort {
     /// A failed re-open was logged (once per loss).
     reopen_warned: AtomicBool,
     counters: PortCounters,
+    /// Set by [`AfXdpPort::hold_rx`]: the rx rings are not touched (an upgrade hands them
+    /// over).
+    held: AtomicBool,
+    /// Set by [`AfXdpPort::books`]: the tx rings are not touched either.
+    tx_held: AtomicBool,
+    /// How the port came through an upgrade (`adopted`, or why it was opened anew).
+    upgrade: Mutex<Option<String>>,
     bad_rx_descs: AtomicU64,
     bad_completions: AtomicU64,
     kick_errors: AtomicU64,
@@ -117,7 +132,115 @@ impl AfXdpPort {
             steer_targets: nodes,
             marks,
         };
-        let mut dev = Device::open(&cfg).map_err(|e| PortError(format!("af-xdp {e}")))?;
+        let dev = Device::open(&cfg).map_err(|e| PortError(format!("af-xdp {e}")))?;
+        Self::with_device(dev, cfg)
+    }
+
+    /// Takes over `ifname`'s device from the vireod this one replaces (`vireoctl upgrade`):
+    /// the same program, XSKMAP, sockets and UMEMs (`fds`), in the mode it ran (`mode_in_use`),
+    /// each queue carrying on with the frame books it kept (`books`). Every fd is checked
+    /// (`xsk::Device::adopt`); on failure nothing is kept and the caller opens the port anew.
+    pub fn adopt(
+        ifname: &str,
+        queues: usize,
+        mode: &str,
+        mode_in_use: &str,
+        fds: xsk::DeviceFds,
+        books: &[xsk::Books],
+    ) -> Result<AfXdpPort, PortError> {
+        let req = ModeRequest::parse(mode).ok_or_else(|| {
+            PortError(format!(
+                "af-xdp {ifname}: xdp-mode {mode:?} is not best-effort, native or generic"
+            ))
+        })?;
+        let in_use = ModeInUse::parse(mode_in_use).ok_or_else(|| {
+            PortError(format!(
+                "af-xdp {ifname}: unknown mode {mode_in_use:?} handed over"
+            ))
+        })?;
+        let cfg = DeviceConfig {
+            ifname: ifname.to_string(),
+            queues: queues as u32,
+            mode: req,
+            steer_targets: 0,
+            marks: false,
+        };
+        let dev = Device::adopt(&cfg, in_use, fds, books)
+            .map_err(|e| PortError(format!("af-xdp {e}")))?;
+        let p = Self::with_device(dev, cfg)?;
+        *lock(&p.upgrade) = Some("adopted".into());
+        Ok(p)
+    }
+
+    /// Duplicates of the device's fds and its mode, to hand it to the next vireod (an error
+    /// for a port with steering or marks, or one whose interface is gone: those are opened
+    /// anew there).
+    pub fn dup_fds(&self) -> Result<(xsk::DeviceFds, &'static str), PortError> {
+        let e = |e: xsk::Error| PortError(format!("af-xdp {}: {e}", self.ifname));
+        let dev = lock(&self.device);
+        let d = dev
+            .as_ref()
+            .ok_or_else(|| PortError(format!("af-xdp {}: no device open", self.ifname)))?;
+        let (link, prog, map) = d.dup_program().map_err(e)?;
+        let mut queues = Vec::new();
+        for q in &self.queues {
+            let rx = lock(&q.rx);
+            let rx = rx
+                .as_ref()
+                .ok_or_else(|| PortError(format!("af-xdp {}: queue closed", self.ifname)))?;
+            queues.push(rx.dup_fds().map_err(e)?);
+        }
+        Ok((
+            xsk::DeviceFds {
+                link,
+                prog,
+                map,
+                queues,
+            },
+            d.mode().name(),
+        ))
+    }
+
+    /// Stops (or resumes) receiving: at an upgrade's switch-over the old vireod leaves what
+    /// arrives in the rx rings for the new one, which maps the same rings and UMEMs. Sending
+    /// goes on (the PMDs send what they had taken) until [`AfXdpPort::books`]; resuming
+    /// resumes both.
+    pub fn hold_rx(&self, on: bool) {
+        self.held.store(on, Relaxed);
+        if !on {
+            self.tx_held.store(false, Relaxed);
+        }
+    }
+
+    /// Stops sending too and reads each queue's frame books (frames this process holds)
+    /// under the halves' locks: no PMD changes them afterwards (a frame to send is dropped
+    /// as `link-down`; the PMDs are quiesced by then).
+    pub fn books(&self) -> Vec<xsk::Books> {
+        self.tx_held.store(true, Relaxed);
+        self.queues
+            .iter()
+            .map(|q| xsk::Books {
+                rx_free: lock(&q.rx)
+                    .as_ref()
+                    .map(|r| r.free_frames())
+                    .unwrap_or_default(),
+                tx_free: lock(&q.tx)
+                    .as_ref()
+                    .map(|t| t.free_frames())
+                    .unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    /// Records how the port came through an upgrade (shown in `status` as `upgrade`); a port
+    /// opened anew because its hand-over failed says why.
+    pub fn note_upgrade(&self, note: String) {
+        *lock(&self.upgrade) = Some(note);
+    }
+
+    fn with_device(mut dev: Device, cfg: DeviceConfig) -> Result<AfXdpPort, PortError> {
+        let ifname = cfg.ifname.as_str();
+        let (nodes, marks) = (cfg.steer_targets, cfg.marks);
         let cfg_kept = cfg.clone();
         // As for af-packet: the interface is on a bridge, so it is up (a veth whose host end
         // stays down gives its peer no carrier, and nothing would ever arrive).
@@ -157,6 +280,9 @@ impl AfXdpPort {
             marks_refused: AtomicU64::new(0),
             device: Mutex::new(Some(dev)),
             counters: PortCounters::default(),
+            held: AtomicBool::new(false),
+            tx_held: AtomicBool::new(false),
+            upgrade: Mutex::new(None),
             bad_rx_descs: AtomicU64::new(0),
             bad_completions: AtomicU64::new(0),
             kick_errors: AtomicU64::new(0),
@@ -342,7 +468,7 @@ impl Port for AfXdpPort {
         let Ok(mut guard) = slot.try_lock() else {
             return 0;
         };
-        let Some(rx) = guard.as_mut() else {
+        let Some(rx) = guard.as_mut().filter(|_| !self.held.load(Relaxed)) else {
             return 0;
         };
         let b = rx.recv_meta(out.room() as u32, |frame, meta| {
@@ -382,7 +508,10 @@ impl Port for AfXdpPort {
         let n = self.queues.len();
         let queue = &self.queues[q % n];
         let mut guard = lock(&queue.tx);
-        let Some(tx) = guard.as_mut().filter(|_| self.up.load(Relaxed)) else {
+        let Some(tx) = guard
+            .as_mut()
+            .filter(|_| self.up.load(Relaxed) && !self.tx_held.load(Relaxed))
+        else {
             drop(guard);
             self.counters.drop(DropReason::LinkDown, pkts.len() as u64);
             return 0;
@@ -429,6 +558,10 @@ impl Port for AfXdpPort {
         if self.up.swap(running, Relaxed) != running {
             tracing::info!(ifname = %self.ifname, up = running, "af-xdp link changed");
         }
+    }
+
+    fn preload_stats(&self, s: &PortStats) {
+        self.counters.preload(s);
     }
 
     fn stats(&self) -> PortStats {
@@ -481,6 +614,7 @@ impl Port for AfXdpPort {
             "replaced_programs": self.replaced,
             "link_lost": self.link_lost.load(Relaxed),
             "reopened": self.reopened.load(Relaxed),
+            "upgrade": *lock(&self.upgrade),
             "bad_rx_descs": self.bad_rx_descs.load(Relaxed),
             "bad_completions": self.bad_completions.load(Relaxed),
             "kick_errors": self.kick_errors.load(Relaxed),

@@ -91,6 +91,10 @@ impl Port for DummyPort {
         Link::Up
     }
 
+    fn preload_stats(&self, s: &PortStats) {
+        self.counters.preload(s);
+    }
+
     fn stats(&self) -> PortStats {
         self.counters.snapshot()
     }

@@ -13,13 +13,13 @@ pub mod dummy;
 pub mod kmeta;
 // The kernel calls and the TPACKET ring (the crate holding their `unsafe`), as `crate::sys`
 // and `crate::ring` for the port kinds.
-use ksys::{ring, sys};
+use ksys::{ring, sys, udp};
 mod stats;
 pub mod tap;
 pub mod tunnel;
 pub mod vhost_user;
 
-pub use stats::{DropReason, PortCounters, PortStats};
+pub use stats::{set_thread_shard, DropReason, PortCounters, PortStats};
 
 /// [`sys::set_if_up`] for a port's `set_admin_up`, with the interface named in the error.
 pub(crate) fn set_admin(name: &str, up: bool) -> Result<(), PortError> {
@@ -75,6 +75,11 @@ pub trait Port: Send + Sync {
 
     /// Counters.
     fn stats(&self) -> PortStats;
+
+    /// Adds the counts an upgrade's old vireod had for this port (control thread, once, as
+    /// the port is taken over), so its counters go on rather than start at zero. Every kind
+    /// Vireo has implements it; the default (test ports) ignores them.
+    fn preload_stats(&self, _s: &PortStats) {}
 
     /// Slow-path upkeep, called about twice a second by the daemon's housekeeping thread,
     /// never by a PMD: kernel ports notice their interface vanishing or coming back here.

@@ -388,6 +388,10 @@ impl Port for TapPort {
         }
     }
 
+    fn preload_stats(&self, s: &PortStats) {
+        self.counters.preload(s);
+    }
+
     fn stats(&self) -> PortStats {
         self.counters.snapshot()
     }

@@ -251,6 +251,10 @@ impl Port for VhostUserPort {
         }
     }
 
+    fn preload_stats(&self, s: &PortStats) {
+        self.counters.preload(s);
+    }
+
     fn stats(&self) -> PortStats {
         let mut s = self.counters.snapshot();
         // Lost guest memory is found below the port (in the device, by PMDs and the control

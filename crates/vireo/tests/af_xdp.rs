@@ -430,11 +430,11 @@ fn fd_count(pid: u32) -> usize {
         .count()
 }
 
-/// (shared mappings — AF_XDP rings are mapped shared from the socket; private writable bytes —
-/// a UMEM is 32 MiB of them) of a process.
-fn mappings(pid: u32) -> (usize, u64) {
+/// (shared mappings — AF_XDP rings are mapped shared from the socket, and so is the UMEM, from
+/// its memfd; shared bytes — a UMEM is 32 MiB of them; private writable bytes) of a process.
+fn mappings(pid: u32) -> (usize, u64, u64) {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
-    let (mut shared, mut private) = (0, 0);
+    let (mut shared, mut shared_bytes, mut private) = (0, 0, 0);
     for l in maps.lines() {
         let mut f = l.split_whitespace();
         let (range, perms) = (f.next().unwrap(), f.next().unwrap());
@@ -442,11 +442,12 @@ fn mappings(pid: u32) -> (usize, u64) {
         let size = u64::from_str_radix(b, 16).unwrap() - u64::from_str_radix(a, 16).unwrap();
         if perms.ends_with('s') {
             shared += 1;
+            shared_bytes += size;
         } else if perms.starts_with("rw") {
             private += size;
         }
     }
-    (shared, private)
+    (shared, shared_bytes, private)
 }
 
 #[test]
@@ -464,7 +465,7 @@ fn two_hundred_add_del_cycles_leak_nothing() {
     // Warm up once (first-use allocations).
     d.ok(&["add-port", "br0", "pa", "type=af-xdp", &ifname]);
     d.ok(&["del-port", "br0", "pa"]);
-    let (fds, (shared, private)) = (fd_count(pid), mappings(pid));
+    let (fds, (shared, shared_bytes, private)) = (fd_count(pid), mappings(pid));
     const UMEM: u64 = 32 << 20;
     let mut busy = 0;
     for i in 0..200 {
@@ -488,25 +489,29 @@ fn two_hundred_add_del_cycles_leak_nothing() {
         }
         if i == 0 {
             // What one port holds, so the checks below can fail.
-            let (s1, p1) = mappings(pid);
+            let (s1, b1, _) = mappings(pid);
             assert!(fd_count(pid) >= fds + 4, "the port opened no fds?");
-            assert!(s1 >= shared + 4, "no ring mappings? {shared} -> {s1}");
-            assert!(p1 >= private + UMEM, "no UMEM? {private} -> {p1}");
+            assert!(
+                s1 >= shared + 5,
+                "no ring or UMEM mappings? {shared} -> {s1}"
+            );
+            assert!(b1 >= shared_bytes + UMEM, "no UMEM? {shared_bytes} -> {b1}");
         }
         d.ok(&["del-port", "br0", "pa"]);
     }
-    let (fds2, (shared2, private2)) = (fd_count(pid), mappings(pid));
+    let (fds2, (shared2, shared_bytes2, private2)) = (fd_count(pid), mappings(pid));
     eprintln!(
         "vireod after 200 af-xdp add/del cycles: fds {fds} -> {fds2}, shared mappings {shared} -> {shared2}, private writable KiB {} -> {}, busy binds retried {busy}",
         private >> 10,
         private2 >> 10
     );
     assert_eq!(fds2, fds, "fds leaked");
-    assert_eq!(shared2, shared, "ring mappings leaked");
-    // Thread stacks and allocator arenas may come and go; a UMEM is 32 MiB.
+    assert_eq!(shared2, shared, "ring or UMEM mappings leaked");
+    assert_eq!(shared_bytes2, shared_bytes, "UMEM leaked");
+    // Thread stacks and allocator arenas may come and go (a UMEM, 32 MiB, is shared memory).
     assert!(
         private2 < private + UMEM / 2,
-        "UMEM leaked: {private} -> {private2} bytes"
+        "private memory leaked: {private} -> {private2} bytes"
     );
     assert!(!a.host_link().contains("xdp"), "{}", a.host_link());
 }

@@ -496,8 +496,8 @@ fn bad_tunnel_options_are_clear_errors() {
             "VNI",
         ),
         (
-            vec!["type=vxlan", "remote_ip=10.0.0.1", "local_ip=flow"],
-            "local_ip=flow",
+            vec!["type=vxlan", "remote_ip=fd00::1", "local_ip=flow"],
+            "local_ip=flow needs an IPv4 underlay",
         ),
         (
             vec!["type=geneve", "remote_ip=10.0.0.1", "dst_port=0"],

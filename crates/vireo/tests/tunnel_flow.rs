@@ -10,9 +10,13 @@
 //! - Geneve with Open vSwitch 3.1's userspace datapath (native tunneling, `type=geneve`) in a
 //!   namespace, rules written with `vireoctl add-flow`.
 //!
-//! Names: namespaces `tun-T-X-PID`, interfaces `tunTXPID` (T = the test's letter, X = side),
-//! removed by Drop guards. Addresses: 10.236.0.0/24 and 10.237.0.0/24 (underlays),
-//! 192.168.236-238.0/24 (overlays).
+//! - `local_ip=flow` towards a kernel VXLAN device: the rule's `tun_src` is the outer source
+//!   the device records; a source that is not this host's is refused and counted.
+//!
+//! Names: namespaces `tun-T-X-PID` (`tnb-s-X-PID` for the `local_ip=flow` test), interfaces
+//! `tunTXPID` (T = the test's letter, X = side), removed by Drop guards. Addresses:
+//! 10.236.0.0/24, 10.237.0.0/24 and 10.238.0.0/24 (underlays), 192.168.236-239.0/24
+//! (overlays).
 mod common;
 
 use common::host::{kernel_ok, must, ping_count, Ns};
@@ -285,4 +289,115 @@ fn geneve_flow_based_interop_with_the_ovs_userspace_datapath() {
         "VNI 10 datagrams did not arrive: {rx0} -> {rx1}"
     );
     assert_eq!(to_vm1, to_vm0, "a VNI 10 packet went to the VM");
+}
+
+/// `local_ip=flow`: the rule's `tun_src` is the outer source address. vireod's side of the
+/// underlay holds 10.238.0.1 and 10.238.0.3; host B's kernel VXLAN device (VNI 5, learning on)
+/// records, for VM A's MAC, the outer source each datagram came from (`bridge fdb`). A rule
+/// setting `tun_src=10.238.0.3` makes that entry 10.238.0.3 (the route alone would pick
+/// 10.238.0.1), rewritten to `tun_src=10.238.0.1` it moves there, and a `tun_src` that is not
+/// this host's address is refused by the kernel, dropped and counted (`tun_src_refused`).
+#[test]
+fn local_ip_flow_sends_from_the_rules_tun_src() {
+    if !kernel_ok() {
+        return;
+    }
+    // A port of our own: 0.0.0.0:4789 would take datagrams meant for other tests' sockets.
+    let port = (20000 + std::process::id() % 20000).to_string();
+    let dir = tmp("s");
+    let hb = Ns::create("tnb", 's', 'b');
+    must(&["ip", "link", "set", &hb.host_if, "up"]);
+    hb.exec(&["ip", "addr", "add", "10.238.0.2/24", "dev", &hb.ns_if]);
+    for a in ["10.238.0.1/24", "10.238.0.3/24"] {
+        must(&["ip", "addr", "add", a, "dev", &hb.host_if]);
+    }
+    hb.exec(&[
+        "ip",
+        "link",
+        "add",
+        "vx5",
+        "type",
+        "vxlan",
+        "id",
+        "5",
+        "remote",
+        "10.238.0.1",
+        "local",
+        "10.238.0.2",
+        "dstport",
+        &port,
+        "dev",
+        &hb.ns_if,
+    ]);
+    hb.exec(&["ip", "addr", "add", "192.168.239.2/24", "dev", "vx5"]);
+    hb.exec(&["ip", "link", "set", "vx5", "up"]);
+    let vma = Ns::create("tnb", 's', 'a');
+    must(&["ip", "link", "set", &vma.host_if, "up"]);
+    vma.exec(&["ip", "addr", "add", "192.168.239.1/24", "dev", &vma.ns_if]);
+    let link: serde_json::Value =
+        serde_json::from_str(&vma.exec(&["ip", "-j", "link", "show", &vma.ns_if])).unwrap();
+    let mac = link[0]["address"].as_str().unwrap().to_string();
+
+    let d = Daemon::start(dir.path());
+    d.ok(&["add-br", "br0", "internal=false"]);
+    d.ok(&[
+        "add-port",
+        "br0",
+        "vma",
+        "type=af-packet",
+        &format!("ifname={}", vma.host_if),
+    ]);
+    d.ok(&[
+        "add-port",
+        "br0",
+        "vx",
+        "type=vxlan",
+        "remote_ip=flow",
+        "key=flow",
+        "local_ip=flow",
+        &format!("dst_port={port}"),
+    ]);
+    assert_eq!(port_status(&d, "vx")["status"]["local_ip"], "flow");
+    let out = |src: &str| {
+        d.ok(&[
+            "add-flow",
+            "br0",
+            &format!(
+                "in_port=vma,actions=set_field:5->tun_id,set_field:10.238.0.2->tun_dst,\
+                 set_field:{src}->tun_src,output:vx"
+            ),
+        ]);
+    };
+    d.ok(&["add-flow", "br0", "tun_id=5,in_port=vx,actions=output:vma"]);
+    // The outer source host B's device last saw VM A's frames come from.
+    let learned = || -> Option<String> {
+        let j: serde_json::Value =
+            serde_json::from_str(&hb.exec(&["bridge", "-j", "fdb", "show", "dev", "vx5"])).unwrap();
+        j.as_array()?
+            .iter()
+            .find(|e| e["mac"] == mac.as_str())
+            .and_then(|e| e["dst"].as_str().map(String::from))
+    };
+
+    out("10.238.0.3");
+    assert!(
+        vma.ping_until("192.168.239.2", &[], 10),
+        "no ping through the tunnel: {}",
+        port_status(&d, "vx")
+    );
+    assert_eq!(learned().as_deref(), Some("10.238.0.3"), "outer source");
+    out("10.238.0.1");
+    assert_eq!(ping_count(&vma, "192.168.239.2", 2, &[]), 2);
+    assert_eq!(learned().as_deref(), Some("10.238.0.1"), "outer source");
+    assert_eq!(port_status(&d, "vx")["status"]["tun_src_refused"], 0);
+
+    // Not this host's address: the kernel refuses to send from it.
+    out("10.238.0.9");
+    assert_eq!(ping_count(&vma, "192.168.239.2", 2, &[]), 0);
+    let st = port_status(&d, "vx");
+    assert!(
+        st["status"]["tun_src_refused"].as_u64().unwrap_or(0) >= 2,
+        "{st}"
+    );
+    assert_eq!(learned().as_deref(), Some("10.238.0.1"));
 }

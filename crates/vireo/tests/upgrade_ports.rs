@@ -1,6 +1,7 @@
 //! `vireoctl upgrade` with other kinds of port: a QEMU guest pinging through upgrades, kernel
 //! (`tap`, `internal`) and idle vhost-user ports coming back, `af-packet` and Geneve tunnel
-//! sockets handed over under a ping flood, packed rings surviving upgrades.
+//! sockets handed over under a ping flood, `af-xdp` sockets and UMEMs handed over under a ping
+//! flood, packed rings surviving upgrades.
 //! The harness is shared with `upgrade.rs`.
 mod common;
 mod upgrade_harness;
@@ -268,16 +269,7 @@ fn ping_flood_across_an_upgrade(
     before: &std::collections::BTreeSet<String>,
     sockets: impl Fn(i32) -> std::collections::BTreeSet<String>,
 ) {
-    let flood = ns.cmd(&["ping", "-q", "-c", "400", "-i", "0.01", "-W", "2", to]);
-    let pinger = std::process::Command::new(&flood[0])
-        .args(&flood[1..])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_secs(1));
-    let new = d.upgrade();
-    let out = pinger.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let (new, received, text) = flood_across(d, ns, to, &[]);
     // Kernel ports are taken once the old process has gone (just after `upgrade` returns).
     assert!(
         wait_until(Duration::from_secs(5), || sockets(new) == *before),
@@ -285,15 +277,182 @@ fn ping_flood_across_an_upgrade(
         sockets(new),
         d.log_tail()
     );
-    let received = text
-        .split(", ")
-        .find_map(|w| w.strip_suffix(" received")?.parse::<u32>().ok())
-        .unwrap_or(0);
-    eprintln!("ping flood across the upgrade: {received} of 400 answered");
     assert!(
         received >= 396,
         "more than 1% of the pings lost across the upgrade: {text}\n{}",
         d.log_tail()
+    );
+}
+
+/// Pings `to` from `ns` 400 times at 100 a second and upgrades `d` (with `extra` arguments)
+/// one second in: the new pid, the pings answered, ping's summary.
+fn flood_across(
+    d: &mut Vireod,
+    ns: &common::host::Ns,
+    to: &str,
+    extra: &[&str],
+) -> (i32, u32, String) {
+    let flood = ns.cmd(&["ping", "-q", "-c", "400", "-i", "0.01", "-W", "2", to]);
+    let pinger = std::process::Command::new(&flood[0])
+        .args(&flood[1..])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let new = d.upgrade_with(extra);
+    let out = pinger.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let received = text
+        .split(", ")
+        .find_map(|w| w.strip_suffix(" received")?.parse::<u32>().ok())
+        .unwrap_or(0);
+    eprintln!("ping flood across the upgrade {extra:?}: {received} of 400 answered");
+    (new, received, text)
+}
+
+/// The inodes of the AF_XDP sockets process `pid` holds: its socket fds whose rings it has
+/// mapped (`/proc/PID/maps` names a socket mapping by its inode; no `/proc/net` table lists
+/// AF_XDP sockets, and `ss --xdp` needs a kernel with xsk_diag).
+fn xsk_sockets(pid: i32) -> std::collections::BTreeSet<String> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let fds: std::collections::BTreeSet<String> = fd_links(pid)
+        .into_iter()
+        .filter_map(|l| Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string()))
+        .collect();
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(4).map(str::to_string))
+        .filter(|ino| fds.contains(ino))
+        .collect()
+}
+
+/// The inodes of the UMEM memfds process `pid` holds.
+fn umem_memfds(pid: i32) -> std::collections::BTreeSet<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|r| {
+            r.filter_map(|e| {
+                let p = e.ok()?.path();
+                let l = std::fs::read_link(&p).ok()?;
+                l.to_string_lossy()
+                    .starts_with("/memfd:vireo-umem")
+                    .then(|| std::fs::metadata(&p).ok().map(|m| m.ino()))?
+            })
+            .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Where process `pid`'s fds point.
+fn fd_links(pid: i32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|r| {
+            r.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .map(|l| l.to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `af-xdp` ports keep their AF_XDP sockets, UMEMs and XDP program across an upgrade: the
+/// new vireod holds the very sockets and UMEM memfds the old one had and carries on in the
+/// same rings, and a ping flood between two namespaces through them (100 a second, an upgrade
+/// in the middle) loses at most one ping. Then a hand-over the new process cannot adopt (no
+/// frame books): it reopens the ports cleanly and says why. Then an upgrade offering state
+/// version 2 (a build without the hand-over): the ports are opened anew (other sockets), and
+/// the flood's loss is printed for comparison.
+#[test]
+fn af_xdp_sockets_are_handed_over_under_a_ping_flood() {
+    use common::host::{kernel_ok, Ns};
+    let _g = serial();
+    if !kernel_ok() {
+        return;
+    }
+    let (a, b) = (Ns::create("vup", 'x', 'a'), Ns::create("vup", 'x', 'b'));
+    a.exec(&["ip", "addr", "add", "10.79.3.1/24", "dev", &a.ns_if]);
+    b.exec(&["ip", "addr", "add", "10.79.3.2/24", "dev", &b.ns_if]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Vireod::start(dir.path());
+    d.ok(&["add-br", "br0", "internal=false"]);
+    for (p, ns) in [("pa", &a), ("pb", &b)] {
+        d.ok(&[
+            "add-port",
+            "br0",
+            p,
+            "type=af-xdp",
+            &format!("ifname={}", ns.host_if),
+        ]);
+    }
+    assert!(
+        a.ping_until("10.79.3.2", &[], 20),
+        "no ping before the upgrade: {}",
+        d.port("pa")
+    );
+    let before = xsk_sockets(d.pid());
+    let umems = umem_memfds(d.pid());
+    assert_eq!(before.len(), 2, "{before:?}");
+    assert_eq!(umems.len(), 2, "{umems:?}");
+    let (new, received, text) = flood_across(&mut d, &a, "10.79.3.2", &[]);
+    assert!(
+        wait_until(Duration::from_secs(5), || xsk_sockets(new) == before),
+        "not the same AF_XDP sockets: {:?} then {before:?}\n{}",
+        xsk_sockets(new),
+        d.log_tail()
+    );
+    assert_eq!(umem_memfds(new), umems, "not the same UMEMs");
+    for p in ["pa", "pb"] {
+        let st = d.port(p);
+        assert!(st["error"].is_null(), "{st}");
+        assert_eq!(st["status"]["upgrade"], "adopted", "{st}\n{}", d.log_tail());
+    }
+    assert!(
+        received >= 399,
+        "more than one ping lost across the upgrade: {text}\n{}",
+        d.log_tail()
+    );
+    // A hand-over that cannot be adopted (here: no frame books came): the new process closes
+    // what it was handed (the program goes with it) and opens the ports anew, says why, and
+    // they forward again.
+    let adopted = xsk_sockets(d.pid());
+    let new = d.upgrade_with(&["--no-xsk-books"]);
+    assert!(
+        wait_until(Duration::from_secs(5), || xsk_sockets(new).len() == 2),
+        "ports not reopened: {}",
+        d.log_tail()
+    );
+    assert!(xsk_sockets(new).is_disjoint(&adopted), "not reopened");
+    for p in ["pa", "pb"] {
+        let st = d.port(p);
+        let note = st["status"]["upgrade"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(note.starts_with("reopened: no frame books"), "{st}");
+        assert!(st["error"].is_null(), "{st}");
+    }
+    assert!(
+        a.ping_until("10.79.3.2", &[], 5),
+        "no ping after a reopening upgrade: {}",
+        d.log_tail()
+    );
+    // A build without the hand-over (state version 2): opened anew, new sockets.
+    let before = xsk_sockets(d.pid());
+    let (new, received, _) = flood_across(&mut d, &a, "10.79.3.2", &["--state-version", "2"]);
+    assert!(
+        wait_until(Duration::from_secs(5), || xsk_sockets(new).len() == 2),
+        "ports not reopened: {}",
+        d.log_tail()
+    );
+    assert!(
+        xsk_sockets(new).is_disjoint(&before),
+        "version 2 reopens the ports"
+    );
+    eprintln!(
+        "af-xdp without the hand-over: {} of 400 pings lost",
+        400 - received
+    );
+    assert!(
+        a.ping_until("10.79.3.2", &[], 5),
+        "no ping after the second upgrade"
     );
 }
 

@@ -119,8 +119,17 @@ fn upgrade_keeps_learned_macs_and_connections() {
     let conns_before = conns(&d);
     let stats_before = d.ok(&["ct-stats"]);
     assert!(stats_before.contains("zone 3"), "{stats_before}");
+    let rx_before: Vec<u64> = ["p1", "p2", "q1"].iter().map(|p| d.rx(p)).collect();
+    assert!(rx_before.iter().all(|&n| n >= 1), "{rx_before:?}");
 
     d.upgrade();
+
+    // Port counters go on from the old process's (state version 3).
+    let rx_after: Vec<u64> = ["p1", "p2", "q1"].iter().map(|p| d.rx(p)).collect();
+    assert_eq!(
+        rx_after, rx_before,
+        "port counters did not survive the upgrade"
+    );
 
     // The new vireod has the same MACs, and forwards to them without flooding: a frame to A
     // from p3 leaves on p1 only.

@@ -145,6 +145,62 @@ fn prog_name(id: u32) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&name[..end]).into_owned())
 }
 
+/// `(id, name)` of the program behind fd `prog`.
+fn prog_info(prog: &OwnedFd) -> std::io::Result<(u32, String)> {
+    let mut info = [0u8; 232];
+    let mut a = Attr::new()
+        .u32(0, prog.as_raw_fd() as u32)
+        .u32(4, info.len() as u32)
+        .u64(8, info.as_mut_ptr() as u64);
+    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut a)?;
+    let id = u32::from_ne_bytes([info[4], info[5], info[6], info[7]]);
+    let name = &info[64..80];
+    let end = name.iter().position(|&b| b == 0).unwrap_or(16);
+    Ok((id, String::from_utf8_lossy(&name[..end]).into_owned()))
+}
+
+/// `(type, max_entries)` of the map behind fd `map`.
+fn map_info(map: &OwnedFd) -> std::io::Result<(u32, u32)> {
+    let mut info = [0u8; 96];
+    let mut a = Attr::new()
+        .u32(0, map.as_raw_fd() as u32)
+        .u32(4, info.len() as u32)
+        .u64(8, info.as_mut_ptr() as u64);
+    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut a)?;
+    let w = |o: usize| u32::from_ne_bytes([info[o], info[o + 1], info[o + 2], info[o + 3]]);
+    Ok((w(0), w(16)))
+}
+
+/// Checks fds handed over by another vireod (an upgrade): `link` is an XDP link on `ifindex`
+/// running `prog`, which is Vireo's program, and `map` an XSKMAP of `entries` slots.
+pub(crate) fn check_handed(
+    link: &OwnedFd,
+    prog: &OwnedFd,
+    map: &OwnedFd,
+    ifindex: u32,
+    entries: u32,
+) -> Result<(), Error> {
+    let (id, name) = prog_info(prog).map_err(|e| Error::os("handed-over program", e))?;
+    if name != PROG_NAME {
+        return Err(Error(format!(
+            "handed-over program {id} is {name:?}, not Vireo's"
+        )));
+    }
+    let [kind, _, prog_id, ifi] = link_info(link).map_err(|e| Error::os("handed-over link", e))?;
+    if kind != BPF_LINK_TYPE_XDP || ifi != ifindex || prog_id != id {
+        return Err(Error(format!(
+            "handed-over link is not program {id} on ifindex {ifindex} (type {kind}, program {prog_id}, ifindex {ifi})"
+        )));
+    }
+    let (t, n) = map_info(map).map_err(|e| Error::os("handed-over map", e))?;
+    if t != BPF_MAP_TYPE_XSKMAP || n != entries {
+        return Err(Error(format!(
+            "handed-over map is not an XSKMAP of {entries} slots (type {t}, {n} slots)"
+        )));
+    }
+    Ok(())
+}
+
 /// XDP links attached to `ifindex`: `(link fd, program id, program name)`.
 pub(crate) fn xdp_links_on(ifindex: u32) -> Vec<(OwnedFd, u32, String)> {
     let mut out = Vec::new();

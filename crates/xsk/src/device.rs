@@ -67,6 +67,17 @@ impl ModeInUse {
         }
     }
 
+    /// The mode [`ModeInUse::name`] names.
+    pub fn parse(s: &str) -> Option<ModeInUse> {
+        [
+            ModeInUse::NativeZeroCopy,
+            ModeInUse::Native,
+            ModeInUse::Generic,
+        ]
+        .into_iter()
+        .find(|m| m.name() == s)
+    }
+
     fn attach_flags(self) -> u32 {
         match self {
             ModeInUse::NativeZeroCopy | ModeInUse::Native => XDP_FLAGS_DRV_MODE,
@@ -126,18 +137,18 @@ pub struct QueueStats {
 
 /// An interface with Vireo's program attached and one socket per queue.
 pub struct Device {
-    ifname: String,
-    ifindex: u32,
-    mode: ModeInUse,
+    pub(crate) ifname: String,
+    pub(crate) ifindex: u32,
+    pub(crate) mode: ModeInUse,
     // Field order is drop order: detach the program first, then the map and program fds.
-    _link: OwnedFd,
-    _prog: OwnedFd,
-    _map: OwnedFd,
-    steer: Option<SteerMaps>,
-    marks: Option<MarkMap>,
-    queues: Vec<(RxSide, TxSide)>,
-    steered: Vec<Vec<RxSide>>,
-    replaced: usize,
+    pub(crate) _link: OwnedFd,
+    pub(crate) _prog: OwnedFd,
+    pub(crate) _map: OwnedFd,
+    pub(crate) steer: Option<SteerMaps>,
+    pub(crate) marks: Option<MarkMap>,
+    pub(crate) queues: Vec<(RxSide, TxSide)>,
+    pub(crate) steered: Vec<Vec<RxSide>>,
+    pub(crate) replaced: usize,
 }
 
 impl std::fmt::Debug for Device {

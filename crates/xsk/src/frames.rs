@@ -61,6 +61,37 @@ impl FramePool {
         }
     }
 
+    /// Frames `first..first + count` where we hold exactly `free` (frame numbers) and the kernel
+    /// the rest: the books of a pool another process kept (an upgrade). A frame outside the
+    /// range or named twice is refused.
+    pub fn with_free(
+        frame_size: u32,
+        first: u32,
+        count: u32,
+        free: &[u32],
+    ) -> Result<FramePool, String> {
+        let mut p = FramePool::new(frame_size, first, count);
+        p.kernel.iter_mut().for_each(|k| *k = true);
+        p.free.clear();
+        for &f in free {
+            let i = f
+                .checked_sub(first)
+                .filter(|&i| i < count)
+                .ok_or_else(|| format!("frame {f} is not in frames {first}..{}", first + count))?;
+            if !p.kernel[i as usize] {
+                return Err(format!("frame {f} is named twice"));
+            }
+            p.kernel[i as usize] = false;
+            p.free.push(f);
+        }
+        Ok(p)
+    }
+
+    /// The frames we hold (frame numbers), for [`FramePool::with_free`].
+    pub fn free_frames(&self) -> Vec<u32> {
+        self.free.clone()
+    }
+
     /// Frames we hold.
     pub fn free_count(&self) -> usize {
         self.free.len()
@@ -216,6 +247,23 @@ mod tests {
         let b = p.give().unwrap();
         p.ungive(b);
         assert_eq!(p.free_count(), 2);
+    }
+
+    #[test]
+    fn books_carried_over_rebuild_the_same_pool_and_bad_ones_are_refused() {
+        let mut p = FramePool::new(FS, 8, 8);
+        let a = p.give().unwrap();
+        let _b = p.give().unwrap();
+        let q = FramePool::with_free(FS, 8, 8, &p.free_frames()).unwrap();
+        assert_eq!((q.free_count(), q.in_kernel()), (6, 2));
+        let mut q = q;
+        // The frames the kernel held come back through the new pool, the others are refused.
+        assert_eq!(q.take_completion(a), Ok(()));
+        assert_eq!(q.take_completion(a), Err(DescError::NotOwned));
+        assert!(FramePool::with_free(FS, 8, 8, &[7]).is_err());
+        assert!(FramePool::with_free(FS, 8, 8, &[16]).is_err());
+        assert!(FramePool::with_free(FS, 8, 8, &[9, 9]).is_err());
+        assert_eq!(FramePool::with_free(FS, 8, 8, &[]).unwrap().in_kernel(), 8);
     }
 
     #[test]

@@ -4,9 +4,10 @@
 //!
 //! Owns: [`Device`] (one interface: the program attached through a bpf link, the map, one
 //! socket per queue, plus with steering one more per target on every queue: `steer.rs`) split into per-queue [`RxSide`] and [`TxSide`] halves. Each socket has its
-//! own UMEM of [`FRAMES_PER_QUEUE`] frames of [`FRAME_SIZE`] bytes; the first half feeds the
+//! own UMEM (a memfd) of [`FRAMES_PER_QUEUE`] frames of [`FRAME_SIZE`] bytes; the first half feeds the
 //! fill/rx rings, the second half the tx/completion rings, so rx and tx of one queue never
-//! share a frame or a lock.
+//! share a frame or a lock. `adopt.rs` hands a device to another process (an upgrade's new
+//! vireod: fds, frame books) and checks and adopts it there.
 //!
 //! Threads: a `Device` is opened and dropped by the daemon's control thread. An `RxSide` is
 //! used by one PMD at a time, a `TxSide` by whichever PMD holds its lock (the `ports` crate
@@ -34,6 +35,11 @@
 //!   mutex that each rx burst holds while it checks, copies and refills; without steering
 //!   the queue's socket owns it and takes no lock), so the ownership
 //!   rules below hold per queue whichever socket a frame comes back through.
+//! - The UMEM is a memfd mapped shared (`sys::Mmap::memfd`) so that an upgrade's new vireod
+//!   maps the same frames (`adopt.rs`). Two processes never use it at once: the old one stops
+//!   touching its halves (the port holds rx and tx) before it reads the frame books it hands
+//!   over, and the new one maps it only after that; the frame books carry ownership across
+//!   (a frame is the kernel's unless the books say the process holds it).
 //! - The kernel writes UMEM frames it owns while we read frames we own; ownership moves only
 //!   through the rings (a frame is ours from the moment the rx/completion descriptor is
 //!   consumed until we publish it in the fill/tx ring), so no byte is read and written
@@ -42,6 +48,7 @@
 //!   sized and zero-initialised `repr(C)` values or byte buffers that outlive the call.
 #![allow(unsafe_code)]
 
+mod adopt;
 mod bpf;
 mod cost;
 mod device;
@@ -52,6 +59,7 @@ mod socket;
 mod steer;
 mod sys;
 
+pub use adopt::{Books, DeviceFds, QueueFds};
 pub use cost::{program_cost, program_meta_run, ProgramCost};
 pub use device::{Device, DeviceConfig, ModeInUse, ModeRequest, QueueStats, SteerStats};
 pub use frames::{DescError, FramePool, RawDesc};

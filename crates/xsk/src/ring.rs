@@ -102,6 +102,25 @@ impl<T: Copy> Ring<T> {
         })
     }
 
+    /// Maps a ring of a socket another process used (an upgrade), carrying on where it
+    /// stopped: our index is the one it last published (producer on fill/tx, consumer on
+    /// rx/completion), the other side's is read now.
+    pub(crate) fn adopt(
+        fd: i32,
+        pgoff: u64,
+        off: &libc::xdp_ring_offset,
+        size: u32,
+        producer: bool,
+    ) -> std::io::Result<Ring<T>> {
+        let mut r = Self::map(fd, pgoff, off, size)?;
+        let (prod, cons) = (
+            Self::load(r.prod, Ordering::Acquire),
+            Self::load(r.cons, Ordering::Acquire),
+        );
+        (r.local, r.cached_other) = if producer { (prod, cons) } else { (cons, prod) };
+        Ok(r)
+    }
+
     fn load(p: *const AtomicU32, o: Ordering) -> u32 {
         // SAFETY: `p` points into the live mapping (checked in `map`) at an aligned u32.
         unsafe { (*p).load(o) }

@@ -18,9 +18,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// What the two halves share: the socket and the UMEM. Dropped (socket closed, UMEM unmapped)
 /// when both halves are gone.
-struct Shared {
-    fd: OwnedFd,
-    umem: Mmap,
+pub(crate) struct Shared {
+    pub(crate) fd: OwnedFd,
+    /// The memfd behind `umem` (None only in tests over private memory).
+    pub(crate) memfd: Option<OwnedFd>,
+    pub(crate) umem: Mmap,
 }
 
 impl Shared {
@@ -66,7 +68,7 @@ impl Socket {
     pub(crate) fn open() -> Result<Socket, Error> {
         let fd = sys::xdp_socket().map_err(|e| Error::os("create AF_XDP socket", e))?;
         let len = FRAMES_PER_QUEUE as usize * FRAME_SIZE as usize;
-        let umem = Mmap::anon(len).map_err(|e| Error::os("map UMEM", e))?;
+        let (memfd, umem) = Mmap::memfd(len).map_err(|e| Error::os("map UMEM", e))?;
         let reg = libc::xdp_umem_reg {
             addr: umem.ptr() as u64,
             len: len as u64,
@@ -99,7 +101,11 @@ impl Socket {
         let rx = Ring::map(raw, libc::XDP_PGOFF_RX_RING as u64, &off.rx, RING_SIZE).map_err(m)?;
         let tx = Ring::map(raw, libc::XDP_PGOFF_TX_RING as u64, &off.tx, RING_SIZE).map_err(m)?;
         Ok(Socket {
-            shared: Arc::new(Shared { fd, umem }),
+            shared: Arc::new(Shared {
+                fd,
+                memfd: Some(memfd),
+                umem,
+            }),
             fill,
             comp,
             rx,
@@ -167,13 +173,13 @@ pub struct RxBurst {
 /// socket and its steering sockets (bound to the same queue with `XDP_SHARED_UMEM`) draw from
 /// one kernel buffer pool, so they share this, under a mutex held for one burst.
 pub(crate) struct FillSide {
-    fill: Ring<u64>,
-    frames: FramePool,
+    pub(crate) fill: Ring<u64>,
+    pub(crate) frames: FramePool,
 }
 
 /// A queue's fill side: its socket's own (no steering: no lock on the rx path), or shared
 /// with the queue's steering sockets.
-enum Fill {
+pub(crate) enum Fill {
     Own(Box<FillSide>),
     Shared(Arc<Mutex<FillSide>>),
 }
@@ -204,7 +210,7 @@ impl std::ops::DerefMut for FillGuard<'_> {
 }
 
 impl Fill {
-    fn new(f: FillSide, shared: bool) -> Fill {
+    pub(crate) fn new(f: FillSide, shared: bool) -> Fill {
         if shared {
             Fill::Shared(Arc::new(Mutex::new(f)))
         } else {
@@ -219,7 +225,7 @@ impl Fill {
         }
     }
 
-    fn read<R>(&self, f: impl FnOnce(&FillSide) -> R) -> R {
+    pub(crate) fn read<R>(&self, f: impl FnOnce(&FillSide) -> R) -> R {
         match self {
             Fill::Own(o) => f(o),
             Fill::Shared(m) => f(&m.lock().unwrap_or_else(|e| e.into_inner())),
@@ -230,13 +236,13 @@ impl Fill {
 /// The receive half of a socket: its rx ring, and the fill side it shares with the other
 /// sockets of its queue (if any).
 pub struct RxSide {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     /// A steering socket's own fd (the UMEM and fill ring are the queue socket's, in `shared`).
-    own: Option<OwnedFd>,
+    pub(crate) own: Option<OwnedFd>,
     /// The program writes metadata marks in front of frames (`mark.rs`): read them.
-    meta: bool,
-    rx: Ring<RawDesc>,
-    fill: Fill,
+    pub(crate) meta: bool,
+    pub(crate) rx: Ring<RawDesc>,
+    pub(crate) fill: Fill,
 }
 
 impl FillSide {
@@ -407,7 +413,7 @@ impl SteerSocket {
     }
 }
 
-fn offsets(fd: &OwnedFd) -> Result<libc::xdp_mmap_offsets, Error> {
+pub(crate) fn offsets(fd: &OwnedFd) -> Result<libc::xdp_mmap_offsets, Error> {
     let zero = libc::xdp_ring_offset {
         producer: 0,
         consumer: 0,
@@ -446,10 +452,10 @@ pub struct TxBurst {
 
 /// The transmit half of a socket: tx and completion rings.
 pub struct TxSide {
-    shared: Arc<Shared>,
-    tx: Ring<RawDesc>,
-    comp: Ring<u64>,
-    frames: FramePool,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) tx: Ring<RawDesc>,
+    pub(crate) comp: Ring<u64>,
+    pub(crate) frames: FramePool,
 }
 
 impl TxSide {
@@ -545,7 +551,11 @@ mod tests {
         };
         fill.refill();
         RxSide {
-            shared: Arc::new(Shared { fd, umem }),
+            shared: Arc::new(Shared {
+                fd,
+                memfd: None,
+                umem,
+            }),
             own: None,
             meta: false,
             rx: Ring::anon(RING_SIZE),
@@ -626,7 +636,11 @@ mod tests {
         let umem = Mmap::anon((FRAMES_PER_QUEUE * FRAME_SIZE) as usize).unwrap();
         let fd: OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
         let mut tx = TxSide {
-            shared: Arc::new(Shared { fd, umem }),
+            shared: Arc::new(Shared {
+                fd,
+                memfd: None,
+                umem,
+            }),
             tx: Ring::anon(4),
             comp: Ring::anon(RING_SIZE),
             frames: FramePool::new(FRAME_SIZE, half, half),

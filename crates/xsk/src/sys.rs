@@ -22,7 +22,8 @@ unsafe impl Send for Mmap {}
 unsafe impl Sync for Mmap {}
 
 impl Mmap {
-    /// Private anonymous memory of `len` bytes (the UMEM), zero-filled.
+    /// Private anonymous memory of `len` bytes, zero-filled (tests that play the kernel).
+    #[cfg(test)]
     pub(crate) fn anon(len: usize) -> io::Result<Mmap> {
         // A fresh anonymous mapping at an address the kernel picks.
         // SAFETY: no existing memory is affected (no MAP_FIXED).
@@ -39,7 +40,26 @@ impl Mmap {
         Self::from_raw(p, len)
     }
 
-    /// A shared mapping of `len` bytes of `fd` at `offset` (an AF_XDP ring).
+    /// `len` bytes of a new memfd (the UMEM), mapped shared and zero-filled: another process
+    /// given the memfd (an upgrade's new vireod) maps the very same frames.
+    pub(crate) fn memfd(len: usize) -> io::Result<(OwnedFd, Mmap)> {
+        let name = c"vireo-umem";
+        // SAFETY: `name` is a NUL-terminated string that outlives the call.
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the fd is new and owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: plain ftruncate(2) on our own fd.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let m = Mmap::shared(fd.as_raw_fd(), len, 0)?;
+        Ok((fd, m))
+    }
+
+    /// A shared mapping of `len` bytes of `fd` at `offset` (an AF_XDP ring, a UMEM memfd).
     pub(crate) fn shared(fd: RawFd, len: usize, offset: u64) -> io::Result<Mmap> {
         // Maps kernel ring memory of the socket `fd` at an address the kernel picks.
         // SAFETY: no existing memory is affected (no MAP_FIXED).
@@ -341,4 +361,41 @@ fn ifreq_get<T>(
         return Err(io::Error::last_os_error());
     }
     Ok(read(&req))
+}
+
+/// The size of a memfd, or an error if `fd` is not one (`F_GET_SEALS` answers only for
+/// memfds and other shmem files).
+pub(crate) fn memfd_len(fd: RawFd) -> io::Result<u64> {
+    // SAFETY: fcntl(2) with an int-only command.
+    if unsafe { libc::fcntl(fd, libc::F_GET_SEALS) } < 0 {
+        return Err(io::Error::other("not a memfd"));
+    }
+    // SAFETY: stat is plain old data; all-zero is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a live stat buffer.
+    if unsafe { libc::fstat(fd, &mut st) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.st_size as u64)
+}
+
+/// The address family of socket `fd` (`SO_DOMAIN`).
+pub(crate) fn socket_domain(fd: RawFd) -> io::Result<i32> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `v` is a live int and `len` its size.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_DOMAIN,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(v)
+    }
 }

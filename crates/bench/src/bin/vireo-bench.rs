@@ -35,10 +35,12 @@ struct Args {
     /// vireoctl in DIR) measured in the same rounds.
     #[arg(long, value_delimiter = ',', default_value = "vireo,ovs,dpdk")]
     contenders: Vec<String>,
-    /// Scenarios, e.g. p2p:64,normal:64,flows1m:64,p2p:64:2q; meter:64 (p2p through an
+    /// Scenarios, e.g. p2p:64,normal:64,flows1m:64 (1 M flows over 1K rules),
+    /// flows10m-1k:64 and flows1m-10k:64 (flows over that many rules),p2p:64:2q; meter:64 (p2p through an
     /// OpenFlow meter that never drops), meter2m:64 (a 2 Mpps meter), ct:64 (p2p through
     /// ct(table=1) and ct(commit), Vireo and OVS-DPDK only; one connection), ct1k:64,
-    /// ct100k:64, ct1m:64 (the same with that many connections, vireo-gen only); `:open` at
+    /// ct100k:64, ct1m:64 (the same with that many connections, vireo-gen only), ctnew:64
+    /// (the connection-setup rate: every packet a new 5-tuple, vireo-gen only); `:open` at
     /// the end for
     /// testpmd's open-loop flowgen instead of the io loop (needed when the switch drops);
     /// or full, quick, sizes.

@@ -41,9 +41,12 @@ struct Args {
     /// Frame size in bytes (without FCS).
     #[arg(long, default_value_t = 64)]
     size: usize,
-    /// Distinct flows per direction (1000 rules match UDP dst port flow % 1000).
+    /// Distinct flows per direction (the rules match UDP dst port flow % rules).
     #[arg(long, default_value_t = 1)]
     flows: u32,
+    /// Rules per direction the switch matches on UDP dst port 0..rules.
+    #[arg(long, default_value_t = bench::gen::RULES)]
+    rules: u32,
     /// Packets per burst.
     #[arg(long, default_value_t = 32)]
     burst: usize,
@@ -141,6 +144,7 @@ fn run(a: &Args) -> Result<GenReport, String> {
     let cfg = TrafficConfig {
         size: a.size,
         flows: a.flows.max(1),
+        rules: a.rules.clamp(1, u32::from(u16::MAX) + 1),
         burst: a.burst.clamp(1, 32),
         trial_secs: a.trial_secs,
         kick,

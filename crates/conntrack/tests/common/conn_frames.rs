@@ -13,5 +13,9 @@ pub fn frame_of(tpl: &[u8], i: u32, rev: bool) -> Vec<u8> {
         f[26..30].copy_from_slice(&c);
         f[34..36].copy_from_slice(&port.to_be_bytes());
     }
+    // The tracker checks the IPv4 header checksum: keep it valid.
+    f[24..26].copy_from_slice(&[0, 0]);
+    let sum = wire::checksum::compute(&f[14..34]);
+    f[24..26].copy_from_slice(&sum.to_be_bytes());
     f
 }

@@ -38,8 +38,11 @@ impl Datapath {
                     .registry
                     .lock()
                     .map_or(0, |r| r.iter().flatten().count());
-                let rxqs = h.shared.cfg.load().rxqs.len();
-                PmdStats::new(h.shared.core, h.shared.numa, &s, flows, rxqs)
+                let cfg = h.shared.cfg.load();
+                PmdStats {
+                    txq: cfg.txq,
+                    ..PmdStats::new(h.shared.core, h.shared.numa, &s, flows, cfg.rxqs.len())
+                }
             })
             .collect()
     }

@@ -4,9 +4,11 @@
 //! recirculation id ([`crate::recirc`]), and a packet arriving with that id resumes the walk at
 //! table N with the registers it had.
 //!
-//! Departure from OVS: actions after `ct(table=N)` in the same walk (and the action set) are
-//! not executed; OVS forks the packet there. A rule is expected to end with `ct(table=N)`, as
-//! the conntrack tutorial's do.
+//! Actions after `ct(table=N)` in the same walk fork the packet, as in OVS: a copy goes
+//! through conntrack and recirculates, and the walk goes on for the packet itself with its
+//! conntrack fields cleared (untracked); the `Ct` action is marked `fork` when translation
+//! ends with actions after it. Departure from OVS: the OpenFlow 1.3 action set of a walk
+//! that met `ct(table=N)` is not executed (OVS carries it into the recirculation).
 //!
 //! Threads: like [`super::Xlate`], the PMD thread doing the upcall (or the control thread
 //! re-checking a megaflow).
@@ -155,13 +157,29 @@ impl<'a> Xlate<'a> {
                 }
             }
         };
-        self.out
-            .push(Action::Ct(Box::new(CtSpec { ct: a, recirc })));
+        self.out.push(Action::Ct(Box::new(CtSpec {
+            ct: a,
+            recirc,
+            fork: false,
+        })));
         if recirc.is_some() {
-            // The walk goes on after recirculation, in table N.
-            self.frozen = true;
-            self.stop = true;
+            // The copy resumes in table N after recirculation; whatever follows here runs on
+            // the packet itself, untracked (a fork once something does follow).
+            self.forks.push(self.out.len() - 1);
             self.aset_dropped = true;
+            dpif_clear(&mut self.key);
+        }
+    }
+
+    /// At the end of the walk: each `ct(table=N)` that actions follow becomes a fork.
+    pub(super) fn mark_forks(&mut self) {
+        let n = self.out.len();
+        for i in std::mem::take(&mut self.forks) {
+            if i + 1 < n {
+                if let Some(Action::Ct(spec)) = self.out.get_mut(i) {
+                    spec.fork = true;
+                }
+            }
         }
     }
 

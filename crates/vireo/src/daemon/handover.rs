@@ -9,7 +9,9 @@
 //!                                             maps memory, builds bridges and ports, no ring runs
 //!  <- Ready            (or Refused {why}: unknown version, a state it cannot serve)
 //!  stops its rings (final bursts published)
-//!  Final {ring bases per port, learned MACs} ->
+//!  Final {ring bases per port, learned MACs,  (af-xdp rings held, frame books read)
+//!         af-xdp frame books, port counters
+//!         (version 3)} ->
 //!  [connection table, raw bytes] ->           (version 2)
 //!                                             enters MACs and connections, installs the rings
 //!                                             at those bases, PMDs poll them
@@ -36,10 +38,11 @@ use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 /// The state format this build writes. Version 2 adds learned MACs and the connection table
-/// to [`Reply::Final`].
-pub const STATE_VERSION: u32 = 2;
+/// to [`Reply::Final`]; version 3 hands `af-xdp` ports over ([`Offer::af_xdp`] and the frame
+/// books in [`Reply::Final`]).
+pub const STATE_VERSION: u32 = 3;
 /// The state formats this build reads (each version must accept the one before it).
-pub const ACCEPTED_VERSIONS: &[u32] = &[1, 2];
+pub const ACCEPTED_VERSIONS: &[u32] = &[1, 2, 3];
 /// The handover socket's name in the run directory.
 pub const SOCKET: &str = "vireod.upgrade";
 /// Fds per `sendmsg` (the kernel takes at most 253).
@@ -78,10 +81,39 @@ pub struct Offer {
     /// `local_ip:dst_port` each carry a duplicate of it; version 2).
     #[serde(default)]
     pub tunnels: BTreeMap<String, usize>,
+    /// `af-xdp` ports by name: their program, link, XSKMAP, sockets and UMEM memfds
+    /// (version 3; a build without the field reopens them once this process has exited).
+    #[serde(default)]
+    pub af_xdp: BTreeMap<String, XskOffer>,
     /// Each bridge's OpenFlow groups, one OpenFlow 1.5 GROUP_MOD ADD each, hex
     /// (`ofswitch::group_handover`, `format::to_hex`; version 2).
     #[serde(default)]
     pub groups: BTreeMap<String, Vec<String>>,
+}
+
+/// An `af-xdp` port's fds (indices into the offer's fds) and the mode it runs in.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct XskOffer {
+    /// `xsk::ModeInUse::name`.
+    pub mode: String,
+    /// The bpf link attaching the program.
+    pub link: usize,
+    /// The program.
+    pub prog: usize,
+    /// The XSKMAP.
+    pub map: usize,
+    /// Per queue: `(socket, UMEM memfd)`.
+    pub queues: Vec<(usize, usize)>,
+}
+
+/// One `af-xdp` queue's frame books at the switch-over: the frames the old process holds
+/// (frame numbers); the kernel holds every other frame of each half.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct XskBooks {
+    /// Rx half (fill and rx rings).
+    pub rx_free: Vec<u32>,
+    /// Tx half (tx and completion rings).
+    pub tx_free: Vec<u32>,
 }
 
 /// A learned MAC: VLAN, address, port name, age (as the pipeline reads and restores them).
@@ -109,6 +141,13 @@ pub enum Reply {
         /// (version 2).
         #[serde(default)]
         conntrack: bool,
+        /// Per `af-xdp` port handed over, each queue's frame books (version 3).
+        #[serde(default)]
+        xsk: BTreeMap<String, Vec<XskBooks>>,
+        /// Every port's counters at the switch-over, by name (version 3): the new process's
+        /// go on from them.
+        #[serde(default)]
+        counters: BTreeMap<String, ports::PortStats>,
     },
     /// New: the rings run here now.
     Started {
@@ -242,6 +281,7 @@ mod tests {
             taps: BTreeMap::new(),
             af_packet: BTreeMap::new(),
             tunnels: BTreeMap::new(),
+            af_xdp: BTreeMap::new(),
             groups: BTreeMap::new(),
         })
         .unwrap()
@@ -289,10 +329,43 @@ mod tests {
             )]
             .into(),
             conntrack: true,
+            xsk: [(
+                "x".to_string(),
+                vec![XskBooks {
+                    rx_free: vec![1, 2],
+                    tx_free: vec![4096],
+                }],
+            )]
+            .into(),
+            counters: [(
+                "vm1".to_string(),
+                ports::PortStats {
+                    rx_packets: 5,
+                    drops: vec![(ports::DropReason::QueueFull, 2)],
+                    ..Default::default()
+                },
+            )]
+            .into(),
         };
         let (a, b) = UnixStream::pair().unwrap();
         send_reply(&a, &r).unwrap();
         assert_eq!(recv_reply(&b, Duration::from_secs(1)).unwrap(), r);
+    }
+
+    #[test]
+    fn af_xdp_ports_ride_on_version_3_and_an_older_offer_has_none() {
+        let mut v: serde_json::Value = serde_json::from_slice(&offer(3)).unwrap();
+        v["af_xdp"] = serde_json::json!({"x": {"mode": "native", "link": 3, "prog": 4, "map": 5,
+            "queues": [[6, 7]]}});
+        let o = parse_offer(&serde_json::to_vec(&v).unwrap()).unwrap();
+        assert_eq!(o.af_xdp["x"].queues, vec![(6, 7)]);
+        assert_eq!(o.af_xdp["x"].mode, "native");
+        let mut v: serde_json::Value = serde_json::from_slice(&offer(2)).unwrap();
+        v.as_object_mut().unwrap().remove("af_xdp");
+        assert!(parse_offer(&serde_json::to_vec(&v).unwrap())
+            .unwrap()
+            .af_xdp
+            .is_empty());
     }
 
     #[test]
@@ -305,6 +378,8 @@ mod tests {
                 bases: [("vm1".to_string(), vec![(0, 7)])].into(),
                 macs: BTreeMap::new(),
                 conntrack: false,
+                xsk: BTreeMap::new(),
+                counters: BTreeMap::new(),
             }
         );
     }

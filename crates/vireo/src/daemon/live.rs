@@ -206,6 +206,33 @@ impl LivePort {
             .map_err(|e| format!("port {name}: {e}"))
     }
 
+    /// Takes over an `af-xdp` port handed over by the vireod this one replaces: its device
+    /// fds, the mode it ran in and each queue's frame books (`AfXdpPort::adopt`).
+    pub fn adopt_af_xdp(
+        name: &str,
+        pc: &PortConfig,
+        mode_in_use: &str,
+        fds: ports::af_xdp::DeviceFds,
+        books: &[super::handover::XskBooks],
+    ) -> Result<LivePort, String> {
+        let opt = |k: &str| pc.options.get(k).map(String::as_str);
+        let queues = opt("queues").map_or(Ok(1), str::parse::<usize>);
+        let queues = queues.map_err(|_| "bad queues".to_string())?;
+        let ifname = opt("ifname")
+            .ok_or_else(|| format!("port {name}: type af-xdp needs ifname=INTERFACE"))?;
+        let mode = opt("xdp-mode").unwrap_or("best-effort");
+        let books: Vec<ports::af_xdp::Books> = books
+            .iter()
+            .map(|b| ports::af_xdp::Books {
+                rx_free: b.rx_free.clone(),
+                tx_free: b.tx_free.clone(),
+            })
+            .collect();
+        AfXdpPort::adopt(ifname, queues, mode, mode_in_use, fds, &books)
+            .map(|p| LivePort::AfXdp(Arc::new(p)))
+            .map_err(|e| format!("port {name}: {e}"))
+    }
+
     /// The port as the datapath sees it.
     pub fn port(&self) -> Arc<dyn Port> {
         match self {

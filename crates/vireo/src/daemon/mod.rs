@@ -248,6 +248,7 @@ fn run(args: Args) -> Result<(), String> {
             let mut sw = switch.lock().unwrap_or_else(|e| e.into_inner());
             sw.start_deferred();
             sw.take_macs(&so);
+            sw.take_counters(&so);
         }
         tracing::info!("takeover done");
     }

@@ -58,6 +58,12 @@ pub struct Switch {
     /// Taps and packet sockets a takeover adopts (with their handed-over fds) once the old
     /// process has exited.
     pub(super) deferred_fds: Vec<(String, String, PortConfig, std::os::fd::OwnedFd)>,
+    /// `af-xdp` ports a takeover adopts (mode and fds handed over) once the old process has
+    /// exited, with the frame books its final message carried.
+    pub(super) deferred_xsk: Vec<super::takeover::DeferredXsk>,
+    pub(super) xsk_books: BTreeMap<String, Vec<super::handover::XskBooks>>,
+    /// `af-xdp` ports whose hand-over failed, with why (noted on the port once reopened).
+    pub(super) xsk_reopened: BTreeMap<String, String>,
 }
 
 impl Switch {
@@ -99,6 +105,9 @@ impl Switch {
             upgrade_ctx: None,
             deferred: Vec::new(),
             deferred_fds: Vec::new(),
+            deferred_xsk: Vec::new(),
+            xsk_books: BTreeMap::new(),
+            xsk_reopened: BTreeMap::new(),
         };
         let config = sw.store.config().clone();
         sw.rt.steering.set_manual(mac_numa(&config));

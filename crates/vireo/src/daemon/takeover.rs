@@ -4,8 +4,9 @@
 //! answers ready, and at the switch-over installs each ring at the index the old process
 //! stopped it at. `tap`, `internal` and `af-packet` ports are taken over through their
 //! handed-over fds once the old process has exited (the interfaces and sockets live on; frames
-//! wait in their queues); `af-xdp` and tunnel ports are opened afresh then (the old process
-//! holds their sockets until it exits): they see a short outage; vhost-user ports see none.
+//! wait in their queues), and so are `af-xdp` ports (program, XSKMAP, sockets and UMEM memfds,
+//! with the frame books of the final message; one that cannot be adopted is opened afresh)
+//! and tunnel sockets; vhost-user ports see no outage.
 //!
 //! Any failure before the switch-over answers `Refused` and exits at once with status 1,
 //! running no destructor: the sockets and files it took over still belong to the old process,
@@ -32,6 +33,15 @@ const REOPEN_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Port kinds whose kernel object the old process holds until it exits: opened afterwards.
 const DEFERRED_KINDS: &[&str] = &["af-xdp", "af-packet", "tap", "internal", "vxlan", "geneve"];
+
+/// An `af-xdp` port handed over: bridge, name, configuration, the mode it ran in, its fds.
+pub struct DeferredXsk {
+    br: String,
+    name: String,
+    pc: PortConfig,
+    mode: String,
+    fds: ports::af_xdp::DeviceFds,
+}
 
 /// What the old process handed over, being taken apart while the switch is built.
 pub struct Taken {
@@ -113,6 +123,8 @@ impl Taken {
                 bases,
                 macs,
                 conntrack,
+                xsk,
+                counters,
             } => {
                 let conntrack = match conntrack {
                     true => Some(
@@ -126,6 +138,8 @@ impl Taken {
                     bases,
                     macs,
                     conntrack,
+                    xsk,
+                    counters,
                 })
             }
             other => Err(format!("{other:?}")),
@@ -170,6 +184,10 @@ pub struct Switchover {
     pub macs: BTreeMap<String, Vec<handover::MacLine>>,
     /// The connection table (`conntrack::snapshot`), from a version-2 sender.
     pub conntrack: Option<Vec<u8>>,
+    /// Each handed-over `af-xdp` port's frame books, from a version-3 sender.
+    pub xsk: BTreeMap<String, Vec<handover::XskBooks>>,
+    /// Every port's counters at the switch-over, from a version-3 sender.
+    pub counters: BTreeMap<String, ports::PortStats>,
 }
 
 /// Answers `Refused` and exits with status 1 (no destructor: nothing taken is released).
@@ -215,6 +233,38 @@ impl Switch {
                 .push((br.to_string(), name.to_string(), pc.clone(), fd));
             return Ok(());
         }
+        if let Some(x) = t.offer.af_xdp.remove(name) {
+            let mut take = |i: usize, what: &str| {
+                let f = t.fd(i, what);
+                t.or_refuse(f)
+            };
+            let (link, prog, map) = (
+                take(x.link, "XDP link"),
+                take(x.prog, "XDP program"),
+                take(x.map, "XSKMAP"),
+            );
+            let queues = x
+                .queues
+                .iter()
+                .map(|&(s, u)| ports::af_xdp::QueueFds {
+                    sock: take(s, "AF_XDP socket"),
+                    umem: take(u, "UMEM memfd"),
+                })
+                .collect();
+            self.deferred_xsk.push(DeferredXsk {
+                br: br.to_string(),
+                name: name.to_string(),
+                pc: pc.clone(),
+                mode: x.mode,
+                fds: ports::af_xdp::DeviceFds {
+                    link,
+                    prog,
+                    map,
+                    queues,
+                },
+            });
+            return Ok(());
+        }
         if DEFERRED_KINDS.contains(&pc.kind.as_str()) {
             self.deferred
                 .push((br.to_string(), name.to_string(), pc.clone()));
@@ -256,6 +306,7 @@ impl Switch {
     /// and its connections (so established connections stay established, NAT mappings stay).
     /// What cannot be entered is logged and counted in the log line; the switch-over goes on.
     pub(super) fn take_live_state(&mut self, so: &Switchover) {
+        self.xsk_books = so.xsk.clone();
         self.take_macs(so);
         if let Some(bytes) = &so.conntrack {
             let t = std::time::Instant::now();
@@ -269,6 +320,23 @@ impl Switch {
                 Err(e) => tracing::error!(error = %e, "takeover: connection table refused"),
             }
         }
+    }
+
+    /// Once every port is here (after [`Switch::start_deferred`]): each port's counters go on
+    /// from the old process's (a port that is not here, or failed, has none to take).
+    pub(super) fn take_counters(&self, so: &Switchover) {
+        let mut n = 0;
+        for (name, st) in &so.counters {
+            if let Some(lp) = self.live.get(name) {
+                lp.port().preload_stats(st);
+                n += 1;
+            }
+        }
+        tracing::info!(
+            ports = n,
+            of = so.counters.len(),
+            "takeover: port counters restored"
+        );
     }
 
     /// Learns the MACs the old process had, on the ports that exist here now. Called again once
@@ -346,11 +414,49 @@ impl Switch {
                 self.failed.insert(name, e.0);
             }
         }
+        // af-xdp ports handed over: the same program, sockets and UMEMs, carrying on with the
+        // frame books the old process kept (frames received meanwhile wait in the rx rings,
+        // and are read only once every one of them is attached: read earlier, a frame for a
+        // port not attached yet would be lost). One that cannot be adopted is opened anew (its
+        // fds closed first), counted in the port's status (`upgrade`) and logged.
+        let mut adopted = Vec::new();
+        for x in std::mem::take(&mut self.deferred_xsk) {
+            let books = self.xsk_books.remove(&x.name);
+            let r = match books {
+                Some(b) => LivePort::adopt_af_xdp(&x.name, &x.pc, &x.mode, x.fds, &b)
+                    .map_err(super::switch::CmdError)
+                    .and_then(|lp| {
+                        if let Some(p) = lp.af_xdp() {
+                            p.hold_rx(true);
+                            adopted.push(p.clone());
+                        }
+                        self.attach_live(&x.br, &x.name, &x.pc, lp)
+                    }),
+                None => Err(super::switch::CmdError(
+                    "no frame books in the final message".into(),
+                )),
+            };
+            if let Err(e) = r {
+                tracing::error!(port = %x.name, error = %e.0, "cannot take over the handed-over af-xdp port; opening it anew");
+                self.deferred.push((x.br, x.name.clone(), x.pc));
+                self.xsk_reopened.insert(x.name, e.0);
+            }
+        }
+        for p in adopted {
+            p.hold_rx(false);
+        }
         for (br, name, pc) in std::mem::take(&mut self.deferred) {
             let deadline = std::time::Instant::now() + REOPEN_DEADLINE;
             loop {
                 match self.start_port(&br, &name, &pc) {
-                    Ok(()) => break,
+                    Ok(()) => {
+                        if let Some(why) = self.xsk_reopened.remove(&name) {
+                            if let Some(x) = self.live.get(&name).and_then(LivePort::af_xdp) {
+                                x.note_upgrade(format!("reopened: {why}"));
+                            }
+                        }
+                        break;
+                    }
                     Err(_) if std::time::Instant::now() < deadline => {
                         std::thread::sleep(Duration::from_millis(20));
                     }

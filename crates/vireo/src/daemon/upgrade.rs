@@ -89,12 +89,15 @@ pub fn strip_takeover(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
 struct Opts {
     binary: Option<PathBuf>,
     version: u32,
+    /// Send the af-xdp frame books (off only for tests: the new process must then reopen).
+    xsk_books: bool,
 }
 
 fn parse(args: &[String]) -> Result<Opts, CmdError> {
     let mut o = Opts {
         binary: None,
         version: STATE_VERSION,
+        xsk_books: true,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -105,6 +108,9 @@ fn parse(args: &[String]) -> Result<Opts, CmdError> {
         };
         match a.as_str() {
             "--binary" => o.binary = Some(val("--binary")?.into()),
+            // For tests: hand af-xdp ports over without their frame books (the new process
+            // must reopen them).
+            "--no-xsk-books" => o.xsk_books = false,
             // For tests: offer the state under another version number.
             "--state-version" => {
                 o.version = val("--state-version")?
@@ -250,7 +256,7 @@ impl Switch {
             sock_id: Some(sock_id),
         };
         tracing::info!(binary = %binary.display(), pid = a.child.id(), "upgrade: new vireod started");
-        match self.hand_over(&listener, &mut a, opts.version) {
+        match self.hand_over(&listener, &mut a, &opts) {
             Ok(pid) => {
                 vhost::sockfile::remove_if_ours(&a.sock, a.sock_id.take());
                 EXIT_AFTER_REPLY.store(true, Ordering::SeqCst);
@@ -279,12 +285,8 @@ impl Switch {
     }
 
     /// Everything between the new process's start and its confirmation; returns its pid.
-    fn hand_over(
-        &mut self,
-        l: &UnixListener,
-        a: &mut Attempt,
-        version: u32,
-    ) -> Result<u32, String> {
+    fn hand_over(&mut self, l: &UnixListener, a: &mut Attempt, opts: &Opts) -> Result<u32, String> {
+        let version = opts.version;
         let s = accept(l, a)?;
         let ports = self.vhost_ports();
         let mut parked = Vec::new();
@@ -344,7 +346,8 @@ impl Switch {
         }
         // Nor from the handed-over taps and packet sockets: what arrives waits in the kernel
         // for the new process, which holds the same fds.
-        self.hold_kernel_rx(true);
+        let xsk_names: Vec<String> = offer.af_xdp.keys().cloned().collect();
+        self.hold_kernel_rx(true, &xsk_names);
         if let Err(e) = self.rt.dp.quiesce() {
             tracing::warn!(error = %e, "upgrade: PMDs did not quiesce; packets in flight may be lost");
         }
@@ -360,10 +363,26 @@ impl Switch {
             BTreeMap::new()
         };
         let ct = with_live.then(|| self.rt.dp.conntrack().export(conntrack::clock_ms()));
+        // The af-xdp ports handed over: held, so their books stay as read here.
+        let mut xsk = self.xsk_books(&xsk_names);
+        if !opts.xsk_books {
+            xsk.clear();
+        }
+        // Port counters, once nothing moves here any more (every port held, PMDs quiesced).
+        let counters = if version >= 3 {
+            self.live
+                .iter()
+                .map(|(n, lp)| (n.clone(), lp.port().stats()))
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
         let final_msg = Reply::Final {
             bases,
             macs,
             conntrack: ct.is_some(),
+            xsk,
+            counters,
         };
         let step = handover::send_reply(&s, &final_msg)
             .and_then(|()| ct.map_or(Ok(()), |b| handover::send(&s, &b, &[])))
@@ -383,7 +402,7 @@ impl Switch {
             other => {
                 // Kill the new process before this one touches the rings again.
                 a.abandon();
-                self.hold_kernel_rx(false);
+                self.hold_kernel_rx(false, &xsk_names);
                 resume(&parked);
                 Err(format!(
                     "the new vireod did not confirm the switch-over ({other:?}); this vireod took \
@@ -394,16 +413,36 @@ impl Switch {
     }
 
     /// Holds (or releases) reading from every tap, `af-packet` and tunnel port (their fds are
-    /// handed over).
-    fn hold_kernel_rx(&self, on: bool) {
-        for lp in self.live.values() {
+    /// handed over), and every ring of the `af-xdp` ports named in `xsk` (handed over too).
+    fn hold_kernel_rx(&self, on: bool, xsk: &[String]) {
+        for (name, lp) in &self.live {
             match lp {
                 LivePort::Tap(t) => t.hold_rx(on),
                 LivePort::AfPacket(a) => a.hold_rx(on),
                 LivePort::Tunnel(t) => t.hold_rx(on),
+                LivePort::AfXdp(x) if xsk.contains(name) => x.hold_rx(on),
                 _ => {}
             }
         }
+    }
+
+    /// The frame books of the `af-xdp` ports named (held: no PMD changes them any more).
+    fn xsk_books(&self, names: &[String]) -> BTreeMap<String, Vec<handover::XskBooks>> {
+        names
+            .iter()
+            .filter_map(|n| {
+                let x = self.live.get(n)?.af_xdp()?;
+                let books = x
+                    .books()
+                    .into_iter()
+                    .map(|b| handover::XskBooks {
+                        rx_free: b.rx_free,
+                        tx_free: b.tx_free,
+                    })
+                    .collect();
+                Some((n.clone(), books))
+            })
+            .collect()
     }
 
     /// Every bridge's learned MACs, by port name, with their age.
@@ -465,6 +504,43 @@ impl Switch {
                 map.insert(name.clone(), fds.len() - 1);
             }
         }
+        let mut af_xdp = BTreeMap::new();
+        for (name, lp) in &self.live {
+            // Only from version 3 on: an older build would not take them.
+            let LivePort::AfXdp(x) = lp else { continue };
+            if version < 3 {
+                continue;
+            }
+            match x.dup_fds() {
+                Ok((d, mode)) => {
+                    let mut idx = |f: OwnedFd| {
+                        fds.push(f);
+                        fds.len() - 1
+                    };
+                    let (link, prog, map) = (idx(d.link), idx(d.prog), idx(d.map));
+                    let queues = d
+                        .queues
+                        .into_iter()
+                        .map(|q| (idx(q.sock), idx(q.umem)))
+                        .collect();
+                    af_xdp.insert(
+                        name.clone(),
+                        handover::XskOffer {
+                            mode: mode.to_string(),
+                            link,
+                            prog,
+                            map,
+                            queues,
+                        },
+                    );
+                }
+                Err(e) => tracing::warn!(
+                    port = %name,
+                    error = %e.0,
+                    "upgrade: af-xdp port not handed over; the new vireod opens it anew"
+                ),
+            }
+        }
         let mut vhost = BTreeMap::new();
         for (name, p) in ports {
             let h = p
@@ -506,6 +582,7 @@ impl Switch {
                 taps,
                 af_packet,
                 tunnels,
+                af_xdp,
                 groups,
             },
             fds,

@@ -101,8 +101,15 @@ impl Vireod {
 
     /// Upgrades to the same binary; checks the pids and returns the new one.
     pub fn upgrade(&mut self) -> i32 {
+        self.upgrade_with(&[])
+    }
+
+    /// [`Vireod::upgrade`] with more arguments (`--state-version N`).
+    pub fn upgrade_with(&mut self, extra: &[&str]) -> i32 {
         let old = self.pid();
-        let v = self.json(&["upgrade"]);
+        let mut args = vec!["upgrade"];
+        args.extend_from_slice(extra);
+        let v = self.json(&args);
         let new = v["pid"].as_i64().unwrap() as i32;
         assert_eq!(v["old_pid"].as_i64().unwrap() as i32, old, "{v}");
         assert_ne!(new, old);
