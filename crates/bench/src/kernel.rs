@@ -54,21 +54,45 @@ pub struct KScenario {
     pub kind: PortKind,
     /// Traffic.
     pub traffic: Traffic,
+    /// `:mark`: Vireo's af-xdp ports with `xdp-mark=on` (Vireo only).
+    pub marks: bool,
+    /// `:flows`: the generator varies the IPv4 source (testpmd `--txonly-multi-flow`) and the
+    /// rules make one megaflow per source (UDP only).
+    pub flows: bool,
 }
 
 impl KScenario {
-    /// `kp:af-packet:64`, `kp:tap:tcp`.
+    /// `kp:af-packet:64`, `kp:tap:tcp`, `kp:af-xdp:64:mark`, `kp:af-xdp:64:flows`,
+    /// `kp:af-xdp:64:mark:flows`.
     pub fn name(&self) -> String {
         let t = match self.traffic {
             Traffic::Udp(s) => s.to_string(),
             Traffic::Tcp => "tcp".into(),
         };
-        format!("kp:{}:{t}", self.kind.name())
+        let mut n = format!("kp:{}:{t}", self.kind.name());
+        if self.marks {
+            n.push_str(":mark");
+        }
+        if self.flows {
+            n.push_str(":flows");
+        }
+        n
+    }
+
+    fn plain(kind: PortKind, traffic: Traffic) -> KScenario {
+        KScenario {
+            kind,
+            traffic,
+            marks: false,
+            flows: false,
+        }
     }
 
     /// Parses a name written by [`KScenario::name`].
     pub fn parse(s: &str) -> Result<KScenario, String> {
-        let bad = || format!("bad kernel scenario {s:?} (e.g. kp:af-packet:64, kp:tap:tcp)");
+        let bad = || {
+            format!("bad kernel scenario {s:?} (e.g. kp:af-packet:64, kp:tap:tcp, kp:af-xdp:64:mark:flows)")
+        };
         let mut it = s.split(':');
         if it.next() != Some("kp") {
             return Err(bad());
@@ -87,10 +111,15 @@ impl KScenario {
             },
             None => return Err(bad()),
         };
-        if it.next().is_some() {
-            return Err(bad());
+        let mut sc = KScenario::plain(kind, traffic);
+        for m in it {
+            match m {
+                "mark" if kind == PortKind::AfXdp && !sc.marks && !sc.flows => sc.marks = true,
+                "flows" if traffic != Traffic::Tcp && !sc.flows => sc.flows = true,
+                _ => return Err(bad()),
+            }
         }
-        Ok(KScenario { kind, traffic })
+        Ok(sc)
     }
 
     /// Frame size (with FCS) for UDP, 0 for TCP.
@@ -107,7 +136,7 @@ pub fn all() -> Vec<KScenario> {
     let mut v = Vec::new();
     for kind in [PortKind::AfPacket, PortKind::AfXdp, PortKind::Tap] {
         for traffic in [Traffic::Udp(64), Traffic::Udp(1518), Traffic::Tcp] {
-            v.push(KScenario { kind, traffic });
+            v.push(KScenario::plain(kind, traffic));
         }
     }
     v
@@ -289,14 +318,14 @@ pub trait KSwitch {
     /// `vireo`, `ovs-netdev`, `linux-bridge`, `none`.
     fn name(&self) -> &'static str;
     /// Why it cannot run `kind` here, if it cannot.
-    fn check(&self, kind: PortKind) -> Result<(), String>;
+    fn check(&self, sc: &KScenario) -> Result<(), String>;
     /// The generator alone: the namespaces are joined directly.
     fn direct(&self) -> bool {
         false
     }
     /// Starts it in `dir` switching between `host[0]` and `host[1]` (veth ends, or the taps
     /// it must make with those names).
-    fn start(&mut self, dir: &Path, kind: PortKind, host: &[String; 2]) -> Result<(), String>;
+    fn start(&mut self, dir: &Path, sc: &KScenario, host: &[String; 2]) -> Result<(), String>;
     /// Zeroes its per-thread statistics.
     fn clear_stats(&mut self) {}
     /// Busy cycles per packet since `clear_stats`, if it keeps them.
@@ -346,7 +375,7 @@ pub fn measure(
     }
     let r = (|| {
         if !sw.direct() {
-            sw.start(dir, sc.kind, &topo.host)?;
+            sw.start(dir, sc, &topo.host)?;
             if sc.kind == PortKind::Tap {
                 topo.adopt()?;
             }
@@ -359,7 +388,7 @@ pub fn measure(
             topo.csum_off()?;
         }
         match sc.traffic {
-            Traffic::Udp(size) => udp(sw, &topo, size, p, dir, rec),
+            Traffic::Udp(size) => udp(sw, &topo, size, sc.flows, p, dir, rec),
             Traffic::Tcp => tcp(sw, &topo, p, dir, rec),
         }
     })();
@@ -378,6 +407,7 @@ fn udp(
     sw: &mut dyn KSwitch,
     topo: &Topo,
     size: usize,
+    flows: bool,
     p: &KPlan,
     dir: &Path,
     rec: &mut Record,
@@ -411,6 +441,9 @@ fn udp(
         "--total-num-mbufs=16384",
         &format!("--eth-peer=0,{mac}"),
     ]);
+    if flows {
+        c.arg("--txonly-multi-flow");
+    }
     let mut g = Proc::spawn("testpmd af_xdp generator", &mut c, &dir.join("gen.log"))?;
     let deadline = Instant::now() + Duration::from_secs(30);
     while g.running() && Instant::now() < deadline && !g.log_text().contains("NIC statistics") {
@@ -709,5 +742,25 @@ mod tests {
             assert!(KScenario::parse(bad).is_err(), "{bad}");
         }
         assert_eq!(KScenario::parse("kp:af-xdp:1518").unwrap().size(), 1518);
+        for good in [
+            "kp:af-xdp:64:mark",
+            "kp:af-xdp:64:flows",
+            "kp:af-xdp:64:mark:flows",
+            "kp:af-packet:64:flows",
+        ] {
+            let sc = KScenario::parse(good).unwrap();
+            assert_eq!(sc.name(), good);
+        }
+        let sc = KScenario::parse("kp:af-xdp:64:mark:flows").unwrap();
+        assert!(sc.marks && sc.flows);
+        for bad in [
+            "kp:af-packet:64:mark",
+            "kp:af-xdp:64:flows:mark",
+            "kp:af-xdp:64:mark:mark",
+            "kp:af-xdp:tcp:flows",
+            "kp:af-xdp:64:x",
+        ] {
+            assert!(KScenario::parse(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -7,7 +7,7 @@
 //!
 //! Threads: vireo-bench's main thread.
 use crate::contender::add_bridge;
-use crate::kernel::{ip, KSwitch, PortKind};
+use crate::kernel::{ip, KScenario, KSwitch, PortKind};
 use crate::parse::{ovs_thread_stats, vireo_pmd_stats, PmdCycles};
 use crate::proc::{command, kill_pidfile, run, wait_for_path, which, Proc};
 use std::path::{Path, PathBuf};
@@ -16,6 +16,17 @@ use std::time::Duration;
 
 fn p2p(a: &str, b: &str) -> String {
     format!("in_port={a},actions=output:{b}\nin_port={b},actions=output:{a}\n")
+}
+
+/// The rules of a scenario: p2p, and for `flows` scenarios a higher-priority drop rule on
+/// one IPv4 source no frame has, so every megaflow matches the source address exactly (one
+/// megaflow per generator flow, as a real rule set with per-address rules gives).
+fn rules(sc: &KScenario, a: &str, b: &str) -> String {
+    let mut r = p2p(a, b);
+    if sc.flows {
+        r.push_str("priority=40000,ip,nw_src=192.0.2.1,actions=drop\n");
+    }
+    r
 }
 
 /// vireod on the switch core, two kernel ports and two p2p rules.
@@ -64,7 +75,7 @@ impl KSwitch for VireoK {
     fn name(&self) -> &'static str {
         self.label
     }
-    fn check(&self, _: PortKind) -> Result<(), String> {
+    fn check(&self, _: &KScenario) -> Result<(), String> {
         for b in ["vireod", "vireoctl"] {
             if !self.bin_dir.join(b).is_file() {
                 return Err(format!("{b} not found in {}", self.bin_dir.display()));
@@ -72,7 +83,8 @@ impl KSwitch for VireoK {
         }
         Ok(())
     }
-    fn start(&mut self, dir: &Path, kind: PortKind, host: &[String; 2]) -> Result<(), String> {
+    fn start(&mut self, dir: &Path, sc: &KScenario, host: &[String; 2]) -> Result<(), String> {
+        let kind = sc.kind;
         let mut cmd = command("taskset");
         cmd.args(["-c", &self.core.to_string()])
             .arg(self.bin_dir.join("vireod"))
@@ -105,12 +117,15 @@ impl KSwitch for VireoK {
             if kind != PortKind::Tap {
                 a.push(&ifname);
             }
+            if sc.marks {
+                a.push("xdp-mark=on");
+            }
             self.ctl(dir, &a)?;
             names.push(name);
         }
         let _ = self.ctl(dir, &["del-flows", "br0"]);
         let rules = dir.join("rules.txt");
-        std::fs::write(&rules, p2p(&names[0], &names[1])).map_err(|e| e.to_string())?;
+        std::fs::write(&rules, self::rules(sc, &names[0], &names[1])).map_err(|e| e.to_string())?;
         self.ctl(dir, &["add-flows", "br0", &rules.display().to_string()])?;
         Ok(())
     }
@@ -193,7 +208,10 @@ impl KSwitch for OvsNetdev {
     fn name(&self) -> &'static str {
         "ovs-netdev"
     }
-    fn check(&self, _: PortKind) -> Result<(), String> {
+    fn check(&self, sc: &KScenario) -> Result<(), String> {
+        if sc.marks {
+            return Err("OVS has no XDP flow marks".into());
+        }
         if !Path::new(OVS_NETDEV).is_file() {
             return Err(format!(
                 "{OVS_NETDEV} not found (Debian openvswitch-switch)"
@@ -201,7 +219,8 @@ impl KSwitch for OvsNetdev {
         }
         Ok(())
     }
-    fn start(&mut self, dir: &Path, kind: PortKind, host: &[String; 2]) -> Result<(), String> {
+    fn start(&mut self, dir: &Path, sc: &KScenario, host: &[String; 2]) -> Result<(), String> {
+        let kind = sc.kind;
         self.dir = Some(dir.to_path_buf());
         let d = dir.display();
         let db = dir.join("conf.db");
@@ -254,7 +273,7 @@ impl KSwitch for OvsNetdev {
         }
         run(Self::cmd(dir, "ovs-ofctl").args(["del-flows", "br0"]))?;
         let rules = dir.join("rules.txt");
-        std::fs::write(&rules, p2p("1", "2")).map_err(|e| e.to_string())?;
+        std::fs::write(&rules, self::rules(sc, "1", "2")).map_err(|e| e.to_string())?;
         run(Self::cmd(dir, "ovs-ofctl")
             .args(["add-flows", "br0"])
             .arg(&rules))?;
@@ -317,13 +336,13 @@ impl KSwitch for LinuxBridge {
     fn name(&self) -> &'static str {
         "linux-bridge"
     }
-    fn check(&self, kind: PortKind) -> Result<(), String> {
-        match kind {
-            PortKind::AfPacket => Ok(()),
+    fn check(&self, sc: &KScenario) -> Result<(), String> {
+        match sc.kind {
+            PortKind::AfPacket if !sc.marks && !sc.flows => Ok(()),
             _ => Err("the Linux bridge has no port kinds: it runs in the af-packet rows".into()),
         }
     }
-    fn start(&mut self, _: &Path, _: PortKind, host: &[String; 2]) -> Result<(), String> {
+    fn start(&mut self, _: &Path, _: &KScenario, host: &[String; 2]) -> Result<(), String> {
         let br = format!("kb{}br", std::process::id());
         let _ = ip(&["link", "del", &br]);
         ip(&["link", "add", &br, "type", "bridge", "stp_state", "0"])?;
@@ -354,16 +373,16 @@ impl KSwitch for NoSwitch {
     fn name(&self) -> &'static str {
         "none"
     }
-    fn check(&self, kind: PortKind) -> Result<(), String> {
-        match kind {
-            PortKind::AfPacket => Ok(()),
+    fn check(&self, sc: &KScenario) -> Result<(), String> {
+        match sc.kind {
+            PortKind::AfPacket if !sc.marks && !sc.flows => Ok(()),
             _ => Err("the generator's ceiling is measured once, in the af-packet rows".into()),
         }
     }
     fn direct(&self) -> bool {
         true
     }
-    fn start(&mut self, _: &Path, _: PortKind, _: &[String; 2]) -> Result<(), String> {
+    fn start(&mut self, _: &Path, _: &KScenario, _: &[String; 2]) -> Result<(), String> {
         Ok(())
     }
     fn stop(&mut self) {}

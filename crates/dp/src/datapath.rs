@@ -31,6 +31,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 mod report;
+pub use report::MarkCandidate;
 mod revalidate;
 
 type RxqKey = (u32, usize);

@@ -10,6 +10,15 @@
 //! was translated at and opaque tags such as a learned MAC), so revalidation can remove only
 //! the megaflows a change affects (see `Datapath::revalidate_tags`).
 //!
+//! XDP flow marks (`xdp-mark=on` af-xdp ports, see docs/architecture.md): a mark names one
+//! megaflow of one PMD as [`mark_of`]`(tag, id)` — the PMD's tag (its core, 8 bits) above the
+//! flow id plus one (24 bits). The mark is only a hint: the worker that receives a marked
+//! packet uses it only if the tag is its own and the flow at that id covers the packet's key
+//! ([`Megaflow::covers`], the check the SMC makes), so a stale, reused or forged mark can at
+//! worst cost a fall back to the normal lookups. Each megaflow remembers one IPv4 5-tuple of
+//! its packets ([`Megaflow::tuple`]), which is what vireod installs in the XDP program's mark
+//! map, and the mark vireod installed for it ([`Megaflow::mark`], display only).
+//!
 //! Threads: a `FlowTable` belongs to one PMD thread. It mirrors its flows into a registry
 //! ([`RegistryData`] behind a mutex) that the control thread reads for `dump-megaflows` and
 //! revalidation; the PMD takes that lock only when it installs or removes a flow (miss path),
@@ -19,8 +28,8 @@
 //! lock, then a registry lock.
 pub use crate::action::Deps;
 use crate::action::{Action, Actions};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock};
 use wire::FlowKey;
 
 /// Sentinel for "no action moves the packet": every output copies it.
@@ -38,6 +47,68 @@ pub fn steal_index(actions: &[Action]) -> usize {
         }
     }
     steal
+}
+
+/// Bits of a mark holding the flow id plus one; the 8 bits above hold the PMD's tag.
+pub const MARK_ID_BITS: u32 = 24;
+const MARK_ID_MASK: u32 = (1 << MARK_ID_BITS) - 1;
+
+/// The tag of the PMD pinned to `core` in its marks.
+#[inline]
+pub fn mark_tag(core: usize) -> u32 {
+    (core & 0xff) as u32
+}
+
+/// The mark naming flow `id` of the PMD with `tag`; `None` when the id does not fit.
+pub fn mark_of(tag: u32, id: u32) -> Option<u32> {
+    (id < MARK_ID_MASK).then(|| (tag & 0xff) << MARK_ID_BITS | (id + 1))
+}
+
+/// The flow id a mark names for the PMD with `tag` (`None`: no mark, or another PMD's).
+#[inline(always)]
+pub fn mark_id(mark: u32, tag: u32) -> Option<u32> {
+    let id = mark & MARK_ID_MASK;
+    (id != 0 && mark >> MARK_ID_BITS == tag).then(|| id - 1)
+}
+
+/// The IPv4 5-tuple of a packet as the XDP program's mark map keys it (addresses as numbers,
+/// ports 0 unless TCP or UDP).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Tuple5 {
+    /// Source address.
+    pub src: u32,
+    /// Destination address.
+    pub dst: u32,
+    /// Source port.
+    pub sport: u16,
+    /// Destination port.
+    pub dport: u16,
+    /// IP protocol.
+    pub proto: u8,
+}
+
+impl Tuple5 {
+    /// The tuple of a packet's (unmasked) key, if the XDP program can mark such a packet: an
+    /// untagged IPv4 frame straight from a port (no recirculation, no tunnel).
+    pub fn of(key: &FlowKey) -> Option<Tuple5> {
+        use wire::Field::*;
+        if key.get(EthType) != 0x0800
+            || key.get(VlanTci) != 0
+            || key.get(RecircId) != 0
+            || key.get(TunId) != 0
+        {
+            return None;
+        }
+        let proto = key.get(IpProto) as u8;
+        let l4 = proto == 6 || proto == 17;
+        Some(Tuple5 {
+            src: key.get(Ipv4Src) as u32,
+            dst: key.get(Ipv4Dst) as u32,
+            sport: if l4 { key.get(TpSrc) as u16 } else { 0 },
+            dport: if l4 { key.get(TpDst) as u16 } else { 0 },
+            proto,
+        })
+    }
 }
 
 /// A cached decision: packets whose key agrees with `key` on the bits of `mask` get `actions`.
@@ -59,6 +130,13 @@ pub struct Megaflow {
     pub deps: Deps,
     /// Registry epoch when installed (set by [`FlowTable::insert`] under the registry lock).
     pub(crate) epoch: u64,
+    /// The 5-tuple an XDP mark for it is keyed by: that of the packet whose upcall created
+    /// it, or (if that one had none, e.g. IPv6) of the first packet from an `xdp-mark` port
+    /// that hit it past the EMC. Set once by the owning PMD; read by the control thread.
+    pub tuple: OnceLock<Tuple5>,
+    /// The XDP mark vireod installed for it (0: none); written by the control thread, shown
+    /// by `dump-megaflows`, never read on the fast path.
+    pub mark: AtomicU32,
     packets: AtomicU64,
     bytes: AtomicU64,
     /// Counts already reported by [`Megaflow::take_delta`] (control thread only).
@@ -82,6 +160,8 @@ impl Megaflow {
             head_only: !mask.has_tail(),
             deps,
             epoch: 0,
+            tuple: OnceLock::new(),
+            mark: AtomicU32::new(0),
             packets: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             reported: Mutex::new((0, 0)),
@@ -343,6 +423,22 @@ mod tests {
         let mut m = FlowKey::ZERO;
         m.set_exact(Field::InPort);
         Megaflow::new(&k, &m, acts.into())
+    }
+
+    #[test]
+    fn marks_name_one_flow_of_one_pmd() {
+        let m = mark_of(mark_tag(3), 41).unwrap();
+        assert_ne!(m, 0);
+        assert_eq!(mark_id(m, mark_tag(3)), Some(41));
+        assert_eq!(mark_id(m, mark_tag(4)), None, "another PMD's mark");
+        assert_eq!(mark_id(0, 0), None, "0 is no mark");
+        assert_eq!(
+            mark_id(mark_tag(3) << MARK_ID_BITS, 3),
+            None,
+            "id 0 is no mark"
+        );
+        assert_eq!(mark_of(0, MARK_ID_MASK), None, "id too big");
+        assert_eq!(mark_id(mark_of(0, 0).unwrap(), 0), Some(0));
     }
 
     #[test]

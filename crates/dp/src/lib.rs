@@ -31,7 +31,7 @@ pub mod topology;
 pub mod worker;
 
 pub use config::{AutoLb, DpConfig, DpError, DpTuning};
-pub use datapath::Datapath;
+pub use datapath::{Datapath, MarkCandidate};
 pub use dpif::meter::{BandConfig, BandKind, Meter, MeterConfig, MeterRef, MeterStats};
 pub use dpif::{action, meter};
 pub use dpif::{Action, Actions, CtSpec, Deps, FlowRef, Revalidate, Upcall, UpcallResult};

@@ -199,6 +199,8 @@ fn run(shared: Arc<PmdShared>, sync: Arc<DpSync>, upcall: Arc<dyn Upcall>, opts:
     };
     let mut worker = Worker::new(upcall, wcfg, shared.registry.clone());
     worker.set_activity(shared.activity.clone());
+    // The tag `Datapath::mark_candidates` puts in this PMD's marks.
+    worker.set_mark_tag(crate::flow::mark_tag(shared.core));
     worker.set_policers(opts.policers.clone());
     worker.set_conntrack(opts.conntrack.clone());
     let hz = cycles::hz();

@@ -14,6 +14,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Orderin
 pub struct Tally {
     /// Packets received.
     pub packets: u64,
+    /// Packets classified by their XDP flow mark (verified against the megaflow it names),
+    /// without a cache lookup.
+    pub mark_hits: u64,
     /// Exact-match cache hits.
     pub emc_hits: u64,
     /// Signature-match cache hits.
@@ -41,6 +44,7 @@ pub struct Tally {
 #[derive(Debug, Default)]
 pub struct PmdCounters {
     packets: AtomicU64,
+    mark_hits: AtomicU64,
     emc_hits: AtomicU64,
     smc_hits: AtomicU64,
     megaflow_hits: AtomicU64,
@@ -77,6 +81,7 @@ impl PmdCounters {
     /// Publishes a burst's counts (PMD thread only).
     #[inline]
     pub fn publish(&self, t: &Tally) {
+        bump(&self.mark_hits, t.mark_hits);
         bump(&self.emc_hits, t.emc_hits);
         bump(&self.smc_hits, t.smc_hits);
         bump(&self.megaflow_hits, t.megaflow_hits);
@@ -105,6 +110,7 @@ impl PmdCounters {
         RawPmdStats {
             tally: Tally {
                 packets,
+                mark_hits: self.mark_hits.load(Relaxed),
                 emc_hits: self.emc_hits.load(Relaxed),
                 smc_hits: self.smc_hits.load(Relaxed),
                 megaflow_hits: self.megaflow_hits.load(Relaxed),
@@ -129,6 +135,7 @@ impl RawPmdStats {
         RawPmdStats {
             tally: Tally {
                 packets: a.packets.saturating_sub(b.packets),
+                mark_hits: a.mark_hits.saturating_sub(b.mark_hits),
                 emc_hits: a.emc_hits.saturating_sub(b.emc_hits),
                 smc_hits: a.smc_hits.saturating_sub(b.smc_hits),
                 megaflow_hits: a.megaflow_hits.saturating_sub(b.megaflow_hits),
@@ -155,6 +162,8 @@ pub struct PmdStats {
     pub numa: usize,
     /// Packets received.
     pub packets: u64,
+    /// Packets classified by a verified XDP flow mark (no cache lookup).
+    pub mark_hits: u64,
     /// Exact-match cache hits.
     pub emc_hits: u64,
     /// Signature-match cache hits.
@@ -197,6 +206,7 @@ impl PmdStats {
             core,
             numa,
             packets: t.packets,
+            mark_hits: t.mark_hits,
             emc_hits: t.emc_hits,
             smc_hits: t.smc_hits,
             megaflow_hits: t.megaflow_hits,
@@ -256,6 +266,9 @@ pub struct MegaflowInfo {
     pub packets: u64,
     /// Bytes of those packets.
     pub bytes: u64,
+    /// The XDP flow mark installed for it (`xdp-mark=on` ports), in hex; absent if none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mark: Option<String>,
 }
 
 fn mac(m: &[u8; 6]) -> String {
@@ -347,6 +360,7 @@ mod tests {
         let c = PmdCounters::default();
         let t = Tally {
             packets: 10,
+            mark_hits: 4,
             emc_hits: 7,
             smc_hits: 1,
             megaflow_hits: 1,

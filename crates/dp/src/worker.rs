@@ -8,6 +8,16 @@
 //! upcalls per packet. A packet recirculating more than [`MAX_RECIRC_DEPTH`] times is dropped
 //! and counted (`recirc_drops`).
 //!
+//! XDP metadata (`af-xdp` ports with `xdp-mark=on`): a packet that arrives with the XDP
+//! program's flow hash keeps it as its cache hash instead of hashing its key (the EMC compares
+//! the whole key and the hash, and an SMC candidate is checked with `covers`, so the hash only
+//! places the flow: a key hashed both ways takes at most two entries, never a wrong one). A
+//! packet with a mark naming one of this worker's megaflows ([`crate::flow::mark_id`]) whose
+//! match covers its key goes straight to that megaflow's actions, with no EMC, SMC or dpcls
+//! lookup (`mark_hits`); any other mark is ignored and the packet takes the normal path. A
+//! megaflow created by a packet without a 5-tuple (IPv6, ARP) takes the tuple of the first
+//! XDP-hashed packet that hits it past the EMC, so vireod has something to mark it by.
+//!
 //! Owns: [`Worker`], everything one PMD thread needs to move packets: its caches, flow table,
 //! buffer pool, scratch arrays for a burst, and transmit batches. A burst is processed in
 //! stages (all keys, then all lookups, then all actions, then one `tx_burst` per output port),
@@ -21,7 +31,7 @@ use crate::dpcls::{Dpcls, NO_FLOW};
 use crate::emc::Emc;
 use crate::execute::{execute, finish, ExecCtx, TxTable, NO_PORT, RECIRC};
 pub use crate::flow::Deps;
-use crate::flow::{steal_index, FlowTable, Megaflow, Registry};
+use crate::flow::{mark_id, mark_tag, steal_index, FlowTable, Megaflow, Registry, Tuple5};
 use crate::smc::Smc;
 use crate::stats::Tally;
 use packet::{Batch, Pool, BATCH_SIZE};
@@ -136,6 +146,10 @@ pub struct Worker {
     /// pass found ([`conntrack::Hint`]).
     hints: Vec<conntrack::Hint>,
     recirc_hints: Vec<conntrack::Hint>,
+    /// This worker's tag in XDP flow marks (`flow::mark_tag` of its core).
+    tag: u32,
+    /// Packets of the current burst whose hash came from the port (the XDP program), by bit.
+    from_xdp: u32,
 }
 
 /// What the control thread may read about a worker without waiting for it, so revalidation can
@@ -190,12 +204,20 @@ impl Worker {
                 .map(|_| conntrack::Hint::default())
                 .collect(),
             recirc_hints: Vec::with_capacity(BATCH_SIZE),
+            tag: mark_tag(0),
+            from_xdp: 0,
         }
     }
 
     /// Shares the datapath's connection tracker with this worker (`ct` actions).
     pub fn set_conntrack(&mut self, ct: Arc<conntrack::Conntrack>) {
         self.ct = Some(ct);
+    }
+
+    /// Sets the tag this worker's XDP flow marks carry (`flow::mark_tag` of its PMD's core;
+    /// 0 until set). Marks with another tag are ignored.
+    pub fn set_mark_tag(&mut self, tag: u32) {
+        self.tag = tag & 0xff;
     }
 
     /// Shares this worker's [`Activity`] with the control thread.
@@ -241,19 +263,32 @@ impl Worker {
     fn process(&mut self, in_port: u32) {
         let n = self.rx.len().min(BATCH_SIZE);
         self.tally.packets += n as u64;
-        for (p, k) in self.rx.as_mut_slice().iter_mut().zip(self.keys.iter_mut()) {
+        let mut from_xdp = 0u32;
+        for (i, (p, k)) in self
+            .rx
+            .as_mut_slice()
+            .iter_mut()
+            .zip(self.keys.iter_mut())
+            .enumerate()
+        {
             // In place, and hashed without a look at the tail: a key fresh from a port has
             // none (`wire::flow`, *Head and tail*), unless a tunnel port decapsulated it.
+            // A hash from the port (the XDP program's) is kept, see the module comment.
             wire::extract_into(p.data(), in_port, k);
             p.meta.in_port = in_port;
             p.meta.hash = if p.meta.tun.is_set() {
                 set_tun_words(k, &p.meta.tun);
                 k.hash()
+            } else if p.meta.hash != 0 {
+                from_xdp |= 1 << i;
+                p.meta.hash
             } else {
                 k.hash_head()
             };
         }
+        self.from_xdp = from_xdp;
         self.classify(n);
+        self.from_xdp = 0;
         self.execute_all();
         if !self.recirc.is_empty() {
             self.recirculate();
@@ -274,6 +309,7 @@ impl Worker {
             self.tally.recirculations += n as u64;
             for (i, p) in self.rx.as_mut_slice().iter_mut().enumerate() {
                 let k = &mut self.keys[i];
+                p.meta.mark = 0;
                 wire::extract_into(p.data(), p.meta.in_port, k);
                 k.w[META_WORDS].copy_from_slice(&self.recirc_keys[i].w[META_WORDS]);
                 p.meta.hash = k.hash();
@@ -320,12 +356,20 @@ impl Worker {
         }
     }
 
-    /// Fills `ids` for the first `n` packets: EMC, then SMC, then dpcls, then upcall.
+    /// Fills `ids` for the first `n` packets: a verified XDP mark, EMC, SMC, dpcls, upcall.
     fn classify(&mut self, n: usize) {
         let mut todo = 0u32;
         for i in 0..n {
             let key = &self.keys[i];
-            let h = self.rx.as_slice()[i].meta.hash;
+            let meta = &self.rx.as_slice()[i].meta;
+            let h = meta.hash;
+            if let Some(id) = mark_id(meta.mark, self.tag) {
+                if self.flows.get(id).is_some_and(|f| f.covers(key)) {
+                    self.ids[i] = id;
+                    self.tally.mark_hits += 1;
+                    continue;
+                }
+            }
             if let Some((id, gen)) = self.emc.lookup(key, h) {
                 if self.flows.get_gen(id, gen).is_some() {
                     self.ids[i] = id;
@@ -337,6 +381,9 @@ impl Worker {
                 if self.flows.get(id).is_some_and(|f| f.covers(key)) {
                     self.ids[i] = id;
                     self.tally.smc_hits += 1;
+                    if self.from_xdp & (1 << i) != 0 {
+                        self.note_tuple(i, id);
+                    }
                     self.cache(i, id, false);
                     continue;
                 }
@@ -354,6 +401,9 @@ impl Worker {
             let i = hit.trailing_zeros() as usize;
             hit &= hit - 1;
             self.tally.megaflow_hits += 1;
+            if self.from_xdp & (1 << i) != 0 {
+                self.note_tuple(i, self.ids[i]);
+            }
             self.cache(i, self.ids[i], true);
         }
         let mut miss = left;
@@ -361,6 +411,19 @@ impl Worker {
             let i = miss.trailing_zeros() as usize;
             miss &= miss - 1;
             self.handle_miss(i);
+        }
+    }
+
+    /// Gives flow `id` packet `i`'s 5-tuple for an XDP mark if it has none yet (the packet came
+    /// with an XDP hash, so from an `xdp-mark` port; only past the EMC, so rarely per flow).
+    #[inline(never)]
+    fn note_tuple(&self, i: usize, id: u32) {
+        if let Some(f) = self.flows.get(id) {
+            if f.tuple.get().is_none() {
+                if let Some(t) = Tuple5::of(&self.keys[i]) {
+                    let _ = f.tuple.set(t);
+                }
+            }
         }
     }
 
@@ -404,6 +467,9 @@ impl Worker {
         mask.set_exact(Field::RecircId);
         self.activity.holds_flows.store(true, SeqCst);
         let flow = Megaflow::with_deps(&key, &mask, res.actions, res.deps);
+        if let Some(t) = Tuple5::of(&key) {
+            let _ = flow.tuple.set(t);
+        }
         // This packet was counted by the pipeline's upcall; only later hits are credited.
         flow.preset_reported(1, pkt.len() as u64);
         let (mut id, _) = self.flows.insert(flow);

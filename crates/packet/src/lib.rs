@@ -94,10 +94,10 @@ pub struct Meta {
     pub in_port: u32,
     /// Hash of the flow key, computed once at classification (0 = not computed). An
     /// `af-xdp` port with `xdp-mark=on` fills it with the XDP program's flow hash, which the
-    /// datapath replaces at classification.
+    /// datapath then keeps as the packet's cache hash.
     pub hash: u32,
-    /// Mark the `af-xdp` XDP program gave the frame's 5-tuple (0 = none); not used for
-    /// forwarding.
+    /// Mark the `af-xdp` XDP program gave the frame's 5-tuple (0 = none): a hint naming a
+    /// megaflow, which the datapath uses only after checking that flow covers the packet.
     pub mark: u32,
     /// The [`Offload`], packed into plain bits (kind in bits 0..8, its two 16-bit fields in
     /// bits 16..32 and 32..48): a plain integer keeps `Meta` one 16-byte store to reset and

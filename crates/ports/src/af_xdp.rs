@@ -31,6 +31,7 @@ use std::sync::{Mutex, MutexGuard};
 /// What an upgrade hands over per port (`AfXdpPort::dup_fds`, `AfXdpPort::books`).
 pub use xsk::{Books, DeviceFds, QueueFds};
 use xsk::{Device, DeviceConfig, ModeInUse, ModeRequest, RxSide, TxSide};
+pub use xsk::{FiveTuple, MARK_MAP_ENTRIES};
 
 type Halves = (Vec<(RxSide, TxSide)>, Vec<Vec<RxSide>>);
 
@@ -57,6 +58,9 @@ pub struct AfXdpPort {
     marks: bool,
     /// Frames received with the program's metadata.
     rx_marked: AtomicU64,
+    /// Entries in the mark map and entries it refused, as vireod last set them.
+    marks_installed: AtomicU64,
+    marks_refused: AtomicU64,
     device: Mutex<Option<Device>>,
     /// The interface was up and running at the last look (open, [`Port::maintain`]).
     up: AtomicBool,
@@ -272,6 +276,8 @@ impl AfXdpPort {
             steer_nodes: nodes as usize,
             marks,
             rx_marked: AtomicU64::new(0),
+            marks_installed: AtomicU64::new(0),
+            marks_refused: AtomicU64::new(0),
             device: Mutex::new(Some(dev)),
             counters: PortCounters::default(),
             held: AtomicBool::new(false),
@@ -372,6 +378,43 @@ impl AfXdpPort {
             .as_ref()
             .ok_or_else(|| PortError(format!("af-xdp {}: port is shut down", self.ifname)))?;
         d.steer_set(mac, node as u32)
+            .map_err(|e| PortError(format!("af-xdp {}: {e}", self.ifname)))
+    }
+
+    /// Whether the program writes metadata marks (`xdp-mark=on`).
+    pub fn marks(&self) -> bool {
+        self.marks
+    }
+
+    /// Times the interface was opened again: each open starts with an empty mark map.
+    pub fn opens(&self) -> u64 {
+        self.reopened.load(Relaxed)
+    }
+
+    /// Marks frames of the IPv4 5-tuple `t` with `mark` (not 0), replacing an entry. Control
+    /// thread only (one `bpf()` call).
+    pub fn mark_set(&self, t: &xsk::FiveTuple, mark: u32) -> Result<(), PortError> {
+        let d = lock(&self.device);
+        let d = d
+            .as_ref()
+            .ok_or_else(|| PortError(format!("af-xdp {}: port is shut down", self.ifname)))?;
+        d.mark_set(t, mark)
+            .map_err(|e| PortError(format!("af-xdp {}: {e}", self.ifname)))
+    }
+
+    /// Records how many marks the map holds and how many it refused (for `show`).
+    pub fn set_marks_installed(&self, n: usize, refused: u64) {
+        self.marks_installed.store(n as u64, Relaxed);
+        self.marks_refused.store(refused, Relaxed);
+    }
+
+    /// Removes `t`'s mark; true if it had one.
+    pub fn mark_del(&self, t: &xsk::FiveTuple) -> Result<bool, PortError> {
+        let d = lock(&self.device);
+        let d = d
+            .as_ref()
+            .ok_or_else(|| PortError(format!("af-xdp {}: port is shut down", self.ifname)))?;
+        d.mark_del(t)
             .map_err(|e| PortError(format!("af-xdp {}: {e}", self.ifname)))
     }
 
@@ -563,6 +606,8 @@ impl Port for AfXdpPort {
             "xdp_steering": if self.steer_nodes > 0 { "on" } else { "off" },
             "xdp_mark": if self.marks { "on" } else { "off" },
             "rx_marked": self.rx_marked.load(Relaxed),
+            "xdp_marks": self.marks_installed.load(Relaxed),
+            "xdp_marks_refused": self.marks_refused.load(Relaxed),
             "steering": steer,
             "xdp_mode": self.mode().name(),
             "queues": self.queues.len(),

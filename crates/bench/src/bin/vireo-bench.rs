@@ -45,7 +45,8 @@ struct Args {
     /// testpmd's open-loop flowgen instead of the io loop (needed when the switch drops);
     /// or full, quick, sizes.
     /// Kernel ports: kp:KIND:SIZE or kp:KIND:tcp (KIND af-packet, af-xdp, tap), or kernel
-    /// (all nine).
+    /// (all nine); UDP ones may end in `:mark` (af-xdp, Vireo only: `xdp-mark=on`) and/or
+    /// `:flows` (testpmd `--txonly-multi-flow`, a rule making one megaflow per IPv4 source).
     #[arg(long)]
     scenarios: Option<String>,
     /// Switches for the kernel-port scenarios: vireo, vireo-busy (its PMD never sleeps),
@@ -640,7 +641,7 @@ fn main() {
                     eprintln!("vireo-bench: interrupted; writing what was measured");
                     break 'rounds;
                 }
-                if sw.check(sc.kind).is_err() {
+                if sw.check(sc).is_err() {
                     continue;
                 }
                 let rec = one_kernel(sw.as_mut(), sc, round, &p, &a);

@@ -1,11 +1,29 @@
 //! What the datapath reports to the control thread: `pmd-stats-show` and its reset,
-//! `pmd-rxq-show`, `dump-megaflows` and the per-megaflow counters the daemon credits to rules.
+//! `pmd-rxq-show`, `dump-megaflows`, the per-megaflow counters the daemon credits to rules,
+//! and the megaflows vireod may give XDP flow marks ([`Datapath::mark_candidates`]).
 //!
 //! Threads: control threads, under the datapath's control mutex; each PMD's registry lock is
 //! held only to copy its flows.
 use super::{AssignedAt, Datapath};
+use crate::flow::{mark_of, mark_tag, Megaflow, Tuple5};
 use crate::stats::{actions_to_string, MegaflowInfo, PmdStats, RxqInfo};
 use std::sync::atomic::Ordering::*;
+use std::sync::Arc;
+
+/// A megaflow that an XDP flow mark could name (see [`Datapath::mark_candidates`]).
+#[derive(Clone, Debug)]
+pub struct MarkCandidate {
+    /// The datapath port its packets arrive on.
+    pub in_port: u32,
+    /// The 5-tuple of the packet that created it: what the XDP mark map is keyed by.
+    pub tuple: Tuple5,
+    /// The mark that names it (its PMD's tag and its id).
+    pub mark: u32,
+    /// Packets that hit it so far.
+    pub packets: u64,
+    /// The flow (its `mark` field is where the installer records what it installed).
+    pub flow: Arc<Megaflow>,
+}
 
 impl Datapath {
     /// `pmd-stats-show`.
@@ -89,6 +107,38 @@ impl Datapath {
                     actions: actions_to_string(&f.actions),
                     packets: f.packets(),
                     bytes: f.bytes(),
+                    mark: match f.mark.load(Relaxed) {
+                        0 => None,
+                        m => Some(format!("0x{m:08x}")),
+                    },
+                });
+            }
+        }
+        out
+    }
+
+    /// Every installed megaflow that an XDP mark can name: created by an untagged IPv4 packet
+    /// straight from a port, with an id that fits in a mark. The marks only name flows; the PMD
+    /// checks each marked packet against the flow (see `flow.rs`), so a list that is stale by
+    /// the time it is installed costs lookups, never correctness.
+    pub fn mark_candidates(&self) -> Vec<MarkCandidate> {
+        let ctl = self.inner.lock();
+        let mut out = Vec::new();
+        for h in &ctl.pmds {
+            let tag = mark_tag(h.shared.core);
+            let r = h.shared.registry.lock();
+            let r = r.unwrap_or_else(|e| e.into_inner());
+            for (id, f) in r.iter().enumerate() {
+                let Some(f) = f else { continue };
+                let (Some(&tuple), Some(mark)) = (f.tuple.get(), mark_of(tag, id as u32)) else {
+                    continue;
+                };
+                out.push(MarkCandidate {
+                    in_port: f.key.get(wire::Field::InPort) as u32,
+                    tuple,
+                    mark,
+                    packets: f.packets(),
+                    flow: f.clone(),
                 });
             }
         }

@@ -6,7 +6,8 @@
 //! (`Port::maintain`: kernel ports notice a deleted interface and re-open it when it is back)
 //! and sends PORT_STATUS (modify) for every port whose link went up or down since the last
 //! look (which also updates fast-failover groups' liveness); at the same pace it brings the
-//! XDP steering maps up to date (`steering.rs`: learned MACs, ports and operator entries).
+//! XDP steering maps up to date (`steering.rs`: learned MACs, ports and operator entries) and
+//! the XDP flow-mark maps (`marks.rs`: the hottest megaflows of each `xdp-mark=on` port).
 //!
 //! Threads: its own; shares [`Shared`] with the control thread, never takes the `Switch` mutex.
 use super::runtime::Shared;
@@ -60,6 +61,7 @@ fn run(shared: &Shared, stop: &AtomicBool) {
             last_maintain = Instant::now();
             maintain_ports(shared);
             shared.steering.sync(shared);
+            shared.marks.sync(shared);
             report_link_changes(shared, &mut links);
         }
         if last_expire.elapsed() >= EXPIRE_EVERY {

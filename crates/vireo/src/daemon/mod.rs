@@ -20,6 +20,7 @@ mod handover;
 mod hooks;
 mod housekeeping;
 mod live;
+mod marks;
 pub mod options;
 mod runtime;
 mod steering;

@@ -48,6 +48,8 @@ pub struct Shared {
     pub ports: Mutex<BTreeMap<String, DpPort>>,
     /// XDP steering maps of `af-xdp` ports (`xdp-steering=on`).
     pub steering: super::steering::Steering,
+    /// XDP flow marks of `af-xdp` ports (`xdp-mark=on`).
+    pub marks: super::marks::Marks,
 }
 
 impl Shared {
@@ -68,6 +70,10 @@ impl Shared {
         match self.pipeline.revalidate_datapath(&self.dp, full) {
             Ok(n) => {
                 self.revalidated.fetch_add(n as u64, Ordering::Relaxed);
+                if n > 0 {
+                    // Marks of the megaflows that went are dropped now, not at the next tick.
+                    self.marks.sync(self);
+                }
             }
             Err(e) => tracing::error!(%e, "revalidate"),
         }
@@ -170,6 +176,7 @@ impl Runtime {
             bridges: Mutex::new(BTreeMap::new()),
             ports: Mutex::new(BTreeMap::new()),
             steering: Default::default(),
+            marks: Default::default(),
         });
         let housekeeping = Some(super::housekeeping::start(shared.clone())?);
         Ok(Runtime {

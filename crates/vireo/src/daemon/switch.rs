@@ -623,6 +623,9 @@ impl Switch {
             self.rt.steering.add_port(name, x.clone());
             self.rt.steering.sync(&self.rt);
         }
+        if let Some(x) = lp.af_xdp().filter(|x| x.marks()) {
+            self.rt.marks.add_port(name, x.clone());
+        }
         self.live.insert(name.to_string(), lp);
         Ok(())
     }
@@ -631,6 +634,7 @@ impl Switch {
         self.failed.remove(name);
         if let Some(lp) = self.live.remove(name) {
             self.rt.steering.remove_port(name);
+            self.rt.marks.remove_port(name);
             self.rt.detach(br, name);
             lp.stop();
             self.retired.push(lp);
