@@ -448,14 +448,7 @@ fn ct(
         c.meta = pkt.meta;
         let mut k = *key;
         if spec.recirc.is_some() {
-            if cx.recirc.is_full() {
-                cx.tally.recirc_drops += 1;
-                cx.pool.put(c);
-            } else {
-                cx.recirc_keys.push(k);
-                cx.recirc_hints.push(Hint::default());
-                let _ = cx.recirc.push(c);
-            }
+            to_recirc(c, k, cx);
         } else {
             // A copy, not the packet `cx.cur` names: no hint.
             let cur = std::mem::replace(&mut cx.cur, usize::MAX);
@@ -479,10 +472,18 @@ fn ct_fork(pkt: &Packet, spec: &CtSpec, key: &FlowKey, cx: &mut ExecCtx) {
     let cur = std::mem::replace(&mut cx.cur, usize::MAX);
     let to = ct(&mut c, spec, &[], &mut k, cx, true);
     cx.cur = cur;
-    if to != Some(RECIRC) {
+    if to == Some(RECIRC) {
+        to_recirc(c, k, cx);
+    } else {
         // Held (a fragment the tracker keeps) or no recirculation: nothing to resume.
         cx.pool.put(c);
-    } else if cx.recirc.is_full() {
+    }
+}
+
+/// Queues a copy (no hint) with its key for the recirculation pass; a full batch drops it
+/// (counted).
+fn to_recirc(c: Packet, k: FlowKey, cx: &mut ExecCtx) {
+    if cx.recirc.is_full() {
         cx.tally.recirc_drops += 1;
         cx.pool.put(c);
     } else {

@@ -374,6 +374,36 @@ impl RxBufs {
     }
 }
 
+/// One non-blocking `recvmmsg` into `hdrs` (datagrams cut to their buffers flagged
+/// `MSG_TRUNC`): how many arrived, 0 when none wait or the call was interrupted.
+///
+/// # Safety
+/// Every pointer in `hdrs` (names, iovecs, control buffers) must point into memory that is
+/// valid for writes of the lengths given, exclusively borrowed for the call.
+pub(crate) unsafe fn recvmmsg_now(
+    fd: BorrowedFd<'_>,
+    hdrs: &mut [libc::mmsghdr],
+) -> io::Result<usize> {
+    // SAFETY: the caller guarantees every buffer `hdrs` names; the count is `hdrs.len()`.
+    let rc = unsafe {
+        libc::recvmmsg(
+            fd.as_raw_fd(),
+            hdrs.as_mut_ptr(),
+            hdrs.len() as u32,
+            libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+            std::ptr::null_mut(),
+        )
+    };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+            _ => Err(e),
+        };
+    }
+    Ok(rc as usize)
+}
+
 /// `recvmmsg` into `frames` (at most [`MAX_BATCH`]) and `b`, non-blocking. Returns how many
 /// messages arrived (0 when none is waiting); their sizes are in `b.info`.
 pub fn recv_batch(
@@ -419,23 +449,7 @@ pub fn recv_batch(
     // Every pointer in `hdrs` points into `frames`, `b` or `iov`, which outlive the call and
     // are exclusively borrowed; the lengths passed are those buffers' lengths.
     // SAFETY: the kernel writes only within those buffers (see above).
-    let rc = unsafe {
-        libc::recvmmsg(
-            fd.as_raw_fd(),
-            hdrs.as_mut_ptr(),
-            n as u32,
-            libc::MSG_DONTWAIT | libc::MSG_TRUNC,
-            std::ptr::null_mut(),
-        )
-    };
-    if rc < 0 {
-        let e = io::Error::last_os_error();
-        return match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
-            _ => Err(e),
-        };
-    }
-    let got = rc as usize;
+    let got = unsafe { recvmmsg_now(fd, &mut hdrs[..n])? };
     for (i, h) in hdrs.iter().enumerate().take(got) {
         b.info[i] = RxInfo {
             len: (h.msg_len as usize).saturating_sub(VNET_HDR_LEN),

@@ -143,23 +143,7 @@ pub fn recv_batch(
     // Every pointer in `hdrs` points into `frames`, `b.names` or `iov`, which outlive the
     // call and are exclusively borrowed; the lengths passed are those buffers' lengths.
     // SAFETY: the kernel writes only within those buffers (see above).
-    let rc = unsafe {
-        libc::recvmmsg(
-            fd.as_raw_fd(),
-            hdrs.as_mut_ptr(),
-            n as u32,
-            libc::MSG_DONTWAIT | libc::MSG_TRUNC,
-            std::ptr::null_mut(),
-        )
-    };
-    if rc < 0 {
-        let e = io::Error::last_os_error();
-        return match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
-            _ => Err(e),
-        };
-    }
-    let got = rc as usize;
+    let got = unsafe { crate::sys::recvmmsg_now(fd, &mut hdrs[..n])? };
     for (i, h) in hdrs.iter().enumerate().take(got) {
         b.info[i] = Datagram {
             len: h.msg_len as usize,

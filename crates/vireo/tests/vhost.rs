@@ -241,6 +241,17 @@ impl Setup {
     }
 }
 
+/// testpmd in mac mode on two queue pairs of vm1 and vm2 (each created with `queues=2`).
+fn two_queue_testpmd(s: &Setup, name: &str) -> Testpmd {
+    let ports = [
+        vu(&s.sock("vm1"), MAC0, "queues=2"),
+        vu(&s.sock("vm2"), MAC1, "queues=2"),
+    ];
+    let mut args = MAC_FWD.to_vec();
+    args.extend(["--rxq=2", "--txq=2"]);
+    testpmd(&s.d, name, &ports, &args, &["vm1", "vm2"])
+}
+
 /// vireod, bridge br0, vhost-user server ports vm1 and vm2 with `opts`.
 fn setup(opts: &[&str]) -> Setup {
     setup_on("0", opts)
@@ -352,13 +363,7 @@ fn testpmd_two_queue_pairs() {
     }
     let s = setup(&["queues=2"]);
     let d = &s.d;
-    let ports = [
-        vu(&s.sock("vm1"), MAC0, "queues=2"),
-        vu(&s.sock("vm2"), MAC1, "queues=2"),
-    ];
-    let mut args = MAC_FWD.to_vec();
-    args.extend(["--rxq=2", "--txq=2"]);
-    let mut tp = testpmd(d, "mq", &ports, &args, &["vm1", "vm2"]);
+    let mut tp = two_queue_testpmd(&s, "mq");
     traffic_round(d, &mut tp, "vm1", "vm2", 1.0);
     let st = common::port_status(d, "vm1")["status"].clone();
     assert_eq!(st["queues"], 2, "{st}");
@@ -391,13 +396,7 @@ fn two_pmds_fill_both_guest_rx_rings() {
     }
     let s = setup_on("0,2", &["queues=2", "pmd-rxq-affinity=0:0,1:2"]);
     let d = &s.d;
-    let ports = [
-        vu(&s.sock("vm1"), MAC0, "queues=2"),
-        vu(&s.sock("vm2"), MAC1, "queues=2"),
-    ];
-    let mut args = MAC_FWD.to_vec();
-    args.extend(["--rxq=2", "--txq=2"]);
-    let mut tp = testpmd(d, "mq2pmd", &ports, &args, &["vm1", "vm2"]);
+    let mut tp = two_queue_testpmd(&s, "mq2pmd");
     let pmds = d.json(&["pmd-stats-show"]);
     let mut txqs: Vec<(u64, u64)> = pmds
         .as_array()
