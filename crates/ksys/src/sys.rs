@@ -492,11 +492,24 @@ pub fn send_batch(
     }
     // Every pointer in `hdrs` points into `vnets`, `frames` or `iov`, which outlive the call.
     // SAFETY: the kernel only reads through the iovecs of a send, all in live buffers.
+    unsafe { sendmmsg_now(fd, &mut hdrs[..n]) }
+}
+
+/// One non-blocking `sendmmsg` of `hdrs`: how many messages the kernel took.
+///
+/// # Safety
+/// Every pointer in `hdrs` (names, iovecs, control buffers) must point into memory valid for
+/// reads of the lengths given for the whole call.
+pub(crate) unsafe fn sendmmsg_now(
+    fd: BorrowedFd<'_>,
+    hdrs: &mut [libc::mmsghdr],
+) -> io::Result<usize> {
+    // SAFETY: the caller guarantees every buffer `hdrs` names; the count is `hdrs.len()`.
     let rc = unsafe {
         libc::sendmmsg(
             fd.as_raw_fd(),
             hdrs.as_mut_ptr(),
-            n as u32,
+            hdrs.len() as u32,
             libc::MSG_DONTWAIT,
         )
     };

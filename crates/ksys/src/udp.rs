@@ -16,7 +16,7 @@
 use std::io;
 use std::mem::{size_of, zeroed};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 
 /// Most datagrams one [`recv_batch`] or [`send_batch`] moves.
 pub const MAX_BATCH: usize = 32;
@@ -279,19 +279,7 @@ pub fn send_batch(fd: BorrowedFd<'_>, msgs: &[Outgoing<'_>]) -> io::Result<usize
     // Every pointer in `hdrs` points into `msgs`' buffers, `names`, `cmsgs` or `iov`, which
     // outlive the call.
     // SAFETY: the kernel only reads through the names and iovecs of a send, all live buffers.
-    let rc = unsafe {
-        libc::sendmmsg(
-            fd.as_raw_fd(),
-            hdrs.as_mut_ptr(),
-            n as u32,
-            libc::MSG_DONTWAIT,
-        )
-    };
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(rc as usize)
-    }
+    unsafe { crate::sys::sendmmsg_now(fd, &mut hdrs[..n]) }
 }
 
 #[cfg(test)]
