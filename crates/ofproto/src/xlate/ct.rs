@@ -177,7 +177,7 @@ impl<'a> Xlate<'a> {
         for i in std::mem::take(&mut self.forks) {
             if i + 1 < n {
                 if let Some(Action::Ct(spec)) = self.out.get_mut(i) {
-                    spec.fork = true;
+                    spec.fork = spec.recirc.is_some();
                 }
             }
         }
