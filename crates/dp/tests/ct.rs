@@ -17,15 +17,22 @@ use wire::{checksum, Field, FlowKey};
 const A: u32 = 0x0a00_0001;
 const B: u32 = 0x0a00_0002;
 
-/// Ethernet + IPv4 + TCP (no options) with valid checksums.
-fn tcp(src: u32, dst: u32, sport: u16, dport: u16, seq: u32, ack: u32, flags: u8) -> Vec<u8> {
+/// Ethernet + an IPv4 header (valid checksum) for `l4_len` bytes of protocol `proto`.
+fn eth_ipv4(src: u32, dst: u32, proto: u8, l4_len: u16) -> Vec<u8> {
     let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
-    let mut ip = vec![0x45, 0, 0, 40, 0, 1, 0x40, 0, 64, 6, 0, 0];
+    let total = (20 + l4_len).to_be_bytes();
+    let mut ip = vec![0x45, 0, total[0], total[1], 0, 1, 0x40, 0, 64, proto, 0, 0];
     ip.extend_from_slice(&src.to_be_bytes());
     ip.extend_from_slice(&dst.to_be_bytes());
     let c = checksum::compute(&ip);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
     f.extend_from_slice(&ip);
+    f
+}
+
+/// Ethernet + IPv4 + TCP (no options) with valid checksums.
+fn tcp(src: u32, dst: u32, sport: u16, dport: u16, seq: u32, ack: u32, flags: u8) -> Vec<u8> {
+    let mut f = eth_ipv4(src, dst, 6, 20);
     let mut t = Vec::new();
     t.extend_from_slice(&sport.to_be_bytes());
     t.extend_from_slice(&dport.to_be_bytes());
@@ -493,13 +500,7 @@ fn ipv6_connections_fill_the_ct_ipv6_fields_of_the_recirculated_key() {
 
 /// Ethernet + IPv4 + ICMP echo (request or reply) with id 0x4242, valid checksums.
 fn echo(src: u32, dst: u32, request: bool) -> Vec<u8> {
-    let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
-    let mut ip = vec![0x45, 0, 0, 28, 0, 1, 0x40, 0, 64, 1, 0, 0];
-    ip.extend_from_slice(&src.to_be_bytes());
-    ip.extend_from_slice(&dst.to_be_bytes());
-    let c = checksum::compute(&ip);
-    ip[10..12].copy_from_slice(&c.to_be_bytes());
-    f.extend_from_slice(&ip);
+    let mut f = eth_ipv4(src, dst, 1, 8);
     let mut m = vec![if request { 8 } else { 0 }, 0, 0, 0, 0x42, 0x42, 0, 1];
     let c = checksum::compute(&m);
     m[2..4].copy_from_slice(&c.to_be_bytes());
