@@ -313,6 +313,46 @@ fn flood_across(
 /// The inodes of the AF_XDP sockets process `pid` holds: its socket fds whose rings it has
 /// mapped (`/proc/PID/maps` names a socket mapping by its inode; no `/proc/net` table lists
 /// AF_XDP sockets, and `ss --xdp` needs a kernel with xsk_diag).
+/// Namespaces `a` (10.79.NET.1) and `b` (10.79.NET.2) on veths tagged `tag`, and a vireod in
+/// `dir` whose bridge br0 holds their host ends as ports `pa` and `pb` of type `ty`.
+fn two_namespaces_on_a_bridge(
+    dir: &std::path::Path,
+    tag: char,
+    net: u8,
+    ty: &str,
+) -> (common::host::Ns, common::host::Ns, Vireod) {
+    use common::host::Ns;
+    let (a, b) = (Ns::create("vup", tag, 'a'), Ns::create("vup", tag, 'b'));
+    a.exec(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("10.79.{net}.1/24"),
+        "dev",
+        &a.ns_if,
+    ]);
+    b.exec(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("10.79.{net}.2/24"),
+        "dev",
+        &b.ns_if,
+    ]);
+    let d = Vireod::start(dir);
+    d.ok(&["add-br", "br0", "internal=false"]);
+    for (p, ns) in [("pa", &a), ("pb", &b)] {
+        d.ok(&[
+            "add-port",
+            "br0",
+            p,
+            &format!("type={ty}"),
+            &format!("ifname={}", ns.host_if),
+        ]);
+    }
+    (a, b, d)
+}
+
 fn xsk_sockets(pid: i32) -> std::collections::BTreeSet<String> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
     let fds: std::collections::BTreeSet<String> = fd_links(pid)
@@ -362,26 +402,13 @@ fn fd_links(pid: i32) -> Vec<String> {
 /// the flood's loss is printed for comparison.
 #[test]
 fn af_xdp_sockets_are_handed_over_under_a_ping_flood() {
-    use common::host::{kernel_ok, Ns};
+    use common::host::kernel_ok;
     let _g = serial();
     if !kernel_ok() {
         return;
     }
-    let (a, b) = (Ns::create("vup", 'x', 'a'), Ns::create("vup", 'x', 'b'));
-    a.exec(&["ip", "addr", "add", "10.79.3.1/24", "dev", &a.ns_if]);
-    b.exec(&["ip", "addr", "add", "10.79.3.2/24", "dev", &b.ns_if]);
     let dir = tempfile::tempdir().unwrap();
-    let mut d = Vireod::start(dir.path());
-    d.ok(&["add-br", "br0", "internal=false"]);
-    for (p, ns) in [("pa", &a), ("pb", &b)] {
-        d.ok(&[
-            "add-port",
-            "br0",
-            p,
-            "type=af-xdp",
-            &format!("ifname={}", ns.host_if),
-        ]);
-    }
+    let (a, _b, mut d) = two_namespaces_on_a_bridge(dir.path(), 'x', 3, "af-xdp");
     assert!(
         a.ping_until("10.79.3.2", &[], 20),
         "no ping before the upgrade: {}",
@@ -461,26 +488,13 @@ fn af_xdp_sockets_are_handed_over_under_a_ping_flood() {
 /// flood between two namespaces through them (100 a second, an upgrade in the middle) goes on.
 #[test]
 fn af_packet_sockets_are_handed_over_under_a_ping_flood() {
-    use common::host::{kernel_ok, Ns};
+    use common::host::kernel_ok;
     let _g = serial();
     if !kernel_ok() {
         return;
     }
-    let (a, b) = (Ns::create("vup", 'p', 'a'), Ns::create("vup", 'p', 'b'));
-    a.exec(&["ip", "addr", "add", "10.79.1.1/24", "dev", &a.ns_if]);
-    b.exec(&["ip", "addr", "add", "10.79.1.2/24", "dev", &b.ns_if]);
     let dir = tempfile::tempdir().unwrap();
-    let mut d = Vireod::start(dir.path());
-    d.ok(&["add-br", "br0", "internal=false"]);
-    for (p, ns) in [("pa", &a), ("pb", &b)] {
-        d.ok(&[
-            "add-port",
-            "br0",
-            p,
-            "type=af-packet",
-            &format!("ifname={}", ns.host_if),
-        ]);
-    }
+    let (a, _b, mut d) = two_namespaces_on_a_bridge(dir.path(), 'p', 1, "af-packet");
     assert!(
         a.ping_until("10.79.1.2", &[], 20),
         "no ping before the upgrade"
