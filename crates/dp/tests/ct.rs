@@ -46,6 +46,16 @@ fn tcp(src: u32, dst: u32, sport: u16, dport: u16, seq: u32, ack: u32, flags: u8
     f
 }
 
+/// An upcall's answer: these actions for `mask`, installed.
+fn installed(actions: Vec<Action>, mask: FlowKey) -> UpcallResult {
+    UpcallResult {
+        actions: actions.into(),
+        mask,
+        install: true,
+        deps: Deps::default(),
+    }
+}
+
 const SYN: u8 = 0x02;
 const ACK: u8 = 0x10;
 const SYNACK: u8 = 0x12;
@@ -104,12 +114,7 @@ impl Upcall for Firewall {
                 vec![]
             }
         };
-        UpcallResult {
-            actions: actions.into(),
-            mask,
-            install: true,
-            deps: Deps::default(),
-        }
+        installed(actions, mask)
     }
 }
 
@@ -236,12 +241,7 @@ struct Loop;
 impl Upcall for Loop {
     fn upcall(&self, key: &FlowKey, _pkt: &Packet) -> UpcallResult {
         let id = key.get(Field::RecircId) as u32 + 1;
-        UpcallResult {
-            actions: vec![ct(0, false, Some(id))].into(),
-            mask: FlowKey::ZERO,
-            install: true,
-            deps: Deps::default(),
-        }
+        installed(vec![ct(0, false, Some(id))], FlowKey::ZERO)
     }
 }
 
@@ -276,12 +276,7 @@ impl Upcall for Clear {
         };
         let mut mask = FlowKey::ZERO;
         mask.set_exact(Field::CtZone);
-        UpcallResult {
-            actions: actions.into(),
-            mask,
-            install: true,
-            deps: Deps::default(),
-        }
+        installed(actions, mask)
     }
 }
 
@@ -312,12 +307,7 @@ impl Upcall for Snat {
             recirc: None,
             fork: false,
         }));
-        UpcallResult {
-            actions: vec![a, Action::Output(3 - port)].into(),
-            mask: FlowKey::ZERO,
-            install: true,
-            deps: Deps::default(),
-        }
+        installed(vec![a, Action::Output(3 - port)], FlowKey::ZERO)
     }
 }
 
@@ -425,12 +415,7 @@ impl Upcall for FragPipe {
         };
         let mut mask = FlowKey::ZERO;
         mask.set_exact(Field::IpFrag);
-        UpcallResult {
-            actions: actions.into(),
-            mask,
-            install: true,
-            deps: Deps::default(),
-        }
+        installed(actions, mask)
     }
 }
 
@@ -556,12 +541,7 @@ impl Upcall for RewriteBetweenPasses {
         } else {
             vec![Action::SetTpSrc(7777), commit(None), Action::Output(2)]
         };
-        UpcallResult {
-            actions: actions.into(),
-            mask: FlowKey::ZERO,
-            install: true,
-            deps: Deps::default(),
-        }
+        installed(actions, FlowKey::ZERO)
     }
 }
 
@@ -633,12 +613,7 @@ impl Upcall for ForkPipe {
         } else {
             vec![Action::Output(2)]
         };
-        UpcallResult {
-            actions: actions.into(),
-            mask: FlowKey::ZERO,
-            install: true,
-            deps: Deps::default(),
-        }
+        installed(actions, FlowKey::ZERO)
     }
 }
 
