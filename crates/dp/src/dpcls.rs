@@ -85,6 +85,13 @@ impl FlowMap {
         }
     }
 
+    /// Starts loading the home entry of `hash` (its first 88 bytes: hash, id, key head).
+    #[inline(always)]
+    fn prefetch(&self, hash: u32) {
+        let i = hash as usize & self.mask();
+        guestmem::prefetch_ref(&self.entries[i], true);
+    }
+
     fn insert(&mut self, key: &FlowKey, hash: u32, id: u32) {
         if (self.len + 1) * 4 > self.entries.len() * 3 {
             self.grow();
@@ -170,10 +177,7 @@ impl Subtable {
     #[inline]
     fn lookup(&self, key: &FlowKey) -> u32 {
         let found = if self.head_only {
-            let mut mk = [0u64; HEAD_WORDS];
-            for (i, o) in mk.iter_mut().enumerate() {
-                *o = key.w[i] & self.mask.w[i];
-            }
+            let mk = self.masked_head(key);
             self.map.find_words(&mk, FlowKey::hash_head_words(&mk))
         } else {
             self.lookup_wide(key)
@@ -182,6 +186,16 @@ impl Subtable {
             Some(i) => self.map.entries[i].id,
             None => NO_FLOW,
         }
+    }
+
+    /// The head words of `key` under this subtable's mask.
+    #[inline(always)]
+    fn masked_head(&self, key: &FlowKey) -> [u64; HEAD_WORDS] {
+        let mut mk = [0u64; HEAD_WORDS];
+        for (i, o) in mk.iter_mut().enumerate() {
+            *o = key.w[i] & self.mask.w[i];
+        }
+        mk
     }
 
     /// A lookup in a subtable whose mask has a tail: every word.
@@ -218,24 +232,49 @@ impl Dpcls {
     }
 
     /// Looks up the packets whose bits are set in `todo` (bit i = `keys[i]`), subtable by
-    /// subtable, writing ids into `out`. Returns the bits still unmatched.
+    /// subtable, writing ids into `out`. Returns the bits still unmatched. In a head-only
+    /// subtable every key is masked and hashed and its home entry requested before any is
+    /// probed, so a burst's misses in a large table overlap.
     #[inline]
     pub fn lookup_batch(&mut self, keys: &[FlowKey], out: &mut [u32], mut todo: u32) -> u32 {
         let n = keys.len().min(out.len()).min(32);
+        if n < 32 {
+            todo &= (1u32 << n) - 1;
+        }
+        let mut hashes = [0u32; 32];
         for st in self.subtables.iter_mut() {
             if todo == 0 {
                 break;
+            }
+            if !st.head_only {
+                let mut bits = todo;
+                while bits != 0 {
+                    let i = bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    let id = st.lookup(&keys[i]);
+                    if id != NO_FLOW {
+                        out[i] = id;
+                        st.hits += 1;
+                        todo &= !(1 << i);
+                    }
+                }
+                continue;
             }
             let mut bits = todo;
             while bits != 0 {
                 let i = bits.trailing_zeros() as usize;
                 bits &= bits - 1;
-                if i >= n {
-                    break;
-                }
-                let id = st.lookup(&keys[i]);
-                if id != NO_FLOW {
-                    out[i] = id;
+                let h = FlowKey::hash_head_words(&st.masked_head(&keys[i]));
+                hashes[i] = h;
+                st.map.prefetch(h);
+            }
+            let mut bits = todo;
+            while bits != 0 {
+                let i = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let mk = st.masked_head(&keys[i]);
+                if let Some(e) = st.map.find_words(&mk, hashes[i]) {
+                    out[i] = st.map.entries[e].id;
                     st.hits += 1;
                     todo &= !(1 << i);
                 }

@@ -99,6 +99,16 @@ impl Emc {
             && (!key_tail || self.tails[i] == *tail_of(key))
     }
 
+    /// Starts loading both candidate entries of `hash` (a batched lookup issues this for a
+    /// whole burst before comparing any key).
+    #[inline(always)]
+    pub fn prefetch(&self, hash: u32) {
+        for i in Self::ways(hash) {
+            let i = i & (EMC_ENTRIES - 1);
+            guestmem::prefetch_ref(&self.entries[i], true);
+        }
+    }
+
     /// The (flow id, generation) cached for `key`, whose hash is `hash`.
     #[inline]
     pub fn lookup(&self, key: &FlowKey, hash: u32) -> Option<(u32, u32)> {

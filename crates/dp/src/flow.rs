@@ -201,6 +201,13 @@ impl Megaflow {
         self.bytes.store(self.bytes.load(Relaxed) + bytes, Relaxed);
     }
 
+    /// Starts loading the words [`Megaflow::covers`] compares (the head of key and mask).
+    #[inline(always)]
+    pub fn prefetch_match(&self) {
+        guestmem::prefetch_ref(&self.key, true);
+        guestmem::prefetch_ref(&self.mask, true);
+    }
+
     /// True if `key` falls under this megaflow.
     #[inline]
     pub fn covers(&self, key: &FlowKey) -> bool {
@@ -346,6 +353,14 @@ impl FlowTable {
     #[inline]
     pub fn get(&self, id: u32) -> Option<&Arc<Megaflow>> {
         self.slots.get(id as usize).and_then(|s| s.flow.as_ref())
+    }
+
+    /// Starts loading the slot of flow `id` (its `Arc` and generation).
+    #[inline(always)]
+    pub fn prefetch_slot(&self, id: u32) {
+        if let Some(s) = self.slots.get(id as usize) {
+            guestmem::prefetch_ref(s, false);
+        }
     }
 
     /// The flow with this id if it is still the one of generation `gen`.

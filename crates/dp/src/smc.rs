@@ -47,6 +47,13 @@ impl Smc {
         ((hash as usize) & (SMC_BUCKETS - 1), (hash >> 16) as u16)
     }
 
+    /// Starts loading the bucket of `hash` (see [`crate::emc::Emc::prefetch`]).
+    #[inline(always)]
+    pub fn prefetch(&self, hash: u32) {
+        let (i, _) = Self::split(hash);
+        guestmem::prefetch_ref(&self.buckets[i], false);
+    }
+
     /// A candidate flow id for a key with this hash.
     #[inline]
     pub fn lookup(&self, hash: u32) -> Option<u32> {

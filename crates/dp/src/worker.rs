@@ -357,8 +357,19 @@ impl Worker {
     }
 
     /// Fills `ids` for the first `n` packets: a verified XDP mark, EMC, SMC, dpcls, upcall.
+    ///
+    /// Batched in stages so that the cache misses of a burst overlap instead of following one
+    /// another (at a million flows every tier's memory is a miss): the EMC ways and SMC bucket
+    /// of every packet are requested first, then the EMC compared and each miss's SMC candidate
+    /// read (its flow slot requested), then the candidates' match words requested, and only then
+    /// compared with `covers`.
     fn classify(&mut self, n: usize) {
+        for p in &self.rx.as_slice()[..n] {
+            self.emc.prefetch(p.meta.hash);
+            self.smc.prefetch(p.meta.hash);
+        }
         let mut todo = 0u32;
+        let mut cand = 0u32;
         for i in 0..n {
             let key = &self.keys[i];
             let meta = &self.rx.as_slice()[i].meta;
@@ -378,17 +389,34 @@ impl Worker {
                 }
             }
             if let Some(id) = self.smc.lookup(h) {
-                if self.flows.get(id).is_some_and(|f| f.covers(key)) {
-                    self.ids[i] = id;
-                    self.tally.smc_hits += 1;
-                    if self.from_xdp & (1 << i) != 0 {
-                        self.note_tuple(i, id);
-                    }
-                    self.cache(i, id, false);
-                    continue;
-                }
+                self.flows.prefetch_slot(id);
+                self.ids[i] = id;
+                cand |= 1 << i;
+                continue;
             }
             todo |= 1 << i;
+        }
+        let mut c = cand;
+        while c != 0 {
+            let i = c.trailing_zeros() as usize;
+            c &= c - 1;
+            if let Some(f) = self.flows.get(self.ids[i]) {
+                f.prefetch_match();
+            }
+        }
+        while cand != 0 {
+            let i = cand.trailing_zeros() as usize;
+            cand &= cand - 1;
+            let id = self.ids[i];
+            if self.flows.get(id).is_some_and(|f| f.covers(&self.keys[i])) {
+                self.tally.smc_hits += 1;
+                if self.from_xdp & (1 << i) != 0 {
+                    self.note_tuple(i, id);
+                }
+                self.cache(i, id, false);
+            } else {
+                todo |= 1 << i;
+            }
         }
         if todo == 0 {
             return;
