@@ -8,7 +8,9 @@
 //! per packet compared, as with the 9-word key, instead of 160. Insertion is probabilistic
 //! (see `DpConfig::emc_insert_inv_prob`), as OVS's `emc-insert-inv-prob`, so a flood of new
 //! flows does not thrash it.
+//! Entries and tails sit on 2 MiB pages where the kernel grants them (`ksys::huge`).
 //! Threads: one per PMD, never shared. No locks.
+use ksys::huge::HugeTable;
 use wire::flow::{HEAD_WORDS, TAIL};
 use wire::FlowKey;
 
@@ -41,9 +43,9 @@ type Tail = [u64; wire::KEY_WORDS - HEAD_WORDS];
 
 /// The exact-match cache.
 pub struct Emc {
-    entries: Box<[Entry]>,
+    entries: HugeTable<Entry>,
     /// Tail words of the entries whose key has one (same index).
-    tails: Box<[Tail]>,
+    tails: HugeTable<Tail>,
 }
 
 #[inline(always)]
@@ -75,8 +77,9 @@ impl Emc {
     /// An empty cache.
     pub fn new() -> Emc {
         Emc {
-            entries: vec![EMPTY_ENTRY; EMC_ENTRIES].into_boxed_slice(),
-            tails: vec![[0; TAIL.end - TAIL.start]; EMC_ENTRIES].into_boxed_slice(),
+            entries: HugeTable::new(EMPTY_ENTRY, EMC_ENTRIES).expect("out of memory for the EMC"),
+            tails: HugeTable::new([0; TAIL.end - TAIL.start], EMC_ENTRIES)
+                .expect("out of memory for the EMC"),
         }
     }
 

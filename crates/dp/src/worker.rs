@@ -285,6 +285,10 @@ impl Worker {
             } else {
                 k.hash_head()
             };
+            // Requested now, compared in `classify`: the rest of the burst's extraction
+            // overlaps these misses.
+            self.emc.prefetch(p.meta.hash);
+            self.smc.prefetch(p.meta.hash);
         }
         self.from_xdp = from_xdp;
         self.classify(n);
@@ -313,6 +317,8 @@ impl Worker {
                 wire::extract_into(p.data(), p.meta.in_port, k);
                 k.w[META_WORDS].copy_from_slice(&self.recirc_keys[i].w[META_WORDS]);
                 p.meta.hash = k.hash();
+                self.emc.prefetch(p.meta.hash);
+                self.smc.prefetch(p.meta.hash);
             }
             self.recirc_keys.clear();
             for (slot, h) in self.hints.iter_mut().zip(self.recirc_hints.drain(..)) {
@@ -360,14 +366,11 @@ impl Worker {
     ///
     /// Batched in stages so that the cache misses of a burst overlap instead of following one
     /// another (at a million flows every tier's memory is a miss): the EMC ways and SMC bucket
-    /// of every packet are requested first, then the EMC compared and each miss's SMC candidate
+    /// of every packet were requested as its hash was known (`process`, `recirculate`); here
+    /// the EMC is compared and each miss's SMC candidate
     /// read (its flow slot requested), then the candidates' match words requested, and only then
     /// compared with `covers`.
     fn classify(&mut self, n: usize) {
-        for p in &self.rx.as_slice()[..n] {
-            self.emc.prefetch(p.meta.hash);
-            self.smc.prefetch(p.meta.hash);
-        }
         let mut todo = 0u32;
         let mut cand = 0u32;
         for i in 0..n {

@@ -2,7 +2,7 @@
 //! tunnels), kept apart so that `unsafe` has few homes: `guestmem` (guest memory), `xsk`
 //! (AF_XDP) and this crate. [`sys`] wraps the system calls the `nix` and `rustix` crates do
 //! not (packet-socket options, `recvmmsg`/`sendmmsg` into our own buffers, tun and interface
-//! ioctls); [`udp`] the tunnel ports' batched UDP datagram calls (`recvmmsg`/`sendmmsg` with
+//! ioctls); [`huge`] the 2 MiB-page tables of the PMD's caches; [`udp`] the tunnel ports' batched UDP datagram calls (`recvmmsg`/`sendmmsg` with
 //! addresses); [`ring`] owns the `TPACKET_V2` receive ring an `af-packet` socket shares with the
 //! kernel. Every other crate is `#![deny(unsafe_code)]` and sees only safe functions; each
 //! `unsafe` block here carries its `SAFETY:` argument.
@@ -11,6 +11,7 @@
 //! housekeeping threads the rest).
 #![deny(unsafe_code)]
 
+pub mod huge;
 pub mod ring;
 pub mod sys;
 pub mod udp;
