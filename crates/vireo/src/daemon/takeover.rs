@@ -5,8 +5,9 @@
 //! stopped it at. `tap`, `internal` and `af-packet` ports are taken over through their
 //! handed-over fds once the old process has exited (the interfaces and sockets live on; frames
 //! wait in their queues), and so are `af-xdp` ports (program, XSKMAP, sockets and UMEM memfds,
-//! with the frame books of the final message; one that cannot be adopted is opened afresh)
-//! and tunnel sockets; vhost-user ports see no outage.
+//! steering sockets, steering and mark maps, with the frame books of the final message; one
+//! that cannot be adopted is opened afresh) and tunnel sockets; all of these are held (not
+//! read) until every one is attached. vhost-user ports see no outage.
 //!
 //! Any failure before the switch-over answers `Refused` and exits at once with status 1,
 //! running no destructor: the sockets and files it took over still belong to the old process,
@@ -243,12 +244,20 @@ impl Switch {
                 take(x.prog, "XDP program"),
                 take(x.map, "XSKMAP"),
             );
+            let steer = x
+                .steer
+                .map(|(s, st)| (take(s, "steering map"), take(st, "steering counters")));
+            let marks = x.marks.map(|m| take(m, "mark map"));
             let queues = x
                 .queues
                 .iter()
-                .map(|&(s, u)| ports::af_xdp::QueueFds {
+                .enumerate()
+                .map(|(q, &(s, u))| ports::af_xdp::QueueFds {
                     sock: take(s, "AF_XDP socket"),
                     umem: take(u, "UMEM memfd"),
+                    steered: x.steered.get(q).map_or_else(Vec::new, |v| {
+                        v.iter().map(|&i| take(i, "steering socket")).collect()
+                    }),
                 })
                 .collect();
             self.deferred_xsk.push(DeferredXsk {
@@ -261,6 +270,8 @@ impl Switch {
                     prog,
                     map,
                     queues,
+                    steer,
+                    marks,
                 },
             });
             return Ok(());
@@ -404,46 +415,55 @@ impl Switch {
     /// kernel may still be tearing down the old process's interface).
     pub(super) fn start_deferred(&mut self) {
         // Taps, packet sockets and tunnel sockets handed over: the same interfaces and sockets
-        // (frames they received meanwhile wait in their queues).
+        // (frames they received meanwhile wait in their queues). Every port adopted here is
+        // held (attached, not read) until all of them are attached: read earlier, a frame for
+        // a port not attached yet would be lost.
+        let mut held: Vec<LivePort> = Vec::new();
         for (br, name, pc, fd) in std::mem::take(&mut self.deferred_fds) {
             let r = LivePort::adopt_kernel(&name, &pc, fd)
                 .map_err(super::switch::CmdError)
-                .and_then(|lp| self.attach_live(&br, &name, &pc, lp));
-            if let Err(e) = r {
-                tracing::error!(port = %name, error = %e.0, "cannot take over the handed-over port");
-                self.failed.insert(name, e.0);
+                .and_then(|lp| {
+                    lp.hold_rx(true);
+                    let again = lp.clone();
+                    self.attach_live(&br, &name, &pc, lp).map(|()| again)
+                });
+            match r {
+                Ok(again) => held.push(again),
+                Err(e) => {
+                    tracing::error!(port = %name, error = %e.0, "cannot take over the handed-over port");
+                    self.failed.insert(name, e.0);
+                }
             }
         }
-        // af-xdp ports handed over: the same program, sockets and UMEMs, carrying on with the
-        // frame books the old process kept (frames received meanwhile wait in the rx rings,
-        // and are read only once every one of them is attached: read earlier, a frame for a
-        // port not attached yet would be lost). One that cannot be adopted is opened anew (its
-        // fds closed first), counted in the port's status (`upgrade`) and logged.
-        let mut adopted = Vec::new();
+        // af-xdp ports handed over: the same program, sockets and UMEMs (with their steering
+        // sockets and maps), carrying on with the frame books the old process kept (frames
+        // received meanwhile wait in the rx rings). One that cannot be adopted is opened anew
+        // (its fds closed first), counted in the port's status (`upgrade`) and logged.
         for x in std::mem::take(&mut self.deferred_xsk) {
             let books = self.xsk_books.remove(&x.name);
             let r = match books {
                 Some(b) => LivePort::adopt_af_xdp(&x.name, &x.pc, &x.mode, x.fds, &b)
                     .map_err(super::switch::CmdError)
                     .and_then(|lp| {
-                        if let Some(p) = lp.af_xdp() {
-                            p.hold_rx(true);
-                            adopted.push(p.clone());
-                        }
-                        self.attach_live(&x.br, &x.name, &x.pc, lp)
+                        lp.hold_rx(true);
+                        let again = lp.clone();
+                        self.attach_live(&x.br, &x.name, &x.pc, lp).map(|()| again)
                     }),
                 None => Err(super::switch::CmdError(
                     "no frame books in the final message".into(),
                 )),
             };
-            if let Err(e) = r {
-                tracing::error!(port = %x.name, error = %e.0, "cannot take over the handed-over af-xdp port; opening it anew");
-                self.deferred.push((x.br, x.name.clone(), x.pc));
-                self.xsk_reopened.insert(x.name, e.0);
+            match r {
+                Ok(again) => held.push(again),
+                Err(e) => {
+                    tracing::error!(port = %x.name, error = %e.0, "cannot take over the handed-over af-xdp port; opening it anew");
+                    self.deferred.push((x.br, x.name.clone(), x.pc));
+                    self.xsk_reopened.insert(x.name, e.0);
+                }
             }
         }
-        for p in adopted {
-            p.hold_rx(false);
+        for lp in held {
+            lp.hold_rx(false);
         }
         for (br, name, pc) in std::mem::take(&mut self.deferred) {
             let deadline = std::time::Instant::now() + REOPEN_DEADLINE;

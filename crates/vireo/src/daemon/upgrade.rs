@@ -506,9 +506,18 @@ impl Switch {
         }
         let mut af_xdp = BTreeMap::new();
         for (name, lp) in &self.live {
-            // Only from version 3 on: an older build would not take them.
+            // Only from version 3 on: an older build would not take them; with steering or
+            // marks only from version 4 on (version 3 reopens those).
             let LivePort::AfXdp(x) = lp else { continue };
             if version < 3 {
+                continue;
+            }
+            if version < 4 && (x.steer_nodes() > 0 || x.marks()) {
+                tracing::info!(
+                    port = %name,
+                    version,
+                    "upgrade: state version 3 does not carry xdp-steering or xdp-mark; the new vireod opens the port anew"
+                );
                 continue;
             }
             match x.dup_fds() {
@@ -518,11 +527,16 @@ impl Switch {
                         fds.len() - 1
                     };
                     let (link, prog, map) = (idx(d.link), idx(d.prog), idx(d.map));
-                    let queues = d
-                        .queues
-                        .into_iter()
-                        .map(|q| (idx(q.sock), idx(q.umem)))
-                        .collect();
+                    let steer = d.steer.map(|(s, st)| (idx(s), idx(st)));
+                    let marks = d.marks.map(&mut idx);
+                    let (mut queues, mut steered) = (Vec::new(), Vec::new());
+                    for q in d.queues {
+                        queues.push((idx(q.sock), idx(q.umem)));
+                        steered.push(q.steered.into_iter().map(&mut idx).collect::<Vec<_>>());
+                    }
+                    if steered.iter().all(Vec::is_empty) {
+                        steered.clear();
+                    }
                     af_xdp.insert(
                         name.clone(),
                         handover::XskOffer {
@@ -531,6 +545,9 @@ impl Switch {
                             prog,
                             map,
                             queues,
+                            steered,
+                            steer,
+                            marks,
                         },
                     );
                 }
