@@ -32,6 +32,17 @@ const EXIT_DEADLINE: Duration = Duration::from_secs(5);
 /// How long a kernel port may keep failing to open after the old process exited.
 const REOPEN_DEADLINE: Duration = Duration::from_secs(2);
 
+/// For tests: `VIREO_TAKEOVER_ATTACH_DELAY_MS=N` waits N ms after each adopted kernel port is
+/// attached, widening the window in which a port that were read at once could meet one not
+/// attached yet (`upgrade_ports.rs`). Not set: no wait.
+fn attach_delay() -> Option<Duration> {
+    std::env::var("VIREO_TAKEOVER_ATTACH_DELAY_MS")
+        .ok()?
+        .parse()
+        .ok()
+        .map(Duration::from_millis)
+}
+
 /// Port kinds whose kernel object the old process holds until it exits: opened afterwards.
 const DEFERRED_KINDS: &[&str] = &["af-xdp", "af-packet", "tap", "internal", "vxlan", "geneve"];
 
@@ -419,6 +430,7 @@ impl Switch {
         // held (attached, not read) until all of them are attached: read earlier, a frame for
         // a port not attached yet would be lost.
         let mut held: Vec<LivePort> = Vec::new();
+        let delay = attach_delay();
         for (br, name, pc, fd) in std::mem::take(&mut self.deferred_fds) {
             let r = LivePort::adopt_kernel(&name, &pc, fd)
                 .map_err(super::switch::CmdError)
@@ -427,6 +439,9 @@ impl Switch {
                     let again = lp.clone();
                     self.attach_live(&br, &name, &pc, lp).map(|()| again)
                 });
+            if let Some(d) = delay {
+                std::thread::sleep(d);
+            }
             match r {
                 Ok(again) => held.push(again),
                 Err(e) => {

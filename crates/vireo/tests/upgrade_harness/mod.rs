@@ -43,6 +43,11 @@ pub struct Vireod {
 
 impl Vireod {
     pub fn start(dir: &Path) -> Vireod {
+        Self::start_env(dir, &[])
+    }
+
+    /// [`Vireod::start`] with environment variables (inherited by every upgrade).
+    pub fn start_env(dir: &Path, env: &[(&str, &str)]) -> Vireod {
         let run = dir.join("run");
         let log_path = dir.join("vireod.log");
         let log = std::fs::File::create(&log_path).unwrap();
@@ -50,6 +55,7 @@ impl Vireod {
             .arg("--run-dir")
             .arg(&run)
             .args(["--pmd-cores", "0"])
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
