@@ -606,6 +606,19 @@ fn af_xdp_steering_and_mark_maps_are_handed_over_under_a_ping_flood() {
         "more than one ping lost across the upgrade: {text}\n{}",
         d.log_tail()
     );
+    // vireod timed its switch-over: the rings' gap, then the kernel ports' (adopted once the
+    // old process has exited).
+    let so = d.json(&["show"])["switch_over"].clone();
+    let (rings, kernel) = (
+        so["rings_gap_us"].as_u64(),
+        so["kernel_ports_gap_us"].as_u64(),
+    );
+    assert!(
+        rings
+            .zip(kernel)
+            .is_some_and(|(r, k)| r <= k && k < 30_000_000),
+        "switch-over times: {so}"
+    );
     // The entry is still in the map and still steers; the counters went on from the old ones.
     assert_eq!(mac_numa_ports(&d, b_mac), ["pa", "pb"]);
     let s1 = steered(&d, "pa");

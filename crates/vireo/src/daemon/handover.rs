@@ -160,12 +160,26 @@ pub enum Reply {
         /// go on from them.
         #[serde(default)]
         counters: BTreeMap<String, ports::PortStats>,
+        /// When the old process's PMDs had stopped (CLOCK_MONOTONIC ns, version 4; 0: not
+        /// sent).
+        #[serde(default)]
+        stopped_ns: u64,
     },
     /// New: the rings run here now.
     Started {
         /// The new process.
         pid: u32,
+        /// When its PMDs were let at the rings (CLOCK_MONOTONIC ns; 0: not sent).
+        #[serde(default)]
+        resumed_ns: u64,
     },
+}
+
+/// CLOCK_MONOTONIC in ns: one clock for both processes, so the switch-over's instants taken in
+/// the old and the new one compare.
+pub fn mono_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 /// Sends one message with `fds`.
@@ -358,6 +372,7 @@ mod tests {
                 },
             )]
             .into(),
+            stopped_ns: 12_345,
         };
         let (a, b) = UnixStream::pair().unwrap();
         send_reply(&a, &r).unwrap();
@@ -407,6 +422,7 @@ mod tests {
                 conntrack: false,
                 xsk: BTreeMap::new(),
                 counters: BTreeMap::new(),
+                stopped_ns: 0,
             }
         );
     }

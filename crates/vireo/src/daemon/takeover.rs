@@ -137,6 +137,7 @@ impl Taken {
                 conntrack,
                 xsk,
                 counters,
+                stopped_ns,
             } => {
                 let conntrack = match conntrack {
                     true => Some(
@@ -152,6 +153,7 @@ impl Taken {
                     conntrack,
                     xsk,
                     counters,
+                    stopped_ns,
                 })
             }
             other => Err(format!("{other:?}")),
@@ -167,11 +169,12 @@ impl Taken {
         }
     }
 
-    /// Confirms the switch-over, then waits (bounded) for the old process to exit. It is our
-    /// parent: once it has exited we have another one.
-    pub fn started(&self) {
+    /// Confirms the switch-over (`resumed_ns`: when the PMDs were let at the rings here), then
+    /// waits (bounded) for the old process to exit. It is our parent: once it has exited we
+    /// have another one.
+    pub fn started(&self, resumed_ns: u64) {
         let pid = std::process::id();
-        if let Err(e) = handover::send_reply(&self.stream, &Reply::Started { pid }) {
+        if let Err(e) = handover::send_reply(&self.stream, &Reply::Started { pid, resumed_ns }) {
             tracing::warn!(error = %e, "takeover: cannot confirm the switch-over");
         }
         let deadline = std::time::Instant::now() + EXIT_DEADLINE;
@@ -200,6 +203,9 @@ pub struct Switchover {
     pub xsk: BTreeMap<String, Vec<handover::XskBooks>>,
     /// Every port's counters at the switch-over, from a version-3 sender.
     pub counters: BTreeMap<String, ports::PortStats>,
+    /// When the old process's PMDs had stopped (CLOCK_MONOTONIC ns; 0 from a sender before
+    /// version 4).
+    pub stopped_ns: u64,
 }
 
 /// Answers `Refused` and exits with status 1 (no destructor: nothing taken is released).
@@ -302,8 +308,9 @@ impl Switch {
     }
 
     /// The switch-over in the new process: every adopted vhost-user port installs its rings at
-    /// the final bases and its control thread starts.
-    pub(super) fn take_rings(&mut self, bases: &BTreeMap<String, Vec<(usize, u16)>>) {
+    /// the final bases and its control thread starts. Returns when the PMDs were let at the
+    /// rings (CLOCK_MONOTONIC ns), also kept for `show` (`switch_over`).
+    pub(super) fn take_rings(&mut self, bases: &BTreeMap<String, Vec<(usize, u16)>>) -> u64 {
         // Every port's rings first, with PMDs held off the guests' tx rings: a packet taken
         // from one guest then always finds its destination running.
         for (name, lp) in &self.live {
@@ -322,6 +329,15 @@ impl Switch {
                 }
             }
         }
+        // From here the PMDs poll the rings: the new process's side of the switch-over.
+        let resumed = handover::mono_ns();
+        if let Some(so) = self.switch_over.as_mut() {
+            so["rings_resumed_ns"] = resumed.into();
+            if let Some(stopped) = so["stopped_ns"].as_u64().filter(|&s| s > 0) {
+                so["rings_gap_us"] = (resumed.saturating_sub(stopped) / 1000).into();
+            }
+        }
+        resumed
     }
 
     /// At the switch-over, before any ring runs here: the MACs the old process had learned
@@ -329,6 +345,7 @@ impl Switch {
     /// What cannot be entered is logged and counted in the log line; the switch-over goes on.
     pub(super) fn take_live_state(&mut self, so: &Switchover) {
         self.xsk_books = so.xsk.clone();
+        self.switch_over = Some(serde_json::json!({ "stopped_ns": so.stopped_ns }));
         self.take_macs(so);
         if let Some(bytes) = &so.conntrack {
             let t = std::time::Instant::now();
@@ -479,6 +496,13 @@ impl Switch {
         }
         for lp in held {
             lp.hold_rx(false);
+        }
+        let kernel_ns = handover::mono_ns();
+        if let Some(so) = self.switch_over.as_mut() {
+            so["kernel_ports_resumed_ns"] = kernel_ns.into();
+            if let Some(stopped) = so["stopped_ns"].as_u64().filter(|&s| s > 0) {
+                so["kernel_ports_gap_us"] = (kernel_ns.saturating_sub(stopped) / 1000).into();
+            }
         }
         for (br, name, pc) in std::mem::take(&mut self.deferred) {
             let deadline = std::time::Instant::now() + REOPEN_DEADLINE;

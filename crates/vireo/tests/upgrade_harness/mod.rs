@@ -117,6 +117,14 @@ impl Vireod {
         args.extend_from_slice(extra);
         let v = self.json(&args);
         let new = v["pid"].as_i64().unwrap() as i32;
+        // vireod's own measure of the switch-over: from the old PMDs' stop to the new ones'
+        // start (CLOCK_MONOTONIC in both).
+        let gap = v["switch_over_us"].as_u64();
+        assert!(
+            gap.is_some_and(|g| g < 30_000_000),
+            "no switch-over gap: {v}"
+        );
+        eprintln!("upgrade {extra:?}: switch-over gap {} us", gap.unwrap_or(0));
         assert_eq!(v["old_pid"].as_i64().unwrap() as i32, old, "{v}");
         assert_ne!(new, old);
         assert_eq!(self.pid(), new, "the run directory names the new vireod");
