@@ -22,8 +22,9 @@
 //! Upgrade (`vireoctl upgrade`): the old vireod hands the device over (`dup_fds`: link,
 //! program, XSKMAP, each queue's socket and UMEM memfd), stops receiving at the switch-over
 //! (`hold_rx`), stops sending once the PMDs have quiesced and reads the frame books (`books`);
-//! the new one `adopt`s it (every fd checked by `xsk::Device::adopt`). A port with steering or
-//! marks is not handed over (it is opened anew).
+//! the new one `adopt`s it (every fd checked by `xsk::Device::adopt`). With steering the
+//! steering sockets and maps travel too, with marks the mark map; their entries stay, and the
+//! new vireod reads them back (`steer_entries`, `mark_entries`) to diff against.
 use crate::{DropReason, Link, Port, PortCounters, PortError, PortStats};
 use packet::{Batch, Pool};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -140,11 +141,14 @@ impl AfXdpPort {
     /// the same program, XSKMAP, sockets and UMEMs (`fds`), in the mode it ran (`mode_in_use`),
     /// each queue carrying on with the frame books it kept (`books`). Every fd is checked
     /// (`xsk::Device::adopt`); on failure nothing is kept and the caller opens the port anew.
+    /// `nodes` and `marks` as for [`AfXdpPort::open_with`]: they must match what was handed
+    /// over.
     pub fn adopt(
         ifname: &str,
         queues: usize,
         mode: &str,
         mode_in_use: &str,
+        (nodes, marks): (u32, bool),
         fds: xsk::DeviceFds,
         books: &[xsk::Books],
     ) -> Result<AfXdpPort, PortError> {
@@ -162,8 +166,8 @@ impl AfXdpPort {
             ifname: ifname.to_string(),
             queues: queues as u32,
             mode: req,
-            steer_targets: 0,
-            marks: false,
+            steer_targets: nodes,
+            marks,
         };
         let dev = Device::adopt(&cfg, in_use, fds, books)
             .map_err(|e| PortError(format!("af-xdp {e}")))?;
@@ -173,8 +177,7 @@ impl AfXdpPort {
     }
 
     /// Duplicates of the device's fds and its mode, to hand it to the next vireod (an error
-    /// for a port with steering or marks, or one whose interface is gone: those are opened
-    /// anew there).
+    /// for a port whose interface is gone: it is opened anew there).
     pub fn dup_fds(&self) -> Result<(xsk::DeviceFds, &'static str), PortError> {
         let e = |e: xsk::Error| PortError(format!("af-xdp {}: {e}", self.ifname));
         let dev = lock(&self.device);
@@ -182,13 +185,18 @@ impl AfXdpPort {
             .as_ref()
             .ok_or_else(|| PortError(format!("af-xdp {}: no device open", self.ifname)))?;
         let (link, prog, map) = d.dup_program().map_err(e)?;
+        let (steer, marks) = d.dup_maps().map_err(e)?;
+        let closed = || PortError(format!("af-xdp {}: queue closed", self.ifname));
         let mut queues = Vec::new();
         for q in &self.queues {
             let rx = lock(&q.rx);
-            let rx = rx
-                .as_ref()
-                .ok_or_else(|| PortError(format!("af-xdp {}: queue closed", self.ifname)))?;
-            queues.push(rx.dup_fds().map_err(e)?);
+            let mut fds = rx.as_ref().ok_or_else(closed)?.dup_fds().map_err(e)?;
+            for s in &q.steer {
+                let s = lock(s);
+                fds.steered
+                    .push(s.as_ref().ok_or_else(closed)?.dup_steering().map_err(e)?);
+            }
+            queues.push(fds);
         }
         Ok((
             xsk::DeviceFds {
@@ -196,6 +204,8 @@ impl AfXdpPort {
                 prog,
                 map,
                 queues,
+                steer,
+                marks,
             },
             d.mode().name(),
         ))
@@ -378,6 +388,27 @@ impl AfXdpPort {
             .as_ref()
             .ok_or_else(|| PortError(format!("af-xdp {}: port is shut down", self.ifname)))?;
         d.steer_set(mac, node as u32)
+            .map_err(|e| PortError(format!("af-xdp {}: {e}", self.ifname)))
+    }
+
+    /// What the steering map holds: MAC → node (an adopted port keeps the old vireod's).
+    pub fn steer_entries(&self) -> Result<Vec<([u8; 6], usize)>, PortError> {
+        let d = lock(&self.device);
+        let d = d
+            .as_ref()
+            .ok_or_else(|| PortError(format!("af-xdp {}: port is shut down", self.ifname)))?;
+        d.steer_entries()
+            .map(|v| v.into_iter().map(|(m, t)| (m, t as usize)).collect())
+            .map_err(|e| PortError(format!("af-xdp {}: {e}", self.ifname)))
+    }
+
+    /// What the mark map holds: 5-tuple → mark (an adopted port keeps the old vireod's).
+    pub fn mark_entries(&self) -> Result<Vec<(xsk::FiveTuple, u32)>, PortError> {
+        let d = lock(&self.device);
+        let d = d
+            .as_ref()
+            .ok_or_else(|| PortError(format!("af-xdp {}: port is shut down", self.ifname)))?;
+        d.mark_entries()
             .map_err(|e| PortError(format!("af-xdp {}: {e}", self.ifname)))
     }
 

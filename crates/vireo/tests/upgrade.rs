@@ -265,16 +265,26 @@ fn upgrade_versus_restart() {
     }
     let mut l = io_loop_with("measure", true, "");
     let run = l.d.run.clone();
+    let answer = std::sync::Arc::new(Mutex::new(String::new()));
+    let keep_answer = answer.clone();
     let (gap_u, n_u, mean_u) = longest_gap(&mut l.tp, move || {
-        let o = common::ctl(&run, &["upgrade"]);
+        let o = common::ctl(&run, &["--json", "upgrade"]);
         assert_eq!(o.code, 0, "{}", o.stderr);
+        *keep_answer.lock().unwrap() = o.stdout;
     });
     let (lost_u, st_u) = l.drain_and_count_lost();
-    // The switch-over as vireod timed it (rings stopped in the old process to the new one
-    // confirming it runs them): the guest-visible pause, at a finer grain than sampling.
+    // The switch-over as vireod timed it: from the old process's PMDs stopping (after their
+    // last poll) to the new one's being let at the rings, both on CLOCK_MONOTONIC (the
+    // `upgrade` answer's `switch_over_us`): the guest-visible pause, at a finer grain than
+    // sampling. (The old process's log line adds the confirmation's round trip.)
+    let v: serde_json::Value = serde_json::from_str(&answer.lock().unwrap()).unwrap();
+    eprintln!(
+        "UPGRADE switch-over: {} us (vireod's timestamps)",
+        v["switch_over_us"]
+    );
     let log = std::fs::read_to_string(&l.d.log).unwrap_or_default();
     if let Some(line) = log.lines().rev().find(|l| l.contains("rings handed over")) {
-        eprintln!("UPGRADE switch-over: {line}");
+        eprintln!("UPGRADE switch-over log: {line}");
     }
     eprintln!(
         "UPGRADE: lost {lost_u}, longest gap {gap_u:?} ({n_u} samples, one every {mean_u:?}); \

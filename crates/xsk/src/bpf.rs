@@ -159,8 +159,8 @@ fn prog_info(prog: &OwnedFd) -> std::io::Result<(u32, String)> {
     Ok((id, String::from_utf8_lossy(&name[..end]).into_owned()))
 }
 
-/// `(type, max_entries)` of the map behind fd `map`.
-fn map_info(map: &OwnedFd) -> std::io::Result<(u32, u32)> {
+/// `[type, id, key_size, value_size, max_entries]` of the map behind fd `map`.
+fn map_info(map: &OwnedFd) -> std::io::Result<[u32; 5]> {
     let mut info = [0u8; 96];
     let mut a = Attr::new()
         .u32(0, map.as_raw_fd() as u32)
@@ -168,17 +168,62 @@ fn map_info(map: &OwnedFd) -> std::io::Result<(u32, u32)> {
         .u64(8, info.as_mut_ptr() as u64);
     bpf(BPF_OBJ_GET_INFO_BY_FD, &mut a)?;
     let w = |o: usize| u32::from_ne_bytes([info[o], info[o + 1], info[o + 2], info[o + 3]]);
-    Ok((w(0), w(16)))
+    Ok([w(0), w(4), w(8), w(12), w(16)])
+}
+
+/// The ids of the maps program `prog` uses (at most 8: Vireo's use at most 4).
+fn prog_map_ids(prog: &OwnedFd) -> std::io::Result<Vec<u32>> {
+    let mut ids = [0u32; 8];
+    let mut info = [0u8; 232];
+    // struct bpf_prog_info: nr_map_ids at 52, map_ids (a pointer) at 56.
+    info[52..56].copy_from_slice(&(ids.len() as u32).to_ne_bytes());
+    info[56..64].copy_from_slice(&(ids.as_mut_ptr() as u64).to_ne_bytes());
+    let mut a = Attr::new()
+        .u32(0, prog.as_raw_fd() as u32)
+        .u32(4, info.len() as u32)
+        .u64(8, info.as_mut_ptr() as u64);
+    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut a)?;
+    let n = u32::from_ne_bytes([info[52], info[53], info[54], info[55]]) as usize;
+    let mut v = ids[..n.min(ids.len())].to_vec();
+    if n > ids.len() {
+        // More maps than Vireo's program has: report them all as unknown.
+        v.push(0);
+    }
+    Ok(v)
+}
+
+/// What a handed-over map must be.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MapShape {
+    /// For messages: `XSKMAP`, `steering map`, ...
+    pub(crate) what: &'static str,
+    pub(crate) kind: u32,
+    pub(crate) key: u32,
+    pub(crate) value: u32,
+    pub(crate) entries: u32,
+}
+
+impl MapShape {
+    /// The XSKMAP of `entries` slots.
+    pub(crate) fn xskmap(entries: u32) -> MapShape {
+        MapShape {
+            what: "XSKMAP",
+            kind: BPF_MAP_TYPE_XSKMAP,
+            key: 4,
+            value: 4,
+            entries,
+        }
+    }
 }
 
 /// Checks fds handed over by another vireod (an upgrade): `link` is an XDP link on `ifindex`
-/// running `prog`, which is Vireo's program, and `map` an XSKMAP of `entries` slots.
+/// running `prog`, which is Vireo's program, each map has its shape, and the program uses
+/// exactly these maps (the first is the XSKMAP).
 pub(crate) fn check_handed(
     link: &OwnedFd,
     prog: &OwnedFd,
-    map: &OwnedFd,
     ifindex: u32,
-    entries: u32,
+    maps: &[(&OwnedFd, MapShape)],
 ) -> Result<(), Error> {
     let (id, name) = prog_info(prog).map_err(|e| Error::os("handed-over program", e))?;
     if name != PROG_NAME {
@@ -192,10 +237,26 @@ pub(crate) fn check_handed(
             "handed-over link is not program {id} on ifindex {ifindex} (type {kind}, program {prog_id}, ifindex {ifi})"
         )));
     }
-    let (t, n) = map_info(map).map_err(|e| Error::os("handed-over map", e))?;
-    if t != BPF_MAP_TYPE_XSKMAP || n != entries {
+    let mut ids = Vec::new();
+    for (fd, want) in maps {
+        let what = want.what;
+        let [t, map_id, k, v, n] =
+            map_info(fd).map_err(|e| Error::os(format!("handed-over {what}"), e))?;
+        if [t, k, v, n] != [want.kind, want.key, want.value, want.entries] {
+            return Err(Error(format!(
+                "handed-over {what} is not of type {} with {}-byte keys, {}-byte values and {} entries (type {t}, {k}, {v}, {n})",
+                want.kind, want.key, want.value, want.entries
+            )));
+        }
+        ids.push(map_id);
+    }
+    let mut used = prog_map_ids(prog).map_err(|e| Error::os("handed-over program's maps", e))?;
+    used.sort_unstable();
+    ids.sort_unstable();
+    if used != ids {
         return Err(Error(format!(
-            "handed-over map is not an XSKMAP of {entries} slots (type {t}, {n} slots)"
+            "handed-over program {id} uses maps {used:?}, not the {} handed over ({ids:?})",
+            maps.len()
         )));
     }
     Ok(())

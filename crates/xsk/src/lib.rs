@@ -59,7 +59,7 @@ mod socket;
 mod steer;
 mod sys;
 
-pub use adopt::{Books, DeviceFds, QueueFds};
+pub use adopt::{Books, DeviceFds, MapFds, QueueFds};
 pub use cost::{program_cost, program_meta_run, ProgramCost};
 pub use device::{Device, DeviceConfig, ModeInUse, ModeRequest, QueueStats, SteerStats};
 pub use frames::{DescError, FramePool, RawDesc};

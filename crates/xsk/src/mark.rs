@@ -16,7 +16,8 @@
 //!
 //! Threads: program building and map updates on the control thread; [`read_meta`] on the PMD
 //! that receives the frame.
-use crate::steer::{create_map, Asm};
+use crate::bpf::MapShape;
+use crate::steer::{create_map, map_entries, Asm};
 use crate::sys::{bpf, Attr};
 use crate::Error;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -74,6 +75,17 @@ impl FiveTuple {
         k[10..12].copy_from_slice(&self.dport.to_be_bytes());
         k[12] = self.proto;
         k
+    }
+
+    /// The tuple a 16-byte key ([`FiveTuple::key`]) names.
+    fn from_key(k: &[u8]) -> FiveTuple {
+        FiveTuple {
+            src: [k[0], k[1], k[2], k[3]],
+            dst: [k[4], k[5], k[6], k[7]],
+            sport: u16::from_be_bytes([k[8], k[9]]),
+            dport: u16::from_be_bytes([k[10], k[11]]),
+            proto: k[12],
+        }
     }
 }
 
@@ -177,6 +189,28 @@ pub(crate) struct MarkMap {
 }
 
 impl MarkMap {
+    /// The mark map's shape.
+    pub(crate) const SHAPE: MapShape = MapShape {
+        what: "mark map",
+        kind: BPF_MAP_TYPE_HASH,
+        key: 16,
+        value: 4,
+        entries: MARK_MAP_ENTRIES,
+    };
+
+    /// Every entry of the map: 5-tuple → mark.
+    pub(crate) fn entries(&self) -> Result<Vec<(FiveTuple, u32)>, Error> {
+        Ok(map_entries(&self.fd, 16, 4, MARK_MAP_ENTRIES as usize)?
+            .into_iter()
+            .map(|(k, v)| {
+                (
+                    FiveTuple::from_key(&k),
+                    u32::from_ne_bytes([v[0], v[1], v[2], v[3]]),
+                )
+            })
+            .collect())
+    }
+
     pub(crate) fn create() -> Result<MarkMap, Error> {
         Ok(MarkMap {
             fd: create_map(BPF_MAP_TYPE_HASH, 16, 4, MARK_MAP_ENTRIES, "vireo_marks")?,

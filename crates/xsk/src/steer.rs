@@ -20,6 +20,7 @@
 //! choose which key is looked up, and every packet read is bounds-checked.
 //!
 //! Threads: control thread only (map updates and counter reads are `bpf()` calls).
+use crate::bpf::MapShape;
 use crate::sys::{bpf, bpf_fd, Attr};
 use crate::Error;
 use std::collections::HashMap;
@@ -29,8 +30,9 @@ const BPF_MAP_CREATE: u32 = 0;
 const BPF_MAP_LOOKUP_ELEM: u32 = 1;
 const BPF_MAP_UPDATE_ELEM: u32 = 2;
 const BPF_MAP_DELETE_ELEM: u32 = 3;
-const BPF_MAP_TYPE_HASH: u32 = 1;
-const BPF_MAP_TYPE_ARRAY: u32 = 2;
+const BPF_MAP_GET_NEXT_KEY: u32 = 4;
+pub(crate) const BPF_MAP_TYPE_HASH: u32 = 1;
+pub(crate) const BPF_MAP_TYPE_ARRAY: u32 = 2;
 const BPF_PSEUDO_MAP_FD: u8 = 1;
 const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = 1;
 const BPF_FUNC_REDIRECT_MAP: i32 = 51;
@@ -237,6 +239,45 @@ pub(crate) fn create_map(
     bpf_fd(BPF_MAP_CREATE, &mut a).map_err(|e| Error::os(format!("create map {name}"), e))
 }
 
+/// One map entry: key and value bytes.
+pub(crate) type Entry = (Vec<u8>, Vec<u8>);
+
+/// Every `(key, value)` of the hash map `fd` (`key`- and `value`-byte entries), read with
+/// `BPF_MAP_GET_NEXT_KEY` and lookups: at most `max` entries (a map changed meanwhile may
+/// skip or repeat one; only vireod writes these maps, on the thread that reads them).
+pub(crate) fn map_entries(
+    fd: &OwnedFd,
+    key: usize,
+    value: usize,
+    max: usize,
+) -> Result<Vec<Entry>, Error> {
+    let mut out = Vec::new();
+    let mut prev: Option<Vec<u8>> = None;
+    while out.len() < max {
+        let mut next = vec![0u8; key];
+        let mut a = Attr::new()
+            .u32(0, fd.as_raw_fd() as u32)
+            .u64(8, prev.as_ref().map_or(0, |p| p.as_ptr() as u64))
+            .u64(16, next.as_mut_ptr() as u64);
+        match bpf(BPF_MAP_GET_NEXT_KEY, &mut a) {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => break,
+            Err(e) => return Err(Error::os("read a map's keys", e)),
+        }
+        let mut v = vec![0u8; value];
+        let mut a = Attr::new()
+            .u32(0, fd.as_raw_fd() as u32)
+            .u64(8, next.as_ptr() as u64)
+            .u64(16, v.as_mut_ptr() as u64);
+        // An entry deleted between the two calls is skipped.
+        if bpf(BPF_MAP_LOOKUP_ELEM, &mut a).is_ok() {
+            out.push((next.clone(), v));
+        }
+        prev = Some(next);
+    }
+    Ok(out)
+}
+
 /// The two maps of steering.
 #[derive(Debug)]
 pub(crate) struct SteerMaps {
@@ -253,6 +294,50 @@ fn mac_key(mac: [u8; 6]) -> [u8; 8] {
 }
 
 impl SteerMaps {
+    /// The shapes of the steering map and the counter array of a device with `queues`
+    /// queues and `targets` steering sockets per queue.
+    pub(crate) fn shapes(queues: u32, targets: u32) -> [MapShape; 2] {
+        let slots = queues * (targets + 1);
+        [
+            MapShape {
+                what: "steering map",
+                kind: BPF_MAP_TYPE_HASH,
+                key: 8,
+                value: 4,
+                entries: STEER_MAP_ENTRIES,
+            },
+            MapShape {
+                what: "steering counters",
+                kind: BPF_MAP_TYPE_ARRAY,
+                key: 4,
+                value: 8,
+                entries: queues + slots,
+            },
+        ]
+    }
+
+    /// The maps handed over by another vireod (checked by the caller against [`Self::shapes`]).
+    pub(crate) fn adopt(steer: OwnedFd, stats: OwnedFd, queues: u32, targets: u32) -> SteerMaps {
+        SteerMaps {
+            steer,
+            stats,
+            queues,
+            targets,
+        }
+    }
+
+    /// Every entry of the steering map: MAC → target.
+    pub(crate) fn entries(&self) -> Result<Vec<([u8; 6], u32)>, Error> {
+        Ok(map_entries(&self.steer, 8, 4, STEER_MAP_ENTRIES as usize)?
+            .into_iter()
+            .map(|(k, v)| {
+                let mut mac = [0u8; 6];
+                mac.copy_from_slice(&k[..6]);
+                (mac, u32::from_ne_bytes([v[0], v[1], v[2], v[3]]))
+            })
+            .collect())
+    }
+
     pub(crate) fn create(queues: u32, targets: u32) -> Result<SteerMaps, Error> {
         let slots = queues * (targets + 1);
         Ok(SteerMaps {

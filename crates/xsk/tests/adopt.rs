@@ -26,25 +26,24 @@ fn cfg(ifname: &str) -> DeviceConfig {
 
 /// Pings 10.77.91.2 from the namespace `count` times through a reflector on the halves.
 fn ping(net: &NsVeth, rx: &mut RxSide, tx: &mut TxSide, count: u32) {
+    ping_to(net, "10.77.91.2", rx, tx, count)
+}
+
+/// Pings `to` from the namespace `count` times through a reflector on the halves.
+fn ping_to(net: &NsVeth, to: &str, rx: &mut RxSide, tx: &mut TxSide, count: u32) {
     let mut p = net
         .command("ping")
-        .args([
-            "-c",
-            &count.to_string(),
-            "-i",
-            "0.2",
-            "-W",
-            "2",
-            "10.77.91.2",
-        ])
+        .args(["-c", &count.to_string(), "-i", "0.2", "-W", "2", to])
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let (got, sent) = common::reflect(rx, tx, Duration::from_secs(15), || {
         p.try_wait().unwrap().is_some()
     });
     let out = p.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(
         text.contains(&format!("{count} received")),
         "({got} rx, {sent} tx): {text}"
@@ -59,6 +58,8 @@ fn fds(dev: &Device, rx: &RxSide) -> DeviceFds {
         prog,
         map,
         queues: vec![rx.dup_fds().unwrap()],
+        steer: None,
+        marks: None,
     }
 }
 
@@ -108,11 +109,12 @@ fn a_device_handed_over_carries_on_and_bad_fds_are_refused() {
     refused(f, &books, ModeInUse::Native, "handed-over link");
     let mut f = fds(&dev, &rx);
     f.map = f.prog.try_clone().unwrap();
-    refused(f, &books, ModeInUse::Native, "handed-over map");
+    refused(f, &books, ModeInUse::Native, "handed-over XSKMAP");
     let mut f = fds(&dev, &rx);
     let extra = QueueFds {
         sock: f.queues[0].sock.try_clone().unwrap(),
         umem: f.queues[0].umem.try_clone().unwrap(),
+        steered: Vec::new(),
     };
     f.queues.push(extra);
     refused(f, &books, ModeInUse::Native, "2 sockets");
@@ -152,3 +154,131 @@ fn a_device_handed_over_carries_on_and_bad_fds_are_refused() {
 }
 
 const FRAMES: u32 = xsk::FRAMES_PER_QUEUE;
+
+/// Duplicates of everything a handed-over steering and marking device needs (one queue).
+fn steer_fds(dev: &Device, rx: &RxSide, steered: &[RxSide]) -> DeviceFds {
+    let (link, prog, map) = dev.dup_program().unwrap();
+    let (steer, marks) = dev.dup_maps().unwrap();
+    let mut q = rx.dup_fds().unwrap();
+    q.steered = steered.iter().map(|s| s.dup_steering().unwrap()).collect();
+    DeviceFds {
+        link,
+        prog,
+        map,
+        queues: vec![q],
+        steer,
+        marks,
+    }
+}
+
+/// A device with `xdp-steering` (one target) and `xdp-mark` is handed over with its steering
+/// socket and its steering, counter and mark maps: the map entries are still there, and a
+/// ping to the steered MAC is answered through the adopted steering socket (the counters go
+/// on). Maps of the wrong shape, maps the program does not use, and a missing steering socket
+/// are refused.
+#[test]
+fn a_steering_device_is_handed_over_with_its_maps_and_steering_sockets() {
+    if !have_ip() {
+        return;
+    }
+    let net = NsVeth::new("vxk-u2", "vxku2h", "vxku2n", "10.77.92.1/24", 1);
+    let other = NsVeth::new("vxk-u3", "vxku3h", "vxku3n", "10.77.93.1/24", 1);
+    let mac = [2, 0, 0, 0, 0, 2];
+    net.exec_must(&[
+        "ip",
+        "neigh",
+        "add",
+        "10.77.92.2",
+        "lladdr",
+        "02:00:00:00:00:02",
+        "dev",
+        &net.ns_if,
+    ]);
+    let c = DeviceConfig {
+        steer_targets: 1,
+        marks: true,
+        ..cfg(&net.host_if)
+    };
+    let mut dev = Device::open(&c).expect("open device");
+    dev.steer_set(mac, 0).unwrap();
+    let t = xsk::FiveTuple {
+        src: [10, 77, 92, 1],
+        dst: [10, 77, 92, 2],
+        sport: 0,
+        dport: 0,
+        proto: 1,
+    };
+    dev.mark_set(&t, 0x0100_0007).unwrap();
+    let (rx, mut tx) = dev.take_queues().pop().unwrap();
+    let mut steered = dev.take_steered().pop().unwrap();
+    ping_to(&net, "10.77.92.2", &mut steered[0], &mut tx, 3);
+    let before = dev.steer_stats();
+    assert!(before[0].steered[0] >= 3, "{before:?}");
+    // Frames the queue socket never saw come through the shared fill side.
+    let books = vec![Books {
+        rx_free: rx.free_frames(),
+        tx_free: tx.free_frames(),
+    }];
+    let refused = |f: DeviceFds, c: &DeviceConfig, want: &str| {
+        let e = Device::adopt(c, ModeInUse::Native, f, &books)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want), "{e:?} does not say {want:?}");
+        assert!(!e.contains('\n'), "{e:?}");
+    };
+    // The mark map where the steering map should be: the wrong shape.
+    let mut f = steer_fds(&dev, &rx, &steered);
+    let m = f.marks.take().unwrap();
+    f.marks = f.steer.as_ref().map(|s| s.0.try_clone().unwrap());
+    f.steer.as_mut().unwrap().0 = m;
+    refused(f, &c, "steering map is not");
+    // Another device's steering map (same shape, not this program's).
+    let mut odev = Device::open(&DeviceConfig {
+        steer_targets: 1,
+        marks: true,
+        ..cfg(&other.host_if)
+    })
+    .expect("open the other device");
+    let (ost, _) = odev.dup_maps().unwrap();
+    let mut f = steer_fds(&dev, &rx, &steered);
+    f.steer = ost;
+    refused(f, &c, "uses maps");
+    drop((odev.take_queues(), odev.take_steered(), odev));
+    // No steering socket, or a port configured without steering.
+    let mut f = steer_fds(&dev, &rx, &steered);
+    f.queues[0].steered.clear();
+    refused(f, &c, "0 steering sockets");
+    let plain = DeviceConfig {
+        steer_targets: 0,
+        ..c.clone()
+    };
+    refused(steer_fds(&dev, &rx, &steered), &plain, "steering sockets");
+    let no_marks = DeviceConfig {
+        marks: false,
+        ..c.clone()
+    };
+    refused(
+        steer_fds(&dev, &rx, &steered),
+        &no_marks,
+        "maps handed over",
+    );
+    // The hand-over: the first owner lets go of everything.
+    let handed = steer_fds(&dev, &rx, &steered);
+    drop((rx, tx, steered, dev));
+    let mut dev = Device::adopt(&c, ModeInUse::Native, handed, &books).expect("adopt");
+    assert!(dev.steering() && dev.marks());
+    assert_eq!(dev.steer_entries().unwrap(), vec![(mac, 0)]);
+    assert_eq!(dev.mark_entries().unwrap(), vec![(t, 0x0100_0007)]);
+    let (rx, mut tx) = dev.take_queues().pop().unwrap();
+    let mut steered = dev.take_steered().pop().unwrap();
+    assert_eq!(steered.len(), 1);
+    ping_to(&net, "10.77.92.2", &mut steered[0], &mut tx, 5);
+    let after = dev.steer_stats();
+    assert!(
+        after[0].steered[0] >= before[0].steered[0] + 5,
+        "{before:?} then {after:?}"
+    );
+    // Every rx frame is accounted for in the shared fill side.
+    let (ours, kernel) = rx.frames();
+    assert_eq!(ours + kernel, FRAMES as usize / 2);
+}

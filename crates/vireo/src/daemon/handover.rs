@@ -5,7 +5,8 @@
 //! ```text
 //! old                                         new (vireod ARGS --takeover RUN_DIR/vireod.upgrade)
 //!  <- connect (peer pid checked = the child we started)
-//!  Offer {version, sockets, locks, ports, flows} + fds ->
+//!  Offer {version, sockets, locks, ports, flows} + fds ->   (af-xdp: version 3; with
+//!                                                          steering and marks: 4)
 //!                                             maps memory, builds bridges and ports, no ring runs
 //!  <- Ready            (or Refused {why}: unknown version, a state it cannot serve)
 //!  stops its rings (final bursts published)
@@ -39,10 +40,12 @@ use std::time::Duration;
 
 /// The state format this build writes. Version 2 adds learned MACs and the connection table
 /// to [`Reply::Final`]; version 3 hands `af-xdp` ports over ([`Offer::af_xdp`] and the frame
-/// books in [`Reply::Final`]).
-pub const STATE_VERSION: u32 = 3;
+/// books in [`Reply::Final`]); version 4 hands over `af-xdp` ports with `xdp-steering` or
+/// `xdp-mark` too (their steering sockets, steering map, counters and mark map in
+/// [`XskOffer`]; version 3 leaves them out and they are opened anew).
+pub const STATE_VERSION: u32 = 4;
 /// The state formats this build reads (each version must accept the one before it).
-pub const ACCEPTED_VERSIONS: &[u32] = &[1, 2, 3];
+pub const ACCEPTED_VERSIONS: &[u32] = &[1, 2, 3, 4];
 /// The handover socket's name in the run directory.
 pub const SOCKET: &str = "vireod.upgrade";
 /// Fds per `sendmsg` (the kernel takes at most 253).
@@ -104,6 +107,15 @@ pub struct XskOffer {
     pub map: usize,
     /// Per queue: `(socket, UMEM memfd)`.
     pub queues: Vec<(usize, usize)>,
+    /// With `xdp-steering` (version 4): per queue, its steering sockets (one per NUMA node).
+    #[serde(default)]
+    pub steered: Vec<Vec<usize>>,
+    /// With `xdp-steering` (version 4): the MAC → node map and the steering counters.
+    #[serde(default)]
+    pub steer: Option<(usize, usize)>,
+    /// With `xdp-mark` (version 4): the 5-tuple → mark map.
+    #[serde(default)]
+    pub marks: Option<usize>,
 }
 
 /// One `af-xdp` queue's frame books at the switch-over: the frames the old process holds
@@ -148,12 +160,26 @@ pub enum Reply {
         /// go on from them.
         #[serde(default)]
         counters: BTreeMap<String, ports::PortStats>,
+        /// When the old process's PMDs had stopped (CLOCK_MONOTONIC ns, version 4; 0: not
+        /// sent).
+        #[serde(default)]
+        stopped_ns: u64,
     },
     /// New: the rings run here now.
     Started {
         /// The new process.
         pid: u32,
+        /// When its PMDs were let at the rings (CLOCK_MONOTONIC ns; 0: not sent).
+        #[serde(default)]
+        resumed_ns: u64,
     },
+}
+
+/// CLOCK_MONOTONIC in ns: one clock for both processes, so the switch-over's instants taken in
+/// the old and the new one compare.
+pub fn mono_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 /// Sends one message with `fds`.
@@ -346,6 +372,7 @@ mod tests {
                 },
             )]
             .into(),
+            stopped_ns: 12_345,
         };
         let (a, b) = UnixStream::pair().unwrap();
         send_reply(&a, &r).unwrap();
@@ -360,12 +387,27 @@ mod tests {
         let o = parse_offer(&serde_json::to_vec(&v).unwrap()).unwrap();
         assert_eq!(o.af_xdp["x"].queues, vec![(6, 7)]);
         assert_eq!(o.af_xdp["x"].mode, "native");
+        // Version 3 has no steering or marks: none read.
+        assert!(o.af_xdp["x"].steered.is_empty());
+        assert_eq!((o.af_xdp["x"].steer, o.af_xdp["x"].marks), (None, None));
         let mut v: serde_json::Value = serde_json::from_slice(&offer(2)).unwrap();
         v.as_object_mut().unwrap().remove("af_xdp");
         assert!(parse_offer(&serde_json::to_vec(&v).unwrap())
             .unwrap()
             .af_xdp
             .is_empty());
+    }
+
+    #[test]
+    fn steering_and_marks_ride_on_version_4() {
+        let mut v: serde_json::Value = serde_json::from_slice(&offer(4)).unwrap();
+        v["af_xdp"] = serde_json::json!({"x": {"mode": "generic", "link": 3, "prog": 4,
+            "map": 5, "queues": [[6, 7], [8, 9]], "steered": [[10], [11]], "steer": [12, 13],
+            "marks": 14}});
+        let o = parse_offer(&serde_json::to_vec(&v).unwrap()).unwrap();
+        let x = &o.af_xdp["x"];
+        assert_eq!(x.steered, vec![vec![10], vec![11]]);
+        assert_eq!((x.steer, x.marks), (Some((12, 13)), Some(14)));
     }
 
     #[test]
@@ -380,6 +422,7 @@ mod tests {
                 conntrack: false,
                 xsk: BTreeMap::new(),
                 counters: BTreeMap::new(),
+                stopped_ns: 0,
             }
         );
     }

@@ -14,7 +14,23 @@ use std::sync::Arc;
 /// Default vhost-user-client reconnect interval.
 pub const DEFAULT_RECONNECT_MS: u64 = 1000;
 
-/// A port that exists at run time.
+/// An `af-xdp` port's steering sockets per queue (one per NUMA node with `xdp-steering=on`,
+/// else 0) and whether it marks (`xdp-mark=on`).
+fn xdp_extras(pc: &PortConfig) -> (u32, bool) {
+    let opt = |k: &str| pc.options.get(k).map(String::as_str);
+    let nodes = if opt("xdp-steering") == Some("on") {
+        dp::topology::Topology::detect()
+            .nodes()
+            .max()
+            .map_or(1, |n| n + 1)
+    } else {
+        0
+    };
+    (nodes as u32, opt("xdp-mark") == Some("on"))
+}
+
+/// A port that exists at run time (a clone is another handle on the same port).
+#[derive(Clone)]
 pub enum LivePort {
     /// No device; injection and capture through the control socket.
     Dummy(Arc<DummyPort>),
@@ -63,17 +79,8 @@ impl LivePort {
                 let ifname = opt("ifname")
                     .ok_or_else(|| format!("port {name}: type af-xdp needs ifname=INTERFACE"))?;
                 let mode = opt("xdp-mode").unwrap_or("best-effort");
-                // Steering: one steering socket per NUMA node on every queue.
-                let nodes = if opt("xdp-steering") == Some("on") {
-                    dp::topology::Topology::detect()
-                        .nodes()
-                        .max()
-                        .map_or(1, |n| n + 1)
-                } else {
-                    0
-                };
-                let marks = opt("xdp-mark") == Some("on");
-                AfXdpPort::open_with(ifname, queues, mode, nodes as u32, marks)
+                let (nodes, marks) = xdp_extras(pc);
+                AfXdpPort::open_with(ifname, queues, mode, nodes, marks)
                     .map(|p| LivePort::AfXdp(Arc::new(p)))
                     .map_err(|e| format!("port {name}: {e}"))
             }
@@ -228,9 +235,17 @@ impl LivePort {
                 tx_free: b.tx_free.clone(),
             })
             .collect();
-        AfXdpPort::adopt(ifname, queues, mode, mode_in_use, fds, &books)
-            .map(|p| LivePort::AfXdp(Arc::new(p)))
-            .map_err(|e| format!("port {name}: {e}"))
+        AfXdpPort::adopt(
+            ifname,
+            queues,
+            mode,
+            mode_in_use,
+            xdp_extras(pc),
+            fds,
+            &books,
+        )
+        .map(|p| LivePort::AfXdp(Arc::new(p)))
+        .map_err(|e| format!("port {name}: {e}"))
     }
 
     /// The port as the datapath sees it.
@@ -242,6 +257,18 @@ impl LivePort {
             LivePort::AfPacket(a) => a.clone(),
             LivePort::Tap(t) => t.clone(),
             LivePort::Tunnel(t) => t.clone(),
+        }
+    }
+
+    /// Holds (or releases) reading from a kernel port (`tap`, `internal`, `af-packet`,
+    /// tunnel, `af-xdp`): what arrives waits in the kernel. Other kinds are not held.
+    pub fn hold_rx(&self, on: bool) {
+        match self {
+            LivePort::Tap(t) => t.hold_rx(on),
+            LivePort::AfPacket(a) => a.hold_rx(on),
+            LivePort::Tunnel(t) => t.hold_rx(on),
+            LivePort::AfXdp(x) => x.hold_rx(on),
+            LivePort::Dummy(_) | LivePort::Vhost(_) => {}
         }
     }
 

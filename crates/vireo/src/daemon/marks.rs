@@ -6,7 +6,9 @@
 //! id). The port's BPF map is brought to the wanted set by a diff against what was installed
 //! (one `bpf()` call per change); a megaflow that is gone (removed, expired, revalidated away)
 //! loses its entry at the next sync, and a port whose interface was opened again (empty map)
-//! is filled again. Each installed megaflow records its mark for `dump-megaflows`.
+//! is filled again. A port adopted at an upgrade starts the diff from what its map holds (the
+//! old vireod's marks, read back from the map). Each installed megaflow records its mark for
+//! `dump-megaflows`.
 //!
 //! Correctness does not rest on this module: the PMD checks every marked packet against the
 //! megaflow the mark names and ignores a mark that does not fit (`dp::flow`), so an entry that
@@ -41,8 +43,9 @@ struct MarkPort {
     port: Arc<AfXdpPort>,
     /// `AfXdpPort::opens` when `installed` was last true.
     opens: u64,
-    /// What the port's mark map holds: tuple → (mark, the megaflow it names).
-    installed: HashMap<FiveTuple, (u32, Arc<Megaflow>)>,
+    /// What the port's mark map holds: tuple → (mark, the megaflow it names; `None` for an
+    /// entry the old vireod left in an adopted port's map, whose megaflow is not here).
+    installed: HashMap<FiveTuple, (u32, Option<Arc<Megaflow>>)>,
     /// Entries the map refused (the first of each sync is logged).
     refused: u64,
 }
@@ -58,8 +61,10 @@ fn five(t: &dp::flow::Tuple5) -> FiveTuple {
 }
 
 /// Clears a megaflow's recorded mark if it is still `mark`.
-fn unrecord(f: &Megaflow, mark: u32) {
-    let _ = f.mark.compare_exchange(mark, 0, Relaxed, Relaxed);
+fn unrecord(f: &Option<Arc<Megaflow>>, mark: u32) {
+    if let Some(f) = f {
+        let _ = f.mark.compare_exchange(mark, 0, Relaxed, Relaxed);
+    }
 }
 
 impl Marks {
@@ -67,15 +72,27 @@ impl Marks {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A new marking port (its map starts empty).
+    /// A new marking port: the diff starts from what its map holds (empty for a port opened
+    /// here; the old vireod's marks for one adopted at an upgrade: they stay until the first
+    /// sync here replaces or removes them, and the PMDs ignore any that names no megaflow of
+    /// this process).
     pub fn add_port(&self, name: &str, port: Arc<AfXdpPort>) {
         let opens = port.opens();
+        let installed: HashMap<FiveTuple, (u32, Option<Arc<Megaflow>>)> = match port.mark_entries()
+        {
+            Ok(v) => v.into_iter().map(|(t, m)| (t, (m, None))).collect(),
+            Err(e) => {
+                tracing::warn!(port = %name, error = %e.0, "cannot read the mark map");
+                HashMap::new()
+            }
+        };
+        port.set_marks_installed(installed.len(), 0);
         self.lock().ports.insert(
             name.to_string(),
             MarkPort {
                 port,
                 opens,
-                installed: HashMap::new(),
+                installed,
                 refused: 0,
             },
         );
@@ -145,13 +162,18 @@ impl Marks {
             }
             let mut failed = 0u64;
             for (t, c) in wanted {
-                if mp.installed.contains_key(&t) {
+                if let Some((m, f)) = mp.installed.get_mut(&t) {
+                    // An adopted entry that already names this megaflow: record it.
+                    if f.is_none() {
+                        c.flow.mark.store(*m, Relaxed);
+                        *f = Some(c.flow.clone());
+                    }
                     continue;
                 }
                 match mp.port.mark_set(&t, c.mark) {
                     Ok(()) => {
                         c.flow.mark.store(c.mark, Relaxed);
-                        mp.installed.insert(t, (c.mark, c.flow.clone()));
+                        mp.installed.insert(t, (c.mark, Some(c.flow.clone())));
                     }
                     Err(e) => {
                         if failed == 0 {

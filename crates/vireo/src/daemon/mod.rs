@@ -237,13 +237,13 @@ fn run(args: Args) -> Result<(), String> {
     if let Some(t) = &taken {
         // The switch-over: the old process stops its rings and says where they stand.
         let so = t.ready();
-        {
+        let resumed_ns = {
             let mut sw = switch.lock().unwrap_or_else(|e| e.into_inner());
             sw.take_live_state(&so);
-            sw.take_rings(&so.bases);
-        }
+            sw.take_rings(&so.bases)
+        };
         write_pid(&locks[0]);
-        t.started();
+        t.started(resumed_ns);
         {
             let mut sw = switch.lock().unwrap_or_else(|e| e.into_inner());
             sw.start_deferred();

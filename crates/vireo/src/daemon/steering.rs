@@ -3,8 +3,9 @@
 //! (`set-mac-numa`, kept in the config store) plus, for each MAC that NORMAL learned on a
 //! vhost-user port whose guest memory's node is known (`Port::numa_node`), that node; an
 //! operator entry wins over a learned one. Each steering port's BPF map is brought to the
-//! wanted map by a diff against what was installed (one `bpf()` call per change). A node the
-//! port has no steering sockets for is skipped and counted.
+//! wanted map by a diff against what was installed (one `bpf()` call per change); a port
+//! adopted at an upgrade starts the diff from what its map holds (read back from the map). A
+//! node the port has no steering sockets for is skipped and counted.
 //!
 //! Threads: [`Steering::sync`] runs on the housekeeping thread (every 500 ms, so learned MACs,
 //! ports and assignments are followed) and on the control thread right after a command changes
@@ -54,11 +55,19 @@ impl Steering {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A new steering port (its map starts empty).
+    /// A new steering port: the diff starts from what its map holds (empty for a port opened
+    /// here; the old vireod's entries for one adopted at an upgrade, which keep steering).
     pub fn add_port(&self, name: &str, port: Arc<AfXdpPort>) {
+        let have: BTreeMap<Mac, usize> = match port.steer_entries() {
+            Ok(v) => v.into_iter().collect(),
+            Err(e) => {
+                tracing::warn!(port = %name, error = %e.0, "cannot read the steering map; refilling it");
+                BTreeMap::new()
+            }
+        };
         let mut g = self.lock();
         g.ports.insert(name.to_string(), port);
-        g.installed.insert(name.to_string(), BTreeMap::new());
+        g.installed.insert(name.to_string(), have);
     }
 
     /// A port gone (its map went with it).

@@ -64,6 +64,8 @@ pub struct Switch {
     pub(super) xsk_books: BTreeMap<String, Vec<super::handover::XskBooks>>,
     /// `af-xdp` ports whose hand-over failed, with why (noted on the port once reopened).
     pub(super) xsk_reopened: BTreeMap<String, String>,
+    /// A takeover's switch-over instants (CLOCK_MONOTONIC ns) and gaps, for `show`.
+    pub(super) switch_over: Option<serde_json::Value>,
 }
 
 impl Switch {
@@ -108,6 +110,7 @@ impl Switch {
             deferred_xsk: Vec::new(),
             xsk_books: BTreeMap::new(),
             xsk_reopened: BTreeMap::new(),
+            switch_over: None,
         };
         let config = sw.store.config().clone();
         sw.rt.steering.set_manual(mac_numa(&config));
@@ -510,6 +513,9 @@ impl Switch {
             b["controllers"] = self.rt.controller_status(&name);
         }
         data["control"] = super::control::COUNTERS.json();
+        if let Some(so) = &self.switch_over {
+            data["switch_over"] = so.clone();
+        }
         // Translations cut by a resubmit / work limit (their packets dropped), packet-ins
         // dropped on a full queue.
         data["pipeline"] = json!({

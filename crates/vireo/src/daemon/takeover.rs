@@ -5,8 +5,9 @@
 //! stopped it at. `tap`, `internal` and `af-packet` ports are taken over through their
 //! handed-over fds once the old process has exited (the interfaces and sockets live on; frames
 //! wait in their queues), and so are `af-xdp` ports (program, XSKMAP, sockets and UMEM memfds,
-//! with the frame books of the final message; one that cannot be adopted is opened afresh)
-//! and tunnel sockets; vhost-user ports see no outage.
+//! steering sockets, steering and mark maps, with the frame books of the final message; one
+//! that cannot be adopted is opened afresh) and tunnel sockets; all of these are held (not
+//! read) until every one is attached. vhost-user ports see no outage.
 //!
 //! Any failure before the switch-over answers `Refused` and exits at once with status 1,
 //! running no destructor: the sockets and files it took over still belong to the old process,
@@ -30,6 +31,17 @@ const OFFER_DEADLINE: Duration = Duration::from_secs(30);
 const EXIT_DEADLINE: Duration = Duration::from_secs(5);
 /// How long a kernel port may keep failing to open after the old process exited.
 const REOPEN_DEADLINE: Duration = Duration::from_secs(2);
+
+/// For tests: `VIREO_TAKEOVER_ATTACH_DELAY_MS=N` waits N ms after each adopted kernel port is
+/// attached, widening the window in which a port that were read at once could meet one not
+/// attached yet (`upgrade_ports.rs`). Not set: no wait.
+fn attach_delay() -> Option<Duration> {
+    std::env::var("VIREO_TAKEOVER_ATTACH_DELAY_MS")
+        .ok()?
+        .parse()
+        .ok()
+        .map(Duration::from_millis)
+}
 
 /// Port kinds whose kernel object the old process holds until it exits: opened afterwards.
 const DEFERRED_KINDS: &[&str] = &["af-xdp", "af-packet", "tap", "internal", "vxlan", "geneve"];
@@ -125,6 +137,7 @@ impl Taken {
                 conntrack,
                 xsk,
                 counters,
+                stopped_ns,
             } => {
                 let conntrack = match conntrack {
                     true => Some(
@@ -140,6 +153,7 @@ impl Taken {
                     conntrack,
                     xsk,
                     counters,
+                    stopped_ns,
                 })
             }
             other => Err(format!("{other:?}")),
@@ -155,11 +169,12 @@ impl Taken {
         }
     }
 
-    /// Confirms the switch-over, then waits (bounded) for the old process to exit. It is our
-    /// parent: once it has exited we have another one.
-    pub fn started(&self) {
+    /// Confirms the switch-over (`resumed_ns`: when the PMDs were let at the rings here), then
+    /// waits (bounded) for the old process to exit. It is our parent: once it has exited we
+    /// have another one.
+    pub fn started(&self, resumed_ns: u64) {
         let pid = std::process::id();
-        if let Err(e) = handover::send_reply(&self.stream, &Reply::Started { pid }) {
+        if let Err(e) = handover::send_reply(&self.stream, &Reply::Started { pid, resumed_ns }) {
             tracing::warn!(error = %e, "takeover: cannot confirm the switch-over");
         }
         let deadline = std::time::Instant::now() + EXIT_DEADLINE;
@@ -188,6 +203,9 @@ pub struct Switchover {
     pub xsk: BTreeMap<String, Vec<handover::XskBooks>>,
     /// Every port's counters at the switch-over, from a version-3 sender.
     pub counters: BTreeMap<String, ports::PortStats>,
+    /// When the old process's PMDs had stopped (CLOCK_MONOTONIC ns; 0 from a sender before
+    /// version 4).
+    pub stopped_ns: u64,
 }
 
 /// Answers `Refused` and exits with status 1 (no destructor: nothing taken is released).
@@ -243,12 +261,20 @@ impl Switch {
                 take(x.prog, "XDP program"),
                 take(x.map, "XSKMAP"),
             );
+            let steer = x
+                .steer
+                .map(|(s, st)| (take(s, "steering map"), take(st, "steering counters")));
+            let marks = x.marks.map(|m| take(m, "mark map"));
             let queues = x
                 .queues
                 .iter()
-                .map(|&(s, u)| ports::af_xdp::QueueFds {
+                .enumerate()
+                .map(|(q, &(s, u))| ports::af_xdp::QueueFds {
                     sock: take(s, "AF_XDP socket"),
                     umem: take(u, "UMEM memfd"),
+                    steered: x.steered.get(q).map_or_else(Vec::new, |v| {
+                        v.iter().map(|&i| take(i, "steering socket")).collect()
+                    }),
                 })
                 .collect();
             self.deferred_xsk.push(DeferredXsk {
@@ -261,6 +287,8 @@ impl Switch {
                     prog,
                     map,
                     queues,
+                    steer,
+                    marks,
                 },
             });
             return Ok(());
@@ -280,8 +308,9 @@ impl Switch {
     }
 
     /// The switch-over in the new process: every adopted vhost-user port installs its rings at
-    /// the final bases and its control thread starts.
-    pub(super) fn take_rings(&mut self, bases: &BTreeMap<String, Vec<(usize, u16)>>) {
+    /// the final bases and its control thread starts. Returns when the PMDs were let at the
+    /// rings (CLOCK_MONOTONIC ns), also kept for `show` (`switch_over`).
+    pub(super) fn take_rings(&mut self, bases: &BTreeMap<String, Vec<(usize, u16)>>) -> u64 {
         // Every port's rings first, with PMDs held off the guests' tx rings: a packet taken
         // from one guest then always finds its destination running.
         for (name, lp) in &self.live {
@@ -300,6 +329,15 @@ impl Switch {
                 }
             }
         }
+        // From here the PMDs poll the rings: the new process's side of the switch-over.
+        let resumed = handover::mono_ns();
+        if let Some(so) = self.switch_over.as_mut() {
+            so["rings_resumed_ns"] = resumed.into();
+            if let Some(stopped) = so["stopped_ns"].as_u64().filter(|&s| s > 0) {
+                so["rings_gap_us"] = (resumed.saturating_sub(stopped) / 1000).into();
+            }
+        }
+        resumed
     }
 
     /// At the switch-over, before any ring runs here: the MACs the old process had learned
@@ -307,6 +345,7 @@ impl Switch {
     /// What cannot be entered is logged and counted in the log line; the switch-over goes on.
     pub(super) fn take_live_state(&mut self, so: &Switchover) {
         self.xsk_books = so.xsk.clone();
+        self.switch_over = Some(serde_json::json!({ "stopped_ns": so.stopped_ns }));
         self.take_macs(so);
         if let Some(bytes) = &so.conntrack {
             let t = std::time::Instant::now();
@@ -404,46 +443,66 @@ impl Switch {
     /// kernel may still be tearing down the old process's interface).
     pub(super) fn start_deferred(&mut self) {
         // Taps, packet sockets and tunnel sockets handed over: the same interfaces and sockets
-        // (frames they received meanwhile wait in their queues).
+        // (frames they received meanwhile wait in their queues). Every port adopted here is
+        // held (attached, not read) until all of them are attached: read earlier, a frame for
+        // a port not attached yet would be lost.
+        let mut held: Vec<LivePort> = Vec::new();
+        let delay = attach_delay();
         for (br, name, pc, fd) in std::mem::take(&mut self.deferred_fds) {
             let r = LivePort::adopt_kernel(&name, &pc, fd)
                 .map_err(super::switch::CmdError)
-                .and_then(|lp| self.attach_live(&br, &name, &pc, lp));
-            if let Err(e) = r {
-                tracing::error!(port = %name, error = %e.0, "cannot take over the handed-over port");
-                self.failed.insert(name, e.0);
+                .and_then(|lp| {
+                    lp.hold_rx(true);
+                    let again = lp.clone();
+                    self.attach_live(&br, &name, &pc, lp).map(|()| again)
+                });
+            if let Some(d) = delay {
+                std::thread::sleep(d);
+            }
+            match r {
+                Ok(again) => held.push(again),
+                Err(e) => {
+                    tracing::error!(port = %name, error = %e.0, "cannot take over the handed-over port");
+                    self.failed.insert(name, e.0);
+                }
             }
         }
-        // af-xdp ports handed over: the same program, sockets and UMEMs, carrying on with the
-        // frame books the old process kept (frames received meanwhile wait in the rx rings,
-        // and are read only once every one of them is attached: read earlier, a frame for a
-        // port not attached yet would be lost). One that cannot be adopted is opened anew (its
-        // fds closed first), counted in the port's status (`upgrade`) and logged.
-        let mut adopted = Vec::new();
+        // af-xdp ports handed over: the same program, sockets and UMEMs (with their steering
+        // sockets and maps), carrying on with the frame books the old process kept (frames
+        // received meanwhile wait in the rx rings). One that cannot be adopted is opened anew
+        // (its fds closed first), counted in the port's status (`upgrade`) and logged.
         for x in std::mem::take(&mut self.deferred_xsk) {
             let books = self.xsk_books.remove(&x.name);
             let r = match books {
                 Some(b) => LivePort::adopt_af_xdp(&x.name, &x.pc, &x.mode, x.fds, &b)
                     .map_err(super::switch::CmdError)
                     .and_then(|lp| {
-                        if let Some(p) = lp.af_xdp() {
-                            p.hold_rx(true);
-                            adopted.push(p.clone());
-                        }
-                        self.attach_live(&x.br, &x.name, &x.pc, lp)
+                        lp.hold_rx(true);
+                        let again = lp.clone();
+                        self.attach_live(&x.br, &x.name, &x.pc, lp).map(|()| again)
                     }),
                 None => Err(super::switch::CmdError(
                     "no frame books in the final message".into(),
                 )),
             };
-            if let Err(e) = r {
-                tracing::error!(port = %x.name, error = %e.0, "cannot take over the handed-over af-xdp port; opening it anew");
-                self.deferred.push((x.br, x.name.clone(), x.pc));
-                self.xsk_reopened.insert(x.name, e.0);
+            match r {
+                Ok(again) => held.push(again),
+                Err(e) => {
+                    tracing::error!(port = %x.name, error = %e.0, "cannot take over the handed-over af-xdp port; opening it anew");
+                    self.deferred.push((x.br, x.name.clone(), x.pc));
+                    self.xsk_reopened.insert(x.name, e.0);
+                }
             }
         }
-        for p in adopted {
-            p.hold_rx(false);
+        for lp in held {
+            lp.hold_rx(false);
+        }
+        let kernel_ns = handover::mono_ns();
+        if let Some(so) = self.switch_over.as_mut() {
+            so["kernel_ports_resumed_ns"] = kernel_ns.into();
+            if let Some(stopped) = so["stopped_ns"].as_u64().filter(|&s| s > 0) {
+                so["kernel_ports_gap_us"] = (kernel_ns.saturating_sub(stopped) / 1000).into();
+            }
         }
         for (br, name, pc) in std::mem::take(&mut self.deferred) {
             let deadline = std::time::Instant::now() + REOPEN_DEADLINE;

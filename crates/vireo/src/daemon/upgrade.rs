@@ -257,14 +257,22 @@ impl Switch {
         };
         tracing::info!(binary = %binary.display(), pid = a.child.id(), "upgrade: new vireod started");
         match self.hand_over(&listener, &mut a, &opts) {
-            Ok(pid) => {
+            Ok((pid, gap_us)) => {
                 vhost::sockfile::remove_if_ours(&a.sock, a.sock_id.take());
                 EXIT_AFTER_REPLY.store(true, Ordering::SeqCst);
                 tracing::info!(new_pid = pid, "upgrade: done, this vireod exits");
                 let old = std::process::id();
+                let gap = gap_us.map_or_else(String::new, |g| {
+                    format!(
+                        "; switch-over gap {g} us (PMDs stopped here -> let at the rings there)"
+                    )
+                });
                 Ok(Response::ok(
-                    format!("vireod upgraded: pid {old} -> {pid} ({})", binary.display()),
-                    json!({ "old_pid": old, "pid": pid, "binary": binary }),
+                    format!(
+                        "vireod upgraded: pid {old} -> {pid} ({}){gap}",
+                        binary.display()
+                    ),
+                    json!({ "old_pid": old, "pid": pid, "binary": binary, "switch_over_us": gap_us }),
                 ))
             }
             Err(why) => {
@@ -284,8 +292,15 @@ impl Switch {
             .collect()
     }
 
-    /// Everything between the new process's start and its confirmation; returns its pid.
-    fn hand_over(&mut self, l: &UnixListener, a: &mut Attempt, opts: &Opts) -> Result<u32, String> {
+    /// Everything between the new process's start and its confirmation; returns its pid and
+    /// the switch-over gap in µs (from this process's PMDs stopping to the new one's being
+    /// let at the rings; `None` from a new process that does not say when).
+    fn hand_over(
+        &mut self,
+        l: &UnixListener,
+        a: &mut Attempt,
+        opts: &Opts,
+    ) -> Result<(u32, Option<u64>), String> {
         let version = opts.version;
         let s = accept(l, a)?;
         let ports = self.vhost_ports();
@@ -351,6 +366,8 @@ impl Switch {
         if let Err(e) = self.rt.dp.quiesce() {
             tracing::warn!(error = %e, "upgrade: PMDs did not quiesce; packets in flight may be lost");
         }
+        // The PMDs' last poll here is over.
+        let stopped_ns = handover::mono_ns();
         let bases: BTreeMap<String, Vec<(usize, u16)>> = ports
             .iter()
             .map(|(n, p)| (n.clone(), p.endpoint().hand_over_rings()))
@@ -383,21 +400,24 @@ impl Switch {
             conntrack: ct.is_some(),
             xsk,
             counters,
+            stopped_ns,
         };
         let step = handover::send_reply(&s, &final_msg)
             .and_then(|()| ct.map_or(Ok(()), |b| handover::send(&s, &b, &[])))
             .map_err(|e| e.to_string())
             .and_then(|()| handover::recv_reply(&s, STARTED_DEADLINE).map_err(|e| e.to_string()));
         match step {
-            Ok(Reply::Started { pid }) => {
+            Ok(Reply::Started { pid, resumed_ns }) => {
                 for (_, p) in &ports {
                     p.endpoint().keep_socket_file();
                 }
+                let gap_us = (resumed_ns > 0).then(|| resumed_ns.saturating_sub(stopped_ns) / 1000);
                 tracing::info!(
                     us = t0.elapsed().as_micros() as u64,
+                    gap_us = ?gap_us,
                     "upgrade: rings handed over"
                 );
-                Ok(pid)
+                Ok((pid, gap_us))
             }
             other => {
                 // Kill the new process before this one touches the rings again.
@@ -506,9 +526,18 @@ impl Switch {
         }
         let mut af_xdp = BTreeMap::new();
         for (name, lp) in &self.live {
-            // Only from version 3 on: an older build would not take them.
+            // Only from version 3 on: an older build would not take them; with steering or
+            // marks only from version 4 on (version 3 reopens those).
             let LivePort::AfXdp(x) = lp else { continue };
             if version < 3 {
+                continue;
+            }
+            if version < 4 && (x.steer_nodes() > 0 || x.marks()) {
+                tracing::info!(
+                    port = %name,
+                    version,
+                    "upgrade: state version 3 does not carry xdp-steering or xdp-mark; the new vireod opens the port anew"
+                );
                 continue;
             }
             match x.dup_fds() {
@@ -518,11 +547,16 @@ impl Switch {
                         fds.len() - 1
                     };
                     let (link, prog, map) = (idx(d.link), idx(d.prog), idx(d.map));
-                    let queues = d
-                        .queues
-                        .into_iter()
-                        .map(|q| (idx(q.sock), idx(q.umem)))
-                        .collect();
+                    let steer = d.steer.map(|(s, st)| (idx(s), idx(st)));
+                    let marks = d.marks.map(&mut idx);
+                    let (mut queues, mut steered) = (Vec::new(), Vec::new());
+                    for q in d.queues {
+                        queues.push((idx(q.sock), idx(q.umem)));
+                        steered.push(q.steered.into_iter().map(&mut idx).collect::<Vec<_>>());
+                    }
+                    if steered.iter().all(Vec::is_empty) {
+                        steered.clear();
+                    }
                     af_xdp.insert(
                         name.clone(),
                         handover::XskOffer {
@@ -531,6 +565,9 @@ impl Switch {
                             prog,
                             map,
                             queues,
+                            steered,
+                            steer,
+                            marks,
                         },
                     );
                 }

@@ -43,6 +43,11 @@ pub struct Vireod {
 
 impl Vireod {
     pub fn start(dir: &Path) -> Vireod {
+        Self::start_env(dir, &[])
+    }
+
+    /// [`Vireod::start`] with environment variables (inherited by every upgrade).
+    pub fn start_env(dir: &Path, env: &[(&str, &str)]) -> Vireod {
         let run = dir.join("run");
         let log_path = dir.join("vireod.log");
         let log = std::fs::File::create(&log_path).unwrap();
@@ -50,6 +55,7 @@ impl Vireod {
             .arg("--run-dir")
             .arg(&run)
             .args(["--pmd-cores", "0"])
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -111,6 +117,14 @@ impl Vireod {
         args.extend_from_slice(extra);
         let v = self.json(&args);
         let new = v["pid"].as_i64().unwrap() as i32;
+        // vireod's own measure of the switch-over: from the old PMDs' stop to the new ones'
+        // start (CLOCK_MONOTONIC in both).
+        let gap = v["switch_over_us"].as_u64();
+        assert!(
+            gap.is_some_and(|g| g < 30_000_000),
+            "no switch-over gap: {v}"
+        );
+        eprintln!("upgrade {extra:?}: switch-over gap {} us", gap.unwrap_or(0));
         assert_eq!(v["old_pid"].as_i64().unwrap() as i32, old, "{v}");
         assert_ne!(new, old);
         assert_eq!(self.pid(), new, "the run directory names the new vireod");
