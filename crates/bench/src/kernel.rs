@@ -1,13 +1,14 @@
 //! Kernel-port benchmark: namespace → switch → namespace over veth pairs (or taps the switch
-//! makes), for each port kind. Owns the scenario names (`kp:KIND:SIZE`, `kp:KIND:tcp`), the
-//! namespaces and veths (`kb-` prefix, removed on drop), the UDP generator (DPDK testpmd,
-//! `txonly` through a `net_af_xdp` vdev on the sending namespace's veth end, counted at the
-//! receiving namespace's interface) and the TCP one (`iperf3`), and the table of the
-//! separate BENCHMARKS.md section.
+//! makes), for each port kind. Owns the scenario names (`kp:KIND:SIZE`, `kp:KIND:tcp`,
+//! `kp:af-xdp:SIZE[:mark]:vu:FLOWS`), the namespaces and veths (`kb-` prefix, removed on
+//! drop), the UDP generators (DPDK testpmd, `txonly` through a `net_af_xdp` vdev on the
+//! sending namespace's veth end, counted at the receiving namespace's interface; for the
+//! `:vu:` rows vireo-kgen's many-flow sender in the namespace and its vhost-user sink) and
+//! the TCP one (`iperf3`), and the table of the separate BENCHMARKS.md section.
 //!
 //! Threads: vireo-bench's main thread; switches and generators are child processes.
 use crate::parse::PmdCycles;
-use crate::proc::{command, run, CpuShare, Proc};
+use crate::proc::{command, run, wait_for_path, CpuShare, Proc};
 use crate::report::{Record, Results};
 use serde_json::Value;
 use std::fmt::Write as _;
@@ -59,11 +60,22 @@ pub struct KScenario {
     /// `:flows`: the generator varies the IPv4 source (testpmd `--txonly-multi-flow`) and the
     /// rules make one megaflow per source (UDP only).
     pub flows: bool,
+    /// `:vu:N` (af-xdp, UDP): namespace → af-xdp port → switch → vhost-user port, with N
+    /// distinct 5-tuples from vireo-kgen (`tx`, an `AF_PACKET` sender in namespace a) and
+    /// vireo-kgen's `sink` on the vhost-user socket counting what arrives; the rules make
+    /// one megaflow per 5-tuple ([`VU_RULES`]).
+    pub vu: Option<u32>,
 }
+
+/// UDP destination ports the `:vu:N` flows spread over: one, so the flows differ in the IPv4
+/// source only (`10.H.M.L`), which a drop rule on one other source makes every megaflow
+/// match exactly (a destination-port rule would not: OVS's classifier always tracks port
+/// prefixes and un-wildcards only the bits that tell them apart).
+pub const VU_RULES: u32 = 1;
 
 impl KScenario {
     /// `kp:af-packet:64`, `kp:tap:tcp`, `kp:af-xdp:64:mark`, `kp:af-xdp:64:flows`,
-    /// `kp:af-xdp:64:mark:flows`.
+    /// `kp:af-xdp:64:mark:flows`, `kp:af-xdp:64:vu:1m`, `kp:af-xdp:64:mark:vu:100k`.
     pub fn name(&self) -> String {
         let t = match self.traffic {
             Traffic::Udp(s) => s.to_string(),
@@ -76,6 +88,10 @@ impl KScenario {
         if self.flows {
             n.push_str(":flows");
         }
+        if let Some(f) = self.vu {
+            n.push_str(":vu:");
+            n.push_str(&crate::scenario::flow_label(f));
+        }
         n
     }
 
@@ -85,6 +101,7 @@ impl KScenario {
             traffic,
             marks: false,
             flows: false,
+            vu: None,
         }
     }
 
@@ -112,10 +129,24 @@ impl KScenario {
             None => return Err(bad()),
         };
         let mut sc = KScenario::plain(kind, traffic);
-        for m in it {
+        while let Some(m) = it.next() {
             match m {
-                "mark" if kind == PortKind::AfXdp && !sc.marks && !sc.flows => sc.marks = true,
-                "flows" if traffic != Traffic::Tcp && !sc.flows => sc.flows = true,
+                "mark" if kind == PortKind::AfXdp && !sc.marks && !sc.flows && sc.vu.is_none() => {
+                    sc.marks = true
+                }
+                "flows" if traffic != Traffic::Tcp && !sc.flows && sc.vu.is_none() => {
+                    sc.flows = true
+                }
+                "vu" if kind == PortKind::AfXdp
+                    && traffic != Traffic::Tcp
+                    && !sc.flows
+                    && sc.vu.is_none() =>
+                {
+                    match it.next().and_then(crate::scenario::parse_count) {
+                        Some(n) if n >= 1 => sc.vu = Some(n),
+                        _ => return Err(bad()),
+                    }
+                }
                 _ => return Err(bad()),
             }
         }
@@ -367,6 +398,9 @@ pub fn measure(
     dir: &Path,
     rec: &mut Record,
 ) -> Result<(), String> {
+    if let Some(flows) = sc.vu {
+        return measure_vu(sw, sc, flows, p, dir, rec);
+    }
     let mut topo = Topo::new("")?;
     if sw.direct() {
         topo.direct()?;
@@ -399,6 +433,131 @@ pub fn measure(
 
 fn median(v: &[f64]) -> Option<f64> {
     crate::stats::summarize(v).map(|s| s.median)
+}
+
+/// The `KEY N` rates (`Tx-pps:`, `Rx-pps:`) a generator printed after byte `from` of its log.
+fn rates(log: &str, from: usize, key: &str) -> Vec<f64> {
+    log.get(from.min(log.len())..)
+        .unwrap_or("")
+        .lines()
+        .filter_map(|l| {
+            l.trim()
+                .strip_prefix(key)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// The vireo-kgen binary: `VIREO_KGEN` if set, else next to the running executable.
+pub fn vireo_kgen_path() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("VIREO_KGEN") {
+        return p.into();
+    }
+    std::env::current_exe()
+        .ok()
+        .and_then(|e| Some(e.parent()?.join("vireo-kgen")))
+        .unwrap_or_else(|| "vireo-kgen".into())
+}
+
+/// `:vu:N`: vireo-kgen's sink listens on `DIR/vu1.sock` (on the generator core: it sleeps
+/// 200 µs between polls that find little), the switch takes namespace a's host veth end as an af-xdp port and the
+/// socket as a vhost-user client port, vireo-kgen `tx` sends N 5-tuples from namespace a.
+/// The rate is the sink's, per second; the offered rate the sender's. Warm-up is at least
+/// 3 s from 100K flows up (each flow is sent once per N / rate seconds).
+fn measure_vu(
+    sw: &mut dyn KSwitch,
+    sc: &KScenario,
+    flows: u32,
+    p: &KPlan,
+    dir: &Path,
+    rec: &mut Record,
+) -> Result<(), String> {
+    let topo = Topo::new("")?;
+    topo.veths()?;
+    topo.csum_off()?;
+    let kgen = vireo_kgen_path();
+    let sock = dir.join("vu1.sock");
+    let _ = std::fs::remove_file(&sock);
+    let core = p.gen_core.to_string();
+    // Under `--rt` the sender is SCHED_RR 1 on the same core: the sink runs one priority
+    // above it, or each of its wake-ups would wait out the sender's time slice (100 ms).
+    let mut c = Command::new(if crate::proc::realtime() {
+        "chrt"
+    } else {
+        "env"
+    });
+    if crate::proc::realtime() {
+        c.args(["-r", "2"]);
+    }
+    c.args(["taskset", "-c", &core])
+        .arg(&kgen)
+        .args(["--core", &core, "sink", "--sock"])
+        .arg(&sock);
+    let mut sink = Proc::spawn("vireo-kgen sink", &mut c, &dir.join("sink.log"))?;
+    let r = (|| {
+        if !wait_for_path(&sock, Duration::from_secs(10)) {
+            return Err(format!(
+                "vireo-kgen sink did not listen: {}",
+                sink.log_tail(4)
+            ));
+        }
+        sw.start(dir, sc, &[topo.host[0].clone(), sock.display().to_string()])?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while sink.running() && !sink.log_text().contains("connected") {
+            if Instant::now() > deadline {
+                return Err("the switch did not connect to the sink".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let mut c = pinned(p.gen_core, &topo.ns[0], &kgen.display().to_string());
+        c.args(["--core", &core, "tx", "--iface", &topo.inner[0]])
+            .args([
+                format!("--len={}", sc.size() - 4),
+                format!("--flows={flows}"),
+                format!("--rules={VU_RULES}"),
+            ]);
+        let mut g = Proc::spawn("vireo-kgen tx", &mut c, &dir.join("gen.log"))?;
+        let warm = if flows >= 100_000 {
+            p.warmup.max(Duration::from_secs(3))
+        } else {
+            p.warmup
+        };
+        std::thread::sleep(warm);
+        if !g.running() || !sink.running() {
+            return Err(format!(
+                "vireo-kgen exited: {} / {}",
+                g.log_tail(4),
+                sink.log_tail(4)
+            ));
+        }
+        sw.clear_stats();
+        let sw_share = sw.pid().and_then(CpuShare::start);
+        let gen_share = CpuShare::start(g.pid());
+        let (from_g, from_s) = (g.log_len() as usize, sink.log_len() as usize);
+        std::thread::sleep(Duration::from_secs_f64(p.secs.max(2.0) + 0.2));
+        rec.switch_cpu = sw_share.and_then(|s| s.end());
+        rec.gen_cpu = gen_share.and_then(|s| s.end());
+        rec.pmd = sw.pmd_cycles();
+        let (glog, slog) = (g.log_text(), sink.log_text());
+        g.stop(Duration::from_secs(5));
+        rec.offered_mpps = median(&rates(&glog, from_g, "Tx-pps:")).map(|x| x / 1e6);
+        rec.mpps = median(&rates(&slog, from_s, "Rx-pps:")).map(|x| x / 1e6);
+        rec.gbps = rec.mpps.map(|m| m * sc.size() as f64 * 8.0 / 1e3);
+        if rec.mpps.unwrap_or(0.0) <= 0.0 {
+            return Err(format!(
+                "nothing reached the sink (generator offered {:?} Mpps)",
+                rec.offered_mpps
+            ));
+        }
+        Ok(())
+    })();
+    sw.stop();
+    sink.stop(Duration::from_secs(5));
+    drop(topo);
+    r
 }
 
 /// testpmd `txonly` in namespace a through `net_af_xdp` (copy mode on a veth), frames of
@@ -473,19 +632,7 @@ fn udp(
     g.stop(Duration::from_secs(5));
     // EAL leaves its runtime directory behind; the prefix is this run's own.
     let _ = std::fs::remove_dir_all(Path::new("/run/dpdk").join(&prefix));
-    let offered: Vec<f64> = log
-        .get(from.min(log.len())..)
-        .unwrap_or("")
-        .lines()
-        .filter_map(|l| {
-            l.trim()
-                .strip_prefix("Tx-pps:")?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .collect();
+    let offered = rates(&log, from, "Tx-pps:");
     rec.offered_mpps = median(&offered).map(|x| x / 1e6);
     rec.mpps = median(&samples).map(|x| x / 1e6);
     rec.gbps = rec.mpps.map(|m| m * size as f64 * 8.0 / 1e3);
@@ -651,7 +798,10 @@ pub fn section(res: &Results) -> String {
          Pinning: switch on core {}, generator on core {}; {} round(s), {} s windows; median \
          ±half the spread (max−min) over rounds. UDP: testpmd `txonly` through `net_af_xdp` \
          in namespace a, one direction, counted at namespace b's interface; sizes are \
-         Ethernet frames with FCS (4 bytes less on the veth). TCP: one iperf3 stream a → b. \
+         Ethernet frames with FCS (4 bytes less on the veth). `:vu:N` rows: vireo-kgen `tx` \
+         (`AF_PACKET` sendmmsg, N 5-tuples) in namespace a → af-xdp → switch → vhost-user, \
+         counted by vireo-kgen's sink on the vhost-user socket (OVS: ovs-vswitchd-dpdk, \
+         `afxdp` + `dpdkvhostuserclient`). TCP: one iperf3 stream a → b. \
          `none` is the generator alone over one veth pair joining the namespaces (its \
          ceiling); cycles/pkt is the switch's own figure (Vireo `pmd-stats-show`, OVS \
          `dpif-netdev/pmd-stats-show`, PMD or main thread, whichever polled the ports).\n\n{}",
@@ -753,6 +903,29 @@ mod tests {
         }
         let sc = KScenario::parse("kp:af-xdp:64:mark:flows").unwrap();
         assert!(sc.marks && sc.flows);
+        for (good, marks, flows) in [
+            ("kp:af-xdp:64:vu:1", false, 1),
+            ("kp:af-xdp:64:vu:100k", false, 100_000),
+            ("kp:af-xdp:64:mark:vu:1m", true, 1_000_000),
+            ("kp:af-xdp:1518:vu:7", false, 7),
+        ] {
+            let sc = KScenario::parse(good).unwrap();
+            assert_eq!((sc.marks, sc.vu, sc.flows), (marks, Some(flows), false));
+            assert_eq!(sc.name(), good);
+        }
+        for bad in [
+            "kp:af-xdp:64:vu",
+            "kp:af-xdp:64:vu:0",
+            "kp:af-xdp:64:vu:x",
+            "kp:af-xdp:64:vu:1m:mark",
+            "kp:af-xdp:64:flows:vu:1",
+            "kp:af-xdp:64:vu:1:vu:2",
+            "kp:af-packet:64:vu:1",
+            "kp:af-xdp:tcp:vu:1",
+        ] {
+            assert!(KScenario::parse(bad).is_err(), "{bad}");
+        }
+        assert!(rates("x\n  Tx-pps: 5\nTx-pps: 7 \n", 2, "Tx-pps:") == vec![5.0, 7.0]);
         for bad in [
             "kp:af-packet:64:mark",
             "kp:af-xdp:64:flows:mark",

@@ -9,6 +9,7 @@ pub mod frontend;
 pub mod gen;
 pub mod genproc;
 pub mod kernel;
+pub mod kgen;
 pub mod kswitch;
 pub mod parse;
 pub mod proc;
