@@ -11,6 +11,7 @@ pub mod genproc;
 pub mod kernel;
 pub mod kgen;
 pub mod kswitch;
+pub mod kvu;
 pub mod parse;
 pub mod proc;
 pub mod report;
