@@ -23,8 +23,9 @@ pub fn vireo_kgen_path() -> std::path::PathBuf {
 }
 
 /// `:vu:N`: vireo-kgen's sink listens on `DIR/vu1.sock` (on the generator core: it sleeps
-/// 200 µs between polls that find little), the switch takes namespace a's host veth end as an af-xdp port and the
-/// socket as a vhost-user client port, vireo-kgen `tx` sends N 5-tuples from namespace a.
+/// 200 µs between polls that find little), the switch takes namespace a's host veth end as
+/// an af-xdp port and the socket as a vhost-user client port (namespace b's pair is made
+/// but unused), vireo-kgen `tx` sends N 5-tuples from namespace a.
 /// The rate is the sink's, per second; the offered rate the sender's. Warm-up is at least
 /// 3 s from 100K flows up (each flow is sent once per N / rate seconds).
 pub fn measure(
