@@ -1,9 +1,10 @@
 //! Kernel-port benchmark: namespace → switch → namespace over veth pairs (or taps the switch
-//! makes), for each port kind. Owns the scenario names (`kp:KIND:SIZE`, `kp:KIND:tcp`), the
-//! namespaces and veths (`kb-` prefix, removed on drop), the UDP generator (DPDK testpmd,
-//! `txonly` through a `net_af_xdp` vdev on the sending namespace's veth end, counted at the
-//! receiving namespace's interface) and the TCP one (`iperf3`), and the table of the
-//! separate BENCHMARKS.md section.
+//! makes), for each port kind. Owns the scenario names (`kp:KIND:SIZE`, `kp:KIND:tcp`,
+//! `kp:af-xdp:SIZE[:mark]:vu:FLOWS`), the namespaces and veths (`kb-` prefix, removed on
+//! drop), the UDP generators (DPDK testpmd, `txonly` through a `net_af_xdp` vdev on the
+//! sending namespace's veth end, counted at the receiving namespace's interface; for the
+//! `:vu:` rows vireo-kgen's many-flow sender in the namespace and its vhost-user sink) and
+//! the TCP one (`iperf3`), and the table of the separate BENCHMARKS.md section.
 //!
 //! Threads: vireo-bench's main thread; switches and generators are child processes.
 use crate::parse::PmdCycles;
@@ -59,11 +60,22 @@ pub struct KScenario {
     /// `:flows`: the generator varies the IPv4 source (testpmd `--txonly-multi-flow`) and the
     /// rules make one megaflow per source (UDP only).
     pub flows: bool,
+    /// `:vu:N` (af-xdp, UDP): namespace → af-xdp port → switch → vhost-user port, with N
+    /// distinct 5-tuples from vireo-kgen (`tx`, an `AF_PACKET` sender in namespace a) and
+    /// vireo-kgen's `sink` on the vhost-user socket counting what arrives; the rules make
+    /// one megaflow per 5-tuple ([`VU_RULES`]).
+    pub vu: Option<u32>,
 }
+
+/// UDP destination ports the `:vu:N` flows spread over: one, so the flows differ in the IPv4
+/// source only (`10.H.M.L`), which a drop rule on one other source makes every megaflow
+/// match exactly (a destination-port rule would not: OVS's classifier always tracks port
+/// prefixes and un-wildcards only the bits that tell them apart).
+pub const VU_RULES: u32 = 1;
 
 impl KScenario {
     /// `kp:af-packet:64`, `kp:tap:tcp`, `kp:af-xdp:64:mark`, `kp:af-xdp:64:flows`,
-    /// `kp:af-xdp:64:mark:flows`.
+    /// `kp:af-xdp:64:mark:flows`, `kp:af-xdp:64:vu:1m`, `kp:af-xdp:64:mark:vu:100k`.
     pub fn name(&self) -> String {
         let t = match self.traffic {
             Traffic::Udp(s) => s.to_string(),
@@ -76,6 +88,10 @@ impl KScenario {
         if self.flows {
             n.push_str(":flows");
         }
+        if let Some(f) = self.vu {
+            n.push_str(":vu:");
+            n.push_str(&crate::scenario::flow_label(f));
+        }
         n
     }
 
@@ -85,6 +101,7 @@ impl KScenario {
             traffic,
             marks: false,
             flows: false,
+            vu: None,
         }
     }
 
@@ -112,10 +129,24 @@ impl KScenario {
             None => return Err(bad()),
         };
         let mut sc = KScenario::plain(kind, traffic);
-        for m in it {
+        while let Some(m) = it.next() {
             match m {
-                "mark" if kind == PortKind::AfXdp && !sc.marks && !sc.flows => sc.marks = true,
-                "flows" if traffic != Traffic::Tcp && !sc.flows => sc.flows = true,
+                "mark" if kind == PortKind::AfXdp && !sc.marks && !sc.flows && sc.vu.is_none() => {
+                    sc.marks = true
+                }
+                "flows" if traffic != Traffic::Tcp && !sc.flows && sc.vu.is_none() => {
+                    sc.flows = true
+                }
+                "vu" if kind == PortKind::AfXdp
+                    && traffic != Traffic::Tcp
+                    && !sc.flows
+                    && sc.vu.is_none() =>
+                {
+                    match it.next().and_then(crate::scenario::parse_count) {
+                        Some(n) if n >= 1 => sc.vu = Some(n),
+                        _ => return Err(bad()),
+                    }
+                }
                 _ => return Err(bad()),
             }
         }
@@ -353,7 +384,7 @@ pub struct KPlan {
     pub gen_core: usize,
 }
 
-fn pinned(core: usize, ns: &str, prog: &str) -> Command {
+pub(crate) fn pinned(core: usize, ns: &str, prog: &str) -> Command {
     let mut c = command("taskset");
     c.args(["-c", &core.to_string(), "ip", "netns", "exec", ns, prog]);
     c
@@ -367,6 +398,9 @@ pub fn measure(
     dir: &Path,
     rec: &mut Record,
 ) -> Result<(), String> {
+    if let Some(flows) = sc.vu {
+        return crate::kvu::measure(sw, sc, flows, p, dir, rec);
+    }
     let mut topo = Topo::new("")?;
     if sw.direct() {
         topo.direct()?;
@@ -397,8 +431,24 @@ pub fn measure(
     r
 }
 
-fn median(v: &[f64]) -> Option<f64> {
+pub(crate) fn median(v: &[f64]) -> Option<f64> {
     crate::stats::summarize(v).map(|s| s.median)
+}
+
+/// The `KEY N` rates (`Tx-pps:`, `Rx-pps:`) a generator printed after byte `from` of its log.
+pub(crate) fn rates(log: &str, from: usize, key: &str) -> Vec<f64> {
+    log.get(from.min(log.len())..)
+        .unwrap_or("")
+        .lines()
+        .filter_map(|l| {
+            l.trim()
+                .strip_prefix(key)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
 }
 
 /// testpmd `txonly` in namespace a through `net_af_xdp` (copy mode on a veth), frames of
@@ -473,19 +523,7 @@ fn udp(
     g.stop(Duration::from_secs(5));
     // EAL leaves its runtime directory behind; the prefix is this run's own.
     let _ = std::fs::remove_dir_all(Path::new("/run/dpdk").join(&prefix));
-    let offered: Vec<f64> = log
-        .get(from.min(log.len())..)
-        .unwrap_or("")
-        .lines()
-        .filter_map(|l| {
-            l.trim()
-                .strip_prefix("Tx-pps:")?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .collect();
+    let offered = rates(&log, from, "Tx-pps:");
     rec.offered_mpps = median(&offered).map(|x| x / 1e6);
     rec.mpps = median(&samples).map(|x| x / 1e6);
     rec.gbps = rec.mpps.map(|m| m * size as f64 * 8.0 / 1e3);
@@ -651,7 +689,10 @@ pub fn section(res: &Results) -> String {
          Pinning: switch on core {}, generator on core {}; {} round(s), {} s windows; median \
          ±half the spread (max−min) over rounds. UDP: testpmd `txonly` through `net_af_xdp` \
          in namespace a, one direction, counted at namespace b's interface; sizes are \
-         Ethernet frames with FCS (4 bytes less on the veth). TCP: one iperf3 stream a → b. \
+         Ethernet frames with FCS (4 bytes less on the veth). `:vu:N` rows: vireo-kgen `tx` \
+         (`AF_PACKET` sendmmsg, N 5-tuples) in namespace a → af-xdp → switch → vhost-user, \
+         counted by vireo-kgen's sink on the vhost-user socket (OVS: ovs-vswitchd-dpdk, \
+         `afxdp` + `dpdkvhostuserclient`). TCP: one iperf3 stream a → b. \
          `none` is the generator alone over one veth pair joining the namespaces (its \
          ceiling); cycles/pkt is the switch's own figure (Vireo `pmd-stats-show`, OVS \
          `dpif-netdev/pmd-stats-show`, PMD or main thread, whichever polled the ports).\n\n{}",
@@ -753,6 +794,29 @@ mod tests {
         }
         let sc = KScenario::parse("kp:af-xdp:64:mark:flows").unwrap();
         assert!(sc.marks && sc.flows);
+        for (good, marks, flows) in [
+            ("kp:af-xdp:64:vu:1", false, 1),
+            ("kp:af-xdp:64:vu:100k", false, 100_000),
+            ("kp:af-xdp:64:mark:vu:1m", true, 1_000_000),
+            ("kp:af-xdp:1518:vu:7", false, 7),
+        ] {
+            let sc = KScenario::parse(good).unwrap();
+            assert_eq!((sc.marks, sc.vu, sc.flows), (marks, Some(flows), false));
+            assert_eq!(sc.name(), good);
+        }
+        for bad in [
+            "kp:af-xdp:64:vu",
+            "kp:af-xdp:64:vu:0",
+            "kp:af-xdp:64:vu:x",
+            "kp:af-xdp:64:vu:1m:mark",
+            "kp:af-xdp:64:flows:vu:1",
+            "kp:af-xdp:64:vu:1:vu:2",
+            "kp:af-packet:64:vu:1",
+            "kp:af-xdp:tcp:vu:1",
+        ] {
+            assert!(KScenario::parse(bad).is_err(), "{bad}");
+        }
+        assert!(rates("x\n  Tx-pps: 5\nTx-pps: 7 \n", 2, "Tx-pps:") == vec![5.0, 7.0]);
         for bad in [
             "kp:af-packet:64:mark",
             "kp:af-xdp:64:flows:mark",

@@ -1,7 +1,9 @@
 //! The switches of the kernel-port benchmark: Vireo (vireod with `af-packet`, `af-xdp` or
 //! `tap` ports; `vireo-busy` is the same with `VIREO_PMD_IDLE_SLEEP_US=0`: a PMD that never
 //! sleeps when idle, as OVS's do), OVS 3.1's userspace datapath (Debian's plain `ovs-vswitchd`, bridge
-//! `datapath_type=netdev`, interfaces `system`, `afxdp`, `tap`), the Linux bridge, and `none`
+//! `datapath_type=netdev`, interfaces `system`, `afxdp`, `tap`; for the `:vu:` rows, whose
+//! second port is vhost-user, Debian's `ovs-vswitchd-dpdk` with `afxdp` and
+//! `dpdkvhostuserclient`), the Linux bridge, and `none`
 //! (the generator alone over one veth pair: its ceiling). Each is pinned to the switch core
 //! and stops completely.
 //!
@@ -21,9 +23,12 @@ fn p2p(a: &str, b: &str) -> String {
 /// The rules of a scenario: p2p, and for `flows` scenarios a higher-priority drop rule on
 /// one IPv4 source no frame has, so every megaflow matches the source address exactly (one
 /// megaflow per generator flow, as a real rule set with per-address rules gives).
+/// `:vu:N` rows do the same (their flows differ in the IPv4 source only); OVS's address
+/// prefix tracking, which would match only the source's first bit, is turned off for them
+/// ([`OvsNetdev`]).
 fn rules(sc: &KScenario, a: &str, b: &str) -> String {
     let mut r = p2p(a, b);
-    if sc.flows {
+    if sc.flows || sc.vu.is_some() {
         r.push_str("priority=40000,ip,nw_src=192.0.2.1,actions=drop\n");
     }
     r
@@ -108,6 +113,16 @@ impl KSwitch for VireoK {
         let ty = format!("type={}", kind.name());
         let mut names = Vec::new();
         for (i, h) in host.iter().enumerate() {
+            if i == 1 && sc.vu.is_some() {
+                // `:vu:`: the second port is a vhost-user client of the sink at `h`.
+                let path = format!("path={h}");
+                self.ctl(
+                    dir,
+                    &["add-port", "br0", "vu1", "type=vhost-user-client", &path],
+                )?;
+                names.push("vu1".to_string());
+                continue;
+            }
             let ifname = format!("ifname={h}");
             let name = match kind {
                 PortKind::Tap => h.clone(),
@@ -164,12 +179,18 @@ pub const OVS_NETDEV: &str = "/usr/sbin/ovs-vswitchd";
 pub struct OvsNetdev {
     core: usize,
     dir: Option<PathBuf>,
+    /// Running `ovs-vswitchd-dpdk` (`:vu:` rows).
+    dpdk: bool,
 }
 
 impl OvsNetdev {
     /// PMD mask and the whole process on `core`.
     pub fn new(core: usize) -> OvsNetdev {
-        OvsNetdev { core, dir: None }
+        OvsNetdev {
+            core,
+            dir: None,
+            dpdk: false,
+        }
     }
 
     fn cmd(dir: &Path, bin: &str) -> Command {
@@ -190,7 +211,10 @@ impl OvsNetdev {
 
     fn appctl(dir: &Path, args: &[&str]) -> Result<String, String> {
         let pid = std::fs::read_to_string(dir.join("vswitchd.pid")).map_err(|e| e.to_string())?;
-        let ctl = dir.join(format!("ovs-vswitchd.{}.ctl", pid.trim()));
+        let mut ctl = dir.join(format!("ovs-vswitchd.{}.ctl", pid.trim()));
+        if !ctl.exists() {
+            ctl = dir.join(format!("ovs-vswitchd-dpdk.{}.ctl", pid.trim()));
+        }
         run(Self::cmd(dir, "ovs-appctl").arg("-t").arg(ctl).args(args))
     }
 
@@ -217,6 +241,12 @@ impl KSwitch for OvsNetdev {
                 "{OVS_NETDEV} not found (Debian openvswitch-switch)"
             ));
         }
+        if sc.vu.is_some() && !Path::new(crate::contender::OVS_VSWITCHD).is_file() {
+            return Err(format!(
+                "{} not found (Debian openvswitch-switch-dpdk)",
+                crate::contender::OVS_VSWITCHD
+            ));
+        }
         Ok(())
     }
     fn start(&mut self, dir: &Path, sc: &KScenario, host: &[String; 2]) -> Result<(), String> {
@@ -235,10 +265,33 @@ impl KSwitch for OvsNetdev {
             .arg(format!("--log-file={d}/ovsdb.log"))
             .arg(&db))?;
         Self::vsctl(dir, &["--no-wait", "init"])?;
-        let pmd = format!("other_config:pmd-cpu-mask=0x{:x}", 1u64 << self.core);
+        let mask = format!("0x{:x}", 1u64 << self.core);
+        let pmd = format!("other_config:pmd-cpu-mask={mask}");
         Self::vsctl(dir, &["--no-wait", "set", "Open_vSwitch", ".", &pmd])?;
+        self.dpdk = sc.vu.is_some();
+        if self.dpdk {
+            let lcore = format!("other_config:dpdk-lcore-mask={mask}");
+            Self::vsctl(
+                dir,
+                &[
+                    "--no-wait",
+                    "set",
+                    "Open_vSwitch",
+                    ".",
+                    "other_config:dpdk-init=true",
+                    &lcore,
+                    "other_config:dpdk-socket-mem=1024",
+                    "other_config:dpdk-extra=--no-pci --file-prefix=vbovsk",
+                ],
+            )?;
+        }
+        let bin = if self.dpdk {
+            crate::contender::OVS_VSWITCHD
+        } else {
+            OVS_NETDEV
+        };
         let mut c = command("taskset");
-        c.args(["-c", &self.core.to_string(), OVS_NETDEV])
+        c.args(["-c", &self.core.to_string(), bin])
             .arg(format!("unix:{d}/db.sock"))
             .arg(format!("--pidfile={d}/vswitchd.pid"))
             .arg("--detach")
@@ -259,9 +312,48 @@ impl KSwitch for OvsNetdev {
                 "datapath_type=netdev",
             ],
         )?;
+        if sc.vu.is_some() {
+            // One megaflow per source, as Vireo makes: no address prefix tracking (`none`;
+            // an empty set means the default, nw_src and nw_dst). With it OVS un-wildcards
+            // only nw_src's first bit (`src=10.0.0.0/128.0.0.0`: one megaflow for all flows).
+            Self::vsctl(
+                dir,
+                &[
+                    "--",
+                    "--id=@ft",
+                    "create",
+                    "Flow_Table",
+                    "prefixes=none",
+                    "--",
+                    "set",
+                    "Bridge",
+                    "br0",
+                    "flow_tables:0=@ft",
+                ],
+            )?;
+        }
         for (i, h) in host.iter().enumerate() {
-            let ty = format!("type={}", Self::iface_type(kind));
             let ofp = format!("ofport_request={}", i + 1);
+            if i == 1 && sc.vu.is_some() {
+                let path = format!("options:vhost-server-path={h}");
+                Self::vsctl(
+                    dir,
+                    &[
+                        "add-port",
+                        "br0",
+                        "vu1",
+                        "--",
+                        "set",
+                        "Interface",
+                        "vu1",
+                        "type=dpdkvhostuserclient",
+                        &path,
+                        &ofp,
+                    ],
+                )?;
+                continue;
+            }
+            let ty = format!("type={}", Self::iface_type(kind));
             Self::vsctl(
                 dir,
                 &["add-port", "br0", h, "--", "set", "Interface", h, &ty, &ofp],
@@ -271,7 +363,15 @@ impl KSwitch for OvsNetdev {
                 return Err(format!("OVS refused {h} ({ty}): {}", st.trim()));
             }
         }
-        run(Self::cmd(dir, "ovs-ofctl").args(["del-flows", "br0"]))?;
+        // The bridge's OpenFlow socket comes once vswitchd has read the database (later with
+        // DPDK initialising).
+        let end = std::time::Instant::now() + Duration::from_secs(20);
+        while let Err(e) = run(Self::cmd(dir, "ovs-ofctl").args(["del-flows", "br0"])) {
+            if std::time::Instant::now() > end {
+                return Err(e);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let rules = dir.join("rules.txt");
         std::fs::write(&rules, self::rules(sc, "1", "2")).map_err(|e| e.to_string())?;
         run(Self::cmd(dir, "ovs-ofctl")

@@ -125,7 +125,8 @@ pub const SIZES: [usize; 5] = [64, 256, 512, 1024, 1518];
 /// Flow counts the full run sweeps.
 pub const FLOWS: [u32; 4] = [1, 1_000, 100_000, 1_000_000];
 
-fn flow_label(n: u32) -> String {
+/// `1`, `100k`, `1m`: a count as scenario names write it.
+pub fn flow_label(n: u32) -> String {
     match n {
         n if n >= 1_000_000 && n % 1_000_000 == 0 => format!("{}m", n / 1_000_000),
         n if n >= 1_000 && n % 1_000 == 0 => format!("{}k", n / 1_000),
@@ -133,7 +134,8 @@ fn flow_label(n: u32) -> String {
     }
 }
 
-fn parse_count(s: &str) -> Option<u32> {
+/// Reads a count written by [`flow_label`] (`k` and `m` suffixes).
+pub fn parse_count(s: &str) -> Option<u32> {
     let (num, mul) = match s.as_bytes().last()? {
         b'k' | b'K' => (&s[..s.len() - 1], 1_000),
         b'm' | b'M' => (&s[..s.len() - 1], 1_000_000),

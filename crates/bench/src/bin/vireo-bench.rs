@@ -352,6 +352,7 @@ fn one(
 /// One kernel-port measurement in its own directory; logs kept under `runs/`.
 fn one_kernel(sw: &mut dyn KSwitch, sc: &KScenario, round: usize, p: &Plan, a: &Args) -> Record {
     let gen = match sc.traffic {
+        kernel::Traffic::Udp(_) if sc.vu.is_some() => "vireo-kgen",
         kernel::Traffic::Udp(_) => "testpmd-af_xdp",
         kernel::Traffic::Tcp => "iperf3",
     };
