@@ -26,6 +26,7 @@ mod runtime;
 mod steering;
 mod switch;
 mod takeover;
+mod underlay;
 mod upgrade;
 
 pub use switch::Switch;

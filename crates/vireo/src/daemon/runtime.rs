@@ -50,6 +50,8 @@ pub struct Shared {
     pub steering: super::steering::Steering,
     /// XDP flow marks of `af-xdp` ports (`xdp-mark=on`).
     pub marks: super::marks::Marks,
+    /// Native tunneling's route table and neighbour cache (`underlay.rs`).
+    pub underlay: Arc<Mutex<tnl::Underlay>>,
 }
 
 impl Shared {
@@ -177,6 +179,7 @@ impl Runtime {
             ports: Mutex::new(BTreeMap::new()),
             steering: Default::default(),
             marks: Default::default(),
+            underlay: Default::default(),
         });
         let housekeeping = Some(super::housekeeping::start(shared.clone())?);
         Ok(Runtime {

@@ -192,6 +192,9 @@ impl Switch {
             "dump-conntrack" | "flush-conntrack" | "ct-stats" | "set-ct-limit" => {
                 self.dispatch_ct(command, args)
             }
+            "route/add" | "route/del" | "route/show" | "tnl/neigh/show" | "tnl/neigh/flush" => {
+                super::underlay::command(&self.rt, command, args)
+            }
             "version" => arity(0, 0, "").map(|_| {
                 let v = env!("CARGO_PKG_VERSION");
                 Response::ok(format!("vireod {v}"), json!({ "vireod": v }))
@@ -597,11 +600,20 @@ impl Switch {
         lp: LivePort,
     ) -> Result<(), CmdError> {
         let place = options::Placement::of(&pc.options)?;
+        let mut port = lp.port();
+        if pc.kind == "internal" {
+            // The neighbour cache of native tunneling snoops ARP on internal ports.
+            port = Arc::new(super::underlay::SnoopPort::new(
+                port,
+                name,
+                self.rt.underlay.clone(),
+            ));
+        }
         let attach = Attach {
             bridge: br,
             name,
             ofport: pc.ofport,
-            port: lp.port(),
+            port,
             tag: place.tag,
             trunks: place.trunks,
             mac_limit: place.mac_limit,
@@ -625,6 +637,9 @@ impl Switch {
         }
         if let Some(x) = lp.af_xdp().filter(|x| x.marks()) {
             self.rt.marks.add_port(name, x.clone());
+        }
+        if pc.kind == "internal" {
+            super::underlay::upkeep(&self.rt);
         }
         self.live.insert(name.to_string(), lp);
         Ok(())
