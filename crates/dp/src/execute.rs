@@ -333,6 +333,27 @@ pub fn execute(
                 key.set(Field::TunSrc, u64::from(*src));
                 key.set(Field::TunDst, u64::from(*dst));
             }
+            Action::TnlPush(t) => {
+                dirty = true;
+                // The outer header moves every offset an offload names: finish it first.
+                if pkt.meta.has_offload() {
+                    if !matches!(pkt.meta.offload(), Offload::Csum { .. })
+                        || !complete_in_place(pkt)
+                    {
+                        crate::tnl::count_gso();
+                        return NO_PORT;
+                    }
+                    cx.tally.sw_csum += 1;
+                }
+                if !crate::tnl::push(pkt, t) {
+                    return NO_PORT;
+                }
+            }
+            Action::TnlPop(t) => match crate::tnl::pop(pkt, t, key) {
+                crate::tnl::Popped::NotTunnel => {}
+                crate::tnl::Popped::Dropped => return NO_PORT,
+                crate::tnl::Popped::Inner => return RECIRC,
+            },
             other => {
                 dirty = true;
                 modify(pkt, other)

@@ -85,6 +85,16 @@ impl PartialEq for Template {
     }
 }
 
+impl Eq for Template {}
+
+impl std::hash::Hash for Template {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        // The bytes hold every parameter but `csum` (DF is the flag bit in the IPv4 header).
+        self.bytes.hash(h);
+        self.params.csum.hash(h);
+    }
+}
+
 impl Template {
     /// Builds the header for `p`.
     pub fn build(p: &Params) -> Template {
