@@ -345,9 +345,25 @@ pub fn execute(
                     }
                     cx.tally.sw_csum += 1;
                 }
-                if !crate::tnl::push(pkt, t) {
-                    return NO_PORT;
+                if j + 1 == actions.len() {
+                    // Last: the packet itself becomes the outer packet.
+                    if !crate::tnl::push(pkt, t) {
+                        return NO_PORT;
+                    }
+                    return tnl_nested(pkt, &t.actions, key, cx);
                 }
+                let mut c = cx.pool.get_for(pkt.len());
+                c.set_frame(pkt.data());
+                c.meta = pkt.meta;
+                if crate::tnl::push(&mut c, t) {
+                    let mut k = *key;
+                    let to = tnl_nested(&mut c, &t.actions, &mut k, cx);
+                    if to != NO_PORT {
+                        cx.tx.send(to, c, cx.pool, cx.tally);
+                        continue;
+                    }
+                }
+                cx.pool.put(c);
             }
             Action::TnlPop(t) => match crate::tnl::pop(pkt, t, key) {
                 crate::tnl::Popped::NotTunnel => {}
@@ -361,6 +377,14 @@ pub fn execute(
         }
     }
     NO_PORT
+}
+
+/// Runs a `TnlPush`'s underlay actions on the outer packet; returns the port that takes it
+/// (the last output's) or [`NO_PORT`].
+#[inline(never)]
+fn tnl_nested(pkt: &mut Packet, actions: &[Action], key: &mut FlowKey, cx: &mut ExecCtx) -> u32 {
+    let steal = crate::flow::steal_index(actions);
+    execute(pkt, actions, steal, key, cx)
 }
 
 /// Zeroes a key's conntrack words (`ct_clear`), keeping `recirc_id`.

@@ -305,8 +305,13 @@ pub fn actions_to_string(actions: &[Action]) -> String {
             Action::TnlPush(t) => {
                 let p = t.template.params();
                 format!(
-                    "tnl_push(header(src={},dst={},dst_port={},vni={}),mtu={})",
-                    p.src_ip, p.dst_ip, p.dst_port, p.vni, t.mtu
+                    "tnl_push(header(src={},dst={},dst_port={},vni={}),mtu={},{})",
+                    p.src_ip,
+                    p.dst_ip,
+                    p.dst_port,
+                    p.vni,
+                    t.mtu,
+                    actions_to_string(&t.actions)
                 )
             }
             Action::TnlPop(t) => format!("tnl_pop(endpoints={})", t.ports.len()),

@@ -209,6 +209,7 @@ mod tests {
                 csum: false,
             }),
             mtu: 1500,
+            actions: vec![],
         }
     }
 

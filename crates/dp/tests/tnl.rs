@@ -71,18 +71,16 @@ impl Upcall for Native {
                 assert_eq!(key.get(Field::TunSrc), 0x0a00_0002);
                 vec![Action::Output(VM)]
             }
-            VM => vec![
-                Action::TnlPush(Arc::new(TnlPush {
-                    template: template(
-                        Ipv4Addr::new(10, 0, 0, 1),
-                        Ipv4Addr::new(10, 0, 0, 2),
-                        LOCAL_MAC,
-                        PEER_MAC,
-                    ),
-                    mtu: 1500,
-                })),
-                Action::Output(PHY),
-            ],
+            VM => vec![Action::TnlPush(Arc::new(TnlPush {
+                template: template(
+                    Ipv4Addr::new(10, 0, 0, 1),
+                    Ipv4Addr::new(10, 0, 0, 2),
+                    LOCAL_MAC,
+                    PEER_MAC,
+                ),
+                mtu: 1500,
+                actions: vec![Action::Output(PHY)],
+            }))],
             _ => vec![],
         };
         UpcallResult {
@@ -177,4 +175,51 @@ fn decap_and_encap_take_one_upcall_per_megaflow_not_per_packet() {
     }
     assert_eq!(pipe.by_port[VM as usize].load(SeqCst), 1);
     assert_eq!(pipe.upcalls.load(SeqCst), 3);
+}
+
+#[test]
+fn a_push_before_other_outputs_sends_a_copy_and_the_inner_frame_goes_on() {
+    let pipe = TestPipeline::new(vec![
+        Action::TnlPush(Arc::new(TnlPush {
+            template: template(
+                Ipv4Addr::new(10, 0, 0, 1),
+                Ipv4Addr::new(10, 0, 0, 2),
+                LOCAL_MAC,
+                PEER_MAC,
+            ),
+            mtu: 1500,
+            actions: vec![Action::Output(2)],
+        })),
+        Action::Output(3),
+    ]);
+    let dp = Datapath::with_tuning(
+        DpConfig {
+            topology: Topology::single(0..2),
+            pmd_cores: vec![0],
+            assign: AssignMode::Cycles,
+            auto_lb: None,
+        },
+        DpTuning::default(),
+        pipe.clone(),
+    )
+    .unwrap();
+    let ports: [Arc<DummyPort>; 3] = Default::default();
+    for (i, p) in ports.iter().enumerate() {
+        dp.add_port(i as u32 + 1, &format!("p{}", i + 1), p.clone(), &[])
+            .unwrap();
+    }
+    let f = udp_frame(0x0a00_0002, 9);
+    for _ in 0..10 {
+        ports[0].inject(f.clone()).unwrap();
+    }
+    let outer = collect(&ports[1], 10);
+    let plain = collect(&ports[2], 10);
+    assert!(outer
+        .iter()
+        .all(|o| o.len() == f.len() + HEADER_LEN && o[HEADER_LEN..] == f[..]));
+    assert!(
+        plain.iter().all(|p| *p == f),
+        "the inner frame is not changed by the push"
+    );
+    assert_eq!(pipe.upcalls.load(SeqCst), 1);
 }

@@ -65,10 +65,12 @@ pub enum Action {
         /// Outer destination address (0: none; a `remote_ip=flow` port drops the packet).
         dst: u32,
     },
-    /// Native tunneling's encapsulation (`tnl_push`): put the header template in front of
-    /// the frame, filling per packet only lengths, checksums and the UDP source port (from
-    /// the packet's hash); a frame that no longer fits the underlay MTU is dropped and
-    /// counted. The outputs that follow send the outer packet.
+    /// Native tunneling's encapsulation (`tnl_push`, a clone as OVS's): put the header
+    /// template in front of (a copy of) the frame, filling per packet only lengths, checksums
+    /// and the UDP source port (from the packet's hash), and run [`TnlPush::actions`] (the
+    /// underlay bridge's translation: where the outer packet goes) on it; the list then goes
+    /// on with the inner packet unchanged. As the last action it works in place, without a
+    /// copy. A frame that no longer fits the underlay MTU is dropped and counted.
     TnlPush(Arc<TnlPush>),
     /// Native tunneling's decapsulation (`tnl_pop`), put before the output to an underlay
     /// bridge's internal port: a frame for one of its endpoints is checked, stripped of its
@@ -85,6 +87,9 @@ pub struct TnlPush {
     pub template: tnl::header::Template,
     /// The underlay's IP MTU (the internal port's).
     pub mtu: u16,
+    /// What the outer packet meets (outputs, VLAN tags of the underlay bridge); never
+    /// another `TnlPush` or `TnlPop`.
+    pub actions: Vec<Action>,
 }
 
 /// One native tunnel endpoint of [`Action::TnlPop`].

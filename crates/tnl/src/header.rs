@@ -9,7 +9,7 @@
 //! encapsulation; the caller drops and counts one that does not (never fragmented).
 //!
 //! Threads: built on the thread that translates; `push` runs on any PMD (the only shared
-//! state is the identification counter of templates without DF, an atomic).
+//! state is the process-wide identification counter used without DF, an atomic).
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU16, Ordering::Relaxed};
 use wire::checksum;
@@ -58,25 +58,16 @@ pub struct Params {
     pub csum: bool,
 }
 
+/// IPv4 identification of outer packets sent without DF (process-wide).
+static IDENT: AtomicU16 = AtomicU16::new(0);
+
 /// A built header and what `push` needs to finish it per packet.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Template {
     bytes: [u8; HEADER_LEN],
     /// One's-complement sum of the IPv4 header with length, identification and checksum 0.
     ip_sum: u64,
     params: Params,
-    ident: AtomicU16,
-}
-
-impl Clone for Template {
-    fn clone(&self) -> Template {
-        Template {
-            bytes: self.bytes,
-            ip_sum: self.ip_sum,
-            params: self.params.clone(),
-            ident: AtomicU16::new(self.ident.load(Relaxed)),
-        }
-    }
 }
 
 impl PartialEq for Template {
@@ -119,7 +110,6 @@ impl Template {
             bytes: b,
             ip_sum,
             params: p.clone(),
-            ident: AtomicU16::new(0),
         }
     }
 
@@ -153,7 +143,7 @@ impl Template {
         let ident = if self.params.df {
             0
         } else {
-            self.ident.fetch_add(1, Relaxed)
+            IDENT.fetch_add(1, Relaxed)
         };
         pkt[16..18].copy_from_slice(&ip_len.to_be_bytes());
         pkt[18..20].copy_from_slice(&ident.to_be_bytes());

@@ -32,6 +32,8 @@ pub struct Underlay {
     pub neigh: neigh::NeighCache,
     /// The MAC of each internal port (the outer source MAC of what leaves through it).
     pub port_macs: std::collections::BTreeMap<String, [u8; 6]>,
+    /// The IP MTU of each internal port (what an encapsulated frame must fit).
+    pub port_mtus: std::collections::BTreeMap<String, u32>,
 }
 
 /// Where a tunnel's remote is reached: the route's device, the next hop (the gateway, or the

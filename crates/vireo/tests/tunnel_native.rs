@@ -3,12 +3,19 @@
 //! their input, and the neighbour cache learns a namespace's MAC from the ARP its kernel sends
 //! to the internal port's address through an `af-packet` port (`tnl/neigh/show`, `flush`).
 //!
+//! Native encap/decap against the Linux kernel's VXLAN device: host U is a namespace whose
+//! veth faces vireod's underlay bridge (`af-packet` port, internal port holding the tunnel
+//! address); VM V is a namespace on an `af-packet` port of the overlay bridge with the `vxlan`
+//! port. Ping and an iperf3 TCP transfer cross, the megaflows carry `tnl_push`/`tnl_pop`, the
+//! tunnel port's socket carries nothing, and `tnl/neigh/show` lists host U's MAC.
+//!
 //! Names: namespaces `nat-T-X-PID`, interfaces `natTXPID`, bridges `natbTPID`, all removed by
 //! Drop guards, also when a test fails.
 mod common;
 
-use common::host::{kernel_ok, must, sh, Ns};
+use common::host::{kernel_ok, must, sh, Bg, Ns};
 use common::Daemon;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn wait_for(d: &Daemon, cmd: &[&str], what: &str, present: bool) -> String {
@@ -103,4 +110,156 @@ fn underlay_routes_follow_the_internal_port_and_arp_teaches_the_neighbour() {
     assert!(!shown.contains("10.211.0.0/24"), "route/show: {shown}");
     d.ok(&["del-br", &br]);
     let _ = sh(&["ip", "link", "del", &br]);
+}
+
+fn mac_of(ns: &Ns) -> String {
+    ns.exec(&["cat", &format!("/sys/class/net/{}/address", ns.ns_if)])
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn native_vxlan_interop_with_the_kernel_ping_tcp_and_no_socket_use() {
+    if !kernel_ok()
+        || !testkit::require_peer("iperf3", "iperf3")
+        || !testkit::require_peer("ethtool", "ethtool")
+    {
+        return;
+    }
+    let pid = std::process::id();
+    let (brp, bri) = (format!("natbp{pid}"), format!("natbi{pid}"));
+    let dir = tempfile::Builder::new().prefix("nat-n-").tempdir().unwrap();
+    // Host U: underlay 10.212.0.2, kernel VXLAN VNI 42 to vireod's 10.212.0.1.
+    let hu = Ns::create("nat", 'n', 'u');
+    hu.exec(&["ip", "addr", "add", "10.212.0.2/24", "dev", &hu.ns_if]);
+    // A wire, not a veth: the kernel finishes its checksums and segments itself.
+    hu.exec(&[
+        "ethtool", "-K", &hu.ns_if, "tx", "off", "tso", "off", "gso", "off",
+    ]);
+    hu.exec(&[
+        "ip",
+        "link",
+        "add",
+        "vx0",
+        "type",
+        "vxlan",
+        "id",
+        "42",
+        "remote",
+        "10.212.0.1",
+        "local",
+        "10.212.0.2",
+        "dstport",
+        "4789",
+        "dev",
+        &hu.ns_if,
+    ]);
+    hu.exec(&[
+        "ethtool", "-K", "vx0", "tx", "off", "tso", "off", "gso", "off",
+    ]);
+    hu.exec(&["ip", "addr", "add", "192.168.212.2/24", "dev", "vx0"]);
+    hu.exec(&["ip", "link", "set", "vx0", "up"]);
+    // VM V: overlay 192.168.212.1, MTU 1450 as the kernel's VXLAN device.
+    let vm = Ns::create("nat", 'n', 'v');
+    vm.exec(&["ip", "addr", "add", "192.168.212.1/24", "dev", &vm.ns_if]);
+    vm.exec(&["ip", "link", "set", &vm.ns_if, "mtu", "1450"]);
+    vm.exec(&[
+        "ethtool", "-K", &vm.ns_if, "tx", "off", "tso", "off", "gso", "off",
+    ]);
+
+    let d = Daemon::start(dir.path());
+    d.ok(&["add-br", &brp]);
+    d.ok(&[
+        "add-port",
+        &brp,
+        "phy",
+        "type=af-packet",
+        &format!("ifname={}", hu.host_if),
+        "offloads=false",
+    ]);
+    must(&["ip", "addr", "add", "10.212.0.1/24", "dev", &brp]);
+    d.ok(&["add-br", &bri, "internal=false"]);
+    d.ok(&[
+        "add-port",
+        &bri,
+        "vx",
+        "type=vxlan",
+        "remote_ip=10.212.0.2",
+        "local_ip=10.212.0.1",
+        "key=42",
+    ]);
+    d.ok(&[
+        "add-port",
+        &bri,
+        "vm",
+        "type=af-packet",
+        &format!("ifname={}", vm.host_if),
+        "offloads=false",
+    ]);
+    let connected = format!("10.212.0.0/24 dev {brp} src 10.212.0.1 (connected)");
+    assert!(wait_for(&d, &["route/show"], &connected, true).contains(&connected));
+
+    assert!(
+        vm.ping_until("192.168.212.2", &[], 20),
+        "VM V cannot reach the kernel's VXLAN endpoint: {}\n{}",
+        d.ok(&["tnl/neigh/show"]),
+        d.ok(&["dump-megaflows"])
+    );
+    let ok = (0..5)
+        .filter(|_| {
+            vm.try_exec(&["ping", "-c", "1", "-W", "1", "192.168.212.2"])
+                .status
+                .success()
+        })
+        .count();
+    assert!(ok >= 4, "only {ok}/5 pings after the first");
+    let neigh = d.ok(&["tnl/neigh/show"]);
+    assert!(
+        neigh.contains(&format!("10.212.0.2 {} dev {brp}", mac_of(&hu))),
+        "tnl/neigh/show: {neigh}"
+    );
+
+    // TCP across (MSS from the 1450 MTU on both sides).
+    let v = hu.cmd(&["iperf3", "-s", "-1"]);
+    let srv = Bg(Command::new(&v[0])
+        .args(&v[1..])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap());
+    std::thread::sleep(Duration::from_millis(500));
+    let out = vm.try_exec(&[
+        "timeout",
+        "30",
+        "iperf3",
+        "-c",
+        "192.168.212.2",
+        "-t",
+        "2",
+        "-J",
+    ]);
+    drop(srv);
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let bytes = j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+    eprintln!("native vxlan iperf3 TCP VM V -> host U: {bytes} bytes in 2 s");
+    assert!(
+        bytes > 1_000_000,
+        "iperf3 moved {bytes} bytes: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    // The native path did it: push and pop in the megaflows, nothing through the socket.
+    let flows = d.ok(&["dump-megaflows"]);
+    assert!(flows.contains("tnl_push("), "{flows}");
+    assert!(flows.contains("tnl_pop("), "{flows}");
+    let vx = d.json(&["port-stats", "vx"]);
+    let sock = vx.to_string();
+    assert!(
+        vx.pointer("/0/tx_packets")
+            .or(vx.pointer("/tx_packets"))
+            .and_then(|v| v.as_u64())
+            == Some(0),
+        "the tunnel port's socket sent: {sock}"
+    );
+    let _ = sh(&["ip", "link", "del", &brp]);
 }

@@ -21,6 +21,7 @@ mod hooks;
 mod housekeeping;
 mod live;
 mod marks;
+mod native;
 pub mod options;
 mod runtime;
 mod steering;

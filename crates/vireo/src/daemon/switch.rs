@@ -601,13 +601,16 @@ impl Switch {
     ) -> Result<(), CmdError> {
         let place = options::Placement::of(&pc.options)?;
         let mut port = lp.port();
+        let mut snoop = None;
         if pc.kind == "internal" {
             // The neighbour cache of native tunneling snoops ARP on internal ports.
-            port = Arc::new(super::underlay::SnoopPort::new(
+            let s = Arc::new(super::underlay::SnoopPort::new(
                 port,
                 name,
                 self.rt.underlay.clone(),
             ));
+            port = s.clone();
+            snoop = Some(s);
         }
         let attach = Attach {
             bridge: br,
@@ -619,10 +622,19 @@ impl Switch {
             mac_limit: place.mac_limit,
             affinity: place.affinity,
         };
-        if let Err(e) = self.rt.attach(attach) {
-            lp.stop();
-            self.retired.push(lp);
-            return Err(CmdError(e));
+        let dp_no = match self.rt.attach(attach) {
+            Ok(no) => no,
+            Err(e) => {
+                lp.stop();
+                self.retired.push(lp);
+                return Err(CmdError(e));
+            }
+        };
+        if let Some(s) = snoop {
+            self.rt.native.add_internal(dp_no, name, s);
+        }
+        if let LivePort::Tunnel(t) = &lp {
+            self.rt.native.add_tunnel(dp_no, name, t.config().clone());
         }
         if let Err(e) = self.rt.set_policing(name, place.policing) {
             self.rt.detach(br, name);
@@ -648,6 +660,7 @@ impl Switch {
     fn stop_port(&mut self, br: &str, name: &str) {
         self.failed.remove(name);
         if let Some(lp) = self.live.remove(name) {
+            self.rt.native.remove(name);
             self.rt.steering.remove_port(name);
             self.rt.marks.remove_port(name);
             self.rt.detach(br, name);

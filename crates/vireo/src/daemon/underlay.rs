@@ -36,6 +36,15 @@ fn lock(u: &Mutex<Underlay>) -> std::sync::MutexGuard<'_, Underlay> {
 /// Runs one of the underlay commands.
 pub fn command(shared: &Shared, command: &str, args: &[String]) -> CmdResult {
     let usage = |u: &str| CmdError(format!("usage: {command} {u}"));
+    // The device's kind, looked up before the underlay lock is taken (lock order).
+    let known = args.get(1).and_then(|dev| {
+        shared
+            .ports
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(dev)
+            .map(|p| p.port.kind())
+    });
     let mut u = lock(&shared.underlay);
     match command {
         "route/add" => {
@@ -43,12 +52,6 @@ pub fn command(shared: &Shared, command: &str, args: &[String]) -> CmdResult {
                 return Err(usage("PREFIX DEV [GW]"));
             }
             let dev = &args[1];
-            let known = shared
-                .ports
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(dev)
-                .map(|p| p.port.kind());
             match known {
                 Some("internal") => {}
                 Some(k) => {
@@ -192,7 +195,15 @@ pub fn upkeep(shared: &Shared) {
             (n, a)
         })
         .collect();
+    let mtus: BTreeMap<String, u32> = found
+        .keys()
+        .filter_map(|n| {
+            let m = std::fs::read_to_string(format!("/sys/class/net/{n}/mtu")).ok()?;
+            Some((n.clone(), m.trim().parse().ok()?))
+        })
+        .collect();
     let mut u = lock(&shared.underlay);
+    let before = (u.generation(), u.port_macs.clone(), u.port_mtus.clone());
     let stale: Vec<String> = u
         .routes
         .local_addrs()
@@ -216,7 +227,15 @@ pub fn upkeep(shared: &Shared) {
             }
         }
     }
+    u.port_mtus = mtus;
     u.neigh.age(now_ms());
+    let changed = before != (u.generation(), u.port_macs.clone(), u.port_mtus.clone());
+    drop(u);
+    if changed {
+        // Megaflows built from the old routes or neighbours (native encap) must go.
+        shared.pipeline.underlay_changed();
+        shared.revalidate();
+    }
 }
 
 /// An internal port whose ARP traffic the neighbour cache snoops: the frames the bridge
@@ -227,7 +246,13 @@ pub struct SnoopPort {
     inner: Arc<dyn Port>,
     name: String,
     underlay: Arc<Mutex<Underlay>>,
+    /// Frames to receive as if the kernel had sent them (ARP requests of native tunneling).
+    inject: Mutex<std::collections::VecDeque<Vec<u8>>>,
+    injecting: std::sync::atomic::AtomicBool,
 }
+
+/// Frames waiting in [`SnoopPort::inject`] at most (more are dropped).
+const INJECT_MAX: usize = 64;
 
 impl SnoopPort {
     /// Wraps `inner` (port `name`).
@@ -236,6 +261,19 @@ impl SnoopPort {
             inner,
             name: name.to_string(),
             underlay,
+            inject: Mutex::default(),
+            injecting: Default::default(),
+        }
+    }
+
+    /// Queues `frame` to enter the bridge from this port at its next poll (an ARP request
+    /// for a tunnel's next hop: it leaves through the underlay bridge as the kernel's would).
+    pub fn inject(&self, frame: Vec<u8>) {
+        let mut q = self.inject.lock().unwrap_or_else(|e| e.into_inner());
+        if q.len() < INJECT_MAX {
+            q.push_back(frame);
+            self.injecting
+                .store(true, std::sync::atomic::Ordering::Release);
         }
     }
 
@@ -266,7 +304,20 @@ impl Port for SnoopPort {
         self.inner.rxq_numa(q)
     }
     fn rx_burst(&self, q: usize, pool: &mut Pool, out: &mut Batch) -> usize {
-        self.inner.rx_burst(q, pool, out)
+        let mut n = 0;
+        if self.injecting.load(std::sync::atomic::Ordering::Acquire) {
+            let mut pending = self.inject.lock().unwrap_or_else(|e| e.into_inner());
+            while !out.is_full() {
+                let Some(f) = pending.pop_front() else { break };
+                let mut p = pool.get_for(f.len());
+                p.set_frame(&f);
+                let _ = out.push(p);
+                n += 1;
+            }
+            self.injecting
+                .store(!pending.is_empty(), std::sync::atomic::Ordering::Release);
+        }
+        n + self.inner.rx_burst(q, pool, out)
     }
     fn tx_burst(&self, q: usize, pkts: &mut Batch) -> usize {
         self.snoop(pkts.as_slice());
