@@ -112,6 +112,13 @@ fn underlay_routes_follow_the_internal_port_and_arp_teaches_the_neighbour() {
     let _ = sh(&["ip", "link", "del", &br]);
 }
 
+/// (tx, rx) packets of the `vx` port's UDP socket.
+fn socket_packets(d: &Daemon) -> (u64, u64) {
+    let s = d.json(&["port-stats", "vx"]);
+    let g = |k: &str| s[0][k].as_u64().unwrap();
+    (g("tx_packets"), g("rx_packets"))
+}
+
 fn mac_of(ns: &Ns) -> String {
     ns.exec(&["cat", &format!("/sys/class/net/{}/address", ns.ns_if)])
         .trim()
@@ -219,7 +226,9 @@ fn native_vxlan_interop_with_the_kernel_ping_tcp_and_no_socket_use() {
         "tnl/neigh/show: {neigh}"
     );
 
-    // TCP across (MSS from the 1450 MTU on both sides).
+    // TCP across (MSS from the 1450 MTU on both sides). The tunnel port's own socket (used
+    // before the underlay was set up, e.g. IPv6 multicast at link up) must carry none of it.
+    let before_tcp = socket_packets(&d);
     let v = hu.cmd(&["iperf3", "-s", "-1"]);
     let srv = Bg(Command::new(&v[0])
         .args(&v[1..])
@@ -241,7 +250,9 @@ fn native_vxlan_interop_with_the_kernel_ping_tcp_and_no_socket_use() {
     drop(srv);
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     let bytes = j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
-    eprintln!("native vxlan iperf3 TCP VM V -> host U: {bytes} bytes in 2 s");
+    eprintln!(
+        "native vxlan iperf3 TCP VM V -> host U: {bytes} bytes in 2 s; socket {before_tcp:?}"
+    );
     assert!(
         bytes > 1_000_000,
         "iperf3 moved {bytes} bytes: {}",
@@ -252,14 +263,41 @@ fn native_vxlan_interop_with_the_kernel_ping_tcp_and_no_socket_use() {
     let flows = d.ok(&["dump-megaflows"]);
     assert!(flows.contains("tnl_push("), "{flows}");
     assert!(flows.contains("tnl_pop("), "{flows}");
-    let vx = d.json(&["port-stats", "vx"]);
-    let sock = vx.to_string();
+    let after = socket_packets(&d);
+    assert_eq!(
+        after, before_tcp,
+        "the tunnel port's socket carried traffic during the transfer (tx, rx)"
+    );
+
+    // A frame that does not fit the underlay's 1500 after encapsulation is dropped and
+    // counted, never fragmented: VM V at MTU 1500 sends a 1514-byte frame with DF.
+    let mtu_drops = |d: &Daemon| {
+        d.json(&["tnl/neigh/show"])["native_drops"]["mtu"]
+            .as_u64()
+            .unwrap()
+    };
+    let before = mtu_drops(&d);
+    vm.exec(&["ip", "link", "set", &vm.ns_if, "mtu", "1500"]);
+    let big = vm.try_exec(&[
+        "ping",
+        "-c",
+        "3",
+        "-W",
+        "1",
+        "-M",
+        "do",
+        "-s",
+        "1472",
+        "192.168.212.2",
+    ]);
     assert!(
-        vx.pointer("/0/tx_packets")
-            .or(vx.pointer("/tx_packets"))
-            .and_then(|v| v.as_u64())
-            == Some(0),
-        "the tunnel port's socket sent: {sock}"
+        !big.status.success(),
+        "an oversize frame crossed the tunnel"
+    );
+    assert!(
+        mtu_drops(&d) >= before + 3,
+        "oversize frames not counted: {}",
+        d.ok(&["tnl/neigh/show"])
     );
     let _ = sh(&["ip", "link", "del", &brp]);
 }

@@ -115,6 +115,17 @@ pub fn command(shared: &Shared, command: &str, args: &[String]) -> CmdResult {
                 "learned {} misses {} requests {} miss_drops {} snoop_ignored {} aged {}\n",
                 c.learned, c.misses, c.requests, c.miss_drops, c.snoop_ignored, c.aged
             );
+            // The datapath's native push/pop drops by reason (process-wide).
+            let drops = dp::tnl::drop_counters();
+            text += "native drops:";
+            for (r, n) in &drops {
+                text += &format!(" {r} {n}");
+            }
+            text += "\n";
+            let drops: serde_json::Map<String, serde_json::Value> = drops
+                .iter()
+                .map(|(r, n)| (r.to_string(), json!(n)))
+                .collect();
             let data: Vec<_> = entries
                 .iter()
                 .map(|e| {
@@ -138,6 +149,7 @@ pub fn command(shared: &Shared, command: &str, args: &[String]) -> CmdResult {
                         "snoop_ignored": c.snoop_ignored,
                         "aged": c.aged,
                     },
+                    "native_drops": drops,
                 }),
             ))
         }
@@ -156,12 +168,12 @@ pub fn command(shared: &Shared, command: &str, args: &[String]) -> CmdResult {
 }
 
 /// An internal port's IPv4 addresses (with prefix lengths) and MAC, as the kernel has them.
-fn kernel_addrs(ifname: &str) -> (Vec<(Ipv4Addr, u8)>, Option<[u8; 6]>) {
+fn kernel_addrs(
+    all: &[nix::ifaddrs::InterfaceAddress],
+    ifname: &str,
+) -> (Vec<(Ipv4Addr, u8)>, Option<[u8; 6]>) {
     let (mut v4, mut mac) = (Vec::new(), None);
-    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
-        return (v4, mac);
-    };
-    for a in addrs.filter(|a| a.interface_name == ifname) {
+    for a in all.iter().filter(|a| a.interface_name == ifname) {
         let Some(addr) = a.address else { continue };
         if let Some(sin) = addr.as_sockaddr_in() {
             let len = a
@@ -188,10 +200,16 @@ pub fn upkeep(shared: &Shared) {
         .filter(|(_, p)| p.port.kind() == "internal")
         .map(|(n, _)| n.clone())
         .collect();
+    // One dump for all ports; if the kernel does not answer this time, keep what we have
+    // (clearing would send every native tunnel back to its socket until the next look).
+    let Ok(all) = nix::ifaddrs::getifaddrs().map(|i| i.collect::<Vec<_>>()) else {
+        tracing::warn!("underlay: getifaddrs failed; internal port addresses not refreshed");
+        return;
+    };
     let found: BTreeMap<String, _> = internal
         .into_iter()
         .map(|n| {
-            let a = kernel_addrs(&n);
+            let a = kernel_addrs(&all, &n);
             (n, a)
         })
         .collect();
