@@ -12,10 +12,17 @@
 //! are left alone. Every drop is counted by reason in [`COUNTERS`] (process-wide, relaxed
 //! atomics, touched only on drops), shown by [`drop_counters`].
 //!
+//! Decapsulated packets' outer source (address, MAC) is offered to the neighbour cache
+//! through [`take_sources`]: each PMD notes a source at most once per housekeeping round
+//! (when it differs from the last it noted, or the round moved), into a bounded list taken
+//! with `try_lock` (a PMD never waits; a busy list loses the note until the next round).
+//!
 //! Threads: the actions run on PMDs; the counters are read by the control thread.
 use crate::action::{TnlPop, TnlPush};
 use packet::{Packet, TunMeta};
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
 use tnl::header::{Template, HEADER_LEN};
 use tnl::pop::{parse_outer, Endpoint, PopError};
 use wire::tunnel::{decap_any, DecapError, TunnelKind};
@@ -72,6 +79,37 @@ pub fn drop_counters() -> Vec<(&'static str, u64)> {
         .zip(COUNTERS.iter())
         .map(|(r, c)| (*r, c.load(Relaxed)))
         .collect()
+}
+
+/// Outer sources noted since the last [`take_sources`] (at most [`SOURCES_MAX`]).
+static SOURCES: Mutex<Vec<(u32, [u8; 6])>> = Mutex::new(Vec::new());
+/// Rounds of [`take_sources`] (a PMD notes each source again once per round).
+static ROUND: AtomicU64 = AtomicU64::new(0);
+/// Most sources kept between two rounds.
+pub const SOURCES_MAX: usize = 256;
+
+thread_local! {
+    static LAST: Cell<(u32, [u8; 6], u64)> = const { Cell::new((0, [0; 6], u64::MAX)) };
+}
+
+fn note_source(ip: u32, mac: [u8; 6]) {
+    let round = ROUND.load(Relaxed);
+    if LAST.with(|l| l.get()) == (ip, mac, round) {
+        return;
+    }
+    LAST.with(|l| l.set((ip, mac, round)));
+    if let Ok(mut v) = SOURCES.try_lock() {
+        if v.len() < SOURCES_MAX && !v.contains(&(ip, mac)) {
+            v.push((ip, mac));
+        }
+    }
+}
+
+/// The outer sources (IPv4 address, MAC) of traffic decapsulated since the last call, for
+/// the neighbour cache (housekeeping thread).
+pub fn take_sources() -> Vec<(u32, [u8; 6])> {
+    ROUND.fetch_add(1, Relaxed);
+    std::mem::take(&mut *SOURCES.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
 /// Encapsulates `pkt` in place. False: dropped (counted).
@@ -170,6 +208,7 @@ pub fn pop(pkt: &mut Packet, t: &TnlPop, key: &mut FlowKey) -> Popped {
         return Popped::Dropped;
     }
     pkt.truncate(inner_len);
+    note_source(src, outer.src_mac);
     pkt.meta.in_port = port;
     pkt.meta.tun = TunMeta { id: vni, src, dst };
     wire::extract_into(pkt.data(), port, key);

@@ -51,6 +51,8 @@ pub struct Counters {
     pub snoop_ignored: u64,
     /// Entries aged out.
     pub aged: u64,
+    /// Outer sources of decapsulated traffic learned or refreshed.
+    pub decap_seen: u64,
 }
 
 /// The cache.
@@ -108,6 +110,13 @@ impl NeighCache {
         self.counters.learned += 1;
         self.generation += 1;
         true
+    }
+
+    /// Learns (or refreshes) `ip` at `mac` from the outer headers of decapsulated traffic
+    /// (counted in `decap_seen`). Returns true when the cache changed.
+    pub fn learn_from_decap(&mut self, ip: Ipv4Addr, mac: [u8; 6], dev: &str, now_ms: u64) -> bool {
+        self.counters.decap_seen += 1;
+        self.learn(ip, mac, dev, now_ms)
     }
 
     /// Learns from an ARP frame (Ethernet, untagged) seen on port `dev`: the sender's address
@@ -305,6 +314,8 @@ mod tests {
         assert!(n.miss(ip("10.0.0.8"), 10));
         assert!(n.miss(ip("10.0.0.9"), REQUEST_GAP));
         n.count_miss_drops(4);
+        assert!(n.learn_from_decap(ip("10.0.0.7"), B, "brp", 5));
+        assert_eq!(n.counters().decap_seen, 1);
         let c = n.counters();
         assert_eq!((c.misses, c.requests, c.miss_drops), (4, 3, 4));
         // Learning the address resets the gap.

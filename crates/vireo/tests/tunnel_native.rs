@@ -226,6 +226,18 @@ fn native_vxlan_interop_with_the_kernel_ping_tcp_and_no_socket_use() {
         "tnl/neigh/show: {neigh}"
     );
 
+    // Decapsulated traffic refreshes (and after a flush, teaches) host U's entry.
+    let seen = |d: &Daemon| {
+        d.json(&["tnl/neigh/show"])["counters"]["decap_seen"]
+            .as_u64()
+            .unwrap()
+    };
+    let end = Instant::now() + Duration::from_secs(5);
+    while seen(&d) == 0 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(seen(&d) > 0, "{}", d.ok(&["tnl/neigh/show"]));
+
     // TCP across (MSS from the 1450 MTU on both sides). The tunnel port's own socket (used
     // before the underlay was set up, e.g. IPv6 multicast at link up) must carry none of it.
     let before_tcp = socket_packets(&d);

@@ -2,7 +2,8 @@
 //! `route/del`, `route/show`, `tnl/neigh/show` and `tnl/neigh/flush` commands, the connected
 //! routes and MACs of internal ports (read from the kernel with `getifaddrs` when a port is
 //! attached and at every housekeeping upkeep, so an `ip addr add` on the port is seen within
-//! about half a second), neighbour aging, and [`SnoopPort`], the wrapper that lets the
+//! about half a second), neighbour aging and learning from decapsulated traffic's outer
+//! sources (`dp::tnl::take_sources`), and [`SnoopPort`], the wrapper that lets the
 //! neighbour cache learn from the ARP frames the bridge delivers to an internal port.
 //!
 //! The state itself is `tnl::Underlay`, in [`Shared::underlay`] behind a mutex.
@@ -112,8 +113,15 @@ pub fn command(shared: &Shared, command: &str, args: &[String]) -> CmdResult {
                 );
             }
             text += &format!(
-                "learned {} misses {} requests {} miss_drops {} snoop_ignored {} aged {}\n",
-                c.learned, c.misses, c.requests, c.miss_drops, c.snoop_ignored, c.aged
+                "learned {} misses {} requests {} miss_drops {} snoop_ignored {} aged {} \
+                 decap_seen {}\n",
+                c.learned,
+                c.misses,
+                c.requests,
+                c.miss_drops,
+                c.snoop_ignored,
+                c.aged,
+                c.decap_seen
             );
             // The datapath's native push/pop drops by reason (process-wide).
             let drops = dp::tnl::drop_counters();
@@ -148,6 +156,7 @@ pub fn command(shared: &Shared, command: &str, args: &[String]) -> CmdResult {
                         "miss_drops": c.miss_drops,
                         "snoop_ignored": c.snoop_ignored,
                         "aged": c.aged,
+                        "decap_seen": c.decap_seen,
                     },
                     "native_drops": drops,
                 }),
@@ -246,7 +255,16 @@ pub fn upkeep(shared: &Shared) {
         }
     }
     u.port_mtus = mtus;
-    u.neigh.age(now_ms());
+    let now = now_ms();
+    // Outer sources of decapsulated traffic, when directly connected (a routed peer's outer
+    // MAC is its gateway's, which ARP teaches under the gateway's address).
+    for (ip, mac) in dp::tnl::take_sources() {
+        let ip = Ipv4Addr::from(ip);
+        if let Some(nh) = u.next_hop(ip).filter(|nh| nh.via == ip) {
+            u.neigh.learn_from_decap(ip, mac, &nh.dev, now);
+        }
+    }
+    u.neigh.age(now);
     let changed = before != (u.generation(), u.port_macs.clone(), u.port_mtus.clone());
     drop(u);
     if changed {
