@@ -34,6 +34,9 @@ pub struct Underlay {
     pub port_macs: std::collections::BTreeMap<String, [u8; 6]>,
     /// The IP MTU of each internal port (what an encapsulated frame must fit).
     pub port_mtus: std::collections::BTreeMap<String, u32>,
+    /// The [`Underlay::generation`] the translations were last told about (the daemon
+    /// revalidates when the generation has moved past it).
+    pub published: u64,
 }
 
 /// Where a tunnel's remote is reached: the route's device, the next hop (the gateway, or the

@@ -166,6 +166,10 @@ fn native_vxlan_interop_with_the_kernel_ping_tcp_and_no_socket_use() {
     ]);
     hu.exec(&["ip", "addr", "add", "192.168.212.2/24", "dev", "vx0"]);
     hu.exec(&["ip", "link", "set", "vx0", "up"]);
+    // The root namespace's end of the veth is Vireo's port, not a host interface: without
+    // this the host's kernel would answer host U's ARP for 10.212.0.1 there too (with the
+    // veth's MAC, which is not the internal port's: such tunnel packets are refused).
+    must(&["ip", "link", "set", "dev", &hu.host_if, "arp", "off"]);
     // VM V: overlay 192.168.212.1, MTU 1450 as the kernel's VXLAN device.
     let vm = Ns::create("nat", 'n', 'v');
     vm.exec(&["ip", "addr", "add", "192.168.212.1/24", "dev", &vm.ns_if]);
@@ -173,6 +177,7 @@ fn native_vxlan_interop_with_the_kernel_ping_tcp_and_no_socket_use() {
     vm.exec(&[
         "ethtool", "-K", &vm.ns_if, "tx", "off", "tso", "off", "gso", "off",
     ]);
+    must(&["ip", "link", "set", "dev", &vm.host_if, "arp", "off"]);
 
     let d = Daemon::start(dir.path());
     d.ok(&["add-br", &brp]);
@@ -279,6 +284,47 @@ fn native_vxlan_interop_with_the_kernel_ping_tcp_and_no_socket_use() {
     assert_eq!(
         after, before_tcp,
         "the tunnel port's socket carried traffic during the transfer (tx, rx)"
+    );
+
+    // A route change invalidates the megaflows built from the old one: a /32 through a
+    // gateway nobody answers for sends host U's traffic to a neighbour miss (counted, ARP
+    // asked), and removing it brings the direct route, and traffic, back.
+    let counters = |d: &Daemon| d.json(&["tnl/neigh/show"])["counters"].clone();
+    let before = counters(&d);
+    d.ok(&["route/add", "10.212.0.2/32", &brp, "10.212.0.99"]);
+    let end = Instant::now() + Duration::from_secs(5);
+    let missed = |d: &Daemon| {
+        let c = counters(d);
+        c["miss_drops"].as_u64() > before["miss_drops"].as_u64()
+            && c["requests"].as_u64() > before["requests"].as_u64()
+    };
+    while !missed(&d) && Instant::now() < end {
+        let _ = vm.try_exec(&["ping", "-c", "1", "-W", "1", "192.168.212.2"]);
+    }
+    assert!(
+        missed(&d),
+        "megaflows kept the old route: {}\n{}",
+        d.ok(&["tnl/neigh/show"]),
+        d.ok(&["dump-megaflows"])
+    );
+    let p = vm.try_exec(&["ping", "-c", "2", "-W", "1", "192.168.212.2"]);
+    assert!(
+        !p.status.success(),
+        "{}\n{}\n{}",
+        String::from_utf8_lossy(&p.stdout),
+        d.ok(&["tnl/neigh/show"]),
+        d.ok(&["dump-megaflows"])
+    );
+    d.ok(&["route/del", "10.212.0.2/32"]);
+    assert!(
+        vm.ping_until("192.168.212.2", &[], 10),
+        "no traffic after the route went"
+    );
+    // A flush empties the cache; traffic goes on (the entry is learned again).
+    d.ok(&["tnl/neigh/flush"]);
+    assert!(
+        vm.ping_until("192.168.212.2", &[], 10),
+        "no traffic after the flush"
     );
 
     // A frame that does not fit the underlay's 1500 after encapsulation is dropped and

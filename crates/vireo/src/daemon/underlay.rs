@@ -230,7 +230,7 @@ pub fn upkeep(shared: &Shared) {
         })
         .collect();
     let mut u = lock(&shared.underlay);
-    let before = (u.generation(), u.port_macs.clone(), u.port_mtus.clone());
+    let before = (u.port_macs.clone(), u.port_mtus.clone());
     let stale: Vec<String> = u
         .routes
         .local_addrs()
@@ -265,7 +265,11 @@ pub fn upkeep(shared: &Shared) {
         }
     }
     u.neigh.age(now);
-    let changed = before != (u.generation(), u.port_macs.clone(), u.port_mtus.clone());
+    // Routes and neighbours also change between two upkeeps (commands, ARP snooped by the
+    // PMDs): compare with what was last published, not with the start of this upkeep.
+    let changed =
+        u.generation() != u.published || before != (u.port_macs.clone(), u.port_mtus.clone());
+    u.published = u.generation();
     drop(u);
     if changed {
         // Megaflows built from the old routes or neighbours (native encap) must go.
