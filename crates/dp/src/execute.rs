@@ -333,6 +333,43 @@ pub fn execute(
                 key.set(Field::TunSrc, u64::from(*src));
                 key.set(Field::TunDst, u64::from(*dst));
             }
+            Action::TnlPush(t) => {
+                dirty = true;
+                // The outer header moves every offset an offload names: finish it first.
+                if pkt.meta.has_offload() {
+                    if !matches!(pkt.meta.offload(), Offload::Csum { .. })
+                        || !complete_in_place(pkt)
+                    {
+                        crate::tnl::count_gso();
+                        return NO_PORT;
+                    }
+                    cx.tally.sw_csum += 1;
+                }
+                if j + 1 == actions.len() {
+                    // Last: the packet itself becomes the outer packet.
+                    if !crate::tnl::push(pkt, t) {
+                        return NO_PORT;
+                    }
+                    return tnl_nested(pkt, &t.actions, key, cx);
+                }
+                let mut c = cx.pool.get_for(pkt.len());
+                c.set_frame(pkt.data());
+                c.meta = pkt.meta;
+                if crate::tnl::push(&mut c, t) {
+                    let mut k = *key;
+                    let to = tnl_nested(&mut c, &t.actions, &mut k, cx);
+                    if to != NO_PORT {
+                        cx.tx.send(to, c, cx.pool, cx.tally);
+                        continue;
+                    }
+                }
+                cx.pool.put(c);
+            }
+            Action::TnlPop(t) => match crate::tnl::pop(pkt, t, key) {
+                crate::tnl::Popped::NotTunnel => {}
+                crate::tnl::Popped::Dropped => return NO_PORT,
+                crate::tnl::Popped::Inner => return RECIRC,
+            },
             other => {
                 dirty = true;
                 modify(pkt, other)
@@ -340,6 +377,14 @@ pub fn execute(
         }
     }
     NO_PORT
+}
+
+/// Runs a `TnlPush`'s underlay actions on the outer packet; returns the port that takes it
+/// (the last output's) or [`NO_PORT`].
+#[inline(never)]
+fn tnl_nested(pkt: &mut Packet, actions: &[Action], key: &mut FlowKey, cx: &mut ExecCtx) -> u32 {
+    let steal = crate::flow::steal_index(actions);
+    execute(pkt, actions, steal, key, cx)
 }
 
 /// Zeroes a key's conntrack words (`ct_clear`), keeping `recirc_id`.

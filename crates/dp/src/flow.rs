@@ -35,14 +35,16 @@ use wire::FlowKey;
 /// Sentinel for "no action moves the packet": every output copies it.
 pub const NO_STEAL: usize = usize::MAX;
 
-/// Index of the output that may take the packet itself: the last `Output` with no `Userspace`
-/// or `Ct` after it ([`NO_STEAL`] if none).
+/// Index of the output that may take the packet itself: the last `Output` with no `Userspace`,
+/// `Ct`, `TnlPush` or `TnlPop` after it ([`NO_STEAL`] if none).
 pub fn steal_index(actions: &[Action]) -> usize {
     let mut steal = NO_STEAL;
     for (i, a) in actions.iter().enumerate() {
         match a {
             Action::Output(_) => steal = i,
-            Action::Userspace(_) | Action::Ct(_) => steal = NO_STEAL,
+            Action::Userspace(_) | Action::Ct(_) | Action::TnlPush(_) | Action::TnlPop(_) => {
+                steal = NO_STEAL
+            }
             _ => {}
         }
     }

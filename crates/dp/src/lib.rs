@@ -27,6 +27,7 @@ pub mod police;
 pub mod sched;
 pub mod smc;
 pub mod stats;
+pub mod tnl;
 pub mod topology;
 pub mod worker;
 

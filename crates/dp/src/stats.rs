@@ -302,6 +302,19 @@ pub fn actions_to_string(actions: &[Action]) -> String {
             Action::Meter(m) => format!("meter({})", m.0.id()),
             Action::Ct(c) => ct_string(c),
             Action::CtClear => "ct_clear".into(),
+            Action::TnlPush(t) => {
+                let p = t.template.params();
+                format!(
+                    "tnl_push(header(src={},dst={},dst_port={},vni={}),mtu={},{})",
+                    p.src_ip,
+                    p.dst_ip,
+                    p.dst_port,
+                    p.vni,
+                    t.mtu,
+                    actions_to_string(&t.actions)
+                )
+            }
+            Action::TnlPop(t) => format!("tnl_pop(endpoints={})", t.ports.len()),
             Action::SetTunnel { id, src, dst } => {
                 format!(
                     "set(tunnel(tun_id=0x{id:x},src={},dst={}))",

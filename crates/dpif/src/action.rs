@@ -65,6 +65,57 @@ pub enum Action {
         /// Outer destination address (0: none; a `remote_ip=flow` port drops the packet).
         dst: u32,
     },
+    /// Native tunneling's encapsulation (`tnl_push`, a clone as OVS's): put the header
+    /// template in front of (a copy of) the frame, filling per packet only lengths, checksums
+    /// and the UDP source port (from the packet's hash), and run [`TnlPush::actions`] (the
+    /// underlay bridge's translation: where the outer packet goes) on it; the list then goes
+    /// on with the inner packet unchanged. As the last action it works in place, without a
+    /// copy. A frame that no longer fits the underlay MTU is dropped and counted.
+    TnlPush(Arc<TnlPush>),
+    /// Native tunneling's decapsulation (`tnl_pop`), put before the output to an underlay
+    /// bridge's internal port: a frame for one of its endpoints is checked, stripped of its
+    /// outer and tunnel headers and classified again with `in_port` = the tunnel port and its
+    /// tunnel metadata (the action list ends); a bad one is dropped and counted by reason;
+    /// anything else goes on through the list unchanged.
+    TnlPop(Arc<TnlPop>),
+}
+
+/// The parameters of [`Action::TnlPush`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TnlPush {
+    /// The outer header.
+    pub template: tnl::header::Template,
+    /// The underlay's IP MTU (the internal port's).
+    pub mtu: u16,
+    /// What the outer packet meets (outputs, VLAN tags of the underlay bridge); never
+    /// another `TnlPush` or `TnlPop`.
+    pub actions: Vec<Action>,
+}
+
+/// One native tunnel endpoint of [`Action::TnlPop`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PopPort {
+    /// Address and UDP port it receives on.
+    pub ip: u32,
+    /// UDP port.
+    pub udp_port: u16,
+    /// `true` for Geneve, `false` for VXLAN.
+    pub geneve: bool,
+    /// The VNI it accepts (`None`: any, `key=flow`).
+    pub vni: Option<u32>,
+    /// The remote it accepts datagrams from (`None`: any, `remote_ip=flow`).
+    pub remote: Option<u32>,
+    /// Its datapath port number (the inner packet's `in_port`).
+    pub port: u32,
+}
+
+/// The parameters of [`Action::TnlPop`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TnlPop {
+    /// The internal port's MAC (outer frames must be sent to it).
+    pub local_mac: [u8; 6],
+    /// The endpoints, most specific first.
+    pub ports: Vec<PopPort>,
 }
 
 /// The parameters of [`Action::Ct`].

@@ -50,7 +50,9 @@ pub fn modify(pkt: &mut Packet, a: &Action) {
         | Action::Userspace(_)
         | Action::Meter(_)
         | Action::Ct(_)
-        | Action::CtClear => {}
+        | Action::CtClear
+        | Action::TnlPush(_)
+        | Action::TnlPop(_) => {}
     }
 }
 

@@ -21,6 +21,7 @@ pub mod format;
 pub mod group;
 pub mod mac;
 pub mod meter;
+pub mod native;
 pub mod normal;
 pub mod nx;
 pub mod of_error;

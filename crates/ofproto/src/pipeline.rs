@@ -162,6 +162,8 @@ pub struct Pipeline {
     packet_in_drops: AtomicU64,
     /// Packets dropped because their translation exceeded a resubmit or work limit.
     xlate_limit_drops: AtomicU64,
+    /// Native tunneling's hook (see [`crate::native`]); `None`: tunnel ports are plain ports.
+    native: RwLock<Option<Arc<dyn crate::native::NativeTunnels>>>,
 }
 
 impl Default for Pipeline {
@@ -208,7 +210,20 @@ impl Pipeline {
             packet_ins: Mutex::new(VecDeque::new()),
             packet_in_drops: AtomicU64::new(0),
             xlate_limit_drops: AtomicU64::new(0),
+            native: RwLock::new(None),
         }
+    }
+
+    /// Installs (or removes) native tunneling's hook; every megaflow is re-checked.
+    pub fn set_native(&self, hook: Option<Arc<dyn crate::native::NativeTunnels>>) {
+        *write(&self.native) = hook;
+        self.bump();
+    }
+
+    /// The underlay's routes or neighbours changed: translations in flight are not installed
+    /// and every megaflow must be re-checked (the caller revalidates).
+    pub fn underlay_changed(&self) {
+        self.bump();
     }
 
     /// Changes whenever a translation could change (the version stamped on translations).
@@ -599,8 +614,11 @@ impl Pipeline {
             };
         };
         let tables = read(&br.shared.tables);
+        let native = read(&self.native).clone();
         let mut x = Xlate::new(br, &tables, key, *in_of, now);
         x.recirc = Some(&self.recirc);
+        x.native = native.as_deref();
+        x.by_dp = Some(&topo.by_dp);
         x.learn = mode == Walk::Upcall;
         x.refresh = mode == Walk::Credit;
         x.run();
@@ -622,7 +640,7 @@ impl Pipeline {
             .collect();
         // MAC learning does not stop an install: the megaflow's tags and version let a
         // concurrent revalidation find it.
-        let install = self.coarse.load(Ordering::Acquire) == coarse0;
+        let install = self.coarse.load(Ordering::Acquire) == coarse0 && !x.no_install;
         let mac_changes = std::mem::take(&mut x.mac_changes);
         let tr = Translation {
             actions: x.out,

@@ -151,6 +151,13 @@ pub struct Xlate<'a> {
     forks: Vec<usize>,
     /// The pipeline's recirculation ids (None: `ct(table=N)` drops).
     pub(crate) recirc: Option<&'a crate::recirc::RecircTable>,
+    /// Native tunneling's hook (None: tunnel ports are plain outputs).
+    pub(crate) native: Option<&'a dyn crate::native::NativeTunnels>,
+    /// Bridges by datapath port (for the underlay walk of a native encap).
+    pub(crate) by_dp:
+        Option<&'a std::collections::HashMap<u32, (std::sync::Arc<BridgeState>, OfPort)>>,
+    /// Set when the answer must not be cached (a native encap's neighbour miss).
+    pub(crate) no_install: bool,
 }
 
 impl<'a> Xlate<'a> {
@@ -196,6 +203,9 @@ impl<'a> Xlate<'a> {
             aset_dropped: false,
             forks: Vec::new(),
             recirc: None,
+            native: None,
+            by_dp: None,
+            no_install: false,
         }
     }
 
@@ -638,7 +648,65 @@ impl<'a> Xlate<'a> {
         }
         self.commit_vlan();
         self.commit_tun();
+        if let Some(n) = self.native {
+            match n.encap(dp_port, &self.key) {
+                None => {}
+                Some(crate::native::Encap::Drop) => {
+                    for f in [Field::TunId, Field::TunSrc, Field::TunDst] {
+                        self.wc.set_exact(f);
+                    }
+                    self.no_install = true;
+                    return;
+                }
+                Some(crate::native::Encap::Push { push, local_dp }) => {
+                    self.native_push(push, local_dp);
+                    return;
+                }
+            }
+            if let Some(pop) = n.pop_before(dp_port) {
+                self.out.push(Action::TnlPop(pop));
+            }
+        }
         self.out.push(Action::Output(dp_port));
+    }
+
+    /// Emits `TnlPush` with the translation of the outer packet through the bridge of
+    /// `local_dp` (as if it came in on that internal port). An underlay in this same bridge,
+    /// or one that is gone, drops the packet.
+    fn native_push(&mut self, mut push: dpif::action::TnlPush, local_dp: u32) {
+        for f in [Field::TunId, Field::TunSrc, Field::TunDst] {
+            self.wc.set_exact(f);
+        }
+        let Some((ubr, u_of)) = self.by_dp.and_then(|m| m.get(&local_dp)) else {
+            self.no_install = true;
+            return;
+        };
+        if std::ptr::eq(&**ubr, self.br) {
+            // Tunnel and underlay on one bridge: the walk would need the same tables again.
+            return;
+        }
+        let outer = {
+            let mut f = push.template.push_vec(&[0u8; 14], 0);
+            f.truncate(tnl::header::HEADER_LEN);
+            wire::extract(&f, local_dp)
+        };
+        let tables = crate::pipeline::read(&ubr.shared.tables);
+        let mut u = Xlate::new(ubr, &tables, &outer, *u_of, self.now);
+        u.learn = false;
+        u.run();
+        self.tags.extend_from_slice(&u.tags);
+        if u.limit_hit {
+            self.limit_hit = true;
+        }
+        push.actions = u
+            .out
+            .into_iter()
+            .filter(|a| !matches!(a, Action::TnlPush(_) | Action::TnlPop(_)))
+            .collect();
+        if push.actions.is_empty() {
+            return;
+        }
+        self.out.push(Action::TnlPush(std::sync::Arc::new(push)));
     }
 
     /// The TCI the datapath packet carries now (NORMAL orders its outputs by it).

@@ -27,6 +27,9 @@ OpenFlow:
   add-meter BR SPEC | mod-meter BR SPEC | del-meter BR [meter=N] | dump-meters BR
   set-controller BR TARGET... | del-controller BR | set-fail-mode BR standalone|secure
   set-bridge BR protocols=OpenFlow10,OpenFlow13,OpenFlow14,OpenFlow15
+tunnel underlay (native tunneling; routes and neighbours are not persisted):
+  route/add PREFIX DEV [GW] | route/del PREFIX | route/show   (DEV: an internal port)
+  tnl/neigh/show | tnl/neigh/flush
 daemon:
   upgrade [--binary PATH]   replace vireod with no outage (default: the binary it started from)
 testing (dummy ports):

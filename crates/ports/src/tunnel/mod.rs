@@ -28,8 +28,10 @@
 //! refuses (not this host's address) is dropped and counted in `tun_src_refused`. Other ports
 //! send from their bound address (or the route's) whatever `tun_src` says, as OVS does.
 //!
-//! Not native tunneling: no route table or neighbour cache of our own, IPv4 or IPv6 underlay
-//! (see `docs/design-notes.md` for what native tunneling will change). The socket
+//! The socket path: no route table or neighbour cache of our own, IPv4 or IPv6 underlay.
+//! When Vireo's own route table reaches the remote through one of its internal ports, native
+//! tunneling (`crates/tnl`, `dp::tnl`, the daemon's `native.rs`) encapsulates and decapsulates
+//! in the datapath instead and this port's socket sees none of that traffic. The socket
 //! never fragments (`IP_PMTUDISC_DO`): a frame that does not fit the underlay route's MTU after
 //! encapsulation is dropped as `too-big` and counted in `mtu_drops`. Outer fragments are
 //! reassembled by the kernel before the socket sees them.

@@ -7,7 +7,8 @@
 //! and sends PORT_STATUS (modify) for every port whose link went up or down since the last
 //! look (which also updates fast-failover groups' liveness); at the same pace it brings the
 //! XDP steering maps up to date (`steering.rs`: learned MACs, ports and operator entries) and
-//! the XDP flow-mark maps (`marks.rs`: the hottest megaflows of each `xdp-mark=on` port).
+//! the XDP flow-mark maps (`marks.rs`: the hottest megaflows of each `xdp-mark=on` port), and
+//! native tunneling's connected routes and neighbour aging (`underlay.rs`).
 //!
 //! Threads: its own; shares [`Shared`] with the control thread, never takes the `Switch` mutex.
 use super::runtime::Shared;
@@ -63,6 +64,7 @@ fn run(shared: &Shared, stop: &AtomicBool) {
             shared.steering.sync(shared);
             shared.marks.sync(shared);
             report_link_changes(shared, &mut links);
+            super::underlay::upkeep(shared);
         }
         if last_expire.elapsed() >= EXPIRE_EVERY {
             last_expire = Instant::now();

@@ -21,11 +21,13 @@ mod hooks;
 mod housekeeping;
 mod live;
 mod marks;
+mod native;
 pub mod options;
 mod runtime;
 mod steering;
 mod switch;
 mod takeover;
+mod underlay;
 mod upgrade;
 
 pub use switch::Switch;

@@ -50,6 +50,10 @@ pub struct Shared {
     pub steering: super::steering::Steering,
     /// XDP flow marks of `af-xdp` ports (`xdp-mark=on`).
     pub marks: super::marks::Marks,
+    /// Native tunneling's route table and neighbour cache (`underlay.rs`).
+    pub underlay: Arc<Mutex<tnl::Underlay>>,
+    /// Native tunneling's hook in translation (`native.rs`).
+    pub native: Arc<super::native::NativeHook>,
 }
 
 impl Shared {
@@ -168,6 +172,8 @@ impl Runtime {
         };
         let dp = Datapath::with_tuning(cfg, tuning_from_env(), upcall)
             .map_err(|e| format!("datapath: {e}"))?;
+        let underlay: Arc<Mutex<tnl::Underlay>> = Default::default();
+        let native = Arc::new(super::native::NativeHook::new(underlay.clone()));
         let shared = Arc::new(Shared {
             dp,
             reval: Mutex::new(()),
@@ -177,7 +183,10 @@ impl Runtime {
             ports: Mutex::new(BTreeMap::new()),
             steering: Default::default(),
             marks: Default::default(),
+            underlay: underlay.clone(),
+            native: native.clone(),
         });
+        pipeline.set_native(Some(native as Arc<dyn ofproto::native::NativeTunnels>));
         let housekeeping = Some(super::housekeeping::start(shared.clone())?);
         Ok(Runtime {
             shared,

@@ -195,6 +195,9 @@ impl Switch {
             "dump-conntrack" | "flush-conntrack" | "ct-stats" | "set-ct-limit" => {
                 self.dispatch_ct(command, args)
             }
+            "route/add" | "route/del" | "route/show" | "tnl/neigh/show" | "tnl/neigh/flush" => {
+                super::underlay::command(&self.rt, command, args)
+            }
             "version" => arity(0, 0, "").map(|_| {
                 let v = env!("CARGO_PKG_VERSION");
                 Response::ok(format!("vireod {v}"), json!({ "vireod": v }))
@@ -603,20 +606,41 @@ impl Switch {
         lp: LivePort,
     ) -> Result<(), CmdError> {
         let place = options::Placement::of(&pc.options)?;
+        let mut port = lp.port();
+        let mut snoop = None;
+        if pc.kind == "internal" {
+            // The neighbour cache of native tunneling snoops ARP on internal ports.
+            let s = Arc::new(super::underlay::SnoopPort::new(
+                port,
+                name,
+                self.rt.underlay.clone(),
+            ));
+            port = s.clone();
+            snoop = Some(s);
+        }
         let attach = Attach {
             bridge: br,
             name,
             ofport: pc.ofport,
-            port: lp.port(),
+            port,
             tag: place.tag,
             trunks: place.trunks,
             mac_limit: place.mac_limit,
             affinity: place.affinity,
         };
-        if let Err(e) = self.rt.attach(attach) {
-            lp.stop();
-            self.retired.push(lp);
-            return Err(CmdError(e));
+        let dp_no = match self.rt.attach(attach) {
+            Ok(no) => no,
+            Err(e) => {
+                lp.stop();
+                self.retired.push(lp);
+                return Err(CmdError(e));
+            }
+        };
+        if let Some(s) = snoop {
+            self.rt.native.add_internal(dp_no, name, s);
+        }
+        if let LivePort::Tunnel(t) = &lp {
+            self.rt.native.add_tunnel(dp_no, name, t.config().clone());
         }
         if let Err(e) = self.rt.set_policing(name, place.policing) {
             self.rt.detach(br, name);
@@ -632,6 +656,9 @@ impl Switch {
         if let Some(x) = lp.af_xdp().filter(|x| x.marks()) {
             self.rt.marks.add_port(name, x.clone());
         }
+        if pc.kind == "internal" {
+            super::underlay::upkeep(&self.rt);
+        }
         self.live.insert(name.to_string(), lp);
         Ok(())
     }
@@ -639,6 +666,7 @@ impl Switch {
     fn stop_port(&mut self, br: &str, name: &str) {
         self.failed.remove(name);
         if let Some(lp) = self.live.remove(name) {
+            self.rt.native.remove(name);
             self.rt.steering.remove_port(name);
             self.rt.marks.remove_port(name);
             self.rt.detach(br, name);

@@ -1,0 +1,379 @@
+//! Native tunneling in the datapath: the `TnlPush` and `TnlPop` actions (issue 12) and their
+//! drop counters.
+//!
+//! `TnlPush` puts a megaflow's header template (`tnl::header::Template`, built at
+//! translation) in front of the frame from the buffer's headroom and fills only the
+//! per-packet fields; a frame that no longer fits the underlay MTU is dropped (`mtu`), never
+//! fragmented. `TnlPop` checks the outer headers (`tnl::pop::parse_outer`) and the tunnel
+//! header (`wire::tunnel::decap_any`) of a frame on its way to the underlay's internal port,
+//! finds the endpoint (address, UDP port, kind, VNI, remote), strips both headers and hands
+//! the inner frame back for another classification with `in_port` = the tunnel port and its
+//! tunnel metadata set, as a socket tunnel port's receive does. Frames not for an endpoint
+//! are left alone. Every drop is counted by reason in [`COUNTERS`] (process-wide, relaxed
+//! atomics, touched only on drops), shown by [`drop_counters`].
+//!
+//! Decapsulated packets' outer source (address, MAC) is offered to the neighbour cache
+//! through [`take_sources`]: each PMD notes a source at most once per housekeeping round
+//! (when it differs from the last it noted, or the round moved), into a bounded list taken
+//! with `try_lock` (a PMD never waits; a busy list loses the note until the next round).
+//!
+//! Threads: the actions run on PMDs; the counters are read by the control thread.
+use crate::action::{TnlPop, TnlPush};
+use packet::{Packet, TunMeta};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+use tnl::header::{Template, HEADER_LEN};
+use tnl::pop::{parse_outer, Endpoint, PopError};
+use wire::tunnel::{decap_any, DecapError, TunnelKind};
+use wire::{Field, FlowKey};
+
+/// Drop reasons, in counter order.
+pub const REASONS: [&str; 19] = [
+    "mtu",
+    "no-headroom",
+    "outer-truncated",
+    "outer-bad-ip",
+    "outer-bad-checksum",
+    "outer-fragment",
+    "outer-bad-udp",
+    "outer-bad-l2",
+    "truncated",
+    "bad-flags",
+    "bad-version",
+    "option-overrun",
+    "critical-option",
+    "control",
+    "not-ethernet",
+    "vni-mismatch",
+    "inner-truncated",
+    "no-port",
+    "gso",
+];
+
+/// Drops by reason ([`REASONS`]).
+pub static COUNTERS: [AtomicU64; 19] = [const { AtomicU64::new(0) }; 19];
+
+fn count(i: usize) {
+    COUNTERS[i].fetch_add(1, Relaxed);
+}
+
+/// Counts a GSO frame sent to `TnlPush` (tunnels take no segmentation offload: the frame
+/// is dropped; ports that feed tunnels should not negotiate TSO).
+pub fn count_gso() {
+    count(18);
+}
+
+fn pop_index(e: PopError) -> usize {
+    2 + PopError::DROPS.iter().position(|d| *d == e).unwrap_or(0)
+}
+
+fn decap_index(e: DecapError) -> usize {
+    8 + DecapError::ALL.iter().position(|d| *d == e).unwrap_or(0)
+}
+
+/// The drop counters as (reason, count), zeros included.
+pub fn drop_counters() -> Vec<(&'static str, u64)> {
+    REASONS
+        .iter()
+        .zip(COUNTERS.iter())
+        .map(|(r, c)| (*r, c.load(Relaxed)))
+        .collect()
+}
+
+/// Outer sources noted since the last [`take_sources`] (at most [`SOURCES_MAX`]).
+static SOURCES: Mutex<Vec<(u32, [u8; 6])>> = Mutex::new(Vec::new());
+/// Rounds of [`take_sources`] (a PMD notes each source again once per round).
+static ROUND: AtomicU64 = AtomicU64::new(0);
+/// Most sources kept between two rounds.
+pub const SOURCES_MAX: usize = 256;
+
+thread_local! {
+    static LAST: Cell<(u32, [u8; 6], u64)> = const { Cell::new((0, [0; 6], u64::MAX)) };
+}
+
+fn note_source(ip: u32, mac: [u8; 6]) {
+    let round = ROUND.load(Relaxed);
+    if LAST.with(|l| l.get()) == (ip, mac, round) {
+        return;
+    }
+    LAST.with(|l| l.set((ip, mac, round)));
+    if let Ok(mut v) = SOURCES.try_lock() {
+        if v.len() < SOURCES_MAX && !v.contains(&(ip, mac)) {
+            v.push((ip, mac));
+        }
+    }
+}
+
+/// The outer sources (IPv4 address, MAC) of traffic decapsulated since the last call, for
+/// the neighbour cache (housekeeping thread).
+pub fn take_sources() -> Vec<(u32, [u8; 6])> {
+    ROUND.fetch_add(1, Relaxed);
+    std::mem::take(&mut *SOURCES.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// Encapsulates `pkt` in place. False: dropped (counted).
+pub fn push(pkt: &mut Packet, t: &TnlPush) -> bool {
+    if !Template::fits(pkt.len(), usize::from(t.mtu)) {
+        count(0);
+        return false;
+    }
+    let hash = pkt.meta.hash;
+    match pkt.push_front(HEADER_LEN) {
+        Some(_) => {
+            t.template.push(pkt.data_mut(), hash);
+            true
+        }
+        None => {
+            count(1);
+            false
+        }
+    }
+}
+
+/// What [`pop`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Popped {
+    /// Not for an endpoint: the action list goes on.
+    NotTunnel,
+    /// Dropped (counted).
+    Dropped,
+    /// Decapsulated: `key` is the inner frame's, classify again.
+    Inner,
+}
+
+/// Decapsulates `pkt` if it is for one of `t`'s endpoints; on success `key` becomes the inner
+/// frame's key (with `in_port` and tunnel words).
+pub fn pop(pkt: &mut Packet, t: &TnlPop, key: &mut FlowKey) -> Popped {
+    let mut eps = [Endpoint {
+        ip: std::net::Ipv4Addr::UNSPECIFIED,
+        port: 0,
+    }; 8];
+    let n = t.ports.len().min(eps.len());
+    for (e, p) in eps.iter_mut().zip(&t.ports) {
+        *e = Endpoint {
+            ip: p.ip.into(),
+            port: p.udp_port,
+        };
+    }
+    let outer = match parse_outer(pkt.data(), t.local_mac, &eps[..n]) {
+        Ok(o) => o,
+        Err(PopError::NotTunnel) => return Popped::NotTunnel,
+        Err(e) => {
+            count(pop_index(e));
+            return Popped::Dropped;
+        }
+    };
+    let payload = &pkt.data()[outer.payload_at..outer.payload_at + outer.payload_len];
+    let src = u32::from(outer.src);
+    let dst = u32::from(outer.dst);
+    let candidates = t
+        .ports
+        .iter()
+        .filter(|p| p.ip == dst && p.udp_port == outer.dst_port);
+    let mut first_err = None;
+    let mut found = None;
+    for p in candidates {
+        let kind = if p.geneve {
+            TunnelKind::Geneve
+        } else {
+            TunnelKind::Vxlan
+        };
+        match decap_any(kind, payload) {
+            Ok((hlen, vni)) => {
+                let vni_ok = p.vni.is_none_or(|v| v == vni);
+                let remote_ok = p.remote.is_none_or(|r| r == src);
+                if vni_ok && remote_ok {
+                    found = Some((p.port, hlen, vni));
+                    break;
+                }
+                first_err.get_or_insert(if vni_ok {
+                    17
+                } else {
+                    decap_index(DecapError::VniMismatch)
+                });
+            }
+            Err(e) => {
+                first_err.get_or_insert(decap_index(e));
+            }
+        }
+    }
+    let Some((port, hlen, vni)) = found else {
+        count(first_err.unwrap_or(17));
+        return Popped::Dropped;
+    };
+    let inner_len = outer.payload_len - hlen;
+    if !pkt.pull_front(outer.payload_at + hlen) {
+        count(2);
+        return Popped::Dropped;
+    }
+    pkt.truncate(inner_len);
+    note_source(src, outer.src_mac);
+    pkt.meta.in_port = port;
+    pkt.meta.tun = TunMeta { id: vni, src, dst };
+    wire::extract_into(pkt.data(), port, key);
+    key.set(Field::TunId, u64::from(vni));
+    key.set(Field::TunSrc, u64::from(src));
+    key.set(Field::TunDst, u64::from(dst));
+    pkt.meta.hash = key.hash();
+    Popped::Inner
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::action::PopPort;
+    use std::net::Ipv4Addr;
+    use tnl::header::Params;
+
+    const LOCAL: [u8; 6] = [2, 0, 0, 0, 0, 2];
+
+    fn template(kind: TunnelKind, vni: u32) -> TnlPush {
+        TnlPush {
+            template: Template::build(&Params {
+                kind,
+                vni,
+                src_mac: [2, 0, 0, 0, 0, 1],
+                dst_mac: LOCAL,
+                src_ip: Ipv4Addr::new(10, 0, 0, 1),
+                dst_ip: Ipv4Addr::new(10, 0, 0, 2),
+                dst_port: if kind == TunnelKind::Vxlan {
+                    4789
+                } else {
+                    6081
+                },
+                tos: 0,
+                ttl: 64,
+                df: true,
+                csum: false,
+            }),
+            mtu: 1500,
+            actions: vec![],
+        }
+    }
+
+    fn inner() -> Vec<u8> {
+        // An IPv4/UDP frame between two VMs.
+        let mut f = vec![0u8; 60];
+        f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 0xb]);
+        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 0xa]);
+        f[12..14].copy_from_slice(&[8, 0]);
+        f[14] = 0x45;
+        f[16..18].copy_from_slice(&46u16.to_be_bytes());
+        f[22] = 64;
+        f[23] = 17;
+        f[26..30].copy_from_slice(&[192, 168, 0, 1]);
+        f[30..34].copy_from_slice(&[192, 168, 0, 2]);
+        f
+    }
+
+    fn pop_spec(vni: Option<u32>, remote: Option<u32>) -> TnlPop {
+        TnlPop {
+            local_mac: LOCAL,
+            ports: vec![
+                PopPort {
+                    ip: 0x0a00_0002,
+                    udp_port: 4789,
+                    geneve: false,
+                    vni,
+                    remote,
+                    port: 7,
+                },
+                PopPort {
+                    ip: 0x0a00_0002,
+                    udp_port: 6081,
+                    geneve: true,
+                    vni: None,
+                    remote: None,
+                    port: 8,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn push_then_pop_gives_the_inner_frame_with_tunnel_metadata() {
+        for (kind, port) in [(TunnelKind::Vxlan, 7), (TunnelKind::Geneve, 8)] {
+            let mut p = Packet::from_slice(&inner());
+            p.meta.hash = 0xdead_beef;
+            assert!(push(&mut p, &template(kind, 5)));
+            assert_eq!(p.len(), 60 + HEADER_LEN);
+            let sport = u16::from_be_bytes([p.data()[34], p.data()[35]]);
+            assert_eq!(sport, tnl::header::src_port(0xdead_beef));
+            let mut key = FlowKey::ZERO;
+            assert_eq!(
+                pop(&mut p, &pop_spec(Some(5), None), &mut key),
+                Popped::Inner
+            );
+            assert_eq!(p.data(), &inner()[..]);
+            assert_eq!(p.meta.in_port, port);
+            assert_eq!(
+                p.meta.tun,
+                TunMeta {
+                    id: 5,
+                    src: 0x0a00_0001,
+                    dst: 0x0a00_0002
+                }
+            );
+            let mut want = wire::extract(&inner(), port);
+            want.set(Field::TunId, 5);
+            want.set(Field::TunSrc, 0x0a00_0001);
+            want.set(Field::TunDst, 0x0a00_0002);
+            assert_eq!(key, want);
+        }
+    }
+
+    #[test]
+    fn oversize_frames_are_dropped_and_counted_not_fragmented() {
+        let before = COUNTERS[0].load(Relaxed);
+        let mut t = template(TunnelKind::Vxlan, 5);
+        t.mtu = 60 + 35;
+        let mut p = Packet::from_slice(&inner());
+        assert!(!push(&mut p, &t));
+        assert_eq!(p.data(), &inner()[..], "a dropped frame is left as it was");
+        assert!(COUNTERS[0].load(Relaxed) > before);
+        t.mtu = 60 + 36;
+        assert!(push(&mut p, &t));
+    }
+
+    #[test]
+    fn pop_counts_each_refusal_and_leaves_other_traffic_alone() {
+        let reason = |r: &str| REASONS.iter().position(|x| *x == r).unwrap();
+        let encap = |vni| {
+            let mut p = Packet::from_slice(&inner());
+            assert!(push(&mut p, &template(TunnelKind::Vxlan, vni)));
+            p
+        };
+        let check = |p: &mut Packet, spec: &TnlPop, r: &str| {
+            let before = COUNTERS[reason(r)].load(Relaxed);
+            assert_eq!(pop(p, spec, &mut { FlowKey::ZERO }), Popped::Dropped, "{r}");
+            assert!(
+                COUNTERS[reason(r)].load(Relaxed) > before,
+                "{r} not counted"
+            );
+        };
+        // Another VNI, another remote, a bad tunnel header, a fragment.
+        check(&mut encap(6), &pop_spec(Some(5), None), "vni-mismatch");
+        check(
+            &mut encap(5),
+            &pop_spec(Some(5), Some(0x0a00_0009)),
+            "no-port",
+        );
+        let mut p = encap(5);
+        p.data_mut()[42] = 0; // VXLAN I flag
+        check(&mut p, &pop_spec(None, None), "bad-flags");
+        let mut p = encap(5);
+        p.data_mut()[20] = 0x20; // MF (checksum now wrong too: checked first)
+        check(&mut p, &pop_spec(None, None), "outer-bad-checksum");
+        // Not ours: untouched.
+        let mut p = Packet::from_slice(&inner());
+        assert_eq!(
+            pop(&mut p, &pop_spec(None, None), &mut { FlowKey::ZERO }),
+            Popped::NotTunnel
+        );
+        assert_eq!(p.data(), &inner()[..]);
+        assert!(drop_counters()
+            .iter()
+            .any(|(r, n)| *r == "vni-mismatch" && *n > 0));
+    }
+}

@@ -1,0 +1,260 @@
+//! Tunnel header templates: the outer Ethernet + IPv4 + UDP + VXLAN/Geneve header of one
+//! tunnel's packets, built once (per megaflow, at translation) by [`Template::build`], and
+//! the per-packet push ([`Template::push`]) that fills only what differs per packet: the IPv4
+//! total length, identification (0 with DF) and checksum, the UDP length, source port
+//! ([`src_port`], from the inner flow's hash in 32768–61000 as OVS) and checksum (only with
+//! `csum=true`).
+//!
+//! MTU: [`Template::fits`] says whether an inner frame still fits the underlay MTU after
+//! encapsulation; the caller drops and counts one that does not (never fragmented).
+//!
+//! Threads: built on the thread that translates; `push` runs on any PMD (the only shared
+//! state is the process-wide identification counter used without DF, an atomic).
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU16, Ordering::Relaxed};
+use wire::checksum;
+use wire::tunnel::{encap_header, TunnelKind};
+
+/// Outer header length: Ethernet 14 + IPv4 20 + UDP 8 + tunnel 8 (no Geneve options).
+pub const HEADER_LEN: usize = 50;
+/// What encapsulation adds to an inner frame (Ethernet header included) against the
+/// underlay's IP MTU: IPv4 20 + UDP 8 + tunnel 8.
+pub const MTU_OVERHEAD: usize = 36;
+/// Lowest UDP source port used.
+pub const SRC_PORT_MIN: u16 = 32768;
+/// Highest UDP source port used.
+pub const SRC_PORT_MAX: u16 = 61000;
+
+/// The UDP source port for an inner flow hash, spread over 32768–61000.
+pub fn src_port(hash: u32) -> u16 {
+    let range = u64::from(SRC_PORT_MAX - SRC_PORT_MIN) + 1;
+    SRC_PORT_MIN + ((u64::from(hash) * range) >> 32) as u16
+}
+
+/// What a template is built from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Params {
+    /// VXLAN or Geneve.
+    pub kind: TunnelKind,
+    /// VNI.
+    pub vni: u32,
+    /// Outer source MAC (the underlay internal port's MAC).
+    pub src_mac: [u8; 6],
+    /// Outer destination MAC (the next hop's, from the neighbour cache).
+    pub dst_mac: [u8; 6],
+    /// Outer source address (`local_ip`, or the route's source).
+    pub src_ip: Ipv4Addr,
+    /// Outer destination address (`remote_ip` or the packet's `tun_dst`).
+    pub dst_ip: Ipv4Addr,
+    /// UDP destination port.
+    pub dst_port: u16,
+    /// Outer TOS byte.
+    pub tos: u8,
+    /// Outer TTL.
+    pub ttl: u8,
+    /// Set DF (`df_default`, true unless the port says false).
+    pub df: bool,
+    /// Send a UDP checksum (`csum=true`).
+    pub csum: bool,
+}
+
+/// IPv4 identification of outer packets sent without DF (process-wide).
+static IDENT: AtomicU16 = AtomicU16::new(0);
+
+/// A built header and what `push` needs to finish it per packet.
+#[derive(Clone, Debug)]
+pub struct Template {
+    bytes: [u8; HEADER_LEN],
+    /// One's-complement sum of the IPv4 header with length, identification and checksum 0.
+    ip_sum: u64,
+    params: Params,
+}
+
+impl PartialEq for Template {
+    fn eq(&self, o: &Template) -> bool {
+        self.bytes == o.bytes && self.params == o.params
+    }
+}
+
+impl Eq for Template {}
+
+impl std::hash::Hash for Template {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        // The bytes hold every parameter but `csum` (DF is the flag bit in the IPv4 header).
+        self.bytes.hash(h);
+        self.params.csum.hash(h);
+    }
+}
+
+impl Template {
+    /// Builds the header for `p`.
+    pub fn build(p: &Params) -> Template {
+        let mut b = [0u8; HEADER_LEN];
+        b[0..6].copy_from_slice(&p.dst_mac);
+        b[6..12].copy_from_slice(&p.src_mac);
+        b[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        let ip = &mut b[14..34];
+        ip[0] = 0x45;
+        ip[1] = p.tos;
+        if p.df {
+            ip[6] = 0x40;
+        }
+        ip[8] = p.ttl;
+        ip[9] = wire::ipv4::proto::UDP;
+        ip[12..16].copy_from_slice(&p.src_ip.octets());
+        ip[16..20].copy_from_slice(&p.dst_ip.octets());
+        let ip_sum = checksum::sum(ip, 0);
+        b[36..38].copy_from_slice(&p.dst_port.to_be_bytes());
+        b[42..50].copy_from_slice(&encap_header(p.kind, p.vni));
+        Template {
+            bytes: b,
+            ip_sum,
+            params: p.clone(),
+        }
+    }
+
+    /// The header bytes as built (lengths, checksums and source port still zero).
+    pub fn bytes(&self) -> &[u8; HEADER_LEN] {
+        &self.bytes
+    }
+
+    /// What it was built from.
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    /// Whether an inner frame of `inner_len` bytes (its Ethernet header included) fits an
+    /// underlay IP MTU of `mtu` after encapsulation.
+    pub fn fits(inner_len: usize, mtu: usize) -> bool {
+        inner_len + MTU_OVERHEAD <= mtu
+    }
+
+    /// Finishes the packet in `pkt`: `pkt[..HEADER_LEN]` receives the header, `pkt[HEADER_LEN..]`
+    /// is the inner frame already in place. `hash` is the inner flow's hash.
+    ///
+    /// # Panics
+    /// If `pkt` is shorter than [`HEADER_LEN`] or longer than 65535 + 14 bytes (callers check
+    /// [`Template::fits`] first).
+    pub fn push(&self, pkt: &mut [u8], hash: u32) {
+        assert!(pkt.len() >= HEADER_LEN && pkt.len() - 14 <= usize::from(u16::MAX));
+        pkt[..HEADER_LEN].copy_from_slice(&self.bytes);
+        let ip_len = (pkt.len() - 14) as u16;
+        let udp_len = ip_len - 20;
+        let ident = if self.params.df {
+            0
+        } else {
+            IDENT.fetch_add(1, Relaxed)
+        };
+        pkt[16..18].copy_from_slice(&ip_len.to_be_bytes());
+        pkt[18..20].copy_from_slice(&ident.to_be_bytes());
+        let c = !checksum::fold(self.ip_sum + u64::from(ip_len) + u64::from(ident));
+        pkt[24..26].copy_from_slice(&c.to_be_bytes());
+        pkt[34..36].copy_from_slice(&src_port(hash).to_be_bytes());
+        pkt[38..40].copy_from_slice(&udp_len.to_be_bytes());
+        if self.params.csum {
+            let ps = checksum::pseudo_v4(
+                u32::from(self.params.src_ip),
+                u32::from(self.params.dst_ip),
+                wire::ipv4::proto::UDP,
+                udp_len,
+            );
+            let c = !checksum::fold(checksum::sum(&pkt[34..], ps));
+            let c = if c == 0 { 0xffff } else { c };
+            pkt[40..42].copy_from_slice(&c.to_be_bytes());
+        }
+    }
+
+    /// [`Template::push`] into a new buffer holding the header and a copy of `inner`.
+    pub fn push_vec(&self, inner: &[u8], hash: u32) -> Vec<u8> {
+        let mut v = vec![0u8; HEADER_LEN + inner.len()];
+        v[HEADER_LEN..].copy_from_slice(inner);
+        self.push(&mut v, hash);
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wire::ipv4::Ipv4Packet;
+
+    pub(crate) fn params(kind: TunnelKind, csum: bool, df: bool) -> Params {
+        Params {
+            kind,
+            vni: 0x123456,
+            src_mac: [2, 0, 0, 0, 0, 1],
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            src_ip: Ipv4Addr::new(10, 0, 0, 1),
+            dst_ip: Ipv4Addr::new(10, 0, 0, 2),
+            dst_port: 4789,
+            tos: 0x10,
+            ttl: 64,
+            df,
+            csum,
+        }
+    }
+
+    #[test]
+    fn source_ports_stay_in_range_and_spread() {
+        assert_eq!(src_port(0), SRC_PORT_MIN);
+        assert_eq!(src_port(u32::MAX), SRC_PORT_MAX);
+        let mut seen = std::collections::HashSet::new();
+        for h in (0..1000u32).map(|i| i.wrapping_mul(0x9e37_79b9)) {
+            let p = src_port(h);
+            assert!((SRC_PORT_MIN..=SRC_PORT_MAX).contains(&p));
+            seen.insert(p);
+        }
+        assert!(seen.len() > 900, "{} distinct ports", seen.len());
+    }
+
+    #[test]
+    fn pushed_headers_are_valid_ipv4_udp_with_the_tunnel_header() {
+        let inner: Vec<u8> = (0..77u8).collect();
+        for kind in [TunnelKind::Vxlan, TunnelKind::Geneve] {
+            for (csum, df) in [(false, true), (true, false), (true, true)] {
+                let t = Template::build(&params(kind, csum, df));
+                let a = t.push_vec(&inner, 7);
+                let b = t.push_vec(&inner, 7);
+                assert_eq!(a.len(), HEADER_LEN + 77);
+                assert_eq!(&a[..6], &[2, 0, 0, 0, 0, 2]);
+                let ip = Ipv4Packet::new_checked(&a[14..]).unwrap();
+                assert!(ip.verify_checksum(), "{kind:?} csum={csum} df={df}");
+                assert_eq!(usize::from(ip.total_len()), a.len() - 14);
+                assert_eq!((ip.tos(), ip.ttl(), ip.dont_frag()), (0x10, 64, df));
+                if df {
+                    assert_eq!(
+                        (
+                            ip.ident(),
+                            Ipv4Packet::new_checked(&b[14..]).unwrap().ident()
+                        ),
+                        (0, 0)
+                    );
+                } else {
+                    let ib = Ipv4Packet::new_checked(&b[14..]).unwrap().ident();
+                    assert_ne!(ip.ident(), ib, "without DF the identification moves");
+                    assert!(Ipv4Packet::new_checked(&b[14..]).unwrap().verify_checksum());
+                }
+                let udp = &a[34..];
+                assert_eq!(u16::from_be_bytes([udp[0], udp[1]]), src_port(7));
+                assert_eq!(u16::from_be_bytes([udp[2], udp[3]]), 4789);
+                assert_eq!(usize::from(u16::from_be_bytes([udp[4], udp[5]])), udp.len());
+                let uc = u16::from_be_bytes([udp[6], udp[7]]);
+                if csum {
+                    let ps = checksum::pseudo_v4(0x0a00_0001, 0x0a00_0002, 17, udp.len() as u16);
+                    assert_eq!(checksum::fold(checksum::sum(udp, ps)), 0xffff);
+                } else {
+                    assert_eq!(uc, 0);
+                }
+                let (h, vni) = wire::tunnel::decap_any(kind, &udp[8..]).unwrap();
+                assert_eq!((h, vni), (8, 0x123456));
+                assert_eq!(&udp[16..], &inner[..]);
+            }
+        }
+    }
+
+    #[test]
+    fn mtu_fit_counts_the_outer_ip_udp_and_tunnel_headers() {
+        assert!(Template::fits(1464, 1500));
+        assert!(!Template::fits(1465, 1500));
+    }
+}
