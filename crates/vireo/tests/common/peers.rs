@@ -197,7 +197,20 @@ pub fn parse_port_stats(text: &str) -> Vec<(u64, u64)> {
     };
     let mut out = Vec::new();
     let mut rx = None;
+    // Only `show port stats` blocks: the forward statistics a late `stop` prints (per port and
+    // accumulated) have the same RX/TX lines and would be taken for ports.
+    let mut nic = false;
     for line in text.lines() {
+        if line.contains("statistics for port")
+            || line.contains("Accumulated forward")
+            || line.contains("Forward Stats")
+        {
+            nic = line.contains("NIC statistics for port");
+            rx = None;
+        }
+        if !nic {
+            continue;
+        }
         if let Some(n) = num_after(line, "RX-packets:") {
             rx = Some(n);
         }
@@ -337,4 +350,16 @@ fn testpmd_stats_parser_reads_every_port() {
   TX-packets: 6          TX-errors: 0          TX-bytes:  384
 ";
     assert_eq!(parse_port_stats(text), vec![(12, 34), (5, 6)]);
+    // A `stop`'s forward statistics arriving late, before the answer, are not ports.
+    let late = "  ---------------------- Forward statistics for port 0  ----------------------
+  RX-packets: 1600           RX-dropped: 0             RX-total: 1600
+  TX-packets: 1600           TX-dropped: 0             TX-total: 1600
+  +++++++++++++++ Accumulated forward statistics for all ports+++++++++++++++
+  RX-packets: 3168           RX-dropped: 0             RX-total: 3168
+  TX-packets: 3232           TX-dropped: 0             TX-total: 3232
+";
+    assert_eq!(
+        parse_port_stats(&format!("{late}{text}")),
+        vec![(12, 34), (5, 6)]
+    );
 }
