@@ -120,22 +120,6 @@ fn bridge(dir: &tempfile::TempDir, ns: &[&Ns], flows: &[String]) -> (Daemon, Pat
     (d, sock)
 }
 
-/// Runs iperf3 (TCP, 2 s) from `client` to `server_ip`; returns the bytes received.
-fn iperf_tcp(client: &Ns, server: &Ns, server_ip: &str) -> u64 {
-    let v = server.cmd(&["iperf3", "-s", "-1"]);
-    let srv = Bg(Command::new(&v[0])
-        .args(&v[1..])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap());
-    std::thread::sleep(Duration::from_millis(500));
-    let out = client.try_exec(&["timeout", "30", "iperf3", "-c", server_ip, "-t", "2", "-J"]);
-    drop(srv);
-    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0)
-}
-
 fn pmd_totals(d: &Daemon) -> (u64, u64, u64) {
     let s = d.json(&["pmd-stats-show"]);
     let sum = |k: &str| {
@@ -202,7 +186,7 @@ fn stateful_firewall_from_the_ovs_tutorial_with_kernel_tcp_and_icmp() {
 
     // Bulk TCP A → B: established traffic stays in the caches (no upcall per packet).
     let (p0, m0, r0) = pmd_totals(&d);
-    let bytes = iperf_tcp(&a, &b, "10.231.0.2");
+    let bytes = a.iperf_tcp_to(&b, "10.231.0.2");
     let (p1, m1, r1) = pmd_totals(&d);
     let (pkts, misses, recircs) = (p1 - p0, m1 - m0, r1 - r0);
     eprintln!("iperf3 through ct: {bytes} bytes, {pkts} packets, {misses} upcalls, {recircs} recirculations");

@@ -9,10 +9,10 @@
 //! all removed by Drop guards, also when a test fails.
 mod common;
 
-use common::host::{kernel_ok, mappings, must, sh, Bg, Ns};
+use common::host::{kernel_ok, mappings, must, sh, Ns};
 use common::Daemon;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 impl Ns {
@@ -35,23 +35,6 @@ fn tmp(tag: &str) -> tempfile::TempDir {
         .prefix(&format!("vkp-{tag}-"))
         .tempdir()
         .unwrap()
-}
-
-/// Runs an iperf3 TCP test from `client` to `server_ip` (server in `server`); returns the bytes
-/// the server received.
-fn iperf_tcp(client: &Ns, server: &Ns, server_ip: &str) -> u64 {
-    let v = server.cmd(&["iperf3", "-s", "-1"]);
-    let srv = Bg(Command::new(&v[0])
-        .args(&v[1..])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap());
-    std::thread::sleep(Duration::from_millis(500));
-    let out = client.try_exec(&["timeout", "30", "iperf3", "-c", server_ip, "-t", "2", "-J"]);
-    drop(srv);
-    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0)
 }
 
 fn drops(d: &Daemon, port: &str) -> serde_json::Value {
@@ -92,7 +75,7 @@ fn af_packet_ping_and_tcp_between_namespaces() {
         "no ping through af-packet"
     );
     assert!(a.ping("10.201.0.2", &[]), "ping lost packets");
-    let bytes = iperf_tcp(&a, &b, "10.201.0.2");
+    let bytes = a.iperf_tcp_to(&b, "10.201.0.2");
     eprintln!("af-packet iperf3 TCP: {bytes} bytes in 2 s");
     assert!(
         bytes > 10_000_000,
@@ -138,7 +121,7 @@ fn af_packet_without_offloads_completes_and_segments_in_software() {
         a.ping_until("10.211.0.2", &[], 10),
         "no ping through af-packet"
     );
-    let bytes = iperf_tcp(&a, &b, "10.211.0.2");
+    let bytes = a.iperf_tcp_to(&b, "10.211.0.2");
     eprintln!("af-packet (offloads=false) iperf3 TCP: {bytes} bytes in 2 s");
     assert!(bytes > 1_000_000, "TCP moved only {bytes} bytes");
     let st = common::port_status(&d, "a")["status"].clone();
@@ -177,7 +160,7 @@ fn tap_ports_moved_into_namespaces_carry_ping_and_tcp() {
         "no ping through tap"
     );
     assert!(nss[0].ping("10.202.0.2", &[]));
-    let bytes = iperf_tcp(&nss[0], &nss[1], "10.202.0.2");
+    let bytes = nss[0].iperf_tcp_to(&nss[1], "10.202.0.2");
     eprintln!("tap iperf3 TCP: {bytes} bytes in 2 s");
     assert!(
         bytes > 10_000_000,

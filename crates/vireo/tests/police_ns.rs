@@ -24,14 +24,7 @@ fn ns(side: char, addr: &str) -> Ns {
 /// `rx_port`, in kbit/s of whole frames, over the window from 2 s to 5 s (after the bucket's
 /// initial burst, before the end).
 fn delivered_kbps(d: &Daemon, client: &Ns, server: &Ns, server_ip: &str, rx_port: &str) -> f64 {
-    let v = server.cmd(&["iperf3", "-s", "-1"]);
-    let _srv = Bg(Command::new(&v[0])
-        .args(&v[1..])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap());
-    std::thread::sleep(Duration::from_millis(500));
+    let _srv = server.iperf3_server();
     let c = client.cmd(&[
         "timeout", "30", "iperf3", "-u", "-b", "25M", "-l", "1448", "-t", "6", "-c", server_ip,
     ]);

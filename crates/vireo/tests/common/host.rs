@@ -115,6 +115,29 @@ impl Ns {
         let r: Vec<&str> = v.iter().map(String::as_str).collect();
         sh(&r)
     }
+
+    /// Starts a one-test `iperf3` server inside (killed on drop) and gives it 500 ms to listen.
+    pub fn iperf3_server(&self) -> Bg {
+        let v = self.cmd(&["iperf3", "-s", "-1"]);
+        let srv = Bg(Command::new(&v[0])
+            .args(&v[1..])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start iperf3 -s"));
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        srv
+    }
+
+    /// A 2 s iperf3 TCP test from here to `server_ip`, served from `server`: the bytes the
+    /// server received (0 if the test failed).
+    pub fn iperf_tcp_to(&self, server: &Ns, server_ip: &str) -> u64 {
+        let srv = server.iperf3_server();
+        let out = self.try_exec(&["timeout", "30", "iperf3", "-c", server_ip, "-t", "2", "-J"]);
+        drop(srv);
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0)
+    }
 }
 
 impl Drop for Ns {
