@@ -671,6 +671,9 @@ impl Contender for Vireo {
         if let Ok(m) = self.ctl(&d, &["dump-megaflows"]) {
             let _ = std::fs::write(d.join("megaflows.txt"), m);
         }
+        if let Ok(p) = self.ctl(&d, &["port-stats"]) {
+            let _ = std::fs::write(d.join("port-stats.txt"), p);
+        }
         vireo_pmd_stats(&out)
     }
     fn pid(&self) -> Option<u32> {
