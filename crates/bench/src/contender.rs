@@ -77,6 +77,7 @@ impl Contender for Dpdk {
                 crate::scenario::Kind::Ct(_)
                     | crate::scenario::Kind::CtNew
                     | crate::scenario::Kind::Tunnel(_)
+                    | crate::scenario::Kind::NativeTunnel(_)
             )
         {
             return Err("testpmd io forwarding has no meters, conntrack or tunnels".into());
@@ -432,7 +433,7 @@ impl Contender for Ovs {
                 ],
             )?;
         }
-        if let crate::scenario::Kind::Tunnel(t) = sc.kind {
+        if let crate::scenario::Kind::Tunnel(t) | crate::scenario::Kind::NativeTunnel(t) = sc.kind {
             self.add_tunnels(dir, t)?;
         }
         self.add_rules_when_ready(dir, sc)?;
@@ -602,12 +603,26 @@ impl Contender for Vireo {
                 format!("vireod cannot carry vhost-user yet (add-port failed: {e})")
             })?;
         }
-        if let crate::scenario::Kind::Tunnel(t) = sc.kind {
-            for args in crate::scenario::TunnelPorts::add_port_args(t) {
-                let mut a = vec!["add-port", "br0"];
-                a.extend(args.iter().map(String::as_str));
-                self.ctl(dir, &a)?;
+        // The tunnel ports; on the native path behind the underlay bridge of `crate::native`.
+        let (tunnels, tun_dst) = match sc.kind {
+            crate::scenario::Kind::Tunnel(t) => (
+                Some(crate::scenario::TunnelPorts::add_port_args(t)),
+                "127.0.0.102",
+            ),
+            crate::scenario::Kind::NativeTunnel(t) => {
+                crate::native::setup(|a| self.ctl(dir, a))?;
+                let (a, b) = (crate::native::ADDR_A, crate::native::ADDR_B);
+                (
+                    Some(crate::scenario::TunnelPorts::add_port_args_at(t, a, b)),
+                    b,
+                )
             }
+            _ => (None, "127.0.0.102"),
+        };
+        for args in tunnels.iter().flatten() {
+            let mut a = vec!["add-port", "br0"];
+            a.extend(args.iter().map(String::as_str));
+            self.ctl(dir, &a)?;
         }
         let _ = self.ctl(dir, &["del-flows", "br0"]);
         if sc.kind == crate::scenario::Kind::CtNew {
@@ -620,14 +635,14 @@ impl Contender for Vireo {
             self.ctl(dir, &["add-meter", "br0", &m])?;
         }
         let rules = dir.join("rules.txt");
-        std::fs::write(&rules, sc.rules("vu0", "vu1").join("\n") + "\n")
-            .map_err(|e| e.to_string())?;
+        let text = sc.rules_to("vu0", "vu1", tun_dst);
+        std::fs::write(&rules, text.join("\n") + "\n").map_err(|e| e.to_string())?;
         if self
             .ctl(dir, &["add-flows", "br0", &rules.display().to_string()])
             .is_err()
         {
             // An older vireoctl without add-flows: one rule at a time.
-            for r in sc.rules("vu0", "vu1") {
+            for r in text {
                 self.ctl(dir, &["add-flow", "br0", &r])?;
             }
         }
@@ -652,6 +667,13 @@ impl Contender for Vireo {
         if let Ok(ct) = self.ctl(&d, &["ct-stats"]) {
             let _ = std::fs::write(d.join("ct-stats.txt"), ct);
         }
+        // Which path the tunnel scenarios took (`tnl_push`/`tnl_pop` on the native one).
+        if let Ok(m) = self.ctl(&d, &["dump-megaflows"]) {
+            let _ = std::fs::write(d.join("megaflows.txt"), m);
+        }
+        if let Ok(p) = self.ctl(&d, &["port-stats"]) {
+            let _ = std::fs::write(d.join("port-stats.txt"), p);
+        }
         vireo_pmd_stats(&out)
     }
     fn pid(&self) -> Option<u32> {
@@ -661,7 +683,9 @@ impl Contender for Vireo {
         if let Some(mut p) = self.proc.take() {
             p.stop(Duration::from_secs(10));
         }
-        self.dir = None;
+        if self.dir.take().is_some() {
+            crate::native::teardown();
+        }
     }
 }
 

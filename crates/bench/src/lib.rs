@@ -12,6 +12,7 @@ pub mod kernel;
 pub mod kgen;
 pub mod kswitch;
 pub mod kvu;
+pub mod native;
 pub mod parse;
 pub mod proc;
 pub mod report;

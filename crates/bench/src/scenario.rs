@@ -36,6 +36,13 @@ pub enum Kind {
     /// UDP, decapsulated on the other (see [`TunnelPorts`]); one flow-based port (the rules
     /// set `tun_id` and `tun_dst`) and one fixed.
     Tunnel(Tun),
+    /// [`Kind::Tunnel`] on Vireo's native tunneling (`nvxlan:SIZE`, `ngeneve:SIZE`): the same
+    /// ports and rules, but the tunnel addresses are on the internal port of an underlay
+    /// bridge whose two `af-packet` ports are the ends of one veth pair, so each packet is
+    /// `tnl_push`ed, crosses the veth and is `tnl_pop`ped without a socket (see
+    /// `crate::native`). OVS-DPDK runs exactly what it runs for [`Kind::Tunnel`] (it is
+    /// native there too).
+    NativeTunnel(Tun),
 }
 
 /// The tunnel type of a [`Kind::Tunnel`] scenario.
@@ -70,6 +77,11 @@ impl TunnelPorts {
 
     /// `add-port br0 ...` argument lists for both ports.
     pub fn add_port_args(t: Tun) -> [Vec<String>; 2] {
+        Self::add_port_args_at(t, "127.0.0.101", "127.0.0.102")
+    }
+
+    /// [`TunnelPorts::add_port_args`] with `ta` on `a` and `tb` on `b`.
+    pub fn add_port_args_at(t: Tun, a: &str, b: &str) -> [Vec<String>; 2] {
         let ty = match t {
             Tun::Vxlan => "type=vxlan",
             Tun::Geneve => "type=geneve",
@@ -81,15 +93,15 @@ impl TunnelPorts {
                 ty,
                 "remote_ip=flow",
                 "key=flow",
-                "local_ip=127.0.0.101",
+                &format!("local_ip={a}"),
                 "dst_port=14789",
             ]),
             v(&[
                 Self::B,
                 ty,
-                "remote_ip=127.0.0.101",
+                &format!("remote_ip={a}"),
                 "key=5",
-                "local_ip=127.0.0.102",
+                &format!("local_ip={b}"),
                 "dst_port=14789",
             ]),
         ]
@@ -173,6 +185,8 @@ impl Scenario {
             Kind::CtNew => "ctnew".to_string(),
             Kind::Tunnel(Tun::Vxlan) => "vxlan".to_string(),
             Kind::Tunnel(Tun::Geneve) => "geneve".to_string(),
+            Kind::NativeTunnel(Tun::Vxlan) => "nvxlan".to_string(),
+            Kind::NativeTunnel(Tun::Geneve) => "ngeneve".to_string(),
         };
         let q = if self.queues > 1 {
             format!(":{}q", self.queues)
@@ -201,6 +215,8 @@ impl Scenario {
             "ctnew" => Kind::CtNew,
             "vxlan" => Kind::Tunnel(Tun::Vxlan),
             "geneve" => Kind::Tunnel(Tun::Geneve),
+            "nvxlan" => Kind::NativeTunnel(Tun::Vxlan),
+            "ngeneve" => Kind::NativeTunnel(Tun::Geneve),
             f if f.starts_with("ct") => Kind::Ct(
                 parse_count(&f["ct".len()..])
                     .filter(|&n| n > 0)
@@ -325,7 +341,7 @@ impl Scenario {
                 format!("table=1,priority=10,ip,ct_state=+trk,in_port={p1},actions=ct(commit),output:{p0}"),
             ],
             // p0 -> encap on ta (VNI 5 to tb) -> decap on tb -> p1, and back the other way.
-            Kind::Tunnel(_) => {
+            Kind::Tunnel(_) | Kind::NativeTunnel(_) => {
                 let (a, b) = (TunnelPorts::A, TunnelPorts::B);
                 vec![
                     format!("in_port={p0},actions=set_field:5->tun_id,set_field:{tun_dst}->tun_dst,output:{a}"),
@@ -489,6 +505,19 @@ mod tests {
             .unwrap()
             .rules_to("1", "2", "10.99.0.2");
         assert!(o[0].contains("set_field:10.99.0.2->tun_dst"), "{o:?}");
+        let n = Scenario::parse("ngeneve:64").unwrap();
+        assert_eq!(
+            (n.kind, n.name()),
+            (Kind::NativeTunnel(Tun::Geneve), "ngeneve:64".into())
+        );
+        assert_eq!(
+            Scenario::parse("nvxlan:64").unwrap().rules("1", "2"),
+            Scenario::parse("vxlan:64").unwrap().rules("1", "2")
+        );
+        let [a, b] = TunnelPorts::add_port_args_at(Tun::Vxlan, "10.98.0.1", "10.98.0.2");
+        assert!(a.contains(&"local_ip=10.98.0.1".to_string()), "{a:?}");
+        assert!(b.contains(&"remote_ip=10.98.0.1".to_string()), "{b:?}");
+        assert!(b.contains(&"local_ip=10.98.0.2".to_string()), "{b:?}");
     }
 
     #[test]

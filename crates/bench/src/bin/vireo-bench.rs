@@ -40,7 +40,9 @@ struct Args {
     /// OpenFlow meter that never drops), meter2m:64 (a 2 Mpps meter), ct:64 (p2p through
     /// ct(table=1) and ct(commit), Vireo and OVS-DPDK only; one connection), ct1k:64,
     /// ct100k:64, ct1m:64 (the same with that many connections, vireo-gen only), ctnew:64
-    /// (the connection-setup rate: every packet a new 5-tuple, vireo-gen only); `:open` at
+    /// (the connection-setup rate: every packet a new 5-tuple, vireo-gen only); vxlan:64,
+    /// geneve:64 (encap + decap in the switch; Vireo over loopback UDP sockets), nvxlan:64,
+    /// ngeneve:64 (the same on Vireo's native tunneling, a veth underlay); `:open` at
     /// the end for
     /// testpmd's open-loop flowgen instead of the io loop (needed when the switch drops);
     /// or full, quick, sizes.

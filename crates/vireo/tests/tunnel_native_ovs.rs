@@ -1,0 +1,299 @@
+//! Native tunneling against Open vSwitch 3.1's userspace datapath (`datapath_type=netdev`,
+//! OVS's own native tunneling), VXLAN and Geneve: the native-path twins of
+//! `tunnel.rs::vxlan_interop_with_the_ovs_userspace_datapath` (which uses the tunnel port's
+//! UDP socket).
+//!
+//! Host C is a namespace running OVS: `brphy` holds the underlay veth and, on its LOCAL port,
+//! the tunnel address .2; `brint` has the tunnel port (VNI 42) to vireod's .1 and holds the
+//! overlay address .2 on its LOCAL port (MTU 1450). vireod (root namespace) has the underlay
+//! bridge `thrp` (the veth's other end as an `af-packet` port, ARP off on it, the tunnel
+//! address .1 on its internal port) and the overlay bridge `thri` with the tunnel port and VM
+//! A (a namespace on an `af-packet` veth, MTU 1450). VM A pings host C's overlay address and
+//! runs iperf3 TCP both ways; vireod's megaflows carry `tnl_push` and `tnl_pop`, its tunnel
+//! port's socket carries none of the transfer, `tnl/neigh/show` has OVS's `brphy` MAC, and
+//! OVS's `tnl/neigh/show` has vireod's internal port MAC.
+//!
+//! Names: namespaces `thr-T-X-PID`, interfaces `thrTXPID` (T = `x` VXLAN / `g` Geneve), the
+//! bridges `thrpTPID` / `thriTPID`; removed by Drop guards, also when a test fails.
+//! Addresses: 10.242.0.0/24 and 192.168.242.0/24 (VXLAN), 10.243.0.0/24 and 192.168.243.0/24
+//! (Geneve).
+mod common;
+
+use common::host::{kernel_ok, must, ping_count, sh, Bg, Ns};
+use common::ovs::Ovs;
+use common::Daemon;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// vireod's underlay bridge (a kernel tap as its internal port): deleted on drop, so that a
+/// failed test does not leave it behind.
+struct Tap(String);
+
+impl Drop for Tap {
+    fn drop(&mut self) {
+        let _ = sh(&["ip", "link", "del", &self.0]);
+    }
+}
+
+fn wait_for(d: &Daemon, cmd: &[&str], what: &str) -> String {
+    let end = Instant::now() + Duration::from_secs(5);
+    loop {
+        let out = d.ok(cmd);
+        if out.contains(what) || Instant::now() > end {
+            return out;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn mac(ns: Option<&Ns>, dev: &str) -> String {
+    let path = format!("/sys/class/net/{dev}/address");
+    match ns {
+        Some(ns) => ns.exec(&["cat", &path]),
+        None => must(&["cat", &path]),
+    }
+    .trim()
+    .to_string()
+}
+
+/// (tx, rx) packets of the tunnel port's own UDP socket.
+fn socket_packets(d: &Daemon) -> (u64, u64) {
+    let s = d.json(&["port-stats", "tun"]);
+    let g = |k: &str| s[0][k].as_u64().unwrap();
+    (g("tx_packets"), g("rx_packets"))
+}
+
+/// `ovs-appctl` against host C's `ovs-vswitchd`.
+fn appctl(hc: &Ns, dir: &std::path::Path, args: &[&str]) -> String {
+    let target = format!("--target={}/vs.ctl", dir.display());
+    let mut a = vec!["ovs-appctl", &target];
+    a.extend_from_slice(args);
+    hc.exec(&a)
+}
+
+fn native_interop_with_ovs(kind: &str, t: char, net: u8) {
+    let pid = std::process::id();
+    let (brp, bri) = (format!("thrp{t}{pid}"), format!("thri{t}{pid}"));
+    let _tap = Tap(brp.clone());
+    let under = |h: u8| format!("10.{net}.0.{h}");
+    let over = |h: u8| format!("192.168.{net}.{h}");
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("thr-{t}-"))
+        .tempdir()
+        .unwrap();
+    let ovs_dir = tempfile::Builder::new()
+        .prefix(&format!("thr-{t}ovs-"))
+        .tempdir()
+        .unwrap();
+
+    // Host C: Open vSwitch, native tunneling through brphy.
+    let hc = Ns::create("thr", t, 'c');
+    hc.exec(&[
+        "ethtool", "-K", &hc.ns_if, "tx", "off", "tso", "off", "gso", "off",
+    ]);
+    let ovs = Ovs::start(&hc, ovs_dir.path());
+    for br in ["brphy", "brint"] {
+        ovs.vsctl(&[
+            "add-br",
+            br,
+            "--",
+            "set",
+            "bridge",
+            br,
+            "datapath_type=netdev",
+        ]);
+    }
+    ovs.vsctl(&["add-port", "brphy", &hc.ns_if]);
+    hc.exec(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{}/24", under(2)),
+        "dev",
+        "brphy",
+    ]);
+    hc.exec(&["ip", "link", "set", "brphy", "up"]);
+    ovs.vsctl(&[
+        "add-port",
+        "brint",
+        "tun",
+        "--",
+        "set",
+        "interface",
+        "tun",
+        &format!("type={kind}"),
+        &format!("options:remote_ip={}", under(1)),
+        "options:key=42",
+    ]);
+    hc.exec(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{}/24", over(2)),
+        "dev",
+        "brint",
+    ]);
+    hc.exec(&["ip", "link", "set", "brint", "mtu", "1450", "up"]);
+
+    // VM A behind vireod.
+    let vm = Ns::create("thr", t, 'v');
+    vm.exec(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{}/24", over(1)),
+        "dev",
+        &vm.ns_if,
+    ]);
+    vm.exec(&["ip", "link", "set", &vm.ns_if, "mtu", "1450"]);
+    vm.exec(&[
+        "ethtool", "-K", &vm.ns_if, "tx", "off", "tso", "off", "gso", "off",
+    ]);
+    // Both veths' root ends are Vireo's ports, not host interfaces: the host must not
+    // answer ARP on them.
+    for i in [&hc.host_if, &vm.host_if] {
+        must(&["ip", "link", "set", "dev", i, "arp", "off", "up"]);
+    }
+
+    let d = Daemon::start_logged(dir.path(), &dir.path().join("vireod.log"));
+    d.ok(&["add-br", &brp]);
+    d.ok(&[
+        "add-port",
+        &brp,
+        "phy",
+        "type=af-packet",
+        &format!("ifname={}", hc.host_if),
+        "offloads=false",
+    ]);
+    must(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{}/24", under(1)),
+        "dev",
+        &brp,
+    ]);
+    d.ok(&["add-br", &bri, "internal=false"]);
+    d.ok(&[
+        "add-port",
+        &bri,
+        "tun",
+        &format!("type={kind}"),
+        &format!("remote_ip={}", under(2)),
+        &format!("local_ip={}", under(1)),
+        "key=42",
+    ]);
+    d.ok(&[
+        "add-port",
+        &bri,
+        "vm",
+        "type=af-packet",
+        &format!("ifname={}", vm.host_if),
+        "offloads=false",
+    ]);
+    let connected = format!("10.{net}.0.0/24 dev {brp} src {} (connected)", under(1));
+    assert!(wait_for(&d, &["route/show"], &connected).contains(&connected));
+
+    assert!(
+        vm.ping_until(&over(2), &[], 20),
+        "VM A cannot reach OVS over {kind}: {}\n{}\nOVS: {}",
+        d.ok(&["tnl/neigh/show"]),
+        d.ok(&["dump-megaflows"]),
+        appctl(&hc, ovs_dir.path(), &["dpctl/dump-flows"])
+    );
+    let got = ping_count(&vm, &over(2), 5, &[]);
+    assert!(got >= 4, "{kind}: ping lost {} of 5", 5 - got);
+    // Full-size frames fit: 1450 inner + outer headers (VXLAN 50, Geneve 50 without options).
+    let got = ping_count(&vm, &over(2), 3, &["-s", "1422", "-M", "do"]);
+    assert!(got >= 2, "{kind}: full-size pings lost {} of 3", 3 - got);
+
+    let before = socket_packets(&d);
+    let dst = over(2);
+    for reverse in [false, true] {
+        let v = hc.cmd(&["iperf3", "-s", "-1"]);
+        let srv = Bg(Command::new(&v[0])
+            .args(&v[1..])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap());
+        std::thread::sleep(Duration::from_millis(500));
+        let mut a = vec!["timeout", "30", "iperf3", "-c", &dst, "-t", "2", "-J"];
+        if reverse {
+            a.push("-R");
+        }
+        let out = vm.try_exec(&a);
+        drop(srv);
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let bytes = j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+        let way = if reverse {
+            "OVS -> VM A"
+        } else {
+            "VM A -> OVS"
+        };
+        eprintln!("native {kind} iperf3 TCP {way}: {bytes} bytes in 2 s");
+        assert!(
+            bytes > 1_000_000,
+            "native {kind} TCP {way} moved only {bytes} bytes: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+
+    // The native path carried it: push and pop in the megaflows, nothing through the socket.
+    let flows = d.ok(&["dump-megaflows"]);
+    let push = format!(
+        "tnl_push(header(src={},dst={},dst_port={}",
+        under(1),
+        under(2),
+        if kind == "geneve" { 6081 } else { 4789 }
+    );
+    assert!(flows.contains(&push), "no {push}: {flows}");
+    assert!(flows.contains("tnl_pop("), "{flows}");
+    assert_eq!(
+        socket_packets(&d),
+        before,
+        "the tunnel port's socket carried traffic during the transfers (tx, rx)"
+    );
+    // Each side's neighbour cache has the other's tunnel-address MAC.
+    let neigh = d.ok(&["tnl/neigh/show"]);
+    let line = format!("{} {} dev {brp}", under(2), mac(Some(&hc), "brphy"));
+    assert!(neigh.contains(&line), "no {line}: {neigh}");
+    let ovs_neigh = appctl(&hc, ovs_dir.path(), &["tnl/neigh/show"]);
+    let ours = mac(None, &brp);
+    assert!(
+        ovs_neigh.contains(&under(1)) && ovs_neigh.contains(&ours),
+        "OVS has not learned {} at {ours}: {ovs_neigh}",
+        under(1)
+    );
+    let drops = &d.json(&["tnl/neigh/show"])["native_drops"];
+    eprintln!("native {kind} drops {drops}");
+    drop(ovs);
+}
+
+#[test]
+fn native_vxlan_interop_with_the_ovs_userspace_datapath() {
+    if !kernel_ok()
+        || !testkit::require_peer("iperf3", "iperf3")
+        || !testkit::require_peer("ethtool", "ethtool")
+        || !testkit::require_peer("ovs-vswitchd", "openvswitch-switch")
+        || !testkit::require_peer("ovsdb-server", "openvswitch-switch")
+        || !testkit::require_peer("ovs-appctl", "openvswitch-common")
+    {
+        return;
+    }
+    native_interop_with_ovs("vxlan", 'x', 242);
+}
+
+#[test]
+fn native_geneve_interop_with_the_ovs_userspace_datapath() {
+    if !kernel_ok()
+        || !testkit::require_peer("iperf3", "iperf3")
+        || !testkit::require_peer("ethtool", "ethtool")
+        || !testkit::require_peer("ovs-vswitchd", "openvswitch-switch")
+        || !testkit::require_peer("ovsdb-server", "openvswitch-switch")
+        || !testkit::require_peer("ovs-appctl", "openvswitch-common")
+    {
+        return;
+    }
+    native_interop_with_ovs("geneve", 'g', 243);
+}
