@@ -255,7 +255,10 @@ impl Port for TunnelPort {
             "tos": self.cfg.tos,
             "csum": self.cfg.csum,
             "ttl": self.cfg.ttl,
-            "underlay": "kernel UDP socket",
+            // Per remote, decided at translation: a remote whose route goes through a Vireo
+            // internal port is reached natively (`tnl_push`/`tnl_pop` in `dump-megaflows`,
+            // `tnl/neigh/show`); the socket's counters here cover only the others.
+            "underlay": "native through a Vireo internal port where the route says so, else this kernel UDP socket",
             "ports_on_socket": ports_on_socket,
             "decap_drops": drops,
             "mtu_drops": self.sh.mtu_drops.load(Relaxed),
