@@ -11,7 +11,7 @@
 //! fd00:231::2/3 on a root-namespace veth `vtn6uPID` (Geneve underlays).
 mod common;
 
-use common::host::{kernel_ok, must, ping_count, sh, Bg, Ns};
+use common::host::{kernel_ok, must, ping_count, sh, Ns};
 use common::ovs::Ovs;
 use common::{port_status, stats, Daemon};
 use std::process::{Command, Stdio};
@@ -140,27 +140,7 @@ fn vxlan_interop_with_the_kernel_ping_tcp_and_mtu() {
 
     // TCP: the VM's MTU is 1500, vx0's 1450; the MSS both announce keeps segments inside the
     // underlay's 1500 after 50 bytes of encapsulation.
-    let v = hb.cmd(&["iperf3", "-s", "-1"]);
-    let srv = Bg(Command::new(&v[0])
-        .args(&v[1..])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap());
-    std::thread::sleep(Duration::from_millis(500));
-    let out = vm.try_exec(&[
-        "timeout",
-        "30",
-        "iperf3",
-        "-c",
-        "192.168.231.2",
-        "-t",
-        "2",
-        "-J",
-    ]);
-    drop(srv);
-    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    let bytes = j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+    let bytes = vm.iperf_tcp_to(&hb, "192.168.231.2");
     eprintln!("vxlan iperf3 TCP VM A -> kernel vx0: {bytes} bytes in 2 s");
     assert!(
         bytes > 5_000_000,
@@ -283,31 +263,7 @@ fn vxlan_interop_with_the_ovs_userspace_datapath() {
     let got = ping_count(&vm, "192.168.234.2", 5, &[]);
     assert!(got >= 4, "ping lost {} of 5", 5 - got);
     for reverse in [false, true] {
-        let v = hc.cmd(&["iperf3", "-s", "-1"]);
-        let srv = Bg(Command::new(&v[0])
-            .args(&v[1..])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap());
-        std::thread::sleep(Duration::from_millis(500));
-        let mut a = vec![
-            "timeout",
-            "30",
-            "iperf3",
-            "-c",
-            "192.168.234.2",
-            "-t",
-            "2",
-            "-J",
-        ];
-        if reverse {
-            a.push("-R");
-        }
-        let out = vm.try_exec(&a);
-        drop(srv);
-        let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        let bytes = j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+        let (bytes, _) = vm.iperf_tcp(&hc, "192.168.234.2", reverse);
         let dir = if reverse {
             "OVS -> VM A"
         } else {

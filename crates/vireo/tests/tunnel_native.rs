@@ -13,9 +13,8 @@
 //! Drop guards, also when a test fails.
 mod common;
 
-use common::host::{kernel_ok, must, sh, Bg, Ns};
+use common::host::{kernel_ok, must, sh, Ns};
 use common::Daemon;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn wait_for(d: &Daemon, cmd: &[&str], what: &str, present: bool) -> String {
@@ -246,35 +245,11 @@ fn native_vxlan_interop_with_the_kernel_ping_tcp_and_no_socket_use() {
     // TCP across (MSS from the 1450 MTU on both sides). The tunnel port's own socket (used
     // before the underlay was set up, e.g. IPv6 multicast at link up) must carry none of it.
     let before_tcp = socket_packets(&d);
-    let v = hu.cmd(&["iperf3", "-s", "-1"]);
-    let srv = Bg(Command::new(&v[0])
-        .args(&v[1..])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap());
-    std::thread::sleep(Duration::from_millis(500));
-    let out = vm.try_exec(&[
-        "timeout",
-        "30",
-        "iperf3",
-        "-c",
-        "192.168.212.2",
-        "-t",
-        "2",
-        "-J",
-    ]);
-    drop(srv);
-    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    let bytes = j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+    let (bytes, report) = vm.iperf_tcp(&hu, "192.168.212.2", false);
     eprintln!(
         "native vxlan iperf3 TCP VM V -> host U: {bytes} bytes in 2 s; socket {before_tcp:?}"
     );
-    assert!(
-        bytes > 1_000_000,
-        "iperf3 moved {bytes} bytes: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    assert!(bytes > 1_000_000, "iperf3 moved {bytes} bytes: {report}");
 
     // The native path did it: push and pop in the megaflows, nothing through the socket.
     let flows = d.ok(&["dump-megaflows"]);

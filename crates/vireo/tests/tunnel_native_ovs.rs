@@ -19,10 +19,9 @@
 //! (Geneve).
 mod common;
 
-use common::host::{kernel_ok, must, ping_count, sh, Bg, Ns};
+use common::host::{kernel_ok, must, ping_count, sh, Ns};
 use common::ovs::Ovs;
 use common::Daemon;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// vireod's underlay bridge (a kernel tap as its internal port): deleted on drop, so that a
@@ -210,22 +209,7 @@ fn native_interop_with_ovs(kind: &str, t: char, net: u8) {
     let before = socket_packets(&d);
     let dst = over(2);
     for reverse in [false, true] {
-        let v = hc.cmd(&["iperf3", "-s", "-1"]);
-        let srv = Bg(Command::new(&v[0])
-            .args(&v[1..])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap());
-        std::thread::sleep(Duration::from_millis(500));
-        let mut a = vec!["timeout", "30", "iperf3", "-c", &dst, "-t", "2", "-J"];
-        if reverse {
-            a.push("-R");
-        }
-        let out = vm.try_exec(&a);
-        drop(srv);
-        let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        let bytes = j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+        let (bytes, report) = vm.iperf_tcp(&hc, &dst, reverse);
         let way = if reverse {
             "OVS -> VM A"
         } else {
@@ -235,7 +219,7 @@ fn native_interop_with_ovs(kind: &str, t: char, net: u8) {
         assert!(
             bytes > 1_000_000,
             "native {kind} TCP {way} moved only {bytes} bytes: {}",
-            String::from_utf8_lossy(&out.stdout)
+            report
         );
     }
 

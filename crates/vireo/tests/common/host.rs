@@ -132,11 +132,22 @@ impl Ns {
     /// A 2 s iperf3 TCP test from here to `server_ip`, served from `server`: the bytes the
     /// server received (0 if the test failed).
     pub fn iperf_tcp_to(&self, server: &Ns, server_ip: &str) -> u64 {
+        self.iperf_tcp(server, server_ip, false).0
+    }
+
+    /// A 2 s iperf3 TCP test between here (the client) and `server_ip`, served from `server`;
+    /// `reverse`: the server sends (`-R`). The bytes received and the client's JSON report.
+    pub fn iperf_tcp(&self, server: &Ns, server_ip: &str, reverse: bool) -> (u64, String) {
         let srv = server.iperf3_server();
-        let out = self.try_exec(&["timeout", "30", "iperf3", "-c", server_ip, "-t", "2", "-J"]);
+        let mut a = vec!["timeout", "30", "iperf3", "-c", server_ip, "-t", "2", "-J"];
+        if reverse {
+            a.push("-R");
+        }
+        let out = self.try_exec(&a);
         drop(srv);
         let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0)
+        let bytes = j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+        (bytes, String::from_utf8_lossy(&out.stdout).into_owned())
     }
 }
 
