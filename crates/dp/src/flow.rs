@@ -19,6 +19,18 @@
 //! its packets ([`Megaflow::tuple`]), which is what vireod installs in the XDP program's mark
 //! map, and the mark vireod installed for it ([`Megaflow::mark`], display only).
 //!
+//! Skipping extraction ([`SkipCheck`]): a marked packet normally still has its key extracted,
+//! only for that check. A megaflow whose match a few fixed header bytes decide, and whose
+//! actions never read the key, gets a [`SkipCheck`] when its tuple is set
+//! ([`Megaflow::set_tuple`], decided once): then a packet whose bytes at fixed offsets show
+//! exactly that tuple (untagged Ethernet + IPv4 without options, not a fragment, a complete
+//! TCP/UDP header) is known to be covered without extracting its key. Why that is exact: every
+//! key bit outside [`undetermined`] of such a packet equals the same bit of
+//! [`Tuple5::implied_key`] (see [`SkipCheck::admits`] for each layer), the flow's mask uses no
+//! bit of [`undetermined`], and the flow covers the implied key; so it covers the packet's
+//! key. A stale mark naming a reused id meets the new flow's check, and fails it unless the
+//! new flow covers the packet just as well.
+//!
 //! Threads: a `FlowTable` belongs to one PMD thread. It mirrors its flows into a registry
 //! ([`RegistryData`] behind a mutex) that the control thread reads for `dump-megaflows` and
 //! revalidation; the PMD takes that lock only when it installs or removes a flow (miss path),
@@ -113,6 +125,152 @@ impl Tuple5 {
     }
 }
 
+impl Tuple5 {
+    /// The key fields every packet that [`SkipCheck::admits`] for this tuple on `in_port`
+    /// extracts to, outside [`undetermined`]`(self.proto)` (whose bits are left 0 here): the
+    /// port, EtherType IPv4 without a VLAN tag, the protocol and addresses, not a fragment,
+    /// the ports for TCP and UDP, and every metadata word zero (a packet fresh from a port,
+    /// not decapsulated).
+    pub fn implied_key(&self, in_port: u32) -> FlowKey {
+        use wire::Field::*;
+        let mut k = FlowKey::ZERO;
+        k.set(InPort, u64::from(in_port));
+        k.set(EthType, 0x0800);
+        k.set(IpProto, u64::from(self.proto));
+        k.set(Ipv4Src, u64::from(self.src));
+        k.set(Ipv4Dst, u64::from(self.dst));
+        if self.proto == IPPROTO_TCP || self.proto == IPPROTO_UDP {
+            k.set(TpSrc, u64::from(self.sport));
+            k.set(TpDst, u64::from(self.dport));
+        }
+        k
+    }
+}
+
+const IPPROTO_TCP: u8 = 6;
+const IPPROTO_UDP: u8 = 17;
+
+/// The key bits a packet admitted by a [`SkipCheck`] for a tuple with protocol `proto` may
+/// have anywhere: MAC addresses, TOS, TTL and TCP flags (bytes the check does not compare),
+/// and the L4 words unless the protocol is TCP or UDP (ICMP type and code, SCTP ports). A
+/// megaflow whose mask uses any of them never skips extraction.
+pub fn undetermined(proto: u8) -> FlowKey {
+    use wire::Field::*;
+    let mut m = FlowKey::ZERO;
+    for f in [EthDst, EthSrc, IpTos, IpTtl, TcpFlags] {
+        m.set_exact(f);
+    }
+    if proto != IPPROTO_TCP && proto != IPPROTO_UDP {
+        m.set_exact(TpSrc);
+        m.set_exact(TpDst);
+    }
+    m
+}
+
+/// True if running `actions` never reads the packet's key: outputs, drops and header
+/// rewrites only (`modify` works on the frame; `set_tunnel` writes the key, never reads
+/// it). Userspace, meters (a remark band reads the key), `ct`, `ct_clear` and tunnel push and
+/// pop read it or hand it on.
+pub fn actions_ignore_key(actions: &[Action]) -> bool {
+    actions.iter().all(|a| {
+        matches!(
+            a,
+            Action::Output(_)
+                | Action::PushVlan(_)
+                | Action::PopVlan
+                | Action::SetEthSrc(_)
+                | Action::SetEthDst(_)
+                | Action::SetIpv4Src(_)
+                | Action::SetIpv4Dst(_)
+                | Action::SetIpDscp(_)
+                | Action::SetTpSrc(_)
+                | Action::SetTpDst(_)
+                | Action::SetIpTtl(_)
+                | Action::SetTunnel { .. }
+        )
+    })
+}
+
+/// What a marked packet's frame must show for it to skip extraction: its in_port and the
+/// flow's tuple, as the bytes are loaded from the frame (see the module documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SkipCheck {
+    in_port: u32,
+    src: u32,
+    dst: u32,
+    ports: u32,
+    proto: u8,
+}
+
+impl SkipCheck {
+    /// The check for flow `f` with tuple `t`, if the flow may skip extraction at all: its
+    /// actions ignore the key, its mask uses no [`undetermined`] bit, and it covers
+    /// [`Tuple5::implied_key`].
+    pub fn new(f: &Megaflow, t: &Tuple5) -> Option<SkipCheck> {
+        let in_port = f.key.get(wire::Field::InPort) as u32;
+        let free = f.mask.masked(&undetermined(t.proto)) == FlowKey::ZERO;
+        let l4 = t.proto == IPPROTO_TCP || t.proto == IPPROTO_UDP;
+        (f.key_free && free && f.covers(&t.implied_key(in_port))).then(|| {
+            let mut ports = [0u8; 4];
+            if l4 {
+                ports[..2].copy_from_slice(&t.sport.to_be_bytes());
+                ports[2..].copy_from_slice(&t.dport.to_be_bytes());
+            }
+            SkipCheck {
+                in_port,
+                src: u32::from_ne_bytes(t.src.to_be_bytes()),
+                dst: u32::from_ne_bytes(t.dst.to_be_bytes()),
+                ports: u32::from_ne_bytes(ports),
+                proto: t.proto,
+            }
+        })
+    }
+
+    /// True if `frame`, received on `in_port` (not decapsulated: the caller checks), extracts
+    /// to a key equal to the tuple's [`Tuple5::implied_key`] outside [`undetermined`]. Layer
+    /// by layer, as `wire::extract_into` reads them: EtherType 0x0800 at offset 12 (so no VLAN
+    /// tag: vlan_tci 0); version 4 with a 20-byte header and a total length of at least 20 (so
+    /// the IPv4 header parses: protocol and addresses are in the key); flags and offset with
+    /// neither MF nor an offset (ip_frag 0, L4 parsed); for TCP a payload (within the total
+    /// length) holding a whole TCP header, for UDP one of at least 8 bytes (so the ports are
+    /// in the key); every compared byte equal to the tuple's.
+    #[inline(always)]
+    pub fn admits(&self, frame: &[u8], in_port: u32) -> bool {
+        let Some(h) = frame.get(..38) else {
+            return false;
+        };
+        let w = |o: usize| u32::from_ne_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]);
+        if in_port != self.in_port
+            || h[12] != 0x08
+            || h[13] != 0x00
+            || h[14] != 0x45
+            || h[23] != self.proto
+            || w(26) != self.src
+            || w(30) != self.dst
+            || u16::from_be_bytes([h[20], h[21]]) & 0x3fff != 0
+        {
+            return false;
+        }
+        let total = usize::from(u16::from_be_bytes([h[16], h[17]]));
+        if total < 20 {
+            return false;
+        }
+        let l4_len = total.min(frame.len() - 14) - 20;
+        match self.proto {
+            IPPROTO_TCP => {
+                w(34) == self.ports
+                    && l4_len >= 20
+                    && frame.get(46).is_some_and(|&b| {
+                        let hl = usize::from(b >> 4) * 4;
+                        hl >= 20 && l4_len >= hl
+                    })
+            }
+            IPPROTO_UDP => w(34) == self.ports && l4_len >= 8,
+            _ => true,
+        }
+    }
+}
+
 /// A cached decision: packets whose key agrees with `key` on the bits of `mask` get `actions`.
 #[derive(Debug)]
 pub struct Megaflow {
@@ -139,6 +297,10 @@ pub struct Megaflow {
     /// The XDP mark vireod installed for it (0: none); written by the control thread, shown
     /// by `dump-megaflows`, never read on the fast path.
     pub mark: AtomicU32,
+    /// Its actions never read the key ([`actions_ignore_key`]).
+    key_free: bool,
+    /// Set with the tuple when a marked packet of it may skip extraction ([`SkipCheck`]).
+    skip: OnceLock<SkipCheck>,
     packets: AtomicU64,
     bytes: AtomicU64,
     /// Counts already reported by [`Megaflow::take_delta`] (control thread only).
@@ -154,6 +316,7 @@ impl Megaflow {
     /// A megaflow that depends on `deps`; `key` is masked here.
     pub fn with_deps(key: &FlowKey, mask: &FlowKey, actions: Actions, deps: Deps) -> Megaflow {
         let steal = steal_index(&actions);
+        let key_free = actions_ignore_key(&actions);
         Megaflow {
             key: key.masked(mask),
             mask: *mask,
@@ -164,10 +327,28 @@ impl Megaflow {
             epoch: 0,
             tuple: OnceLock::new(),
             mark: AtomicU32::new(0),
+            key_free,
+            skip: OnceLock::new(),
             packets: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             reported: Mutex::new((0, 0)),
         }
+    }
+
+    /// Gives the flow its tuple (once; later calls do nothing) and decides, from it, whether
+    /// marked packets of it may skip extraction ([`SkipCheck::new`]).
+    pub fn set_tuple(&self, t: Tuple5) {
+        if self.tuple.set(t).is_ok() {
+            if let Some(c) = SkipCheck::new(self, &t) {
+                let _ = self.skip.set(c);
+            }
+        }
+    }
+
+    /// The check a marked packet passes to skip extraction, if this flow allows it.
+    #[inline(always)]
+    pub fn skip_check(&self) -> Option<&SkipCheck> {
+        self.skip.get()
     }
 
     /// Marks hits as already reported: the packet whose upcall created the flow was counted by
