@@ -259,7 +259,6 @@ impl SkipCheck {
         match self.proto {
             IPPROTO_TCP => {
                 w(34) == self.ports
-                    && l4_len >= 20
                     && frame.get(46).is_some_and(|&b| {
                         let hl = usize::from(b >> 4) * 4;
                         hl >= 20 && l4_len >= hl
@@ -637,6 +636,159 @@ mod tests {
         );
         assert_eq!(mark_of(0, MARK_ID_MASK), None, "id too big");
         assert_eq!(mark_id(mark_of(0, 0).unwrap(), 0), Some(0));
+    }
+
+    /// Ethernet + IPv4 (10.0.0.1 → 10.0.0.2) + an L4 header of `l4` bytes of protocol
+    /// `proto` (ports 1000 → 80; TCP data offset 5) + 4 bytes of payload.
+    fn ipv4_frame(proto: u8, l4: usize) -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
+        let total = (20 + l4 + 4) as u16;
+        f.extend_from_slice(&[0x45, 0]);
+        f.extend_from_slice(&total.to_be_bytes());
+        f.extend_from_slice(&[0, 1, 0x40, 0, 64, proto, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+        let mut h = vec![0u8; l4 + 4];
+        h[0..4].copy_from_slice(&[0x03, 0xe8, 0, 80]);
+        if proto == IPPROTO_TCP {
+            h[12] = 0x50;
+            h[13] = 0x12;
+        }
+        f.extend_from_slice(&h);
+        f
+    }
+
+    /// The bits of a key outside [`undetermined`].
+    fn determined(key: &FlowKey, proto: u8) -> FlowKey {
+        let u = undetermined(proto);
+        let mut m = FlowKey::ZERO;
+        for i in 0..m.w.len() {
+            m.w[i] = !u.w[i];
+        }
+        key.masked(&m)
+    }
+
+    /// The claim the skip rests on, tried on frames bent at random: whatever frame a
+    /// [`SkipCheck`] admits extracts to its tuple's implied key outside [`undetermined`]; and
+    /// the unbent frames (TCP, UDP, ICMP) are admitted.
+    #[test]
+    fn an_admitted_frame_extracts_to_the_implied_key() {
+        let mut rng = 0x2545_f491_u32;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 17;
+            rng ^= rng << 5;
+            rng
+        };
+        for (proto, l4) in [
+            (IPPROTO_TCP, 20),
+            (IPPROTO_TCP, 24),
+            (IPPROTO_UDP, 8),
+            (1, 8),
+        ] {
+            let base = ipv4_frame(proto, l4);
+            let key = wire::extract(&base, 3);
+            let t = Tuple5::of(&key).unwrap();
+            assert_eq!(
+                determined(&key, proto),
+                determined(&t.implied_key(3), proto)
+            );
+            // A flow matching every determined bit of it, so any check it gets is the tightest.
+            let mut mask = FlowKey::ZERO;
+            for i in 0..mask.w.len() {
+                mask.w[i] = !undetermined(proto).w[i];
+            }
+            let f = Megaflow::new(&key, &mask, vec![Action::Output(1)].into());
+            let c = SkipCheck::new(&f, &t).expect("a flow of determined bits may skip");
+            assert!(c.admits(&base, 3), "proto {proto}");
+            assert!(!c.admits(&base, 4), "another port");
+            let (mut admitted, mut tries) = (0, 0);
+            while tries < 20_000 {
+                tries += 1;
+                let mut g = base.clone();
+                for _ in 0..1 + next() % 3 {
+                    let at = next() as usize % g.len();
+                    // Mostly small changes to header bytes (version/IHL, lengths, flags,
+                    // offsets, data offset), sometimes any value.
+                    g[at] = match next() % 4 {
+                        0 => next() as u8,
+                        1 => g[at] ^ (1 << (next() % 8)),
+                        2 => g[at].wrapping_add(4),
+                        _ => g[at].wrapping_sub(4),
+                    };
+                }
+                if next() % 8 == 0 {
+                    g.truncate(next() as usize % (g.len() + 1));
+                }
+                if c.admits(&g, 3) {
+                    admitted += 1;
+                    let k = wire::extract(&g, 3);
+                    assert_eq!(
+                        determined(&k, proto),
+                        determined(&t.implied_key(3), proto),
+                        "admitted but extracts otherwise: {g:02x?}"
+                    );
+                    assert!(f.covers(&k));
+                }
+            }
+            assert!(admitted > 100, "proto {proto}: only {admitted} admitted");
+        }
+    }
+
+    /// What may skip: not a flow whose mask uses an undetermined field (a MAC; the ICMP type,
+    /// which the XDP program does not key on), nor one whose actions read the key, nor one
+    /// that does not cover its own tuple's implied key (made by a fragment).
+    #[test]
+    fn skip_checks_only_for_flows_the_tuple_decides() {
+        let udp = wire::extract(&ipv4_frame(IPPROTO_UDP, 8), 3);
+        let icmp = wire::extract(&ipv4_frame(1, 8), 3);
+        let exact = |fields: &[Field]| {
+            let mut m = FlowKey::ZERO;
+            for f in fields {
+                m.set_exact(*f);
+            }
+            m
+        };
+        let base = [Field::InPort, Field::EthType, Field::Ipv4Dst, Field::IpFrag];
+        let out: Actions = vec![Action::SetEthDst([2; 6]), Action::Output(1)].into();
+        let check = |key: &FlowKey, mask: FlowKey, acts: &Actions| {
+            let f = Megaflow::new(key, &mask, acts.clone());
+            f.set_tuple(Tuple5::of(key).unwrap());
+            f.skip_check().is_some()
+        };
+        assert!(check(&udp, exact(&base), &out));
+        assert!(check(
+            &udp,
+            exact(&[&base[..], &[Field::TpSrc]].concat()),
+            &out
+        ));
+        assert!(!check(
+            &udp,
+            exact(&[&base[..], &[Field::EthSrc]].concat()),
+            &out
+        ));
+        assert!(!check(
+            &udp,
+            exact(&[&base[..], &[Field::IpTos]].concat()),
+            &out
+        ));
+        assert!(check(&icmp, exact(&base), &out));
+        assert!(!check(
+            &icmp,
+            exact(&[&base[..], &[Field::TpSrc]].concat()),
+            &out
+        ));
+        for acts in [
+            vec![Action::Userspace(1)],
+            vec![Action::CtClear, Action::Output(1)],
+        ] {
+            assert!(!check(&udp, exact(&base), &acts.into()));
+        }
+        assert!(
+            check(&udp, exact(&base), &Vec::new().into()),
+            "a drop may skip"
+        );
+        let mut first_frag = udp;
+        first_frag.set(Field::IpFrag, 1);
+        assert!(!check(&first_frag, exact(&base), &out));
     }
 
     #[test]

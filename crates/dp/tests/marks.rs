@@ -73,11 +73,13 @@ impl Port for MetaPort {
 
 /// The oracle's rules, on the destination's /24 10.0.X.0 (so one megaflow covers many
 /// 5-tuples, and a mark installed for one of them is checked for others). Every megaflow
-/// matches eth_type, the /24 and vlan_tci; a tagged frame is dropped. By X mod 3:
+/// matches eth_type, the /24 and vlan_tci; a tagged frame is dropped. By X mod 4:
 /// 0: nothing more; 1: the source MAC too (allowed if its last byte is even: a mask with a
 /// field the XDP program does not see); 2: protocol, ip_frag and tp_src too (allowed if not a
-/// fragment and tp_src is odd). Allowed packets with X in the set get their destination MAC
-/// set to 02:00:00:00:X:version and go to port 1; others are dropped.
+/// fragment and tp_src is odd); 3: the TOS byte too (allowed if 0: a field the XDP program
+/// does not see, matched at the value an implied key has). Allowed packets with X in the set
+/// get their destination MAC set to 02:00:00:00:X:version and go to port 1; others are
+/// dropped.
 struct Rules(Mutex<(Vec<u8>, u8)>);
 
 impl Rules {
@@ -87,8 +89,11 @@ impl Rules {
         mask.set_exact(Field::EthType);
         mask.set(Field::Ipv4Dst, 0xffff_ff00);
         mask.set_exact(Field::VlanTci);
-        let mut ok = key.get(Field::EthType) == 0x0800 && key.get(Field::VlanTci) == 0;
-        match x % 3 {
+        // Port 2 only (the datapath adds in_port to every mask).
+        let mut ok = key.get(Field::EthType) == 0x0800
+            && key.get(Field::VlanTci) == 0
+            && key.get(Field::InPort) == 2;
+        match x % 4 {
             1 => {
                 mask.set_exact(Field::EthSrc);
                 ok &= key.get(Field::EthSrc) & 1 == 0;
@@ -98,6 +103,10 @@ impl Rules {
                 mask.set_exact(Field::IpFrag);
                 mask.set_exact(Field::TpSrc);
                 ok &= key.get(Field::IpFrag) == 0 && key.get(Field::TpSrc) % 2 == 1;
+            }
+            3 => {
+                mask.set_exact(Field::IpTos);
+                ok &= key.get(Field::IpTos) == 0;
             }
             _ => {}
         }
@@ -142,7 +151,9 @@ const LATER_FRAG: u8 = 3;
 const FIRST_FRAG: u8 = 4;
 /// Total length 24: a UDP header of 4 bytes (too short, so no ports in the key).
 const SHORT_L4: u8 = 5;
-const SHAPES: u8 = 6;
+/// TOS 4: a plain layout, which may skip unless the flow's mask uses the TOS.
+const TOS: u8 = 6;
+const SHAPES: u8 = 7;
 
 /// UDP from 10.0.0.1:`sport` (source MAC 02:00:00:00:00:`mac`) to 10.0.X.`low`:7, bent into
 /// `shape`. Every shape keeps the plain frame's bytes at the offsets the XDP program and the
@@ -157,6 +168,7 @@ fn pkt(x: u8, low: u8, mac: u8, sport: u16, shape: u8) -> Vec<u8> {
         LATER_FRAG => f[20..22].copy_from_slice(&[0, 1]),
         FIRST_FRAG => f[20] |= 0x20,
         SHORT_L4 => f[16..18].copy_from_slice(&[0, 24]),
+        TOS => f[15] = 4,
         _ => {}
     }
     f
@@ -225,14 +237,15 @@ proptest::proptest! {
     /// another flow, marks kept from before a rule change (stale: their ids are reused by
     /// other flows), another PMD's tag — and frames of every shape, through flushes, idle
     /// expiry and rule changes. Burst by burst, exactly the packets that may skip extraction
-    /// do: a plain frame with an XDP hash whose mark names a flow that covers it, holds the
-    /// frame's own tuple and has no MAC in its mask (X mod 3 ≠ 1).
+    /// do: a plain frame (TOS or not) with an XDP hash whose mark names a flow that covers
+    /// it, holds the frame's own tuple and has neither a MAC nor the TOS in its mask (X mod 4
+    /// is 0 or 2).
     #[test]
     fn marked_packets_get_what_the_normal_lookups_give(
         rules in proptest::collection::btree_set(0u8..12, 0..8),
         bursts in proptest::collection::vec(
             (proptest::collection::vec(
-                (0u8..12, 0u8..3, 2u8..4, 4001u16..4003, 0u8..(2 * SHAPES), 0u8..7,
+                (0u8..12, 0u8..3, 2u8..4, 4001u16..4003, 0u8..(2 * SHAPES), 0u8..10,
                  proptest::num::u32::ANY),
                 1..40),
              0u8..4),
@@ -279,9 +292,9 @@ proptest::proptest! {
                     let named = now.iter().find(|m| m.mark == mark && mark != 0);
                     let key = wire::extract(&f, 2);
                     if hash != 0
-                        && shape == PLAIN
+                        && (shape == PLAIN || shape == TOS)
                         && named.is_some_and(|m| {
-                            m.x % 3 != 1 && m.tuple == Some(t) && m.flow.covers(&key)
+                            m.x % 2 == 0 && m.tuple == Some(t) && m.flow.covers(&key)
                         })
                     {
                         skips += 1;
@@ -325,7 +338,7 @@ proptest::proptest! {
 /// packet, another PMD's mark and an unknown mark fall back to the caches.
 #[test]
 fn right_marks_skip_the_caches_and_wrong_ones_fall_back() {
-    let pipe = Arc::new(Rules(Mutex::new((vec![3, 6], 0))));
+    let pipe = Arc::new(Rules(Mutex::new((vec![4, 8], 0))));
     let input = MetaPort::default();
     let output = Arc::new(ports::dummy::DummyPort::new());
     let cfg = WorkerConfig {
@@ -335,42 +348,42 @@ fn right_marks_skip_the_caches_and_wrong_ones_fall_back() {
     let reg = Registry::default();
     let mut w = Worker::new(pipe, cfg, reg.clone());
     w.set_ports(&[(1, output.clone() as Arc<dyn Port>)]);
-    input.push(frame(3, 0), 0, 0);
-    input.push(frame(6, 0), 0, 0);
+    input.push(frame(4, 0), 0, 0);
+    input.push(frame(8, 0), 0, 0);
     run(&mut w, &input);
     let _ = w.take_tally();
     let marks = marks_now(&reg);
-    let m1 = marks.iter().find(|m| m.x == 3).unwrap().mark;
-    let m2 = marks.iter().find(|m| m.x == 6).unwrap().mark;
+    let m1 = marks.iter().find(|m| m.x == 4).unwrap().mark;
+    let m2 = marks.iter().find(|m| m.x == 8).unwrap().mark;
     // Every flow remembers the tuple of the packet that created it.
-    let t = marks.iter().find(|m| m.x == 3).unwrap().tuple.unwrap();
-    assert_eq!(t, tuple_of(3, 0, 4001));
+    let t = marks.iter().find(|m| m.x == 4).unwrap().tuple.unwrap();
+    assert_eq!(t, tuple_of(4, 0, 4001));
     // Its own tuple: no extraction (with the XDP hash only, as the program always gives
     // one with a mark); others of its /24: verified by the key.
     for low in 0..10 {
-        input.push(frame(3, 0), m1, 0x5bd1_e995);
-        input.push(frame(3, low + 1), m1, 0x5bd1_e995);
+        input.push(frame(4, 0), m1, 0x5bd1_e995);
+        input.push(frame(4, low + 1), m1, 0x5bd1_e995);
     }
-    input.push(frame(3, 0), m1, 0);
+    input.push(frame(4, 0), m1, 0);
     run(&mut w, &input);
     let t = w.take_tally();
     assert_eq!(
         (t.mark_hits, t.mark_skips, t.emc_hits, t.smc_hits),
         (21, 10, 0, 0)
     );
-    // The mark of 10.0.6.0/24's flow on a packet to 10.0.3.5; another PMD's mark; junk.
-    input.push(frame(3, 5), m2, 1);
-    input.push(frame(3, 5), m1 ^ 0x0300_0000, 1);
-    input.push(frame(3, 5), 0x00ff_fff0, 1);
+    // The mark of 10.0.8.0/24's flow on a packet to 10.0.4.5; another PMD's mark; junk.
+    input.push(frame(4, 5), m2, 1);
+    input.push(frame(4, 5), m1 ^ 0x0300_0000, 1);
+    input.push(frame(4, 5), 0x00ff_fff0, 1);
     // Its own tuple but the mark of the other flow.
-    input.push(frame(3, 0), m2, 1);
+    input.push(frame(4, 0), m2, 1);
     run(&mut w, &input);
     let t = w.take_tally();
     assert_eq!((t.mark_hits, t.mark_skips), (0, 0));
     assert_eq!(t.emc_hits + t.smc_hits + t.megaflow_hits, 4);
     let got = sent(&output);
     assert_eq!(got.len(), 2 + 21 + 4);
-    assert!(got[2..].iter().all(|m| m[4] == 3), "{got:?}");
+    assert!(got[2..].iter().all(|m| m[4] == 4), "{got:?}");
 }
 
 /// Packets that a skip check too trusting would send where their flow does not go: each
@@ -380,22 +393,25 @@ fn right_marks_skip_the_caches_and_wrong_ones_fall_back() {
 /// is taken out of the skip decision.
 #[test]
 fn only_frames_that_show_the_flows_tuple_skip_extraction() {
-    let cases: [(u8, u8, u8, u16, &str); 8] = [
-        // A flow whose mask uses the source MAC; a frame from another MAC (the mask check).
-        (4, 3, PLAIN, 4001, "mask with a MAC"),
+    let cases: [(u8, u8, u8, u16, &str); 9] = [
+        // A flow whose mask uses the source MAC; a frame from another MAC.
+        (5, 3, PLAIN, 4001, "mask with a MAC"),
+        // A flow whose mask uses the TOS, at 0 (the value the implied key has: only the
+        // mask check stops it); a frame with TOS 4.
+        (7, 2, TOS, 4001, "mask with the TOS"),
         // A flow matching tp_src; a frame with another source port (the tuple comparison).
-        (5, 2, PLAIN, 4002, "another tuple"),
+        (6, 2, PLAIN, 4002, "another tuple"),
         // The tuple's ports as IPv4 options (the IHL check).
-        (5, 2, IP_OPTS, 4001, "IP options"),
+        (6, 2, IP_OPTS, 4001, "IP options"),
         // A later fragment with the ports' bytes as payload (the offset check).
-        (5, 2, LATER_FRAG, 4001, "later fragment"),
+        (6, 2, LATER_FRAG, 4001, "later fragment"),
         // A first fragment (the MF check).
-        (5, 2, FIRST_FRAG, 4001, "first fragment"),
+        (6, 2, FIRST_FRAG, 4001, "first fragment"),
         // A UDP header cut short by the total length (the L4 length check).
-        (5, 2, SHORT_L4, 4001, "short UDP header"),
+        (6, 2, SHORT_L4, 4001, "short UDP header"),
         // A VLAN tag whose TCI reads as "IPv4, IHL 5" (the EtherType check).
-        (3, 2, VLAN, 4001, "VLAN tag"),
-        (5, 2, VLAN, 4001, "VLAN tag"),
+        (4, 2, VLAN, 4001, "VLAN tag"),
+        (6, 2, VLAN, 4001, "VLAN tag"),
     ];
     for (x, mac, shape, sport, what) in cases {
         let pipe = Arc::new(Rules(Mutex::new((vec![x], 0))));
@@ -432,8 +448,8 @@ fn only_frames_that_show_the_flows_tuple_skip_extraction() {
         input.push(plain, m.mark, 0x5bd1_e995);
         run(&mut w, &input);
         let t = w.take_tally();
-        // Except under the flow that matches a MAC, which never skips.
-        let skips = u64::from(x % 3 != 1);
+        // Except under a flow that matches a MAC or the TOS, which never skips.
+        let skips = u64::from(x % 2 == 0);
         assert_eq!(
             (t.mark_hits, t.mark_skips),
             (1, skips),
@@ -441,6 +457,33 @@ fn only_frames_that_show_the_flows_tuple_skip_extraction() {
         );
         assert_eq!(sent(&output).len(), 1, "{what}");
     }
+}
+
+/// A mark of a flow of port 2 on a frame with its tuple that arrives on port 3 (a stale or
+/// shared map entry) does not skip: the oracle drops what comes from port 3.
+#[test]
+fn a_mark_on_a_frame_from_another_port_does_not_skip() {
+    let pipe = Arc::new(Rules(Mutex::new((vec![4], 0))));
+    let input = MetaPort::default();
+    let output = Arc::new(ports::dummy::DummyPort::new());
+    let reg = Registry::default();
+    let mut w = Worker::new(pipe.clone(), WorkerConfig::default(), reg.clone());
+    w.set_ports(&[(1, output.clone() as Arc<dyn Port>)]);
+    input.push(frame(4, 1), 0, 0);
+    run(&mut w, &input);
+    assert_eq!(sent(&output).len(), 1);
+    let m = marks_now(&reg).remove(0);
+    let _ = w.take_tally();
+    assert_eq!(pipe.decide(&wire::extract(&frame(4, 1), 3)).1, None);
+    input.push(frame(4, 1), m.mark, 0x5bd1_e995);
+    w.poll(3, &input, 0);
+    let t = w.take_tally();
+    assert_eq!((t.mark_hits, t.mark_skips, t.misses), (0, 0, 1));
+    assert_eq!(sent(&output), Vec::<[u8; 6]>::new());
+    input.push(frame(4, 1), m.mark, 0x5bd1_e995);
+    w.poll(2, &input, 0);
+    assert_eq!(w.take_tally().mark_skips, 1);
+    assert_eq!(sent(&output).len(), 1);
 }
 
 /// A flow whose actions read the key (here a `userspace` action) never skips extraction,
