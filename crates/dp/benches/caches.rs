@@ -1,5 +1,7 @@
 //! Microbenchmarks: EMC hit, SMC hit, dpcls lookup at 1/10/100 subtables, and a whole burst
-//! through the worker with EMC hits (port I/O measured separately so it can be subtracted).
+//! through the worker with EMC hits (port I/O measured separately so it can be subtracted),
+//! and with XDP marks: every packet a mark hit, with and without key extraction (the same
+//! flow but for a TOS match, which rules the skip out).
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use dp::dpcls::Dpcls;
 use dp::emc::Emc;
@@ -87,7 +89,8 @@ fn caches(c: &mut Criterion) {
     g.finish();
 }
 
-struct LoopPort(Vec<u8>);
+/// Frames to loop, and the XDP mark and hash they arrive with (0: none).
+struct LoopPort(Vec<u8>, u32, u32);
 impl Port for LoopPort {
     fn kind(&self) -> &'static str {
         "loop"
@@ -100,6 +103,8 @@ impl Port for LoopPort {
         while !out.is_full() {
             let mut p = pool.get();
             p.set_frame(&self.0);
+            p.meta.mark = self.1;
+            p.meta.hash = self.2;
             let _ = out.push(p);
             n += 1;
         }
@@ -116,12 +121,16 @@ impl Port for LoopPort {
     }
 }
 
-struct Fwd;
+/// Everything to port 2, by eth_type and ipv4_dst (and the TOS when `.0`).
+struct Fwd(bool);
 impl Upcall for Fwd {
     fn upcall(&self, _: &FlowKey, _: &Packet) -> UpcallResult {
         let mut mask = FlowKey::ZERO;
         mask.set_exact(Field::EthType);
         mask.set_exact(Field::Ipv4Dst);
+        if self.0 {
+            mask.set_exact(Field::IpTos);
+        }
         UpcallResult {
             actions: Arc::from(vec![Action::Output(2)]),
             mask,
@@ -138,12 +147,12 @@ fn pipeline(c: &mut Criterion) {
     ]);
     frame.extend_from_slice(&[0x30, 0x39, 0, 53, 0, 26, 0, 0]);
     frame.resize(64, 0);
-    let port = Arc::new(LoopPort(frame));
+    let port = Arc::new(LoopPort(frame.clone(), 0, 0));
     let cfg = WorkerConfig {
         emc_insert_inv_prob: 1,
         ..WorkerConfig::default()
     };
-    let mut w = Worker::new(Arc::new(Fwd), cfg, Registry::default());
+    let mut w = Worker::new(Arc::new(Fwd(false)), cfg, Registry::default());
     w.set_ports(&[(2, port.clone() as Arc<dyn Port>)]);
     w.poll(1, &*port, 0);
     let mut g = c.benchmark_group("pipeline");
@@ -160,6 +169,21 @@ fn pipeline(c: &mut Criterion) {
             pool.put_batch(&mut batch);
         })
     });
+    // Marked: flow 0 of the PMD with tag 0, an XDP hash on every frame.
+    let mark = dp::flow::mark_of(dp::flow::mark_tag(0), 0).unwrap();
+    let marked = Arc::new(LoopPort(frame, mark, 0x5bd1_e995));
+    for (name, tos) in [("burst32_mark_skip", false), ("burst32_mark_extract", true)] {
+        let mut w = Worker::new(Arc::new(Fwd(tos)), cfg, Registry::default());
+        w.set_ports(&[(2, marked.clone() as Arc<dyn Port>)]);
+        w.poll(1, &*port, 0);
+        w.poll(1, &*marked, 0);
+        let _ = w.take_tally();
+        w.poll(1, &*marked, 0);
+        let t = w.take_tally();
+        assert_eq!(t.mark_hits, 32, "{name}");
+        assert_eq!(t.mark_skips, if tos { 0 } else { 32 }, "{name}");
+        g.bench_function(name, |b| b.iter(|| w.poll(1, &*marked, 0)));
+    }
     g.finish();
     eprintln!("TSC rate: {:.3} GHz", dp::cycles::hz() as f64 / 1e9);
 }

@@ -19,6 +19,18 @@
 //! its packets ([`Megaflow::tuple`]), which is what vireod installs in the XDP program's mark
 //! map, and the mark vireod installed for it ([`Megaflow::mark`], display only).
 //!
+//! Skipping extraction ([`SkipCheck`]): a marked packet normally still has its key extracted,
+//! only for that check. A megaflow whose match a few fixed header bytes decide, and whose
+//! actions never read the key, gets a [`SkipCheck`] when its tuple is set
+//! ([`Megaflow::set_tuple`], decided once): then a packet whose bytes at fixed offsets show
+//! exactly that tuple (untagged Ethernet + IPv4 without options, not a fragment, a complete
+//! TCP/UDP header) is known to be covered without extracting its key. Why that is exact: every
+//! key bit outside [`undetermined`] of such a packet equals the same bit of
+//! [`Tuple5::implied_key`] (see [`SkipCheck::admits`] for each layer), the flow's mask uses no
+//! bit of [`undetermined`], and the flow covers the implied key; so it covers the packet's
+//! key. A stale mark naming a reused id meets the new flow's check, and fails it unless the
+//! new flow covers the packet just as well.
+//!
 //! Threads: a `FlowTable` belongs to one PMD thread. It mirrors its flows into a registry
 //! ([`RegistryData`] behind a mutex) that the control thread reads for `dump-megaflows` and
 //! revalidation; the PMD takes that lock only when it installs or removes a flow (miss path),
@@ -113,6 +125,151 @@ impl Tuple5 {
     }
 }
 
+impl Tuple5 {
+    /// The key fields every packet that [`SkipCheck::admits`] for this tuple on `in_port`
+    /// extracts to, outside [`undetermined`]`(self.proto)` (whose bits are left 0 here): the
+    /// port, EtherType IPv4 without a VLAN tag, the protocol and addresses, not a fragment,
+    /// the ports for TCP and UDP, and every metadata word zero (a packet fresh from a port,
+    /// not decapsulated).
+    pub fn implied_key(&self, in_port: u32) -> FlowKey {
+        use wire::Field::*;
+        let mut k = FlowKey::ZERO;
+        k.set(InPort, u64::from(in_port));
+        k.set(EthType, 0x0800);
+        k.set(IpProto, u64::from(self.proto));
+        k.set(Ipv4Src, u64::from(self.src));
+        k.set(Ipv4Dst, u64::from(self.dst));
+        if self.proto == IPPROTO_TCP || self.proto == IPPROTO_UDP {
+            k.set(TpSrc, u64::from(self.sport));
+            k.set(TpDst, u64::from(self.dport));
+        }
+        k
+    }
+}
+
+const IPPROTO_TCP: u8 = 6;
+const IPPROTO_UDP: u8 = 17;
+
+/// The key bits a packet admitted by a [`SkipCheck`] for a tuple with protocol `proto` may
+/// have anywhere: MAC addresses, TOS, TTL and TCP flags (bytes the check does not compare),
+/// and the L4 words unless the protocol is TCP or UDP (ICMP type and code, SCTP ports). A
+/// megaflow whose mask uses any of them never skips extraction.
+pub fn undetermined(proto: u8) -> FlowKey {
+    use wire::Field::*;
+    let mut m = FlowKey::ZERO;
+    for f in [EthDst, EthSrc, IpTos, IpTtl, TcpFlags] {
+        m.set_exact(f);
+    }
+    if proto != IPPROTO_TCP && proto != IPPROTO_UDP {
+        m.set_exact(TpSrc);
+        m.set_exact(TpDst);
+    }
+    m
+}
+
+/// True if running `actions` never reads the packet's key: outputs, drops and header
+/// rewrites only (`modify` works on the frame; `set_tunnel` writes the key, never reads
+/// it). Userspace, meters (a remark band reads the key), `ct`, `ct_clear` and tunnel push and
+/// pop read it or hand it on.
+pub fn actions_ignore_key(actions: &[Action]) -> bool {
+    actions.iter().all(|a| {
+        matches!(
+            a,
+            Action::Output(_)
+                | Action::PushVlan(_)
+                | Action::PopVlan
+                | Action::SetEthSrc(_)
+                | Action::SetEthDst(_)
+                | Action::SetIpv4Src(_)
+                | Action::SetIpv4Dst(_)
+                | Action::SetIpDscp(_)
+                | Action::SetTpSrc(_)
+                | Action::SetTpDst(_)
+                | Action::SetIpTtl(_)
+                | Action::SetTunnel { .. }
+        )
+    })
+}
+
+/// What a marked packet's frame must show for it to skip extraction: its in_port and the
+/// flow's tuple, as the bytes are loaded from the frame (see the module documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SkipCheck {
+    in_port: u32,
+    src: u32,
+    dst: u32,
+    ports: u32,
+    proto: u8,
+}
+
+impl SkipCheck {
+    /// The check for flow `f` with tuple `t`, if the flow may skip extraction at all: its
+    /// actions ignore the key, its mask uses no [`undetermined`] bit, and it covers
+    /// [`Tuple5::implied_key`].
+    pub fn new(f: &Megaflow, t: &Tuple5) -> Option<SkipCheck> {
+        let in_port = f.key.get(wire::Field::InPort) as u32;
+        let free = f.mask.masked(&undetermined(t.proto)) == FlowKey::ZERO;
+        let l4 = t.proto == IPPROTO_TCP || t.proto == IPPROTO_UDP;
+        (f.key_free && free && f.covers(&t.implied_key(in_port))).then(|| {
+            let mut ports = [0u8; 4];
+            if l4 {
+                ports[..2].copy_from_slice(&t.sport.to_be_bytes());
+                ports[2..].copy_from_slice(&t.dport.to_be_bytes());
+            }
+            SkipCheck {
+                in_port,
+                src: u32::from_ne_bytes(t.src.to_be_bytes()),
+                dst: u32::from_ne_bytes(t.dst.to_be_bytes()),
+                ports: u32::from_ne_bytes(ports),
+                proto: t.proto,
+            }
+        })
+    }
+
+    /// True if `frame`, received on `in_port` (not decapsulated: the caller checks), extracts
+    /// to a key equal to the tuple's [`Tuple5::implied_key`] outside [`undetermined`]. Layer
+    /// by layer, as `wire::extract_into` reads them: EtherType 0x0800 at offset 12 (so no VLAN
+    /// tag: vlan_tci 0); version 4 with a 20-byte header and a total length of at least 20 (so
+    /// the IPv4 header parses: protocol and addresses are in the key); flags and offset with
+    /// neither MF nor an offset (ip_frag 0, L4 parsed); for TCP a payload (within the total
+    /// length) holding a whole TCP header, for UDP one of at least 8 bytes (so the ports are
+    /// in the key); every compared byte equal to the tuple's.
+    #[inline(always)]
+    pub fn admits(&self, frame: &[u8], in_port: u32) -> bool {
+        let Some(h) = frame.get(..38) else {
+            return false;
+        };
+        let w = |o: usize| u32::from_ne_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]);
+        if in_port != self.in_port
+            || h[12] != 0x08
+            || h[13] != 0x00
+            || h[14] != 0x45
+            || h[23] != self.proto
+            || w(26) != self.src
+            || w(30) != self.dst
+            || u16::from_be_bytes([h[20], h[21]]) & 0x3fff != 0
+        {
+            return false;
+        }
+        let total = usize::from(u16::from_be_bytes([h[16], h[17]]));
+        if total < 20 {
+            return false;
+        }
+        let l4_len = total.min(frame.len() - 14) - 20;
+        match self.proto {
+            IPPROTO_TCP => {
+                w(34) == self.ports
+                    && frame.get(46).is_some_and(|&b| {
+                        let hl = usize::from(b >> 4) * 4;
+                        hl >= 20 && l4_len >= hl
+                    })
+            }
+            IPPROTO_UDP => w(34) == self.ports && l4_len >= 8,
+            _ => true,
+        }
+    }
+}
+
 /// A cached decision: packets whose key agrees with `key` on the bits of `mask` get `actions`.
 #[derive(Debug)]
 pub struct Megaflow {
@@ -139,6 +296,10 @@ pub struct Megaflow {
     /// The XDP mark vireod installed for it (0: none); written by the control thread, shown
     /// by `dump-megaflows`, never read on the fast path.
     pub mark: AtomicU32,
+    /// Its actions never read the key ([`actions_ignore_key`]).
+    key_free: bool,
+    /// Set with the tuple when a marked packet of it may skip extraction ([`SkipCheck`]).
+    skip: OnceLock<SkipCheck>,
     packets: AtomicU64,
     bytes: AtomicU64,
     /// Counts already reported by [`Megaflow::take_delta`] (control thread only).
@@ -154,6 +315,7 @@ impl Megaflow {
     /// A megaflow that depends on `deps`; `key` is masked here.
     pub fn with_deps(key: &FlowKey, mask: &FlowKey, actions: Actions, deps: Deps) -> Megaflow {
         let steal = steal_index(&actions);
+        let key_free = actions_ignore_key(&actions);
         Megaflow {
             key: key.masked(mask),
             mask: *mask,
@@ -164,10 +326,28 @@ impl Megaflow {
             epoch: 0,
             tuple: OnceLock::new(),
             mark: AtomicU32::new(0),
+            key_free,
+            skip: OnceLock::new(),
             packets: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             reported: Mutex::new((0, 0)),
         }
+    }
+
+    /// Gives the flow its tuple (once; later calls do nothing) and decides, from it, whether
+    /// marked packets of it may skip extraction ([`SkipCheck::new`]).
+    pub fn set_tuple(&self, t: Tuple5) {
+        if self.tuple.set(t).is_ok() {
+            if let Some(c) = SkipCheck::new(self, &t) {
+                let _ = self.skip.set(c);
+            }
+        }
+    }
+
+    /// The check a marked packet passes to skip extraction, if this flow allows it.
+    #[inline(always)]
+    pub fn skip_check(&self) -> Option<&SkipCheck> {
+        self.skip.get()
     }
 
     /// Marks hits as already reported: the packet whose upcall created the flow was counted by
@@ -456,6 +636,159 @@ mod tests {
         );
         assert_eq!(mark_of(0, MARK_ID_MASK), None, "id too big");
         assert_eq!(mark_id(mark_of(0, 0).unwrap(), 0), Some(0));
+    }
+
+    /// Ethernet + IPv4 (10.0.0.1 → 10.0.0.2) + an L4 header of `l4` bytes of protocol
+    /// `proto` (ports 1000 → 80; TCP data offset 5) + 4 bytes of payload.
+    fn ipv4_frame(proto: u8, l4: usize) -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
+        let total = (20 + l4 + 4) as u16;
+        f.extend_from_slice(&[0x45, 0]);
+        f.extend_from_slice(&total.to_be_bytes());
+        f.extend_from_slice(&[0, 1, 0x40, 0, 64, proto, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+        let mut h = vec![0u8; l4 + 4];
+        h[0..4].copy_from_slice(&[0x03, 0xe8, 0, 80]);
+        if proto == IPPROTO_TCP {
+            h[12] = 0x50;
+            h[13] = 0x12;
+        }
+        f.extend_from_slice(&h);
+        f
+    }
+
+    /// The bits of a key outside [`undetermined`].
+    fn determined(key: &FlowKey, proto: u8) -> FlowKey {
+        let u = undetermined(proto);
+        let mut m = FlowKey::ZERO;
+        for i in 0..m.w.len() {
+            m.w[i] = !u.w[i];
+        }
+        key.masked(&m)
+    }
+
+    /// The claim the skip rests on, tried on frames bent at random: whatever frame a
+    /// [`SkipCheck`] admits extracts to its tuple's implied key outside [`undetermined`]; and
+    /// the unbent frames (TCP, UDP, ICMP) are admitted.
+    #[test]
+    fn an_admitted_frame_extracts_to_the_implied_key() {
+        let mut rng = 0x2545_f491_u32;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 17;
+            rng ^= rng << 5;
+            rng
+        };
+        for (proto, l4) in [
+            (IPPROTO_TCP, 20),
+            (IPPROTO_TCP, 24),
+            (IPPROTO_UDP, 8),
+            (1, 8),
+        ] {
+            let base = ipv4_frame(proto, l4);
+            let key = wire::extract(&base, 3);
+            let t = Tuple5::of(&key).unwrap();
+            assert_eq!(
+                determined(&key, proto),
+                determined(&t.implied_key(3), proto)
+            );
+            // A flow matching every determined bit of it, so any check it gets is the tightest.
+            let mut mask = FlowKey::ZERO;
+            for i in 0..mask.w.len() {
+                mask.w[i] = !undetermined(proto).w[i];
+            }
+            let f = Megaflow::new(&key, &mask, vec![Action::Output(1)].into());
+            let c = SkipCheck::new(&f, &t).expect("a flow of determined bits may skip");
+            assert!(c.admits(&base, 3), "proto {proto}");
+            assert!(!c.admits(&base, 4), "another port");
+            let (mut admitted, mut tries) = (0, 0);
+            while tries < 20_000 {
+                tries += 1;
+                let mut g = base.clone();
+                for _ in 0..1 + next() % 3 {
+                    let at = next() as usize % g.len();
+                    // Mostly small changes to header bytes (version/IHL, lengths, flags,
+                    // offsets, data offset), sometimes any value.
+                    g[at] = match next() % 4 {
+                        0 => next() as u8,
+                        1 => g[at] ^ (1 << (next() % 8)),
+                        2 => g[at].wrapping_add(4),
+                        _ => g[at].wrapping_sub(4),
+                    };
+                }
+                if next() % 8 == 0 {
+                    g.truncate(next() as usize % (g.len() + 1));
+                }
+                if c.admits(&g, 3) {
+                    admitted += 1;
+                    let k = wire::extract(&g, 3);
+                    assert_eq!(
+                        determined(&k, proto),
+                        determined(&t.implied_key(3), proto),
+                        "admitted but extracts otherwise: {g:02x?}"
+                    );
+                    assert!(f.covers(&k));
+                }
+            }
+            assert!(admitted > 100, "proto {proto}: only {admitted} admitted");
+        }
+    }
+
+    /// What may skip: not a flow whose mask uses an undetermined field (a MAC; the ICMP type,
+    /// which the XDP program does not key on), nor one whose actions read the key, nor one
+    /// that does not cover its own tuple's implied key (made by a fragment).
+    #[test]
+    fn skip_checks_only_for_flows_the_tuple_decides() {
+        let udp = wire::extract(&ipv4_frame(IPPROTO_UDP, 8), 3);
+        let icmp = wire::extract(&ipv4_frame(1, 8), 3);
+        let exact = |fields: &[Field]| {
+            let mut m = FlowKey::ZERO;
+            for f in fields {
+                m.set_exact(*f);
+            }
+            m
+        };
+        let base = [Field::InPort, Field::EthType, Field::Ipv4Dst, Field::IpFrag];
+        let out: Actions = vec![Action::SetEthDst([2; 6]), Action::Output(1)].into();
+        let check = |key: &FlowKey, mask: FlowKey, acts: &Actions| {
+            let f = Megaflow::new(key, &mask, acts.clone());
+            f.set_tuple(Tuple5::of(key).unwrap());
+            f.skip_check().is_some()
+        };
+        assert!(check(&udp, exact(&base), &out));
+        assert!(check(
+            &udp,
+            exact(&[&base[..], &[Field::TpSrc]].concat()),
+            &out
+        ));
+        assert!(!check(
+            &udp,
+            exact(&[&base[..], &[Field::EthSrc]].concat()),
+            &out
+        ));
+        assert!(!check(
+            &udp,
+            exact(&[&base[..], &[Field::IpTos]].concat()),
+            &out
+        ));
+        assert!(check(&icmp, exact(&base), &out));
+        assert!(!check(
+            &icmp,
+            exact(&[&base[..], &[Field::TpSrc]].concat()),
+            &out
+        ));
+        for acts in [
+            vec![Action::Userspace(1)],
+            vec![Action::CtClear, Action::Output(1)],
+        ] {
+            assert!(!check(&udp, exact(&base), &acts.into()));
+        }
+        assert!(
+            check(&udp, exact(&base), &Vec::new().into()),
+            "a drop may skip"
+        );
+        let mut first_frag = udp;
+        first_frag.set(Field::IpFrag, 1);
+        assert!(!check(&first_frag, exact(&base), &out));
     }
 
     #[test]

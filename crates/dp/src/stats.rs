@@ -17,6 +17,9 @@ pub struct Tally {
     /// Packets classified by their XDP flow mark (verified against the megaflow it names),
     /// without a cache lookup.
     pub mark_hits: u64,
+    /// Those of `mark_hits` whose flow key was not even extracted (the megaflow's skip check,
+    /// `flow::SkipCheck`, passed on the frame's bytes).
+    pub mark_skips: u64,
     /// Exact-match cache hits.
     pub emc_hits: u64,
     /// Signature-match cache hits.
@@ -45,6 +48,7 @@ pub struct Tally {
 pub struct PmdCounters {
     packets: AtomicU64,
     mark_hits: AtomicU64,
+    mark_skips: AtomicU64,
     emc_hits: AtomicU64,
     smc_hits: AtomicU64,
     megaflow_hits: AtomicU64,
@@ -82,6 +86,7 @@ impl PmdCounters {
     #[inline]
     pub fn publish(&self, t: &Tally) {
         bump(&self.mark_hits, t.mark_hits);
+        bump(&self.mark_skips, t.mark_skips);
         bump(&self.emc_hits, t.emc_hits);
         bump(&self.smc_hits, t.smc_hits);
         bump(&self.megaflow_hits, t.megaflow_hits);
@@ -111,6 +116,7 @@ impl PmdCounters {
             tally: Tally {
                 packets,
                 mark_hits: self.mark_hits.load(Relaxed),
+                mark_skips: self.mark_skips.load(Relaxed),
                 emc_hits: self.emc_hits.load(Relaxed),
                 smc_hits: self.smc_hits.load(Relaxed),
                 megaflow_hits: self.megaflow_hits.load(Relaxed),
@@ -136,6 +142,7 @@ impl RawPmdStats {
             tally: Tally {
                 packets: a.packets.saturating_sub(b.packets),
                 mark_hits: a.mark_hits.saturating_sub(b.mark_hits),
+                mark_skips: a.mark_skips.saturating_sub(b.mark_skips),
                 emc_hits: a.emc_hits.saturating_sub(b.emc_hits),
                 smc_hits: a.smc_hits.saturating_sub(b.smc_hits),
                 megaflow_hits: a.megaflow_hits.saturating_sub(b.megaflow_hits),
@@ -164,6 +171,8 @@ pub struct PmdStats {
     pub packets: u64,
     /// Packets classified by a verified XDP flow mark (no cache lookup).
     pub mark_hits: u64,
+    /// Those of `mark_hits` classified without extracting their flow key.
+    pub mark_skips: u64,
     /// Exact-match cache hits.
     pub emc_hits: u64,
     /// Signature-match cache hits.
@@ -207,6 +216,7 @@ impl PmdStats {
             numa,
             packets: t.packets,
             mark_hits: t.mark_hits,
+            mark_skips: t.mark_skips,
             emc_hits: t.emc_hits,
             smc_hits: t.smc_hits,
             megaflow_hits: t.megaflow_hits,
@@ -374,6 +384,7 @@ mod tests {
         let t = Tally {
             packets: 10,
             mark_hits: 4,
+            mark_skips: 3,
             emc_hits: 7,
             smc_hits: 1,
             megaflow_hits: 1,

@@ -14,7 +14,13 @@
 //! places the flow: a key hashed both ways takes at most two entries, never a wrong one). A
 //! packet with a mark naming one of this worker's megaflows ([`crate::flow::mark_id`]) whose
 //! match covers its key goes straight to that megaflow's actions, with no EMC, SMC or dpcls
-//! lookup (`mark_hits`); any other mark is ignored and the packet takes the normal path. A
+//! lookup (`mark_hits`); any other mark is ignored and the packet takes the normal path.
+//! Where the named megaflow allows it ([`crate::flow::SkipCheck`]: its match is decided by the
+//! bytes the XDP program keyed the mark on, its actions never read the key) and the frame
+//! shows the megaflow's tuple at fixed offsets, the packet is not even extracted
+//! (`mark_skips`, counted in `mark_hits` too): its key slot keeps whatever it held, which
+//! nothing reads (not the actions, and no cache: a mark hit is never inserted in the EMC or
+//! SMC). A
 //! megaflow created by a packet without a 5-tuple (IPv6, ARP) takes the tuple of the first
 //! XDP-hashed packet that hits it past the EMC, so vireod has something to mark it by.
 //!
@@ -150,6 +156,8 @@ pub struct Worker {
     tag: u32,
     /// Packets of the current burst whose hash came from the port (the XDP program), by bit.
     from_xdp: u32,
+    /// Packets of the current burst classified by their mark without extraction, by bit.
+    skipped: u32,
 }
 
 /// What the control thread may read about a worker without waiting for it, so revalidation can
@@ -206,6 +214,7 @@ impl Worker {
             recirc_hints: Vec::with_capacity(BATCH_SIZE),
             tag: mark_tag(0),
             from_xdp: 0,
+            skipped: 0,
         }
     }
 
@@ -264,13 +273,40 @@ impl Worker {
         let n = self.rx.len().min(BATCH_SIZE);
         self.tally.packets += n as u64;
         let mut from_xdp = 0u32;
-        for (i, (p, k)) in self
-            .rx
+        let mut skipped = 0u32;
+        let Worker {
+            rx,
+            keys,
+            ids,
+            flows,
+            emc,
+            smc,
+            tag,
+            ..
+        } = self;
+        for (i, (p, k)) in rx
             .as_mut_slice()
             .iter_mut()
-            .zip(self.keys.iter_mut())
+            .zip(keys.iter_mut())
             .enumerate()
         {
+            // A mark with the XDP hash, naming a flow whose skip check the frame passes: no
+            // extraction (see the module comment). Not for a decapsulated packet (its key
+            // would have tunnel words).
+            if p.meta.mark != 0 && p.meta.hash != 0 && !p.meta.tun.is_set() {
+                if let Some(id) = mark_id(p.meta.mark, *tag) {
+                    let ok = flows
+                        .get(id)
+                        .and_then(|f| f.skip_check())
+                        .is_some_and(|c| c.admits(p.data(), in_port));
+                    if ok {
+                        p.meta.in_port = in_port;
+                        ids[i] = id;
+                        skipped |= 1 << i;
+                        continue;
+                    }
+                }
+            }
             // In place, and hashed without a look at the tail: a key fresh from a port has
             // none (`wire::flow`, *Head and tail*), unless a tunnel port decapsulated it.
             // A hash from the port (the XDP program's) is kept, see the module comment.
@@ -287,12 +323,14 @@ impl Worker {
             };
             // Requested now, compared in `classify`: the rest of the burst's extraction
             // overlaps these misses.
-            self.emc.prefetch(p.meta.hash);
-            self.smc.prefetch(p.meta.hash);
+            emc.prefetch(p.meta.hash);
+            smc.prefetch(p.meta.hash);
         }
         self.from_xdp = from_xdp;
+        self.skipped = skipped;
         self.classify(n);
         self.from_xdp = 0;
+        self.skipped = 0;
         self.execute_all();
         if !self.recirc.is_empty() {
             self.recirculate();
@@ -362,7 +400,8 @@ impl Worker {
         }
     }
 
-    /// Fills `ids` for the first `n` packets: a verified XDP mark, EMC, SMC, dpcls, upcall.
+    /// Fills `ids` for the first `n` packets: a verified XDP mark (already filled for a
+    /// packet `process` classified without extraction), EMC, SMC, dpcls, upcall.
     ///
     /// Batched in stages so that the cache misses of a burst overlap instead of following one
     /// another (at a million flows every tier's memory is a miss): the EMC ways and SMC bucket
@@ -374,6 +413,12 @@ impl Worker {
         let mut todo = 0u32;
         let mut cand = 0u32;
         for i in 0..n {
+            if self.skipped & (1 << i) != 0 {
+                // `ids[i]` set by `process`.
+                self.tally.mark_hits += 1;
+                self.tally.mark_skips += 1;
+                continue;
+            }
             let key = &self.keys[i];
             let meta = &self.rx.as_slice()[i].meta;
             let h = meta.hash;
@@ -452,7 +497,7 @@ impl Worker {
         if let Some(f) = self.flows.get(id) {
             if f.tuple.get().is_none() {
                 if let Some(t) = Tuple5::of(&self.keys[i]) {
-                    let _ = f.tuple.set(t);
+                    f.set_tuple(t);
                 }
             }
         }
@@ -499,7 +544,7 @@ impl Worker {
         self.activity.holds_flows.store(true, SeqCst);
         let flow = Megaflow::with_deps(&key, &mask, res.actions, res.deps);
         if let Some(t) = Tuple5::of(&key) {
-            let _ = flow.tuple.set(t);
+            flow.set_tuple(t);
         }
         // This packet was counted by the pipeline's upcall; only later hits are credited.
         flow.preset_reported(1, pkt.len() as u64);

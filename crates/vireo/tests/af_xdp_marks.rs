@@ -1,7 +1,9 @@
 //! XDP flow marks through the real vireod (namespaces and veths prefixed `mrk-`/`mrk`): UDP
 //! from namespace A enters on an `af-xdp` port with `xdp-mark=on`; vireod gives the megaflow a
 //! mark in the XDP program's map (`dump-megaflows`, `show`), and from then on the PMD
-//! classifies those packets by their mark (`pmd-stats-show` `mark_hits`). Rule changes
+//! classifies those packets by their mark (`pmd-stats-show` `mark_hits`), without even
+//! extracting their flow key (`mark_skips`: the megaflow matches only what the 5-tuple
+//! decides and its actions are an output or a drop). Rule changes
 //! (`del-flows` + `add-flow`) move the traffic from namespace B to C and then drop it; every
 //! datagram goes where the rules of its moment say (the namespaces' receive counters), never
 //! where a stale mark's megaflow went.
@@ -169,15 +171,20 @@ fn marked_packets_are_classified_by_mark_and_follow_rule_changes() {
     assert_eq!(st["status"]["xdp_mark"], "on", "{st}");
     assert!(st["status"]["xdp_marks"].as_u64() >= Some(1), "{st}");
     let hits0 = pmd_counter(&d, "mark_hits");
+    let skips0 = pmd_counter(&d, "mark_skips");
     let emc0 = pmd_counter(&d, "emc_hits");
     send_and_expect(&a, &b, &c, n, 200, (200, 0));
     let hits1 = pmd_counter(&d, "mark_hits");
+    let skips1 = pmd_counter(&d, "mark_skips");
     eprintln!(
-        "marks {:?}, mark hits {hits0} -> {hits1}, emc hits {emc0} -> {}",
+        "marks {:?}, mark hits {hits0} -> {hits1}, skips {skips0} -> {skips1}, emc hits {emc0} -> {}",
         marked(&d),
         pmd_counter(&d, "emc_hits")
     );
     assert!(hits1 >= hits0 + 200, "marked hits {hits0} -> {hits1}");
+    // One 5-tuple, the one the mark was installed for: every marked packet skips extraction.
+    assert!(skips1 >= skips0 + 200, "skips {skips0} -> {skips1}");
+    assert!(skips1 <= hits1, "skips are mark hits");
     assert_eq!(
         pmd_counter(&d, "emc_hits"),
         emc0,
@@ -194,10 +201,11 @@ fn marked_packets_are_classified_by_mark_and_follow_rule_changes() {
         "B's megaflow and its mark are gone: {:?}",
         marked(&d)
     );
-    let hits2 = pmd_counter(&d, "mark_hits");
+    let (hits2, skips2) = (pmd_counter(&d, "mark_hits"), pmd_counter(&d, "mark_skips"));
     send_and_expect(&a, &b, &c, n, 200, (0, 200));
-    let hits3 = pmd_counter(&d, "mark_hits");
+    let (hits3, skips3) = (pmd_counter(&d, "mark_hits"), pmd_counter(&d, "mark_skips"));
     assert!(hits3 >= hits2 + 200, "marked hits {hits2} -> {hits3}");
+    assert!(skips3 >= skips2 + 200, "skips {skips2} -> {skips3}");
 
     // And then dropped: nothing reaches B or C, whatever mark the frames still carry.
     d.ok(&["del-flows", "br0"]);
