@@ -363,6 +363,36 @@ fn two_namespaces_on_a_bridge_with(
     (a, b, d)
 }
 
+/// After an upgrade that should have adopted the af-xdp ports `pa` and `pb`: the new process
+/// `new` holds the very AF_XDP sockets (`before`) and UMEM memfds (`umems`) the old one had,
+/// both ports say `adopted`, and at most one of the flood's 400 pings was lost.
+fn assert_xsk_handed_over(
+    d: &Vireod,
+    new: i32,
+    before: &std::collections::BTreeSet<String>,
+    umems: &std::collections::BTreeSet<u64>,
+    received: u32,
+    text: &str,
+) {
+    assert!(
+        wait_until(Duration::from_secs(5), || xsk_sockets(new) == *before),
+        "not the same AF_XDP sockets: {:?} then {before:?}\n{}",
+        xsk_sockets(new),
+        d.log_tail()
+    );
+    assert_eq!(umem_memfds(new), *umems, "not the same UMEMs");
+    for p in ["pa", "pb"] {
+        let st = d.port(p);
+        assert!(st["error"].is_null(), "{st}");
+        assert_eq!(st["status"]["upgrade"], "adopted", "{st}\n{}", d.log_tail());
+    }
+    assert!(
+        received >= 399,
+        "more than one ping lost across the upgrade: {text}\n{}",
+        d.log_tail()
+    );
+}
+
 fn xsk_sockets(pid: i32) -> std::collections::BTreeSet<String> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
     let fds: std::collections::BTreeSet<String> = fd_links(pid)
@@ -429,23 +459,7 @@ fn af_xdp_sockets_are_handed_over_under_a_ping_flood() {
     assert_eq!(before.len(), 2, "{before:?}");
     assert_eq!(umems.len(), 2, "{umems:?}");
     let (new, received, text) = flood_across(&mut d, &a, "10.79.3.2", &[]);
-    assert!(
-        wait_until(Duration::from_secs(5), || xsk_sockets(new) == before),
-        "not the same AF_XDP sockets: {:?} then {before:?}\n{}",
-        xsk_sockets(new),
-        d.log_tail()
-    );
-    assert_eq!(umem_memfds(new), umems, "not the same UMEMs");
-    for p in ["pa", "pb"] {
-        let st = d.port(p);
-        assert!(st["error"].is_null(), "{st}");
-        assert_eq!(st["status"]["upgrade"], "adopted", "{st}\n{}", d.log_tail());
-    }
-    assert!(
-        received >= 399,
-        "more than one ping lost across the upgrade: {text}\n{}",
-        d.log_tail()
-    );
+    assert_xsk_handed_over(&d, new, &before, &umems, received, &text);
     // A hand-over that cannot be adopted (here: no frame books came): the new process closes
     // what it was handed (the program goes with it) and opens the ports anew, says why, and
     // they forward again.
@@ -588,24 +602,8 @@ fn af_xdp_steering_and_mark_maps_are_handed_over_under_a_ping_flood() {
     assert_eq!(maps.len(), 8, "{maps:?}");
     let steered_before = steered(&d, "pa");
     let (new, received, text) = flood_across(&mut d, &a, "10.79.4.2", &[]);
-    assert!(
-        wait_until(Duration::from_secs(5), || xsk_sockets(new) == before),
-        "not the same AF_XDP sockets: {:?} then {before:?}\n{}",
-        xsk_sockets(new),
-        d.log_tail()
-    );
-    assert_eq!(umem_memfds(new), umems, "not the same UMEMs");
+    assert_xsk_handed_over(&d, new, &before, &umems, received, &text);
     assert_eq!(bpf_map_ids(new), maps, "not the same BPF maps");
-    for p in ["pa", "pb"] {
-        let st = d.port(p);
-        assert!(st["error"].is_null(), "{st}");
-        assert_eq!(st["status"]["upgrade"], "adopted", "{st}\n{}", d.log_tail());
-    }
-    assert!(
-        received >= 399,
-        "more than one ping lost across the upgrade: {text}\n{}",
-        d.log_tail()
-    );
     // vireod timed its switch-over: the rings' gap, then the kernel ports' (adopted once the
     // old process has exited).
     let so = d.json(&["show"])["switch_over"].clone();
