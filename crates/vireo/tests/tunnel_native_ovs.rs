@@ -254,15 +254,20 @@ fn native_interop_with_ovs(kind: &str, t: char, net: u8) {
     drop(ovs);
 }
 
+/// The kernel and every peer these tests need (a missing one fails under
+/// `VIREO_REQUIRE_PEERS=1`).
+fn peers_present() -> bool {
+    kernel_ok()
+        && testkit::require_peer("iperf3", "iperf3")
+        && testkit::require_peer("ethtool", "ethtool")
+        && testkit::require_peer("ovs-vswitchd", "openvswitch-switch")
+        && testkit::require_peer("ovsdb-server", "openvswitch-switch")
+        && testkit::require_peer("ovs-appctl", "openvswitch-common")
+}
+
 #[test]
 fn native_vxlan_interop_with_the_ovs_userspace_datapath() {
-    if !kernel_ok()
-        || !testkit::require_peer("iperf3", "iperf3")
-        || !testkit::require_peer("ethtool", "ethtool")
-        || !testkit::require_peer("ovs-vswitchd", "openvswitch-switch")
-        || !testkit::require_peer("ovsdb-server", "openvswitch-switch")
-        || !testkit::require_peer("ovs-appctl", "openvswitch-common")
-    {
+    if !peers_present() {
         return;
     }
     native_interop_with_ovs("vxlan", 'x', 242);
@@ -270,13 +275,7 @@ fn native_vxlan_interop_with_the_ovs_userspace_datapath() {
 
 #[test]
 fn native_geneve_interop_with_the_ovs_userspace_datapath() {
-    if !kernel_ok()
-        || !testkit::require_peer("iperf3", "iperf3")
-        || !testkit::require_peer("ethtool", "ethtool")
-        || !testkit::require_peer("ovs-vswitchd", "openvswitch-switch")
-        || !testkit::require_peer("ovsdb-server", "openvswitch-switch")
-        || !testkit::require_peer("ovs-appctl", "openvswitch-common")
-    {
+    if !peers_present() {
         return;
     }
     native_interop_with_ovs("geneve", 'g', 243);
