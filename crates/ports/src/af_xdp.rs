@@ -121,20 +121,31 @@ impl AfXdpPort {
         nodes: u32,
         marks: bool,
     ) -> Result<AfXdpPort, PortError> {
+        let cfg = Self::config(ifname, queues, mode, nodes, marks)?;
+        let dev = Device::open(&cfg).map_err(|e| PortError(format!("af-xdp {e}")))?;
+        Self::with_device(dev, cfg)
+    }
+
+    /// The device configuration of a port (`mode` checked).
+    fn config(
+        ifname: &str,
+        queues: usize,
+        mode: &str,
+        nodes: u32,
+        marks: bool,
+    ) -> Result<DeviceConfig, PortError> {
         let req = ModeRequest::parse(mode).ok_or_else(|| {
             PortError(format!(
                 "af-xdp {ifname}: xdp-mode {mode:?} is not best-effort, native or generic"
             ))
         })?;
-        let cfg = DeviceConfig {
+        Ok(DeviceConfig {
             ifname: ifname.to_string(),
             queues: queues as u32,
             mode: req,
             steer_targets: nodes,
             marks,
-        };
-        let dev = Device::open(&cfg).map_err(|e| PortError(format!("af-xdp {e}")))?;
-        Self::with_device(dev, cfg)
+        })
     }
 
     /// Takes over `ifname`'s device from the vireod this one replaces (`vireoctl upgrade`):
@@ -152,23 +163,12 @@ impl AfXdpPort {
         fds: xsk::DeviceFds,
         books: &[xsk::Books],
     ) -> Result<AfXdpPort, PortError> {
-        let req = ModeRequest::parse(mode).ok_or_else(|| {
-            PortError(format!(
-                "af-xdp {ifname}: xdp-mode {mode:?} is not best-effort, native or generic"
-            ))
-        })?;
+        let cfg = Self::config(ifname, queues, mode, nodes, marks)?;
         let in_use = ModeInUse::parse(mode_in_use).ok_or_else(|| {
             PortError(format!(
                 "af-xdp {ifname}: unknown mode {mode_in_use:?} handed over"
             ))
         })?;
-        let cfg = DeviceConfig {
-            ifname: ifname.to_string(),
-            queues: queues as u32,
-            mode: req,
-            steer_targets: nodes,
-            marks,
-        };
         let dev = Device::adopt(&cfg, in_use, fds, books)
             .map_err(|e| PortError(format!("af-xdp {e}")))?;
         let p = Self::with_device(dev, cfg)?;
