@@ -201,27 +201,11 @@ fn vxlan_interop_with_the_ovs_userspace_datapath() {
     let vm = Ns::new('o', 'v', Some("192.168.234.1/24"));
     vm.exec(&["ip", "link", "set", &vm.ns_if, "mtu", "1450"]);
     let ovs = Ovs::start(&hc, ovs_dir.path());
-    ovs.vsctl(&[
-        "add-br",
-        "brphy",
-        "--",
-        "set",
-        "bridge",
-        "brphy",
-        "datapath_type=netdev",
-    ]);
+    ovs.add_netdev_br("brphy");
     ovs.vsctl(&["add-port", "brphy", &hc.ns_if]);
     hc.exec(&["ip", "addr", "add", "10.232.0.2/24", "dev", "brphy"]);
     hc.exec(&["ip", "link", "set", "brphy", "up"]);
-    ovs.vsctl(&[
-        "add-br",
-        "brint",
-        "--",
-        "set",
-        "bridge",
-        "brint",
-        "datapath_type=netdev",
-    ]);
+    ovs.add_netdev_br("brint");
     ovs.vsctl(&[
         "add-port",
         "brint",

@@ -198,15 +198,7 @@ fn geneve_flow_based_interop_with_the_ovs_userspace_datapath() {
     vm.exec(&["ip", "link", "set", &vm.ns_if, "mtu", "1400"]);
     let ovs = Ovs::start(&hc, ovs_dir.path());
     for br in ["brphy", "brint"] {
-        ovs.vsctl(&[
-            "add-br",
-            br,
-            "--",
-            "set",
-            "bridge",
-            br,
-            "datapath_type=netdev",
-        ]);
+        ovs.add_netdev_br(br);
     }
     ovs.vsctl(&["add-port", "brphy", &hc.ns_if]);
     hc.exec(&["ip", "addr", "add", "10.237.0.2/24", "dev", "brphy"]);

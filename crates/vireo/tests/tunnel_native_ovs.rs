@@ -92,15 +92,7 @@ fn native_interop_with_ovs(kind: &str, t: char, net: u8) {
     ]);
     let ovs = Ovs::start(&hc, ovs_dir.path());
     for br in ["brphy", "brint"] {
-        ovs.vsctl(&[
-            "add-br",
-            br,
-            "--",
-            "set",
-            "bridge",
-            br,
-            "datapath_type=netdev",
-        ]);
+        ovs.add_netdev_br(br);
     }
     ovs.vsctl(&["add-port", "brphy", &hc.ns_if]);
     hc.exec(&[

@@ -70,6 +70,19 @@ impl Ovs {
         }
     }
 
+    /// Adds bridge `br` on OVS's userspace datapath (`datapath_type=netdev`).
+    pub fn add_netdev_br(&self, br: &str) {
+        self.vsctl(&[
+            "add-br",
+            br,
+            "--",
+            "set",
+            "bridge",
+            br,
+            "datapath_type=netdev",
+        ]);
+    }
+
     pub fn vsctl(&self, args: &[&str]) {
         let db = format!("--db=unix:{}/db.sock", self.dir.display());
         let mut a = vec![
