@@ -18,6 +18,7 @@
 //! aging) and the ports that snoop ARP. [`header`] and [`pop`] are pure functions run on PMDs.
 pub mod header;
 pub mod neigh;
+pub mod netlink;
 pub mod pop;
 pub mod route;
 

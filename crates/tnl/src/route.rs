@@ -18,7 +18,34 @@ pub enum Origin {
     User,
     /// An address of an internal port.
     Connected,
+    /// The host's routing table (main table, read over rtnetlink), for routes whose output
+    /// interface is a Vireo internal port.
+    Kernel,
 }
+
+impl Origin {
+    /// Precedence between routes of the same prefix length: an operator's `route/add` over the
+    /// host's table over a connected route.
+    fn rank(self) -> u8 {
+        match self {
+            Origin::User => 2,
+            Origin::Kernel => 1,
+            Origin::Connected => 0,
+        }
+    }
+
+    /// The name `route/show` gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Origin::User => "user",
+            Origin::Kernel => "kernel",
+            Origin::Connected => "connected",
+        }
+    }
+}
+
+/// A host route as [`RouteTable::set_kernel`] takes it: prefix, length, device, gateway.
+pub type HostRoute = (Ipv4Addr, u8, String, Option<Ipv4Addr>);
 
 /// One route.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,11 +73,7 @@ impl fmt::Display for Route {
         if let Some(src) = self.src {
             write!(f, " src {src}")?;
         }
-        let o = match self.origin {
-            Origin::User => "user",
-            Origin::Connected => "connected",
-        };
-        write!(f, " ({o})")
+        write!(f, " ({})", self.origin.name())
     }
 }
 
@@ -167,6 +190,40 @@ impl RouteTable {
         true
     }
 
+    /// Makes `routes` (prefix, length, device, gateway) the routes taken from the host's table,
+    /// replacing the previous set; entries with host bits set or a prefix over 32 are ignored.
+    /// Returns whether anything changed.
+    pub fn set_kernel(&mut self, routes: &[HostRoute]) -> bool {
+        let mut want: Vec<Route> = routes
+            .iter()
+            .filter(|(p, l, _, _)| *l <= 32 && u32::from(*p) & !mask(*l) == 0)
+            .map(|(p, l, dev, gw)| Route {
+                prefix: *p,
+                len: *l,
+                dev: dev.clone(),
+                gw: *gw,
+                src: None,
+                origin: Origin::Kernel,
+            })
+            .collect();
+        // One route per prefix (the kernel's main table can hold several of one prefix with
+        // different metrics: the caller passes them best first).
+        let mut seen = std::collections::BTreeSet::new();
+        want.retain(|r| seen.insert((r.prefix, r.len)));
+        let have: Vec<&Route> = self
+            .routes
+            .iter()
+            .filter(|r| r.origin == Origin::Kernel)
+            .collect();
+        if have.len() == want.len() && want.iter().all(|w| have.contains(&w)) {
+            return false;
+        }
+        self.routes.retain(|r| r.origin != Origin::Kernel);
+        self.routes.extend(want);
+        self.generation += 1;
+        true
+    }
+
     /// The addresses Vireo's internal ports hold (the connected routes' sources).
     pub fn local_addrs(&self) -> impl Iterator<Item = (&str, Ipv4Addr)> {
         self.routes
@@ -175,15 +232,15 @@ impl RouteTable {
             .filter_map(|r| r.src.map(|s| (r.dev.as_str(), s)))
     }
 
-    /// The longest-prefix route for `dst` (an operator route before a connected one of the
-    /// same length), with its source filled in.
+    /// The longest-prefix route for `dst` (at the same length an operator route before a
+    /// kernel one before a connected one), with its source filled in.
     pub fn lookup(&self, dst: Ipv4Addr) -> Option<Route> {
         let d = u32::from(dst);
         let best = self
             .routes
             .iter()
             .filter(|r| d & mask(r.len) == u32::from(r.prefix))
-            .max_by_key(|r| (r.len, r.origin == Origin::User))?;
+            .max_by_key(|r| (r.len, r.origin.rank()))?;
         let mut r = best.clone();
         if r.src.is_none() {
             r.src = self
@@ -214,6 +271,42 @@ mod tests {
 
     fn ip(s: &str) -> Ipv4Addr {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn kernel_routes_are_replaced_as_a_set_and_rank_between_user_and_connected() {
+        let mut t = RouteTable::default();
+        t.set_connected("brp", &[(ip("10.0.0.1"), 24)]);
+        let k = |p: &str, l, gw: Option<&str>| (ip(p), l, "brp".to_string(), gw.map(ip));
+        let set = [
+            k("10.2.0.0", 16, Some("10.0.0.254")),
+            k("10.2.0.0", 16, Some("10.0.0.253")),
+            k("10.0.0.0", 24, Some("10.0.0.9")),
+            k("10.3.0.1", 16, None),
+        ];
+        let g = t.generation();
+        assert!(t.set_kernel(&set));
+        assert_eq!(t.generation(), g + 1);
+        assert!(!t.set_kernel(&set), "the same set changes nothing");
+        assert_eq!(t.generation(), g + 1);
+        // The first of a prefix wins; host bits set is ignored; a kernel route beats a
+        // connected one of the same length, and its source is the device's address.
+        let r = t.lookup(ip("10.2.3.4")).unwrap();
+        assert_eq!(
+            (r.gw, r.src, r.origin),
+            (Some(ip("10.0.0.254")), Some(ip("10.0.0.1")), Origin::Kernel)
+        );
+        assert_eq!(t.lookup(ip("10.0.0.7")).unwrap().origin, Origin::Kernel);
+        assert!(t.lookup(ip("10.3.9.9")).is_none());
+        t.add("10.2.0.0/16", "brq", None).unwrap();
+        assert_eq!(
+            t.lookup(ip("10.2.3.4")).unwrap().dev,
+            "brq",
+            "user beats kernel"
+        );
+        assert!(t.set_kernel(&[]));
+        assert_eq!(t.lookup(ip("10.0.0.7")).unwrap().origin, Origin::Connected);
+        assert_eq!(t.show().len(), 2);
     }
 
     #[test]

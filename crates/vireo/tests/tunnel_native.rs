@@ -89,6 +89,45 @@ fn underlay_routes_follow_the_internal_port_and_arp_teaches_the_neighbour() {
     d.ok(&["route/del", "10.99.0.0/16"]);
     assert!(!d.ok(&["route/show"]).contains("10.99.0.0/16"));
 
+    // The host's own routes (read over rtnetlink) through the internal port are taken, as
+    // origin "kernel"; one through another interface (a veth) is not; a deleted one goes.
+    let dummy = format!("natbd{pid}");
+    let peer = format!("natbe{pid}");
+    must(&[
+        "ip", "link", "add", &dummy, "type", "veth", "peer", "name", &peer,
+    ]);
+    must(&["ip", "link", "set", &dummy, "up"]);
+    must(&["ip", "link", "set", &peer, "up"]);
+    must(&[
+        "ip",
+        "route",
+        "add",
+        "10.97.0.0/16",
+        "via",
+        "10.211.0.254",
+        "dev",
+        &br,
+    ]);
+    must(&["ip", "route", "add", "10.96.0.0/16", "dev", &dummy]);
+    let kernel = format!("10.97.0.0/16 dev {br} via 10.211.0.254 (kernel)");
+    let shown = wait_for(&d, &["route/show"], &kernel, true);
+    assert!(shown.contains(&kernel), "route/show: {shown}");
+    assert!(!shown.contains("10.96.0.0/16"), "route/show: {shown}");
+    assert!(shown.contains("host routes: dumps "), "route/show: {shown}");
+    must(&[
+        "ip",
+        "route",
+        "del",
+        "10.97.0.0/16",
+        "via",
+        "10.211.0.254",
+        "dev",
+        &br,
+    ]);
+    let shown = wait_for(&d, &["route/show"], "10.97.0.0/16", false);
+    assert!(!shown.contains("10.97.0.0/16"), "route/show: {shown}");
+    let _ = sh(&["ip", "link", "del", &dummy]);
+
     // The namespace's ARP for 10.211.0.1 reaches the internal port through the bridge: its
     // sender (the namespace's address and MAC) is learned.
     assert!(
@@ -263,38 +302,83 @@ fn native_vxlan_interop_with_the_kernel_ping_tcp_and_no_socket_use() {
 
     // A route change invalidates the megaflows built from the old one: a /32 through a
     // gateway nobody answers for sends host U's traffic to a neighbour miss (counted, ARP
-    // asked), and removing it brings the direct route, and traffic, back.
+    // asked), and removing it brings the direct route, and traffic, back. Twice: as an
+    // operator route (`route/add`), then in the host's own table (`ip route add`, read over
+    // rtnetlink).
     let counters = |d: &Daemon| d.json(&["tnl/neigh/show"])["counters"].clone();
-    let before = counters(&d);
-    d.ok(&["route/add", "10.212.0.2/32", &brp, "10.212.0.99"]);
-    let end = Instant::now() + Duration::from_secs(5);
-    let missed = |d: &Daemon| {
-        let c = counters(d);
-        c["miss_drops"].as_u64() > before["miss_drops"].as_u64()
-            && c["requests"].as_u64() > before["requests"].as_u64()
-    };
-    while !missed(&d) && Instant::now() < end {
-        let _ = vm.try_exec(&["ping", "-c", "1", "-W", "1", "192.168.212.2"]);
+    let detours: [(Vec<&str>, Vec<&str>, bool); 2] = [
+        (
+            vec!["route/add", "10.212.0.2/32", &brp, "10.212.0.99"],
+            vec!["route/del", "10.212.0.2/32"],
+            true,
+        ),
+        (
+            vec![
+                "ip",
+                "route",
+                "add",
+                "10.212.0.2/32",
+                "via",
+                "10.212.0.99",
+                "dev",
+                &brp,
+            ],
+            vec![
+                "ip",
+                "route",
+                "del",
+                "10.212.0.2/32",
+                "via",
+                "10.212.0.99",
+                "dev",
+                &brp,
+            ],
+            false,
+        ),
+    ];
+    for (add, del, vireoctl) in detours {
+        let before = counters(&d);
+        if vireoctl {
+            d.ok(&add);
+        } else {
+            must(&add);
+            let kernel = format!("10.212.0.2/32 dev {brp} via 10.212.0.99 (kernel)");
+            let shown = wait_for(&d, &["route/show"], &kernel, true);
+            assert!(shown.contains(&kernel), "route/show: {shown}");
+        }
+        let end = Instant::now() + Duration::from_secs(5);
+        let missed = |d: &Daemon| {
+            let c = counters(d);
+            c["miss_drops"].as_u64() > before["miss_drops"].as_u64()
+                && c["requests"].as_u64() > before["requests"].as_u64()
+        };
+        while !missed(&d) && Instant::now() < end {
+            let _ = vm.try_exec(&["ping", "-c", "1", "-W", "1", "192.168.212.2"]);
+        }
+        assert!(
+            missed(&d),
+            "megaflows kept the old route ({add:?}): {}\n{}",
+            d.ok(&["tnl/neigh/show"]),
+            d.ok(&["dump-megaflows"])
+        );
+        let p = vm.try_exec(&["ping", "-c", "2", "-W", "1", "192.168.212.2"]);
+        assert!(
+            !p.status.success(),
+            "{}\n{}\n{}",
+            String::from_utf8_lossy(&p.stdout),
+            d.ok(&["tnl/neigh/show"]),
+            d.ok(&["dump-megaflows"])
+        );
+        if vireoctl {
+            d.ok(&del);
+        } else {
+            must(&del);
+        }
+        assert!(
+            vm.ping_until("192.168.212.2", &[], 10),
+            "no traffic after the route went ({del:?})"
+        );
     }
-    assert!(
-        missed(&d),
-        "megaflows kept the old route: {}\n{}",
-        d.ok(&["tnl/neigh/show"]),
-        d.ok(&["dump-megaflows"])
-    );
-    let p = vm.try_exec(&["ping", "-c", "2", "-W", "1", "192.168.212.2"]);
-    assert!(
-        !p.status.success(),
-        "{}\n{}\n{}",
-        String::from_utf8_lossy(&p.stdout),
-        d.ok(&["tnl/neigh/show"]),
-        d.ok(&["dump-megaflows"])
-    );
-    d.ok(&["route/del", "10.212.0.2/32"]);
-    assert!(
-        vm.ping_until("192.168.212.2", &[], 10),
-        "no traffic after the route went"
-    );
     // A flush empties the cache; traffic goes on (the entry is learned again).
     d.ok(&["tnl/neigh/flush"]);
     assert!(

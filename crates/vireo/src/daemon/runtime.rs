@@ -52,6 +52,8 @@ pub struct Shared {
     pub marks: super::marks::Marks,
     /// Native tunneling's route table and neighbour cache (`underlay.rs`).
     pub underlay: Arc<Mutex<tnl::Underlay>>,
+    /// The host's routes through internal ports (`kroutes.rs`), housekeeping thread.
+    pub kroutes: Mutex<super::kroutes::KernelRoutes>,
     /// Native tunneling's hook in translation (`native.rs`).
     pub native: Arc<super::native::NativeHook>,
 }
@@ -184,6 +186,7 @@ impl Runtime {
             steering: Default::default(),
             marks: Default::default(),
             underlay: underlay.clone(),
+            kroutes: Default::default(),
             native: native.clone(),
         });
         pipeline.set_native(Some(native as Arc<dyn ofproto::native::NativeTunnels>));

@@ -86,14 +86,18 @@ pub fn command(shared: &Shared, command: &str, args: &[String]) -> CmdResult {
                         "dev": r.dev,
                         "gw": r.gw.map(|g| g.to_string()),
                         "src": r.src.map(|s| s.to_string()),
-                        "origin": match r.origin {
-                            tnl::route::Origin::User => "user",
-                            tnl::route::Origin::Connected => "connected",
-                        },
+                        "origin": r.origin.name(),
                     })
                 })
                 .collect();
-            Ok(Response::ok(super::format::lines(&routes), json!(data)))
+            drop(u);
+            let k = kernel_route_counters(shared);
+            let text = super::format::lines(&routes)
+                + &format!(
+                    "host routes: dumps {} errors {} notifications {} skipped {} truncated {}\n",
+                    k.dumps, k.errors, k.notifications, k.skipped, k.truncated
+                );
+            Ok(Response::ok(text, json!(data)))
         }
         "tnl/neigh/show" => {
             if !args.is_empty() {
@@ -197,6 +201,45 @@ fn kernel_addrs(
     (v4, mac)
 }
 
+/// The host's IPv4 routes whose output interface is one of `internal` (by interface index),
+/// best metric first, if a new dump was read.
+fn kernel_routes<'a>(
+    shared: &Shared,
+    internal: impl Iterator<Item = &'a String>,
+) -> Option<Vec<tnl::route::HostRoute>> {
+    let mut k = shared.kroutes.lock().unwrap_or_else(|e| e.into_inner());
+    let routes = k.refresh()?;
+    let by_index: BTreeMap<u32, &String> = internal
+        .filter_map(|n| Some((nix::net::if_::if_nametoindex(n.as_str()).ok()?, n)))
+        .collect();
+    let mut v: Vec<_> = routes
+        .iter()
+        .filter_map(|r| {
+            let dev = by_index.get(&r.oif)?;
+            let std::net::IpAddr::V4(dst) = r.dst else {
+                return None;
+            };
+            let gw = match r.gw {
+                None => None,
+                Some(std::net::IpAddr::V4(g)) => Some(g),
+                Some(_) => return None,
+            };
+            Some((r.metric, (dst, r.len, dev.to_string(), gw)))
+        })
+        .collect();
+    v.sort_by_key(|(m, _)| *m);
+    Some(v.into_iter().map(|(_, r)| r).collect())
+}
+
+/// The counters of the host-route reader, for `route/show`.
+fn kernel_route_counters(shared: &Shared) -> super::kroutes::Counters {
+    shared
+        .kroutes
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .counters
+}
+
 /// Brings connected routes and port MACs up to date with the kernel for every internal port
 /// (and drops those of ports gone), then ages the neighbour cache. Housekeeping thread, and
 /// after a port is attached.
@@ -229,8 +272,16 @@ pub fn upkeep(shared: &Shared) {
             Some((n.clone(), m.trim().parse().ok()?))
         })
         .collect();
+    // The host's routes through internal ports, when the kernel's table may have changed
+    // (before the underlay lock: the dump may wait on the kernel).
+    let host_routes = kernel_routes(shared, found.keys());
     let mut u = lock(&shared.underlay);
     let before = (u.port_macs.clone(), u.port_mtus.clone());
+    if let Some(r) = host_routes {
+        if u.routes.set_kernel(&r) {
+            tracing::info!(routes = r.len(), "underlay: host routes changed");
+        }
+    }
     let stale: Vec<String> = u
         .routes
         .local_addrs()
