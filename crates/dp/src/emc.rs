@@ -9,6 +9,13 @@
 //! (see `DpConfig::emc_insert_inv_prob`), as OVS's `emc-insert-inv-prob`, so a flood of new
 //! flows does not thrash it.
 //! Entries and tails sit on 2 MiB pages where the kernel grants them (`ksys::huge`).
+//!
+//! [`EmcGate`] turns the lookups off while they do not pay: with many more flows than entries
+//! (100K, 1M) nearly every probe misses, and its two ways are cache misses of their own. The
+//! gate watches the hit rate over windows of [`GATE_WINDOW`] probed packets; under 1 in 8 it
+//! stops probing (and prefetching) except in one burst of [`GATE_SAMPLE`], whose probes keep
+//! measuring; at 1 in 4 or more it probes every burst again. Insertion goes on either way (at
+//! its 1/N rate), so the cache refills when the traffic narrows.
 //! Threads: one per PMD, never shared. No locks.
 use ksys::huge::HugeTable;
 use wire::flow::{HEAD_WORDS, TAIL};
@@ -16,6 +23,76 @@ use wire::FlowKey;
 
 /// Number of entries.
 pub const EMC_ENTRIES: usize = 8192;
+
+/// Probed packets per [`EmcGate`] decision.
+pub const GATE_WINDOW: u32 = 4096;
+/// While the gate is closed, one burst in this many still probes.
+pub const GATE_SAMPLE: u32 = 16;
+
+/// Whether the EMC is worth probing, from its recent hit rate (see the module comment).
+#[derive(Clone, Copy, Debug)]
+pub struct EmcGate {
+    open: bool,
+    /// This burst probes (the gate is open, or this is a sampling burst).
+    probe: bool,
+    bursts: u32,
+    probed: u32,
+    hits: u32,
+}
+
+impl Default for EmcGate {
+    fn default() -> Self {
+        EmcGate {
+            open: true,
+            probe: true,
+            bursts: 0,
+            probed: 0,
+            hits: 0,
+        }
+    }
+}
+
+impl EmcGate {
+    /// At the start of a burst: whether its packets probe the EMC.
+    #[inline(always)]
+    pub fn start_burst(&mut self) -> bool {
+        self.bursts = self.bursts.wrapping_add(1);
+        self.probe = self.open || self.bursts.is_multiple_of(GATE_SAMPLE);
+        self.probe
+    }
+
+    /// Whether the current burst probes.
+    #[inline(always)]
+    pub fn probing(&self) -> bool {
+        self.probe
+    }
+
+    /// After a burst's lookups: `probed` packets looked in the EMC, `hits` found their flow.
+    #[inline(always)]
+    pub fn account(&mut self, probed: u32, hits: u32) {
+        self.probed += probed;
+        self.hits += hits;
+        if self.probed >= GATE_WINDOW {
+            self.decide();
+        }
+    }
+
+    #[cold]
+    fn decide(&mut self) {
+        if self.open && self.hits * 8 < self.probed {
+            self.open = false;
+        } else if !self.open && self.hits * 4 >= self.probed {
+            self.open = true;
+        }
+        self.probed = 0;
+        self.hits = 0;
+    }
+
+    /// Whether the gate is open (every burst probes).
+    pub fn is_open(&self) -> bool {
+        self.open
+    }
+}
 const EMC_MASK: u32 = EMC_ENTRIES as u32 - 1;
 const EMC_SHIFT: u32 = 13;
 const EMPTY: u32 = u32::MAX;
@@ -174,6 +251,35 @@ impl Emc {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_gate_closes_on_a_low_hit_rate_samples_and_reopens() {
+        let mut g = EmcGate::default();
+        assert!(g.start_burst() && g.is_open());
+        // 1 hit in 10: closes after a window.
+        for _ in 0..GATE_WINDOW / 32 {
+            g.start_burst();
+            g.account(32, 3);
+        }
+        assert!(!g.is_open());
+        // Closed: one burst in GATE_SAMPLE probes.
+        let probing = (0..GATE_SAMPLE * 4).filter(|_| g.start_burst()).count();
+        assert_eq!(probing, 4);
+        // Sampled probes that hit 1 in 5 do not reopen it; 1 in 3 does.
+        for _ in 0..GATE_WINDOW / 32 {
+            g.account(32, 6);
+        }
+        assert!(!g.is_open());
+        for _ in 0..GATE_WINDOW / 32 {
+            g.account(32, 11);
+        }
+        assert!(g.is_open());
+        // Open, a rate between the two thresholds keeps it open.
+        for _ in 0..GATE_WINDOW / 32 {
+            g.account(32, 6);
+        }
+        assert!(g.is_open() && g.start_burst());
+    }
 
     fn key(i: u64) -> FlowKey {
         let mut k = FlowKey::ZERO;

@@ -22,6 +22,9 @@ pub struct Tally {
     pub mark_skips: u64,
     /// Exact-match cache hits.
     pub emc_hits: u64,
+    /// Packets that did not probe the EMC because its gate was closed (`emc::EmcGate`: too
+    /// few hits lately).
+    pub emc_bypassed: u64,
     /// Signature-match cache hits.
     pub smc_hits: u64,
     /// Megaflow classifier hits.
@@ -50,6 +53,7 @@ pub struct PmdCounters {
     mark_hits: AtomicU64,
     mark_skips: AtomicU64,
     emc_hits: AtomicU64,
+    emc_bypassed: AtomicU64,
     smc_hits: AtomicU64,
     megaflow_hits: AtomicU64,
     misses: AtomicU64,
@@ -88,6 +92,7 @@ impl PmdCounters {
         bump(&self.mark_hits, t.mark_hits);
         bump(&self.mark_skips, t.mark_skips);
         bump(&self.emc_hits, t.emc_hits);
+        bump(&self.emc_bypassed, t.emc_bypassed);
         bump(&self.smc_hits, t.smc_hits);
         bump(&self.megaflow_hits, t.megaflow_hits);
         bump(&self.misses, t.misses);
@@ -118,6 +123,7 @@ impl PmdCounters {
                 mark_hits: self.mark_hits.load(Relaxed),
                 mark_skips: self.mark_skips.load(Relaxed),
                 emc_hits: self.emc_hits.load(Relaxed),
+                emc_bypassed: self.emc_bypassed.load(Relaxed),
                 smc_hits: self.smc_hits.load(Relaxed),
                 megaflow_hits: self.megaflow_hits.load(Relaxed),
                 misses: self.misses.load(Relaxed),
@@ -144,6 +150,7 @@ impl RawPmdStats {
                 mark_hits: a.mark_hits.saturating_sub(b.mark_hits),
                 mark_skips: a.mark_skips.saturating_sub(b.mark_skips),
                 emc_hits: a.emc_hits.saturating_sub(b.emc_hits),
+                emc_bypassed: a.emc_bypassed.saturating_sub(b.emc_bypassed),
                 smc_hits: a.smc_hits.saturating_sub(b.smc_hits),
                 megaflow_hits: a.megaflow_hits.saturating_sub(b.megaflow_hits),
                 misses: a.misses.saturating_sub(b.misses),
@@ -175,6 +182,8 @@ pub struct PmdStats {
     pub mark_skips: u64,
     /// Exact-match cache hits.
     pub emc_hits: u64,
+    /// Packets that skipped the EMC (its gate closed for a low hit rate).
+    pub emc_bypassed: u64,
     /// Signature-match cache hits.
     pub smc_hits: u64,
     /// Megaflow classifier hits.
@@ -218,6 +227,7 @@ impl PmdStats {
             mark_hits: t.mark_hits,
             mark_skips: t.mark_skips,
             emc_hits: t.emc_hits,
+            emc_bypassed: t.emc_bypassed,
             smc_hits: t.smc_hits,
             megaflow_hits: t.megaflow_hits,
             misses: t.misses,
@@ -386,6 +396,7 @@ mod tests {
             mark_hits: 4,
             mark_skips: 3,
             emc_hits: 7,
+            emc_bypassed: 5,
             smc_hits: 1,
             megaflow_hits: 1,
             misses: 1,

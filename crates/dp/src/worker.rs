@@ -34,7 +34,7 @@
 //! Threads: owned by one PMD thread.
 use crate::action::{Actions, Upcall};
 use crate::dpcls::{Dpcls, NO_FLOW};
-use crate::emc::Emc;
+use crate::emc::{Emc, EmcGate};
 use crate::execute::{execute, finish, ExecCtx, TxTable, NO_PORT, RECIRC};
 pub use crate::flow::Deps;
 use crate::flow::{mark_id, mark_tag, steal_index, FlowTable, Megaflow, Registry, Tuple5};
@@ -119,6 +119,8 @@ impl Default for WorkerConfig {
 /// One PMD's packet pipeline.
 pub struct Worker {
     emc: Emc,
+    /// Whether this burst probes the EMC (its hit rate decides, see `emc`).
+    gate: EmcGate,
     smc: Smc,
     cls: Dpcls,
     flows: FlowTable,
@@ -186,6 +188,7 @@ impl Worker {
     pub fn new(upcall: Arc<dyn Upcall>, cfg: WorkerConfig, registry: Registry) -> Worker {
         Worker {
             emc: Emc::new(),
+            gate: EmcGate::default(),
             smc: Smc::new(),
             cls: Dpcls::new(),
             flows: FlowTable::new(registry),
@@ -274,6 +277,7 @@ impl Worker {
         self.tally.packets += n as u64;
         let mut from_xdp = 0u32;
         let mut skipped = 0u32;
+        let probe_emc = self.gate.start_burst();
         let Worker {
             rx,
             keys,
@@ -323,7 +327,9 @@ impl Worker {
             };
             // Requested now, compared in `classify`: the rest of the burst's extraction
             // overlaps these misses.
-            emc.prefetch(p.meta.hash);
+            if probe_emc {
+                emc.prefetch(p.meta.hash);
+            }
             smc.prefetch(p.meta.hash);
         }
         self.from_xdp = from_xdp;
@@ -355,7 +361,9 @@ impl Worker {
                 wire::extract_into(p.data(), p.meta.in_port, k);
                 k.w[META_WORDS].copy_from_slice(&self.recirc_keys[i].w[META_WORDS]);
                 p.meta.hash = k.hash();
-                self.emc.prefetch(p.meta.hash);
+                if self.gate.probing() {
+                    self.emc.prefetch(p.meta.hash);
+                }
                 self.smc.prefetch(p.meta.hash);
             }
             self.recirc_keys.clear();
@@ -412,6 +420,8 @@ impl Worker {
     fn classify(&mut self, n: usize) {
         let mut todo = 0u32;
         let mut cand = 0u32;
+        let probe = self.gate.probing();
+        let (mut probed, hits_before) = (0u32, self.tally.emc_hits);
         for i in 0..n {
             if self.skipped & (1 << i) != 0 {
                 // `ids[i]` set by `process`.
@@ -429,12 +439,17 @@ impl Worker {
                     continue;
                 }
             }
-            if let Some((id, gen)) = self.emc.lookup(key, h) {
-                if self.flows.get_gen(id, gen).is_some() {
-                    self.ids[i] = id;
-                    self.tally.emc_hits += 1;
-                    continue;
+            if probe {
+                probed += 1;
+                if let Some((id, gen)) = self.emc.lookup(key, h) {
+                    if self.flows.get_gen(id, gen).is_some() {
+                        self.ids[i] = id;
+                        self.tally.emc_hits += 1;
+                        continue;
+                    }
                 }
+            } else {
+                self.tally.emc_bypassed += 1;
             }
             if let Some(id) = self.smc.lookup(h) {
                 self.flows.prefetch_slot(id);
@@ -443,6 +458,10 @@ impl Worker {
                 continue;
             }
             todo |= 1 << i;
+        }
+        if probe {
+            let hits = (self.tally.emc_hits - hits_before) as u32;
+            self.gate.account(probed, hits);
         }
         let mut c = cand;
         while c != 0 {

@@ -104,6 +104,48 @@ fn steady_state_does_not_allocate_buffers_and_uses_the_emc() {
     assert_eq!(w.flow_count(), 8);
 }
 
+/// With far more flows than EMC entries the EMC's gate closes (packets skip the probe,
+/// counted), every packet still follows its flow; when the traffic narrows to a few flows the
+/// sampled probes hit again and the gate reopens.
+#[test]
+fn the_emc_gate_closes_at_many_flows_and_reopens_for_few() {
+    let many = LoopPort::new((0..20_000).map(|i| udp_frame(0x0a00_0000 + i, 1)).collect());
+    let few = LoopPort::new((0..4).map(|i| udp_frame(0x0b00_0000 + i, 1)).collect());
+    let pipe = TestPipeline::new(vec![Action::Output(1)]);
+    let mut w = Worker::new(pipe.clone(), WorkerConfig::default(), Registry::default());
+    w.set_ports(&[
+        (1, many.clone() as Arc<dyn Port>),
+        (2, few.clone() as Arc<dyn Port>),
+    ]);
+    // Two rounds over the 20,000 flows: the second finds every megaflow installed.
+    for _ in 0..1250 {
+        w.poll(1, &*many, 0);
+    }
+    let t = w.take_tally();
+    assert_eq!(pipe.upcalls.load(SeqCst), 20_000, "one upcall per flow");
+    assert!(t.emc_bypassed > 20_000, "the gate closed: {t:?}");
+    assert_eq!(
+        t.emc_hits + t.smc_hits + t.megaflow_hits + t.misses,
+        t.packets,
+        "every packet classified once: {t:?}"
+    );
+    assert_eq!(many.sent.load(SeqCst), 40_000, "every packet sent");
+    // Four flows: sampled probes hit (insertion went on), the gate reopens.
+    for _ in 0..4000 {
+        w.poll(2, &*few, 0);
+    }
+    let _ = w.take_tally();
+    for _ in 0..100 {
+        w.poll(2, &*few, 0);
+    }
+    let t = w.take_tally();
+    assert_eq!(
+        (t.emc_bypassed, t.emc_hits),
+        (0, 3200),
+        "the gate reopened: {t:?}"
+    );
+}
+
 #[test]
 fn smc_serves_when_the_emc_does_not_insert() {
     let port = LoopPort::new(vec![udp_frame(0x0a00_0001, 1)]);
