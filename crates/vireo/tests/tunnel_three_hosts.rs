@@ -24,9 +24,7 @@
 mod common;
 
 use common::host::{kernel_ok, must, ping_count, sh, Ns};
-use common::{Daemon, VIREOD};
-use std::path::Path;
-use std::process::{Command, Stdio};
+use common::Daemon;
 use std::time::{Duration, Instant};
 
 /// The Linux bridge joining the underlays; deleted on drop.
@@ -36,28 +34,6 @@ impl Drop for LinuxBridge {
     fn drop(&mut self) {
         let _ = sh(&["ip", "link", "del", &self.0]);
     }
-}
-
-/// vireod inside `ns` (`ip netns exec`, which execs it: killing the child kills vireod),
-/// with its run directory and store in `dir` and its log in `dir/vireod.log`.
-fn daemon_in(ns: &Ns, dir: &Path) -> Daemon {
-    let log = std::fs::File::create(dir.join("vireod.log")).expect("create the daemon's log");
-    let child = Command::new("ip")
-        .args(["netns", "exec", &ns.name, VIREOD, "--run-dir"])
-        .arg(dir)
-        .arg("--db")
-        .arg(dir.join("conf.db"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("spawn vireod in its namespace");
-    let d = Daemon {
-        child,
-        run_dir: dir.to_path_buf(),
-    };
-    d.wait_ready();
-    d
 }
 
 fn wait_for(d: &Daemon, cmd: &[&str], what: &[&str]) -> String {
@@ -130,7 +106,7 @@ impl Host {
             .prefix(&format!("thr-{side}-"))
             .tempdir()
             .unwrap();
-        let d = daemon_in(&h, dir.path());
+        let d = Daemon::start_in_netns(&h.name, dir.path());
         d.ok(&["add-br", "thrp"]);
         d.ok(&[
             "add-port",

@@ -72,6 +72,29 @@ impl Daemon {
         d
     }
 
+    /// vireod inside network namespace `ns` (`ip netns exec`, which execs it: killing the
+    /// child kills vireod), with its run directory and store in `dir` and its log in
+    /// `dir/vireod.log`: one "host" of a multi-host test.
+    pub fn start_in_netns(ns: &str, dir: &Path) -> Daemon {
+        let log = std::fs::File::create(dir.join("vireod.log")).expect("create the daemon's log");
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns, VIREOD, "--run-dir"])
+            .arg(dir)
+            .arg("--db")
+            .arg(dir.join("conf.db"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn vireod in its namespace");
+        let d = Daemon {
+            child,
+            run_dir: dir.to_path_buf(),
+        };
+        d.wait_ready();
+        d
+    }
+
     pub fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {

@@ -1,0 +1,305 @@
+//! Virtio endpoints across native VXLAN (issue 12, Done-when: "a VM behind one Vireo reaches
+//! a VM behind another Vireo and a Linux VXLAN endpoint"): two Vireo hosts (network
+//! namespaces, one vireod each) and a Linux VXLAN endpoint (a third namespace, `vx0`), their
+//! underlays veths into one Linux bridge (MTU 1600, so a 1500-byte guest frame fits after
+//! encapsulation). Behind host A a QEMU guest (software emulation, Linux virtio-net driver)
+//! on a vhost-user port; behind host B DPDK testpmd (`icmpecho`: answers ARP and ping) on a
+//! vhost-user port. The guest pings testpmd (A → B → A over native VXLAN), sends a TCP
+//! stream to a listener behind the kernel VXLAN device (A → U), and the namespace pings the
+//! guest; both hosts' megaflows carry `tnl_push` and `tnl_pop`.
+//!
+//! Names: namespaces `nvm-h-a-PID`, `nvm-h-b-PID`, `nvm-u-a-PID`, the Linux bridge
+//! `nvmbPID`; removed by Drop guards. Skipped (with a message) only when QEMU, testpmd, a
+//! kernel image or root is missing; fails under `VIREO_REQUIRE_PEERS=1` then.
+mod common;
+
+use common::host::{kernel_ok, must, sh, Ns};
+use common::peers::{build_initramfs, guest_kernel, missing, Guest, Testpmd, VirtioUser};
+use common::{wait_until, Daemon};
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const GUEST_MAC: &str = "52:54:00:24:30:01";
+const TP_MAC: &str = "02:00:00:24:30:02";
+const MTU: &str = "1600";
+
+struct LinuxBridge(String);
+
+impl Drop for LinuxBridge {
+    fn drop(&mut self) {
+        let _ = sh(&["ip", "link", "del", &self.0]);
+    }
+}
+
+/// A veth end in the root namespace joined to `bridge` at the underlay MTU.
+fn join(bridge: &str, ifname: &str) {
+    must(&["ip", "link", "set", ifname, "mtu", MTU]);
+    must(&["ip", "link", "set", ifname, "master", bridge]);
+    must(&["ip", "link", "set", ifname, "up"]);
+}
+
+/// One Vireo host: namespace, daemon, underlay bridge `nvmp` (address `10.243.0.N`) on the
+/// veth, overlay bridge `nvmi` (NORMAL) with a vhost-user port `vm`.
+struct Host {
+    d: Daemon,
+    _ns: Ns,
+    _dir: tempfile::TempDir,
+}
+
+impl Host {
+    fn new(side: char, n: u8, bridge: &str) -> Host {
+        let ns = Ns::create("nvm", 'h', side);
+        join(bridge, &ns.host_if);
+        ns.exec(&[
+            "ip", "link", "set", "dev", &ns.ns_if, "mtu", MTU, "arp", "off",
+        ]);
+        ns.exec(&[
+            "ethtool", "-K", &ns.ns_if, "tx", "off", "tso", "off", "gso", "off",
+        ]);
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("nvm-{side}-"))
+            .tempdir()
+            .unwrap();
+        let d = Daemon::start_in_netns(&ns.name, dir.path());
+        d.ok(&["add-br", "nvmp"]);
+        d.ok(&[
+            "add-port",
+            "nvmp",
+            "phy",
+            "type=af-packet",
+            &format!("ifname={}", ns.ns_if),
+            "offloads=false",
+        ]);
+        let ip = format!("10.243.0.{n}");
+        ns.exec(&["ip", "link", "set", "dev", "nvmp", "mtu", MTU]);
+        ns.exec(&["ip", "addr", "add", &format!("{ip}/24"), "dev", "nvmp"]);
+        d.ok(&["add-br", "nvmi", "internal=false"]);
+        d.ok(&["add-port", "nvmi", "vm", "type=vhost-user"]);
+        let connected = format!("10.243.0.0/24 dev nvmp src {ip} (connected)");
+        assert!(
+            wait_until(Duration::from_secs(5), || d
+                .ok(&["route/show"])
+                .contains(&connected)),
+            "host {side}: {}",
+            d.ok(&["route/show"])
+        );
+        Host {
+            d,
+            _ns: ns,
+            _dir: dir,
+        }
+    }
+
+    /// A fixed VXLAN port (VNI 100) from `10.243.0.{from}` to `10.243.0.{to}`, with the split
+    /// horizon rule (multicast from the tunnel goes to the VM only).
+    fn tunnel(&self, name: &str, from: u8, to: u8) {
+        self.d.ok(&[
+            "add-port",
+            "nvmi",
+            name,
+            "type=vxlan",
+            &format!("remote_ip=10.243.0.{to}"),
+            &format!("local_ip=10.243.0.{from}"),
+            "key=100",
+        ]);
+        self.d.ok(&[
+            "add-flow",
+            "nvmi",
+            &format!(
+                "priority=10,in_port={name},dl_dst=01:00:00:00:00:00/01:00:00:00:00:00,\
+                 actions=output:vm"
+            ),
+        ]);
+    }
+
+    fn vm_sock(&self) -> std::path::PathBuf {
+        self.d.run_dir.join("vm.sock")
+    }
+}
+
+/// Bytes of `seq 1 n`, one number a line (what the guest's `vireo.send` sends).
+fn seq_bytes(n: u64) -> u64 {
+    (1..=n).map(|i| i.to_string().len() as u64 + 1).sum()
+}
+
+#[test]
+fn a_qemu_guest_reaches_testpmd_behind_another_vireo_and_a_kernel_vxlan_endpoint() {
+    if !kernel_ok() || !testkit::require_peer("ethtool", "ethtool") {
+        return;
+    }
+    for tool in ["qemu-system-x86_64", "dpdk-testpmd"] {
+        if let Some(m) = missing(tool) {
+            eprintln!("{m}");
+            return;
+        }
+    }
+    let Some(kernel) = guest_kernel() else {
+        testkit::missing_peer(
+            "a /boot/vmlinuz-* kernel for the guest",
+            "linux-image-amd64",
+        );
+        return;
+    };
+    let pid = std::process::id();
+    let br = LinuxBridge(format!("nvmb{pid}"));
+    let _ = sh(&["ip", "link", "del", &br.0]);
+    must(&["ip", "link", "add", &br.0, "mtu", MTU, "type", "bridge"]);
+    must(&["ip", "link", "set", &br.0, "up"]);
+
+    let a = Host::new('a', 1, &br.0);
+    let b = Host::new('b', 2, &br.0);
+    a.tunnel("vxb", 1, 2);
+    a.tunnel("vxu", 1, 3);
+    b.tunnel("vxa", 2, 1);
+
+    // Host U: the Linux kernel's VXLAN device, VNI 100 to host A, and a TCP listener that
+    // prints how many bytes one connection brought.
+    let u = Ns::create("nvm", 'u', 'a');
+    join(&br.0, &u.host_if);
+    u.exec(&["ip", "link", "set", "dev", &u.ns_if, "mtu", MTU]);
+    u.exec(&["ip", "addr", "add", "10.243.0.3/24", "dev", &u.ns_if]);
+    u.exec(&[
+        "ip",
+        "link",
+        "add",
+        "vx0",
+        "type",
+        "vxlan",
+        "id",
+        "100",
+        "remote",
+        "10.243.0.1",
+        "local",
+        "10.243.0.3",
+        "dstport",
+        "4789",
+        "dev",
+        &u.ns_if,
+    ]);
+    u.exec(&["ip", "link", "set", "vx0", "mtu", "1500", "up"]);
+    u.exec(&["ip", "addr", "add", "192.168.243.3/24", "dev", "vx0"]);
+    let mut listener = Command::new("ip")
+        .args(["netns", "exec", &u.name, "python3", "-c"])
+        .arg(
+            "import socket\n\
+             s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+             s.bind(('192.168.243.3', 5001)); s.listen(1); s.settimeout(240)\n\
+             c, _ = s.accept(); n = 0\n\
+             while True:\n    b = c.recv(65536)\n    if not b: break\n    n += len(b)\n\
+             print(n, flush=True)\n",
+        )
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the listener");
+
+    // Behind host B: testpmd answering ARP and ping.
+    let mut tp = Testpmd::start(
+        &format!("vireo-it-nvm-{pid}"),
+        &[VirtioUser {
+            path: b.vm_sock(),
+            mac: TP_MAC.into(),
+            extra: String::new(),
+        }],
+        &["--forward-mode=icmpecho"],
+    );
+    tp.cmd("show config fwd");
+    assert!(
+        tp.out
+            .wait_for("packet forwarding - ports=", Duration::from_secs(60)),
+        "testpmd did not start:\n{}",
+        tp.out.text()
+    );
+    tp.cmd("start");
+
+    // Behind host A: the guest.
+    let dir = tempfile::tempdir().unwrap();
+    let initrd = build_initramfs(dir.path());
+    let n = 20_000;
+    let guest = Guest::boot(
+        &kernel,
+        &initrd,
+        &a.vm_sock(),
+        false,
+        GUEST_MAC,
+        &format!(
+            "vireo.ip=192.168.243.1/24 vireo.ping=192.168.243.2 vireo.count=3 \
+             vireo.send=192.168.243.3:5001:{n} vireo.wait=60"
+        ),
+    );
+    let t0 = Instant::now();
+    let done = wait_until(Duration::from_secs(240), || {
+        let o = guest.out.text();
+        o.contains("VIREO-SEND-OK")
+            || o.contains("VIREO-SEND-FAIL")
+            || o.contains("Kernel panic")
+            || o.contains("VIREO-GUEST-DONE")
+    });
+    let console = guest.out.text();
+    eprintln!("guest finished its jobs in {:.0?}", t0.elapsed());
+    let diag = || {
+        format!(
+            "{console}\nhost A:\n{}\n{}\nhost B:\n{}\n{}",
+            a.d.ok(&["tnl/neigh/show"]),
+            a.d.ok(&["dump-megaflows"]),
+            b.d.ok(&["tnl/neigh/show"]),
+            b.d.ok(&["dump-megaflows"])
+        )
+    };
+    assert!(done, "guest did not finish in time:\n{}", diag());
+    assert!(
+        console.contains("VIREO-PING-OK"),
+        "the guest could not ping testpmd behind host B:\n{}",
+        diag()
+    );
+    assert!(
+        console.contains("VIREO-SEND-OK 192.168.243.3"),
+        "the guest could not send TCP to the kernel VXLAN endpoint:\n{}",
+        diag()
+    );
+    let mut got = String::new();
+    listener
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut got)
+        .unwrap();
+    let _ = listener.wait();
+    assert_eq!(
+        got.trim().parse::<u64>().ok(),
+        Some(seq_bytes(n)),
+        "bytes the kernel endpoint received"
+    );
+    // The other way: the namespace pings the guest while it waits.
+    let out = u.try_exec(&["ping", "-c", "3", "-i", "0.3", "-W", "3", "192.168.243.1"]);
+    assert!(
+        out.status.success(),
+        "the kernel endpoint could not ping the guest: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        diag()
+    );
+
+    // The native path carried it: encapsulation to both peers and decapsulation on A, both
+    // on B; testpmd answered.
+    let fa = a.d.ok(&["dump-megaflows"]);
+    for dst in ["10.243.0.2", "10.243.0.3"] {
+        let push = format!("tnl_push(header(src=10.243.0.1,dst={dst},dst_port=4789,vni=100)");
+        assert!(fa.contains(&push), "host A: no {push}: {fa}");
+    }
+    assert!(fa.contains("tnl_pop("), "host A: {fa}");
+    let fb = b.d.ok(&["dump-megaflows"]);
+    assert!(
+        fb.contains("tnl_push(header(src=10.243.0.2,dst=10.243.0.1,") && fb.contains("tnl_pop("),
+        "host B: {fb}"
+    );
+    let tps = tp.port_stats();
+    assert!(
+        tps[0].0 >= 3 && tps[0].1 >= 3,
+        "testpmd answered nothing: {tps:?}"
+    );
+    drop(guest);
+    tp.quit();
+    drop(b);
+    drop(a);
+    let _ = &br;
+}
