@@ -66,13 +66,7 @@ fn costly_chains_cost_only_the_attackers_port_under_live_traffic() {
         ],
         &["--forward-mode=io"],
     );
-    tp.cmd("show config fwd");
-    assert!(
-        tp.out
-            .wait_for("packet forwarding - ports=", Duration::from_secs(60)),
-        "testpmd did not start:\n{}",
-        tp.out.text()
-    );
+    tp.wait_ready();
     tp.cmd("start tx_first 4");
     assert!(
         wait_until(Duration::from_secs(30), || n(

@@ -104,13 +104,7 @@ fn stalled_peers_never_block_the_control_plane() {
             "--eth-peer=1,00:00:00:00:00:01",
         ],
     );
-    tp.cmd("show config fwd");
-    assert!(
-        tp.out
-            .wait_for("packet forwarding - ports=", Duration::from_secs(60)),
-        "testpmd did not start:\n{}",
-        tp.out.text()
-    );
+    tp.wait_ready();
     assert!(wait_until(Duration::from_secs(30), || {
         port_status(&d, "vm1")["state"] == "connected"
             && port_status(&d, "vm2")["state"] == "connected"

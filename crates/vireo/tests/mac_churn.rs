@@ -225,13 +225,7 @@ fn a_guest_churning_source_macs_does_not_flush_other_guests_megaflows() {
             "--eth-peer=1,00:00:00:00:00:01",
         ],
     );
-    tp.cmd("show config fwd");
-    assert!(
-        tp.out
-            .wait_for("packet forwarding - ports=", Duration::from_secs(60)),
-        "testpmd did not start:\n{}",
-        tp.out.text()
-    );
+    tp.wait_ready();
     let churner = Churner::start(run.join("atk.sock"));
     // 32 bursts of 32 frames, each from its own IPv4 source, circulate between the ports.
     tp.cmd("start tx_first 32");

@@ -267,13 +267,7 @@ fn truncated_guest_memory_costs_only_that_port_under_live_traffic() {
             "--eth-peer=1,00:00:00:00:00:01",
         ],
     );
-    tp.cmd("show config fwd");
-    assert!(
-        tp.out
-            .wait_for("packet forwarding - ports=", Duration::from_secs(60)),
-        "testpmd did not start:\n{}",
-        tp.out.text()
-    );
+    tp.wait_ready();
     assert!(
         wait_until(Duration::from_secs(30), || ["vm1", "vm2"]
             .iter()

@@ -161,13 +161,7 @@ fn a_pktps_meter_holds_testpmd_traffic_to_its_rate() {
         &[vu("m0", MAC0), vu("m1", MAC1)],
         &["--forward-mode=flowgen", "--flowgen-flows=1", "--txpkts=64"],
     );
-    tp.cmd("show config fwd");
-    assert!(
-        tp.out
-            .wait_for("packet forwarding - ports=", Duration::from_secs(60)),
-        "testpmd did not start:\n{}",
-        tp.out.text()
-    );
+    tp.wait_ready();
     tp.cmd("start");
     assert!(
         wait_until(Duration::from_secs(30), || port_counter(
@@ -372,13 +366,7 @@ fn meter_cost_on_the_fast_path() {
             "--rxd=1024",
         ],
     );
-    tp.cmd("show config fwd");
-    assert!(
-        tp.out
-            .wait_for("packet forwarding - ports=", Duration::from_secs(60)),
-        "testpmd did not start:\n{}",
-        tp.out.text()
-    );
+    tp.wait_ready();
     let flows = |meter: bool| {
         let m = if meter { "meter:1," } else { "" };
         d.ok(&["del-flows", "br0"]);

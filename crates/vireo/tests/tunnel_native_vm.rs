@@ -14,7 +14,7 @@
 mod common;
 
 use common::host::{kernel_ok, must, sh, Ns};
-use common::peers::{build_initramfs, guest_kernel, missing, Guest, Testpmd, VirtioUser};
+use common::peers::{build_initramfs, guest_peers, Guest, Testpmd, VirtioUser};
 use common::{wait_until, Daemon};
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -128,17 +128,7 @@ fn a_qemu_guest_reaches_testpmd_behind_another_vireo_and_a_kernel_vxlan_endpoint
     if !kernel_ok() || !testkit::require_peer("ethtool", "ethtool") {
         return;
     }
-    for tool in ["qemu-system-x86_64", "dpdk-testpmd"] {
-        if let Some(m) = missing(tool) {
-            eprintln!("{m}");
-            return;
-        }
-    }
-    let Some(kernel) = guest_kernel() else {
-        testkit::missing_peer(
-            "a /boot/vmlinuz-* kernel for the guest",
-            "linux-image-amd64",
-        );
+    let Some(kernel) = guest_peers(&["dpdk-testpmd"]) else {
         return;
     };
     let pid = std::process::id();
@@ -203,13 +193,7 @@ fn a_qemu_guest_reaches_testpmd_behind_another_vireo_and_a_kernel_vxlan_endpoint
         }],
         &["--forward-mode=icmpecho"],
     );
-    tp.cmd("show config fwd");
-    assert!(
-        tp.out
-            .wait_for("packet forwarding - ports=", Duration::from_secs(60)),
-        "testpmd did not start:\n{}",
-        tp.out.text()
-    );
+    tp.wait_ready();
     tp.cmd("start");
 
     // Behind host A: the guest.

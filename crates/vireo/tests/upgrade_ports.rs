@@ -6,7 +6,7 @@
 mod common;
 mod upgrade_harness;
 
-use common::peers::{missing, Testpmd, VirtioUser};
+use common::peers::{Testpmd, VirtioUser};
 use common::wait_until;
 use std::time::Duration;
 use upgrade_harness::*;
@@ -17,19 +17,9 @@ use upgrade_harness::*;
 /// socket and Vireo would count a second connection).
 #[test]
 fn qemu_guest_pings_through_upgrades() {
-    use common::peers::{build_initramfs, guest_kernel, Guest};
+    use common::peers::{build_initramfs, guest_peers, Guest};
     let _g = serial();
-    for tool in ["qemu-system-x86_64", "dpdk-testpmd"] {
-        if let Some(m) = missing(tool) {
-            eprintln!("{m}");
-            return;
-        }
-    }
-    let Some(kernel) = guest_kernel() else {
-        testkit::missing_peer(
-            "a /boot/vmlinuz-* kernel for the guest",
-            "linux-image-amd64",
-        );
+    let Some(kernel) = guest_peers(&["dpdk-testpmd"]) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -47,13 +37,7 @@ fn qemu_guest_pings_through_upgrades() {
         }],
         &["--forward-mode=icmpecho"],
     );
-    tp.cmd("show config fwd");
-    assert!(
-        tp.out
-            .wait_for("packet forwarding - ports=", Duration::from_secs(60)),
-        "testpmd did not start:\n{}",
-        tp.out.text()
-    );
+    tp.wait_ready();
     tp.cmd("start");
     assert!(wait_until(Duration::from_secs(30), || d.port("tp")["link"] == "up"));
     let count = 20;

@@ -90,13 +90,7 @@ fn testpmd(
 ) -> Testpmd {
     let mut tp = Testpmd::start(&prefix(name), ports, args);
     // The first command is answered once initialization is over.
-    tp.cmd("show config fwd");
-    assert!(
-        tp.out
-            .wait_for("packet forwarding - ports=", Duration::from_secs(60)),
-        "testpmd did not start:\n{}",
-        tp.out.text()
-    );
+    tp.wait_ready();
     assert!(
         wait_until(Duration::from_secs(30), || links_up(d, vports)),
         "links never came up: {}\n{}",

@@ -5,7 +5,7 @@
 //! Skipped (with a message) only when QEMU, testpmd, a kernel image or root is missing.
 mod common;
 
-use common::peers::{build_initramfs, guest_kernel, missing, Guest, Testpmd, VirtioUser};
+use common::peers::{build_initramfs, guest_peers, Guest, Testpmd, VirtioUser};
 use common::wait_until;
 use common::Daemon;
 use std::sync::Mutex;
@@ -31,17 +31,7 @@ fn link(d: &Daemon, port: &str) -> String {
 #[test]
 fn qemu_guest_pings_testpmd_through_normal() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    for tool in ["qemu-system-x86_64", "dpdk-testpmd"] {
-        if let Some(m) = missing(tool) {
-            eprintln!("{m}");
-            return;
-        }
-    }
-    let Some(kernel) = guest_kernel() else {
-        testkit::missing_peer(
-            "a /boot/vmlinuz-* kernel for the guest",
-            "linux-image-amd64",
-        );
+    let Some(kernel) = guest_peers(&["dpdk-testpmd"]) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -62,13 +52,7 @@ fn qemu_guest_pings_testpmd_through_normal() {
         }],
         &["--forward-mode=icmpecho"],
     );
-    tp.cmd("show config fwd");
-    assert!(
-        tp.out
-            .wait_for("packet forwarding - ports=", Duration::from_secs(60)),
-        "testpmd did not start:\n{}",
-        tp.out.text()
-    );
+    tp.wait_ready();
     tp.cmd("start");
     assert!(
         wait_until(Duration::from_secs(30), || link(&d, "tp") == "up"),
@@ -143,15 +127,7 @@ fn qemu_guest_and_a_namespace_ping_each_other_through_a_kernel_port() {
     if !kernel_ok() {
         return;
     }
-    if let Some(m) = missing("qemu-system-x86_64") {
-        eprintln!("{m}");
-        return;
-    }
-    let Some(kernel) = guest_kernel() else {
-        testkit::missing_peer(
-            "a /boot/vmlinuz-* kernel for the guest",
-            "linux-image-amd64",
-        );
+    let Some(kernel) = guest_peers(&[]) else {
         return;
     };
     let ns = Ns::create("vmk", 'g', 'a');

@@ -13,7 +13,7 @@
 mod common;
 
 use common::host::{kernel_ok, must, sh, Bg, Ns};
-use common::peers::{build_initramfs, guest_kernel, missing, Guest};
+use common::peers::{build_initramfs, guest_peers, Guest};
 use common::Daemon;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -58,22 +58,11 @@ fn expected(n: u64) -> (u64, String) {
 }
 
 fn peers_ok() -> Option<std::path::PathBuf> {
-    if let Some(m) = missing("qemu-system-x86_64") {
-        eprintln!("{m}");
-        return None;
-    }
     if !testkit::require_peer("tcpdump", "tcpdump") || !testkit::require_peer("busybox", "busybox")
     {
         return None;
     }
-    let k = guest_kernel();
-    if k.is_none() {
-        testkit::missing_peer(
-            "a /boot/vmlinuz-* kernel for the guest",
-            "linux-image-amd64",
-        );
-    }
-    k
+    guest_peers(&[])
 }
 
 fn port_stats(d: &Daemon, port: &str) -> serde_json::Value {

@@ -124,6 +124,18 @@ impl Testpmd {
         }
     }
 
+    /// Waits (up to 60 s) until testpmd has set up its ports and answers commands; panics
+    /// with its output if it does not.
+    pub fn wait_ready(&mut self) {
+        self.cmd("show config fwd");
+        assert!(
+            self.out
+                .wait_for("packet forwarding - ports=", Duration::from_secs(60)),
+            "testpmd did not start:\n{}",
+            self.out.text()
+        );
+    }
+
     /// Sends one interactive command.
     pub fn cmd(&mut self, line: &str) {
         let _ = writeln!(self.stdin, "{line}");
@@ -221,6 +233,25 @@ pub fn parse_port_stats(text: &str) -> Vec<(u64, u64)> {
         }
     }
     out
+}
+
+/// The guest kernel, if QEMU, every tool in `tools` and a kernel image are there; otherwise
+/// says what is missing (a failure under `VIREO_REQUIRE_PEERS=1`) and gives `None`.
+pub fn guest_peers(tools: &[&str]) -> Option<PathBuf> {
+    for tool in std::iter::once(&"qemu-system-x86_64").chain(tools) {
+        if let Some(m) = missing(tool) {
+            eprintln!("{m}");
+            return None;
+        }
+    }
+    let kernel = guest_kernel();
+    if kernel.is_none() {
+        testkit::missing_peer(
+            "a /boot/vmlinuz-* kernel for the guest",
+            "linux-image-amd64",
+        );
+    }
+    kernel
 }
 
 /// Builds the test guest's initramfs (scripts/vm/mkinitramfs.sh) into `dir`.
