@@ -119,28 +119,57 @@ fn no_offloads(ns: &Ns, dev: &str) {
     ]);
 }
 
-#[test]
-fn native_vxlan_over_ipv6_interop_with_the_kernel() {
+/// One kernel VXLAN peer over IPv6 and one VM behind vireod (see the module comment).
+struct Rig {
+    // Field order is drop order: the daemon goes before the namespaces and bridges.
+    d: Daemon,
+    hu: Ns,
+    vm: Ns,
+    brp: String,
+    bri: String,
+    _links: (Link, Link),
+    _dir: tempfile::TempDir,
+}
+
+/// Builds the rig for test `t` on underlay `net`::/64 (vireod `net`::1, host U `net`::2) and
+/// overlay 192.168.`o`.0/24; the `vx` port gets `vx_opts`.
+fn rig(t: char, net: &str, o: u8, vx_opts: &[&str]) -> Option<Rig> {
     if !kernel_ok()
         || !testkit::require_peer("iperf3", "iperf3")
         || !testkit::require_peer("ethtool", "ethtool")
     {
-        return;
+        return None;
     }
     let pid = std::process::id();
-    let (brp, bri) = (format!("v6nbp{pid}"), format!("v6nbi{pid}"));
-    let _links = (Link(brp.clone()), Link(bri.clone()));
+    let (brp, bri) = (format!("v6nb{t}p{pid}"), format!("v6nb{t}i{pid}"));
+    let links = (Link(brp.clone()), Link(bri.clone()));
     let dir = tempfile::Builder::new().prefix("v6n-n-").tempdir().unwrap();
-    // Host U: underlay fd52::2, kernel VXLAN VNI 42 to vireod's fd52::1.
-    let hu = Ns::create("v6n", 'n', 'u');
-    hu.exec(&["ip", "addr", "add", "fd52::2/64", "dev", &hu.ns_if, "nodad"]);
+    let (ours, theirs) = (format!("{net}::1"), format!("{net}::2"));
+    // Host U: underlay NET::2, kernel VXLAN VNI 42 to vireod's NET::1.
+    let hu = Ns::create("v6n", t, 'u');
+    hu.exec(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{theirs}/64"),
+        "dev",
+        &hu.ns_if,
+        "nodad",
+    ]);
     no_offloads(&hu, &hu.ns_if);
     hu.exec(&[
-        "ip", "link", "add", "vx0", "type", "vxlan", "id", "42", "remote", "fd52::1", "local",
-        "fd52::2", "dstport", "4789", "dev", &hu.ns_if,
+        "ip", "link", "add", "vx0", "type", "vxlan", "id", "42", "remote", &ours, "local", &theirs,
+        "dstport", "4789", "dev", &hu.ns_if,
     ]);
     no_offloads(&hu, "vx0");
-    hu.exec(&["ip", "addr", "add", "192.168.52.2/24", "dev", "vx0"]);
+    hu.exec(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("192.168.{o}.2/24"),
+        "dev",
+        "vx0",
+    ]);
     hu.exec(&["ip", "link", "set", "vx0", "up"]);
     let vx_mtu: u32 = hu
         .exec(&["cat", "/sys/class/net/vx0/mtu"])
@@ -152,16 +181,24 @@ fn native_vxlan_over_ipv6_interop_with_the_kernel() {
         "the kernel's VXLAN over IPv6 leaves 1430 of 1500"
     );
     // The root namespace's ends of the veths are Vireo's ports, not host interfaces.
-    // With IPv6 off there, only the internal port answers ND for fd52::1.
-    must(&["ip", "link", "set", "dev", &hu.host_if, "arp", "off"]);
+    // With IPv6 off there, only the internal port answers ND for NET::1.
+    let h = &hu.host_if;
+    must(&["ip", "link", "set", "dev", h, "arp", "off"]);
     must(&[
         "sysctl",
         "-qw",
-        &format!("net.ipv6.conf.{}.disable_ipv6=1", hu.host_if),
+        &format!("net.ipv6.conf.{h}.disable_ipv6=1"),
     ]);
-    // VM V: overlay 192.168.52.1, MTU 1430 as the kernel's VXLAN device.
-    let vm = Ns::create("v6n", 'n', 'v');
-    vm.exec(&["ip", "addr", "add", "192.168.52.1/24", "dev", &vm.ns_if]);
+    // VM V: overlay 192.168.O.1, MTU 1430 as the kernel's VXLAN device.
+    let vm = Ns::create("v6n", t, 'v');
+    vm.exec(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("192.168.{o}.1/24"),
+        "dev",
+        &vm.ns_if,
+    ]);
     vm.exec(&["ip", "link", "set", &vm.ns_if, "mtu", "1430"]);
     no_offloads(&vm, &vm.ns_if);
     must(&["ip", "link", "set", "dev", &vm.host_if, "arp", "off"]);
@@ -182,17 +219,19 @@ fn native_vxlan_over_ipv6_interop_with_the_kernel() {
         "offloads=false",
     ]);
     must(&["ip", "link", "set", &brp, "up"]);
-    must(&["ip", "addr", "add", "fd52::1/64", "dev", &brp, "nodad"]);
-    d.ok(&["add-br", &bri, "internal=false"]);
-    d.ok(&[
-        "add-port",
-        &bri,
-        "vx",
-        "type=vxlan",
-        "remote_ip=fd52::2",
-        "local_ip=fd52::1",
-        "key=42",
+    must(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{ours}/64"),
+        "dev",
+        &brp,
+        "nodad",
     ]);
+    d.ok(&["add-br", &bri, "internal=false"]);
+    let mut a = vec!["add-port", bri.as_str(), "vx", "type=vxlan"];
+    a.extend_from_slice(vx_opts);
+    d.ok(&a);
     d.ok(&[
         "add-port",
         &bri,
@@ -201,9 +240,31 @@ fn native_vxlan_over_ipv6_interop_with_the_kernel() {
         &format!("ifname={}", vm.host_if),
         "offloads=false",
     ]);
-    let connected = format!("fd52::/64 dev {brp} src fd52::1 (connected)");
+    let connected = format!("{net}::/64 dev {brp} src {ours} (connected)");
     assert!(wait_for(&d, &["route/show"], &connected, true).contains(&connected));
-    let socket_at_start = socket_packets(&d);
+    Some(Rig {
+        d,
+        hu,
+        vm,
+        brp,
+        bri,
+        _links: links,
+        _dir: dir,
+    })
+}
+
+#[test]
+fn native_vxlan_over_ipv6_interop_with_the_kernel() {
+    let Some(r) = rig(
+        'n',
+        "fd52",
+        52,
+        &["remote_ip=fd52::2", "local_ip=fd52::1", "key=42"],
+    ) else {
+        return;
+    };
+    let (d, hu, vm, brp) = (&r.d, &r.hu, &r.vm, r.brp.as_str());
+    let socket_at_start = socket_packets(d);
 
     assert!(
         vm.ping_until("192.168.52.2", &[], 20),
@@ -219,9 +280,17 @@ fn native_vxlan_over_ipv6_interop_with_the_kernel() {
         })
         .count();
     assert!(ok >= 4, "only {ok}/5 pings after the first");
+    // The host kernel answered host U's Neighbor Solicitation for fd52::1 on the internal
+    // port (Vireo does not answer ND itself): host U has the internal port's MAC.
+    let brp_mac = std::fs::read_to_string(format!("/sys/class/net/{brp}/address")).unwrap();
+    let their_neigh = hu.exec(&["ip", "-6", "neigh", "show", "fd52::1"]);
+    assert!(
+        their_neigh.contains(brp_mac.trim()),
+        "host U's neighbour entry for fd52::1: {their_neigh} (internal port {brp_mac})"
+    );
     // Host U's underlay MAC, learned from Neighbor Discovery (its NA to our NS, or its own
     // NS for fd52::1 answered by the host kernel on the internal port).
-    let line = format!("fd52::2 {} dev {brp}", mac_of(&hu));
+    let line = format!("fd52::2 {} dev {brp}", mac_of(hu));
     let neigh = d.ok(&["tnl/neigh/show"]);
     assert!(neigh.contains(&line), "tnl/neigh/show: {neigh}");
     let j = d.json(&["tnl/neigh/show"]);
@@ -241,13 +310,13 @@ fn native_vxlan_over_ipv6_interop_with_the_kernel() {
             .unwrap()
     };
     let end = Instant::now() + Duration::from_secs(5);
-    while seen(&d) == 0 && Instant::now() < end {
+    while seen(d) == 0 && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(seen(&d) > 0, "{}", d.ok(&["tnl/neigh/show"]));
+    assert!(seen(d) > 0, "{}", d.ok(&["tnl/neigh/show"]));
 
     // TCP across: more than 1 MB in 2 s.
-    let (bytes, report) = vm.iperf_tcp(&hu, "192.168.52.2", false);
+    let (bytes, report) = vm.iperf_tcp(hu, "192.168.52.2", false);
     eprintln!("native vxlan/IPv6 iperf3 TCP VM V -> host U: {bytes} bytes in 2 s");
     assert!(bytes > 1_000_000, "iperf3 moved {bytes} bytes: {report}");
 
@@ -260,7 +329,7 @@ fn native_vxlan_over_ipv6_interop_with_the_kernel() {
     );
     assert!(flows.contains("tnl_pop("), "{flows}");
     assert_eq!(
-        socket_packets(&d),
+        socket_packets(d),
         socket_at_start,
         "the tunnel port's socket carried traffic (tx, rx)"
     );
@@ -278,19 +347,19 @@ fn native_vxlan_over_ipv6_interop_with_the_kernel() {
     // A /128 through a gateway nobody answers for: misses and Neighbor Solicitations are
     // counted and the traffic stops; removing it brings the direct route, and traffic, back.
     let counters = |d: &Daemon| d.json(&["tnl/neigh/show"])["counters"].clone();
-    let before = counters(&d);
-    d.ok(&["route/add", "fd52::2/128", &brp, "fd52::99"]);
+    let before = counters(d);
+    d.ok(&["route/add", "fd52::2/128", brp, "fd52::99"]);
     let end = Instant::now() + Duration::from_secs(5);
     let missed = |d: &Daemon| {
         let c = counters(d);
         c["miss_drops"].as_u64() > before["miss_drops"].as_u64()
             && c["ns_requests"].as_u64() > before["ns_requests"].as_u64()
     };
-    while !missed(&d) && Instant::now() < end {
+    while !missed(d) && Instant::now() < end {
         let _ = vm.try_exec(&["ping", "-c", "1", "-W", "1", "192.168.52.2"]);
     }
     assert!(
-        missed(&d),
+        missed(d),
         "megaflows kept the old route: {}\n{}",
         d.ok(&["tnl/neigh/show"]),
         d.ok(&["dump-megaflows"])
@@ -322,7 +391,7 @@ fn native_vxlan_over_ipv6_interop_with_the_kernel() {
             .as_u64()
             .unwrap()
     };
-    let before = mtu_drops(&d);
+    let before = mtu_drops(d);
     vm.exec(&["ip", "link", "set", &vm.ns_if, "mtu", "1500"]);
     let big = vm.try_exec(&[
         "ping",
@@ -341,7 +410,7 @@ fn native_vxlan_over_ipv6_interop_with_the_kernel() {
         "an oversize frame crossed the tunnel"
     );
     assert!(
-        mtu_drops(&d) >= before + 3,
+        mtu_drops(d) >= before + 3,
         "oversize frames not counted: {}",
         d.ok(&["tnl/neigh/show"])
     );
@@ -349,5 +418,74 @@ fn native_vxlan_over_ipv6_interop_with_the_kernel() {
     assert!(
         vm.ping_until("192.168.52.2", &["-M", "do", "-s", "1402"], 5),
         "a frame that fits did not cross"
+    );
+}
+
+/// Flow-based over IPv6 (`remote_ip=flow,key=flow,local_ip=fd53::1`): rules written with
+/// ovs-ofctl set `tun_ipv6_dst` and match `tun_ipv6_src`; the native path carries it (the
+/// socket nothing); the megaflows match the outer IPv6 source; a rule for another source
+/// stops the traffic.
+#[test]
+fn flow_based_native_vxlan_over_ipv6_with_tun_ipv6_fields() {
+    if !testkit::have_ofctl() {
+        return;
+    }
+    let Some(r) = rig(
+        'f',
+        "fd53",
+        53,
+        &["remote_ip=flow", "key=flow", "local_ip=fd53::1"],
+    ) else {
+        return;
+    };
+    let (d, vm) = (&r.d, &r.vm);
+    let socket_at_start = socket_packets(d);
+    // OpenFlow ports in add-port order: vx 1, vm 2.
+    let sock = d.run_dir.join(format!("{}.mgmt", r.bri));
+    testkit::ofctl_must(&sock, "del-flows", &[]);
+    for f in [
+        "in_port=2,actions=set_field:42->tun_id,set_field:fd53::2->tun_ipv6_dst,output:1",
+        "in_port=1,tun_id=42,tun_ipv6_src=fd53::2,actions=output:2",
+    ] {
+        testkit::ofctl_must(&sock, "add-flow", &[f]);
+    }
+    let dump = testkit::ofctl_must(&sock, "dump-flows", &[]);
+    assert!(
+        dump.contains("tun_id=0x2a,tun_ipv6_src=fd53::2,in_port=1 actions=output:2"),
+        "{dump}"
+    );
+    assert!(
+        vm.ping_until("192.168.53.2", &[], 20),
+        "no ping through the flow-based IPv6 tunnel: {}\n{}",
+        d.ok(&["tnl/neigh/show"]),
+        d.ok(&["dump-megaflows"])
+    );
+    let flows = d.ok(&["dump-megaflows"]);
+    assert!(
+        flows.contains("tnl_push(header(src=fd53::1,dst=fd53::2,dst_port=4789,vni=42)"),
+        "{flows}"
+    );
+    assert!(flows.contains("tun_ipv6_src=fd53::2"), "{flows}");
+    assert_eq!(
+        socket_packets(d),
+        socket_at_start,
+        "the socket carried traffic"
+    );
+    // Only datagrams from fd53::2 reach the VM: a rule for another source stops them.
+    testkit::ofctl_must(
+        &sock,
+        "mod-flows",
+        &["in_port=1,tun_id=42,tun_ipv6_src=fd53::2,actions=drop"],
+    );
+    testkit::ofctl_must(
+        &sock,
+        "add-flow",
+        &["in_port=1,tun_id=42,tun_ipv6_src=fd53::9,actions=output:2"],
+    );
+    let p = vm.try_exec(&["ping", "-c", "2", "-W", "1", "192.168.53.2"]);
+    assert!(
+        !p.status.success(),
+        "replies from fd53::2 matched a rule for fd53::9: {}",
+        d.ok(&["dump-megaflows"])
     );
 }
