@@ -20,6 +20,7 @@
 pub mod header;
 pub mod nd;
 pub mod neigh;
+pub mod netlink;
 pub mod pop;
 pub mod route;
 

@@ -3,8 +3,12 @@
 //! address of a Vireo internal port (set by the daemon from the kernel's addresses of that
 //! port; IPv6 link-local addresses, fe80::/10, make no route).
 //!
+//! Kernel routes ([`RouteTable::set_kernel`]): the host's main-table routes whose output
+//! device is a Vireo internal port, read by the daemon over rtnetlink (`crate::netlink`) every
+//! housekeeping round, replaced as a whole.
+//!
 //! A lookup only considers routes of the destination's family. At equal prefix length an
-//! operator route wins over a connected one. A route's source address is its device's first
+//! operator route wins over a kernel one, and a kernel one over a connected one. A route's source address is its device's first
 //! connected address of the same family (none if the device has no such address, in which
 //! case a tunnel cannot use it natively). A gateway must be of the prefix's family. Not persisted: like OVS's `ovs/route/add`,
 //! operator routes live until the daemon stops.
@@ -20,7 +24,13 @@ pub enum Origin {
     User,
     /// An address of an internal port.
     Connected,
+    /// The host's routing table (through an internal port).
+    Kernel,
 }
+
+/// A kernel route as [`RouteTable::set_kernel`] takes it: prefix, length, device (a Vireo
+/// port name), gateway.
+pub type KernelEntry = (IpAddr, u8, String, Option<IpAddr>);
 
 /// One route.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,6 +61,7 @@ impl fmt::Display for Route {
         let o = match self.origin {
             Origin::User => "user",
             Origin::Connected => "connected",
+            Origin::Kernel => "kernel",
         };
         write!(f, " ({o})")
     }
@@ -215,6 +226,42 @@ impl RouteTable {
         true
     }
 
+    /// Makes `routes` (prefix, length, device, gateway) the kernel routes, replacing what was
+    /// there; routes of a bad length or host bits set are left out. Returns whether anything
+    /// changed (unchanged input moves nothing).
+    pub fn set_kernel(&mut self, routes: &[KernelEntry]) -> bool {
+        let mut want: Vec<Route> = routes
+            .iter()
+            .filter(|(p, l, _, gw)| {
+                let (b, w) = bits(*p);
+                u32::from(*l) <= w
+                    && b & !mask(*l, w) == 0
+                    && gw.is_none_or(|g| g.is_ipv4() == p.is_ipv4())
+            })
+            .map(|(p, l, dev, gw)| Route {
+                prefix: *p,
+                len: *l,
+                dev: dev.clone(),
+                gw: *gw,
+                src: None,
+                origin: Origin::Kernel,
+            })
+            .collect();
+        want.dedup();
+        let have: Vec<&Route> = self
+            .routes
+            .iter()
+            .filter(|r| r.origin == Origin::Kernel)
+            .collect();
+        if have.len() == want.len() && want.iter().all(|w| have.contains(&w)) {
+            return false;
+        }
+        self.routes.retain(|r| r.origin != Origin::Kernel);
+        self.routes.extend(want);
+        self.generation += 1;
+        true
+    }
+
     /// The addresses Vireo's internal ports hold (the connected routes' sources).
     pub fn local_addrs(&self) -> impl Iterator<Item = (&str, IpAddr)> {
         self.routes
@@ -230,7 +277,14 @@ impl RouteTable {
             .routes
             .iter()
             .filter(|r| covers(r.prefix, r.len, dst))
-            .max_by_key(|r| (r.len, r.origin == Origin::User))?;
+            .max_by_key(|r| {
+                let rank = match r.origin {
+                    Origin::User => 2,
+                    Origin::Kernel => 1,
+                    Origin::Connected => 0,
+                };
+                (r.len, rank)
+            })?;
         let mut r = best.clone();
         if r.src.is_none() {
             r.src = self
@@ -410,5 +464,46 @@ mod tests {
         assert_eq!(shown.last().unwrap(), "::/0 dev brq via fd00:1::fe (user)");
         t.del("fd00:2::/48").unwrap();
         assert_eq!(t.lookup(ip("fd00:2::9")).unwrap().dev, "brq");
+    }
+
+    #[test]
+    fn kernel_routes_rank_between_user_and_connected_and_are_replaced_whole() {
+        let mut t = RouteTable::default();
+        t.set_connected("brp", &[(ip("10.0.0.1"), 24), (ip("fd00::1"), 64)]);
+        let k = |p: &str, l: u8, gw: Option<&str>| (ip(p), l, "brp".to_string(), gw.map(ip));
+        assert!(t.set_kernel(&[
+            k("10.9.0.0", 16, Some("10.0.0.254")),
+            k("fd09::", 48, Some("fd00::fe")),
+            k("10.0.0.0", 24, None),
+            // Refused: host bits, a gateway of the other family.
+            k("10.8.0.1", 16, None),
+            k("10.7.0.0", 16, Some("fd00::fe")),
+        ]));
+        let g = t.generation();
+        assert!(!t.set_kernel(&[
+            k("fd09::", 48, Some("fd00::fe")),
+            k("10.9.0.0", 16, Some("10.0.0.254")),
+            k("10.0.0.0", 24, None),
+            k("10.8.0.1", 16, None),
+        ]));
+        assert_eq!(t.generation(), g);
+        let r = t.lookup(ip("10.9.1.1")).unwrap();
+        assert_eq!(
+            (r.origin, r.gw, r.src),
+            (Origin::Kernel, Some(ip("10.0.0.254")), Some(ip("10.0.0.1")))
+        );
+        assert_eq!(t.lookup(ip("fd09::5")).unwrap().origin, Origin::Kernel);
+        // Kernel beats connected at equal length; user beats kernel.
+        assert_eq!(t.lookup(ip("10.0.0.5")).unwrap().origin, Origin::Kernel);
+        t.add("10.9.0.0/16", "brq", None).unwrap();
+        assert_eq!(t.lookup(ip("10.9.1.1")).unwrap().dev, "brq");
+        assert_eq!(t.lookup(ip("10.8.0.1")), None);
+        assert!(t
+            .show()
+            .iter()
+            .any(|r| r.to_string() == "fd09::/48 dev brp via fd00::fe (kernel)"));
+        assert!(t.set_kernel(&[]));
+        assert_eq!(t.lookup(ip("fd09::5")), None);
+        assert_eq!(t.lookup(ip("10.0.0.5")).unwrap().origin, Origin::Connected);
     }
 }

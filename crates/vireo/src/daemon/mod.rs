@@ -19,6 +19,7 @@ mod format;
 mod handover;
 mod hooks;
 mod housekeeping;
+mod kroutes;
 mod live;
 mod marks;
 mod native;

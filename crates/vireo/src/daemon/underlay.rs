@@ -3,7 +3,8 @@
 //! IPv6), the connected routes and MACs of internal ports (read from the kernel with
 //! `getifaddrs` when a port is attached and at every housekeeping upkeep, so an `ip addr add`
 //! on the port is seen within about half a second; IPv6 link-local addresses make no route),
-//! neighbour aging and learning from decapsulated traffic's outer sources
+//! the host's own routes through internal ports (read over rtnetlink by [`super::kroutes`] at
+//! the same times, `ip route add ... dev brp` likewise seen within a round), neighbour aging and learning from decapsulated traffic's outer sources
 //! (`dp::tnl::take_sources`), and [`SnoopPort`], the wrapper that lets the neighbour cache
 //! learn from the ARP and IPv6 Neighbor Discovery frames the bridge delivers to an internal
 //! port.
@@ -91,6 +92,7 @@ pub fn command(shared: &Shared, command: &str, args: &[String]) -> CmdResult {
                         "origin": match r.origin {
                             tnl::route::Origin::User => "user",
                             tnl::route::Origin::Connected => "connected",
+                            tnl::route::Origin::Kernel => "kernel",
                         },
                     })
                 })
@@ -235,6 +237,16 @@ pub fn upkeep(shared: &Shared) {
             (n, a)
         })
         .collect();
+    // The host's routes through the internal ports (outside the underlay lock: a netlink
+    // dump). On failure the kernel routes we had stay.
+    let names: Vec<String> = found.keys().cloned().collect();
+    let kernel = match super::kroutes::read(&names) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            tracing::warn!("underlay: host routes not refreshed: {e}");
+            None
+        }
+    };
     let mtus: BTreeMap<String, u32> = found
         .keys()
         .filter_map(|n| {
@@ -268,6 +280,11 @@ pub fn upkeep(shared: &Shared) {
         }
     }
     u.port_mtus = mtus;
+    if let Some(k) = kernel {
+        if u.routes.set_kernel(&k) {
+            tracing::info!(routes = k.len(), "underlay: host routes changed");
+        }
+    }
     let now = now_ms();
     // Outer sources of decapsulated traffic, when directly connected (a routed peer's outer
     // MAC is its gateway's, which ARP teaches under the gateway's address).
