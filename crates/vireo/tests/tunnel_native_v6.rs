@@ -424,8 +424,8 @@ fn native_vxlan_over_ipv6_interop_with_the_kernel() {
         d.ok(&["tnl/neigh/show"]),
         d.ok(&["dump-megaflows"])
     );
-    // Route changes reach the megaflows at the next housekeeping round (revalidation): a
-    // push megaflow translated before it may still carry a packet until then.
+    // The miss counters already move while the revalidation re-translates; the old push
+    // megaflows leave the PMDs just after: wait for that before asserting the traffic stops.
     let end = Instant::now() + Duration::from_secs(5);
     while d.ok(&["dump-megaflows"]).contains("tnl_push(") && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(100));
