@@ -12,6 +12,10 @@
 //! are left alone. Every drop is counted by reason in [`COUNTERS`] (process-wide, relaxed
 //! atomics, touched only on drops), shown by [`drop_counters`].
 //!
+//! Over an IPv6 underlay the same holds with the IPv6 template and parser; the decapsulated
+//! packet's outer addresses go to the key's `tun_ipv6_src`/`tun_ipv6_dst` words (its
+//! `packet::TunMeta` carries only the VNI then: the key travels with the recirculation).
+//!
 //! Decapsulated packets' outer source (address, MAC) is offered to the neighbour cache
 //! through [`take_sources`]: each PMD notes a source at most once per housekeeping round
 //! (when it differs from the last it noted, or the round moved), into a bounded list taken
@@ -21,15 +25,15 @@
 use crate::action::{TnlPop, TnlPush};
 use packet::{Packet, TunMeta};
 use std::cell::Cell;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
-use tnl::header::{Template, HEADER_LEN};
 use tnl::pop::{parse_outer, Endpoint, PopError};
 use wire::tunnel::{decap_any, DecapError, TunnelKind};
 use wire::{Field, FlowKey};
 
 /// Drop reasons, in counter order.
-pub const REASONS: [&str; 19] = [
+pub const REASONS: [&str; 21] = [
     "mtu",
     "no-headroom",
     "outer-truncated",
@@ -49,10 +53,12 @@ pub const REASONS: [&str; 19] = [
     "inner-truncated",
     "no-port",
     "gso",
+    "outer-ext-header",
+    "outer-bad-udp-checksum",
 ];
 
 /// Drops by reason ([`REASONS`]).
-pub static COUNTERS: [AtomicU64; 19] = [const { AtomicU64::new(0) }; 19];
+pub static COUNTERS: [AtomicU64; 21] = [const { AtomicU64::new(0) }; 21];
 
 fn count(i: usize) {
     COUNTERS[i].fetch_add(1, Relaxed);
@@ -65,7 +71,11 @@ pub fn count_gso() {
 }
 
 fn pop_index(e: PopError) -> usize {
-    2 + PopError::DROPS.iter().position(|d| *d == e).unwrap_or(0)
+    match e {
+        PopError::ExtHeader => 19,
+        PopError::BadUdpChecksum => 20,
+        _ => 2 + PopError::DROPS.iter().position(|d| *d == e).unwrap_or(0),
+    }
 }
 
 fn decap_index(e: DecapError) -> usize {
@@ -82,17 +92,18 @@ pub fn drop_counters() -> Vec<(&'static str, u64)> {
 }
 
 /// Outer sources noted since the last [`take_sources`] (at most [`SOURCES_MAX`]).
-static SOURCES: Mutex<Vec<(u32, [u8; 6])>> = Mutex::new(Vec::new());
+static SOURCES: Mutex<Vec<(IpAddr, [u8; 6])>> = Mutex::new(Vec::new());
 /// Rounds of [`take_sources`] (a PMD notes each source again once per round).
 static ROUND: AtomicU64 = AtomicU64::new(0);
 /// Most sources kept between two rounds.
 pub const SOURCES_MAX: usize = 256;
 
 thread_local! {
-    static LAST: Cell<(u32, [u8; 6], u64)> = const { Cell::new((0, [0; 6], u64::MAX)) };
+    static LAST: Cell<(IpAddr, [u8; 6], u64)> =
+        const { Cell::new((IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), [0; 6], u64::MAX)) };
 }
 
-fn note_source(ip: u32, mac: [u8; 6]) {
+fn note_source(ip: IpAddr, mac: [u8; 6]) {
     let round = ROUND.load(Relaxed);
     if LAST.with(|l| l.get()) == (ip, mac, round) {
         return;
@@ -105,21 +116,21 @@ fn note_source(ip: u32, mac: [u8; 6]) {
     }
 }
 
-/// The outer sources (IPv4 address, MAC) of traffic decapsulated since the last call, for
-/// the neighbour cache (housekeeping thread).
-pub fn take_sources() -> Vec<(u32, [u8; 6])> {
+/// The outer sources (address, MAC) of traffic decapsulated since the last call, for the
+/// neighbour cache (housekeeping thread).
+pub fn take_sources() -> Vec<(IpAddr, [u8; 6])> {
     ROUND.fetch_add(1, Relaxed);
     std::mem::take(&mut *SOURCES.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
 /// Encapsulates `pkt` in place. False: dropped (counted).
 pub fn push(pkt: &mut Packet, t: &TnlPush) -> bool {
-    if !Template::fits(pkt.len(), usize::from(t.mtu)) {
+    if !t.template.fits(pkt.len(), usize::from(t.mtu)) {
         count(0);
         return false;
     }
     let hash = pkt.meta.hash;
-    match pkt.push_front(HEADER_LEN) {
+    match pkt.push_front(t.template.len()) {
         Some(_) => {
             t.template.push(pkt.data_mut(), hash);
             true
@@ -129,6 +140,17 @@ pub fn push(pkt: &mut Packet, t: &TnlPush) -> bool {
             false
         }
     }
+}
+
+/// Writes an IPv6 address into a key's two words `hi`/`lo` (an IPv4 one as ::ffff:a.b.c.d,
+/// which a well-formed pop never gives).
+pub fn set_ipv6(key: &mut FlowKey, hi: Field, lo: Field, a: IpAddr) {
+    let v = match a {
+        IpAddr::V6(a) => u128::from(a),
+        IpAddr::V4(a) => u128::from(a.to_ipv6_mapped()),
+    };
+    key.set(hi, (v >> 64) as u64);
+    key.set(lo, v as u64);
 }
 
 /// What [`pop`] did.
@@ -146,13 +168,13 @@ pub enum Popped {
 /// frame's key (with `in_port` and tunnel words).
 pub fn pop(pkt: &mut Packet, t: &TnlPop, key: &mut FlowKey) -> Popped {
     let mut eps = [Endpoint {
-        ip: std::net::Ipv4Addr::UNSPECIFIED,
+        ip: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
         port: 0,
     }; 8];
     let n = t.ports.len().min(eps.len());
     for (e, p) in eps.iter_mut().zip(&t.ports) {
         *e = Endpoint {
-            ip: p.ip.into(),
+            ip: p.ip,
             port: p.udp_port,
         };
     }
@@ -165,8 +187,7 @@ pub fn pop(pkt: &mut Packet, t: &TnlPop, key: &mut FlowKey) -> Popped {
         }
     };
     let payload = &pkt.data()[outer.payload_at..outer.payload_at + outer.payload_len];
-    let src = u32::from(outer.src);
-    let dst = u32::from(outer.dst);
+    let (src, dst) = (outer.src, outer.dst);
     let candidates = t
         .ports
         .iter()
@@ -210,11 +231,25 @@ pub fn pop(pkt: &mut Packet, t: &TnlPop, key: &mut FlowKey) -> Popped {
     pkt.truncate(inner_len);
     note_source(src, outer.src_mac);
     pkt.meta.in_port = port;
-    pkt.meta.tun = TunMeta { id: vni, src, dst };
     wire::extract_into(pkt.data(), port, key);
     key.set(Field::TunId, u64::from(vni));
-    key.set(Field::TunSrc, u64::from(src));
-    key.set(Field::TunDst, u64::from(dst));
+    match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let (src, dst) = (u32::from(s), u32::from(d));
+            pkt.meta.tun = TunMeta { id: vni, src, dst };
+            key.set(Field::TunSrc, u64::from(src));
+            key.set(Field::TunDst, u64::from(dst));
+        }
+        (s, d) => {
+            pkt.meta.tun = TunMeta {
+                id: vni,
+                src: 0,
+                dst: 0,
+            };
+            set_ipv6(key, Field::TunIpv6SrcHi, Field::TunIpv6SrcLo, s);
+            set_ipv6(key, Field::TunIpv6DstHi, Field::TunIpv6DstLo, d);
+        }
+    }
     pkt.meta.hash = key.hash();
     Popped::Inner
 }
@@ -224,7 +259,7 @@ mod tests {
     use super::*;
     use crate::action::PopPort;
     use std::net::Ipv4Addr;
-    use tnl::header::Params;
+    use tnl::header::{Params, Template, HEADER_LEN, HEADER_LEN_V6};
 
     const LOCAL: [u8; 6] = [2, 0, 0, 0, 0, 2];
 
@@ -235,8 +270,8 @@ mod tests {
                 vni,
                 src_mac: [2, 0, 0, 0, 0, 1],
                 dst_mac: LOCAL,
-                src_ip: Ipv4Addr::new(10, 0, 0, 1),
-                dst_ip: Ipv4Addr::new(10, 0, 0, 2),
+                src_ip: Ipv4Addr::new(10, 0, 0, 1).into(),
+                dst_ip: Ipv4Addr::new(10, 0, 0, 2).into(),
                 dst_port: if kind == TunnelKind::Vxlan {
                     4789
                 } else {
@@ -267,12 +302,12 @@ mod tests {
         f
     }
 
-    fn pop_spec(vni: Option<u32>, remote: Option<u32>) -> TnlPop {
+    fn pop_spec(vni: Option<u32>, remote: Option<IpAddr>) -> TnlPop {
         TnlPop {
             local_mac: LOCAL,
             ports: vec![
                 PopPort {
-                    ip: 0x0a00_0002,
+                    ip: Ipv4Addr::new(10, 0, 0, 2).into(),
                     udp_port: 4789,
                     geneve: false,
                     vni,
@@ -280,7 +315,7 @@ mod tests {
                     port: 7,
                 },
                 PopPort {
-                    ip: 0x0a00_0002,
+                    ip: Ipv4Addr::new(10, 0, 0, 2).into(),
                     udp_port: 6081,
                     geneve: true,
                     vni: None,
@@ -356,7 +391,7 @@ mod tests {
         check(&mut encap(6), &pop_spec(Some(5), None), "vni-mismatch");
         check(
             &mut encap(5),
-            &pop_spec(Some(5), Some(0x0a00_0009)),
+            &pop_spec(Some(5), Some(Ipv4Addr::new(10, 0, 0, 9).into())),
             "no-port",
         );
         let mut p = encap(5);
@@ -375,5 +410,71 @@ mod tests {
         assert!(drop_counters()
             .iter()
             .any(|(r, n)| *r == "vni-mismatch" && *n > 0));
+    }
+
+    #[test]
+    fn ipv6_push_then_pop_sets_the_ipv6_tunnel_words_and_refusals_are_counted() {
+        let (s6, d6): (IpAddr, IpAddr) = ("fd00::1".parse().unwrap(), "fd00::2".parse().unwrap());
+        let mut t = template(TunnelKind::Vxlan, 5);
+        let mut p6 = t.template.params().clone();
+        p6.src_ip = s6;
+        p6.dst_ip = d6;
+        p6.csum = true;
+        t.template = Template::build(&p6);
+        let spec = TnlPop {
+            local_mac: LOCAL,
+            ports: vec![PopPort {
+                ip: d6,
+                udp_port: 4789,
+                geneve: false,
+                vni: Some(5),
+                remote: Some(s6),
+                port: 9,
+            }],
+        };
+        let mut p = Packet::from_slice(&inner());
+        p.meta.hash = 77;
+        assert!(push(&mut p, &t));
+        assert_eq!(p.len(), 60 + HEADER_LEN_V6);
+        assert_eq!(&p.data()[12..14], &[0x86, 0xdd]);
+        let outer = p.data().to_vec();
+        let mut key = FlowKey::ZERO;
+        assert_eq!(pop(&mut p, &spec, &mut key), Popped::Inner);
+        assert_eq!(p.data(), &inner()[..]);
+        assert_eq!(p.meta.in_port, 9);
+        let mut want = wire::extract(&inner(), 9);
+        want.set(Field::TunId, 5);
+        set_ipv6(&mut want, Field::TunIpv6SrcHi, Field::TunIpv6SrcLo, s6);
+        set_ipv6(&mut want, Field::TunIpv6DstHi, Field::TunIpv6DstLo, d6);
+        assert_eq!(key, want);
+        assert_eq!(key.get(Field::TunSrc), 0, "no IPv4 tunnel address");
+        assert_eq!(key.get(Field::TunIpv6DstLo), 2);
+        // A corrupted UDP checksum, and a hop-by-hop header: dropped, counted by reason.
+        let reason = |r: &str| REASONS.iter().position(|x| *x == r).unwrap();
+        let before = COUNTERS[reason("outer-bad-udp-checksum")].load(Relaxed);
+        let mut bad = outer.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 0x10;
+        let mut p = Packet::from_slice(&bad);
+        assert_eq!(pop(&mut p, &spec, &mut { FlowKey::ZERO }), Popped::Dropped);
+        assert!(COUNTERS[reason("outer-bad-udp-checksum")].load(Relaxed) > before);
+        let before = COUNTERS[reason("outer-ext-header")].load(Relaxed);
+        let mut ext = outer[..54].to_vec();
+        ext[20] = 0;
+        ext.extend_from_slice(&[17, 0, 1, 4, 0, 0, 0, 0]);
+        ext.extend_from_slice(&outer[54..]);
+        let plen = (ext.len() - 54) as u16;
+        ext[18..20].copy_from_slice(&plen.to_be_bytes());
+        let mut p = Packet::from_slice(&ext);
+        assert_eq!(pop(&mut p, &spec, &mut { FlowKey::ZERO }), Popped::Dropped);
+        assert!(COUNTERS[reason("outer-ext-header")].load(Relaxed) > before);
+        // Too big for the MTU over IPv6 (56 bytes of overhead), fits over IPv4 (36).
+        let mut small = t.clone();
+        small.mtu = 60 + 55;
+        assert!(!push(&mut Packet::from_slice(&inner()), &small));
+        let mut v4 = template(TunnelKind::Vxlan, 5);
+        v4.mtu = 60 + 55;
+        assert!(push(&mut Packet::from_slice(&inner()), &v4));
+        let _ = HEADER_LEN;
     }
 }

@@ -95,8 +95,8 @@ pub struct TnlPush {
 /// One native tunnel endpoint of [`Action::TnlPop`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PopPort {
-    /// Address and UDP port it receives on.
-    pub ip: u32,
+    /// Address it receives on (IPv4 or IPv6).
+    pub ip: std::net::IpAddr,
     /// UDP port.
     pub udp_port: u16,
     /// `true` for Geneve, `false` for VXLAN.
@@ -104,7 +104,7 @@ pub struct PopPort {
     /// The VNI it accepts (`None`: any, `key=flow`).
     pub vni: Option<u32>,
     /// The remote it accepts datagrams from (`None`: any, `remote_ip=flow`).
-    pub remote: Option<u32>,
+    pub remote: Option<std::net::IpAddr>,
     /// Its datapath port number (the inner packet's `in_port`).
     pub port: u32,
 }

@@ -247,6 +247,9 @@ fn format_nx_set(f: NxField, v: u128) -> String {
         let a = std::net::Ipv4Addr::from(v as u32);
         return format!("set_field:{a}->{}", f.short_name());
     }
+    if matches!(f, NxField::TunIpv6Src | NxField::TunIpv6Dst) {
+        return format!("set_field:{}->{}", Ipv6Addr::from(v), f.short_name());
+    }
     format!("set_field:{}->{}", fmt_hex(v), f.short_name())
 }
 
@@ -337,6 +340,21 @@ pub fn format_match(
             } else {
                 format!("{name}={a}/{}", std::net::Ipv4Addr::from(mask as u32))
             });
+        }
+    }
+    for (hi, lo, name) in [
+        (Field::TunIpv6SrcHi, Field::TunIpv6SrcLo, "tun_ipv6_src"),
+        (Field::TunIpv6DstHi, Field::TunIpv6DstLo, "tun_ipv6_dst"),
+    ] {
+        let v = u128::from(m.key.get(hi)) << 64 | u128::from(m.key.get(lo));
+        let mask = u128::from(m.mask.get(hi)) << 64 | u128::from(m.mask.get(lo));
+        if mask != 0 {
+            let a = Ipv6Addr::from(v);
+            match prefix_len(mask, 128) {
+                Some(128) => out.push(format!("{name}={a}")),
+                Some(n) => out.push(format!("{name}={a}/{n}")),
+                None => out.push(format!("{name}={a}/{}", Ipv6Addr::from(mask))),
+            }
         }
     }
     if let Some((v, _)) = m.get(Field::InPort) {

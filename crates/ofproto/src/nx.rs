@@ -254,6 +254,11 @@ pub enum NxField {
     TunSrc,
     /// `tun_dst` (32 bits, IPv4): the outer destination (where a `remote_ip=flow` port sends).
     TunDst,
+    /// `tun_ipv6_src` (128 bits): the outer IPv6 source (native tunneling).
+    TunIpv6Src,
+    /// `tun_ipv6_dst` (128 bits): the outer IPv6 destination (where a `remote_ip=flow` port
+    /// sends over an IPv6 underlay, native tunneling only).
+    TunIpv6Dst,
     /// A packet header field.
     Packet(PktField),
 }
@@ -264,7 +269,7 @@ impl NxField {
         match self {
             NxField::Reg(_) | NxField::CtMark | NxField::TunSrc | NxField::TunDst => 32,
             NxField::XReg(_) | NxField::Metadata | NxField::TunId => 64,
-            NxField::XXReg(_) | NxField::CtLabel => 128,
+            NxField::XXReg(_) | NxField::CtLabel | NxField::TunIpv6Src | NxField::TunIpv6Dst => 128,
             NxField::Packet(p) => p.info().2,
         }
     }
@@ -277,13 +282,42 @@ impl NxField {
         )
     }
 
-    /// The key field of a tunnel field (`tun_id`, `tun_src`, `tun_dst`).
-    pub fn tunnel_key_field(self) -> Option<wire::Field> {
+    /// The key fields of a tunnel field (`tun_id`, `tun_src`, `tun_dst`: one;
+    /// `tun_ipv6_src`, `tun_ipv6_dst`: high and low words), empty for any other field.
+    pub fn tunnel_key_fields(self) -> &'static [wire::Field] {
+        use wire::Field as F;
         match self {
-            NxField::TunId => Some(wire::Field::TunId),
-            NxField::TunSrc => Some(wire::Field::TunSrc),
-            NxField::TunDst => Some(wire::Field::TunDst),
-            _ => None,
+            NxField::TunId => &[F::TunId],
+            NxField::TunSrc => &[F::TunSrc],
+            NxField::TunDst => &[F::TunDst],
+            NxField::TunIpv6Src => &[F::TunIpv6SrcHi, F::TunIpv6SrcLo],
+            NxField::TunIpv6Dst => &[F::TunIpv6DstHi, F::TunIpv6DstLo],
+            _ => &[],
+        }
+    }
+
+    /// True for the tunnel fields.
+    pub fn is_tunnel(self) -> bool {
+        !self.tunnel_key_fields().is_empty()
+    }
+
+    /// Reads a tunnel field from a key (0 for other fields).
+    pub fn get_tunnel(self, key: &FlowKey) -> u128 {
+        self.tunnel_key_fields().iter().fold(0u128, |acc, f| {
+            acc << f.layout().2 | u128::from(key.get(*f))
+        })
+    }
+
+    /// Writes a tunnel field's bits `mask` (right-aligned) of `value` into `key`. Other
+    /// fields: nothing.
+    pub fn set_tunnel(self, key: &mut FlowKey, value: u128, mask: u128) {
+        let mut shift = 0;
+        for f in self.tunnel_key_fields().iter().rev() {
+            let w = f.layout().2;
+            let (v, m) = ((value >> shift) as u64, (mask >> shift) as u64);
+            let old = key.get(*f);
+            key.set(*f, (old & !m) | (v & m));
+            shift += w;
         }
     }
 
@@ -309,6 +343,8 @@ impl NxField {
             NxField::TunId => "NXM_NX_TUN_ID".into(),
             NxField::TunSrc => "NXM_NX_TUN_IPV4_SRC".into(),
             NxField::TunDst => "NXM_NX_TUN_IPV4_DST".into(),
+            NxField::TunIpv6Src => "NXM_NX_TUN_IPV6_SRC".into(),
+            NxField::TunIpv6Dst => "NXM_NX_TUN_IPV6_DST".into(),
             NxField::Packet(p) => p.info().3.into(),
         }
     }
@@ -325,6 +361,8 @@ impl NxField {
             NxField::TunId => "tun_id".into(),
             NxField::TunSrc => "tun_src".into(),
             NxField::TunDst => "tun_dst".into(),
+            NxField::TunIpv6Src => "tun_ipv6_src".into(),
+            NxField::TunIpv6Dst => "tun_ipv6_dst".into(),
             NxField::Packet(p) => p.info().4.into(),
         }
     }
@@ -349,6 +387,8 @@ impl NxField {
                 "tun_id" | "tunnel_id" | "NXM_NX_TUN_ID" => NxField::TunId,
                 "tun_src" | "NXM_NX_TUN_IPV4_SRC" => NxField::TunSrc,
                 "tun_dst" | "NXM_NX_TUN_IPV4_DST" => NxField::TunDst,
+                "tun_ipv6_src" | "NXM_NX_TUN_IPV6_SRC" => NxField::TunIpv6Src,
+                "tun_ipv6_dst" | "NXM_NX_TUN_IPV6_DST" => NxField::TunIpv6Dst,
                 _ => {
                     let alias = match s {
                         "dl_src" => "eth_src",

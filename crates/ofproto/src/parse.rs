@@ -306,11 +306,12 @@ impl FlowParser<'_> {
                 m.set_masked(f, val.into(), mask.into());
                 vec![f]
             }
-            "ipv6_src" | "ipv6_dst" => {
-                let (hi, lo) = if name == "ipv6_src" {
-                    (Field::Ipv6SrcHi, Field::Ipv6SrcLo)
-                } else {
-                    (Field::Ipv6DstHi, Field::Ipv6DstLo)
+            "ipv6_src" | "ipv6_dst" | "tun_ipv6_src" | "tun_ipv6_dst" => {
+                let (hi, lo) = match name {
+                    "ipv6_src" => (Field::Ipv6SrcHi, Field::Ipv6SrcLo),
+                    "ipv6_dst" => (Field::Ipv6DstHi, Field::Ipv6DstLo),
+                    "tun_ipv6_src" => (Field::TunIpv6SrcHi, Field::TunIpv6SrcLo),
+                    _ => (Field::TunIpv6DstHi, Field::TunIpv6DstLo),
                 };
                 let (val, mask) = parse_ipv6_masked(tok, v)?;
                 m.set_masked(hi, (val >> 64) as u64, (mask >> 64) as u64);

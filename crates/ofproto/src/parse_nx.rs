@@ -80,7 +80,7 @@ fn check_writable(tok: &str, f: NxField, in_ct: bool, m: &Match) -> Result<(), P
         NxField::CtMark | NxField::CtLabel if in_ct => Ok(()),
         NxField::CtMark | NxField::CtLabel => err(tok, "cannot set CT fields outside of ct action"),
         _ if in_ct => err(tok, "ct(exec(...)) may only set ct_mark and ct_label"),
-        NxField::TunId | NxField::TunSrc | NxField::TunDst => Ok(()),
+        f if f.is_tunnel() => Ok(()),
         NxField::Packet(p) if crate::xlate::packet_set_field(p, 0).is_none() => err(
             tok,
             "load/move may write registers, metadata, eth_src/dst, ip_src/dst, tcp/udp ports",
@@ -152,9 +152,7 @@ pub(crate) fn parse_nx_action(
                 format!("source is {} bits, destination {} bits", s.nbits, d.nbits),
             );
         }
-        if !(s.field.is_register()
-            || matches!(s.field, NxField::Packet(_))
-            || s.field.tunnel_key_field().is_some())
+        if !(s.field.is_register() || matches!(s.field, NxField::Packet(_)) || s.field.is_tunnel())
         {
             return err(
                 tok,
@@ -180,9 +178,16 @@ pub(crate) fn parse_nx_action(
         };
         check_writable(tok, f, in_ct, m)?;
         let full = ones(f.width());
-        // tun_src / tun_dst take a dotted IPv4 address too (as ovs-ofctl writes them).
-        let num = |s: &str| match s.parse::<std::net::Ipv4Addr>() {
-            Ok(a) if matches!(f, NxField::TunSrc | NxField::TunDst) => Ok(u32::from(a).into()),
+        // tun_src / tun_dst take a dotted IPv4 address too, tun_ipv6_src / tun_ipv6_dst an
+        // IPv6 one (as ovs-ofctl writes them).
+        let num = |s: &str| match (
+            s.parse::<std::net::Ipv4Addr>(),
+            s.parse::<std::net::Ipv6Addr>(),
+        ) {
+            (Ok(a), _) if matches!(f, NxField::TunSrc | NxField::TunDst) => Ok(u32::from(a).into()),
+            (_, Ok(a)) if matches!(f, NxField::TunIpv6Src | NxField::TunIpv6Dst) => {
+                Ok(u128::from(a))
+            }
             _ => parse_u128(tok, s),
         };
         let (value, mask) = match v.split_once('/') {

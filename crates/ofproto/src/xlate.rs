@@ -40,6 +40,17 @@ use wire::{Field, FlowKey};
 /// First key word of the tunnel fields.
 const TUN0: usize = wire::flow::TUN_WORDS.start;
 
+/// Every tunnel field a native encap may read (the port's options decide which).
+const TUN_FIELDS: [Field; 7] = [
+    Field::TunId,
+    Field::TunSrc,
+    Field::TunDst,
+    Field::TunIpv6SrcHi,
+    Field::TunIpv6SrcLo,
+    Field::TunIpv6DstHi,
+    Field::TunIpv6DstLo,
+];
+
 /// Datapath port number used for packets with no ingress port (PACKET_OUT from CONTROLLER).
 pub const NO_DP_PORT: u32 = u32::MAX;
 
@@ -586,8 +597,8 @@ impl<'a> Xlate<'a> {
             SetField::Nx(f, v) => {
                 if f.is_register() {
                     f.set_reg(&mut self.regs, v, ones(f.width()));
-                } else if let Some(kf) = f.tunnel_key_field() {
-                    self.key.set(kf, v as u64);
+                } else {
+                    f.set_tunnel(&mut self.key, v, ones(f.width()));
                 }
                 return;
             }
@@ -652,7 +663,7 @@ impl<'a> Xlate<'a> {
             match n.encap(dp_port, &self.key) {
                 None => {}
                 Some(crate::native::Encap::Drop) => {
-                    for f in [Field::TunId, Field::TunSrc, Field::TunDst] {
+                    for f in TUN_FIELDS {
                         self.wc.set_exact(f);
                     }
                     self.no_install = true;
@@ -674,7 +685,7 @@ impl<'a> Xlate<'a> {
     /// `local_dp` (as if it came in on that internal port). An underlay in this same bridge,
     /// or one that is gone, drops the packet.
     fn native_push(&mut self, mut push: dpif::action::TnlPush, local_dp: u32) {
-        for f in [Field::TunId, Field::TunSrc, Field::TunDst] {
+        for f in TUN_FIELDS {
             self.wc.set_exact(f);
         }
         let Some((ubr, u_of)) = self.by_dp.and_then(|m| m.get(&local_dp)) else {
@@ -687,7 +698,7 @@ impl<'a> Xlate<'a> {
         }
         let outer = {
             let mut f = push.template.push_vec(&[0u8; 14], 0);
-            f.truncate(tnl::header::HEADER_LEN);
+            f.truncate(push.template.len());
             wire::extract(&f, local_dp)
         };
         let tables = crate::pipeline::read(&ubr.shared.tables);

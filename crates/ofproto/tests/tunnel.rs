@@ -115,3 +115,59 @@ fn bad_tunnel_fields_are_refused() {
         assert!(e.contains(needle), "{flow}: {e}");
     }
 }
+
+fn v6(s: &str) -> u128 {
+    s.parse::<std::net::Ipv6Addr>().unwrap().into()
+}
+
+fn decapped6(vni: u64, src: &str) -> wire::FlowKey {
+    let k = tcp(VX, MAC_A, MAC_B, (0x0a00_0001, 0x0a00_0002), (1234, 80));
+    let k = with(k, Field::TunId, vni);
+    let s = v6(src);
+    let k = with(k, Field::TunIpv6SrcHi, (s >> 64) as u64);
+    with(k, Field::TunIpv6SrcLo, s as u64)
+}
+
+#[test]
+fn ipv6_tunnel_fields_match_enter_the_mask_and_print_as_ovs_ofctl() {
+    let pl = pipeline();
+    flows(
+        &pl,
+        &[
+            "tun_ipv6_src=fd00:5::9,in_port=3,actions=output:1",
+            "tun_ipv6_src=fd00:5::/64,in_port=3,actions=output:2",
+            "in_port=1,actions=set_field:fd00:5::2->tun_ipv6_dst,output:3",
+            "in_port=2,actions=load:0xfd000005000000000000000000000003->NXM_NX_TUN_IPV6_DST[],\
+             move:NXM_NX_TUN_IPV6_DST[]->NXM_NX_XXREG1[],output:3",
+        ],
+    );
+    let t = xlate(&pl, &decapped6(5, "fd00:5::9"));
+    assert_eq!(t.actions, vec![Action::Output(dp(1))]);
+    for f in [Field::TunIpv6SrcHi, Field::TunIpv6SrcLo] {
+        assert_eq!(t.mask.get(f), u64::MAX, "{f:?} not in the mask");
+    }
+    let t = xlate(&pl, &decapped6(5, "fd00:5::7"));
+    assert_eq!(t.actions, vec![Action::Output(dp(2))]);
+    let t = xlate(&pl, &decapped6(5, "fd00:6::7"));
+    assert!(t.actions.is_empty(), "{:?}", t.actions);
+    // An IPv4 tunnel packet (no IPv6 words) matches neither.
+    assert!(xlate(&pl, &decapped(5, 0x0ae7_0002)).actions.is_empty());
+    let dump = pl.dump_flows_text("br0", None).unwrap().join("\n");
+    for want in [
+        "tun_ipv6_src=fd00:5::9,in_port=p3 actions=output:1",
+        "tun_ipv6_src=fd00:5::/64,in_port=p3 actions=output:2",
+        "actions=set_field:fd00:5::2->tun_ipv6_dst,output:3",
+        "load:0xfd000005000000000000000000000003->NXM_NX_TUN_IPV6_DST[]",
+        "move:NXM_NX_TUN_IPV6_DST[]->NXM_NX_XXREG1[]",
+    ] {
+        assert!(dump.contains(want), "{want} missing: {dump}");
+    }
+    for (flow, needle) in [
+        ("tun_ipv6_src=fd00::1::2,actions=drop", "fd00::1::2"),
+        ("tun_ipv6_dst=fd00::/129,actions=drop", ""),
+        ("actions=set_field:fd00::g->tun_ipv6_dst", ""),
+    ] {
+        let e = pl.add_flow("br0", flow).unwrap_err().to_string();
+        assert!(e.contains(needle), "{flow}: {e}");
+    }
+}

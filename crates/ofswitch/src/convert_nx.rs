@@ -6,7 +6,8 @@
 //! refused with the error OpenFlow names: a field header that is unknown or has the wrong
 //! length `OFPBAC_BAD_ARGUMENT`, bits outside the field `OFPBAC_BAD_ARGUMENT`, other NXM
 //! match fields `OFPBMC_BAD_FIELD`, `nat` outside `ct` or `dec_ttl` with controller ids
-//! `OFPBAC_BAD_ARGUMENT`. Tunnel fields (`tun_id`, `tun_src`, `tun_dst`) are key fields: their
+//! `OFPBAC_BAD_ARGUMENT`. Tunnel fields (`tun_id`, `tun_src`, `tun_dst`, `tun_ipv6_src`,
+//! `tun_ipv6_dst`: NXM_NX_TUN_IPV6_SRC/DST, class 0x0001, fields 109/110) are key fields: their
 //! matches go into the match's key, their set-fields stay `SetField::Nx`.
 
 use ofproto::nx::{ones, CtAction, CtZone, NatKind, NatSpec, NxField, PktField};
@@ -51,6 +52,8 @@ pub fn field_of_header(h: u32) -> Result<NxField, OfError> {
         (class::NXM1, nxm1::TUN_ID) => NxField::TunId,
         (class::NXM1, nxm1::TUN_IPV4_SRC) => NxField::TunSrc,
         (class::NXM1, nxm1::TUN_IPV4_DST) => NxField::TunDst,
+        (class::NXM1, nxm1::TUN_IPV6_SRC) => NxField::TunIpv6Src,
+        (class::NXM1, nxm1::TUN_IPV6_DST) => NxField::TunIpv6Dst,
         (class::NXM1, nxm1::CT_MARK) => NxField::CtMark,
         (class::NXM1, nxm1::CT_LABEL) => NxField::CtLabel,
         (class::NXM1, 111..=114) => NxField::XXReg(field - nxm1::XXREG0),
@@ -86,6 +89,8 @@ pub fn header_of_field(f: NxField) -> u32 {
         NxField::TunId => header(class::NXM1, nxm1::TUN_ID, bytes),
         NxField::TunSrc => header(class::NXM1, nxm1::TUN_IPV4_SRC, bytes),
         NxField::TunDst => header(class::NXM1, nxm1::TUN_IPV4_DST, bytes),
+        NxField::TunIpv6Src => header(class::NXM1, nxm1::TUN_IPV6_SRC, bytes),
+        NxField::TunIpv6Dst => header(class::NXM1, nxm1::TUN_IPV6_DST, bytes),
         NxField::Packet(p) => {
             let (c, n, ..) = p.info();
             header(c, n, bytes)
@@ -106,14 +111,18 @@ pub fn nxm_match_field(out: &mut PMatch, f: &NxmField) -> Result<(), OfError> {
             out.set_reg(nf, f.value, f.mask.unwrap_or(ones(nf.width())));
             Ok(())
         }
-        Some(nf) => match nf.tunnel_key_field() {
-            Some(kf) => {
-                let full = ones(nf.width());
-                out.set_masked(kf, f.value as u64, f.mask.unwrap_or(full) as u64);
-                Ok(())
+        Some(nf) if nf.is_tunnel() => {
+            let full = ones(nf.width());
+            let (mut k, mut m) = (out.key, out.mask);
+            let mask = f.mask.unwrap_or(full);
+            nf.set_tunnel(&mut k, f.value, mask);
+            nf.set_tunnel(&mut m, u128::MAX, mask);
+            for kf in nf.tunnel_key_fields() {
+                out.set_masked(*kf, k.get(*kf), m.get(*kf));
             }
-            None => Err(errors::BAD_MATCH_BAD_FIELD),
-        },
+            Ok(())
+        }
+        Some(_) => Err(errors::BAD_MATCH_BAD_FIELD),
         None => Err(errors::BAD_MATCH_BAD_FIELD),
     }
 }
@@ -135,6 +144,20 @@ pub fn tun_to_wire(m: &PMatch, f: &mut Vec<X>) {
                 field: n,
                 value: v.into(),
                 mask: (mk != u64::from(u32::MAX)).then_some(mk.into()),
+            }));
+        }
+    }
+    for (nf, n) in [
+        (NxField::TunIpv6Src, nxm1::TUN_IPV6_SRC),
+        (NxField::TunIpv6Dst, nxm1::TUN_IPV6_DST),
+    ] {
+        let mk = nf.get_tunnel(&m.mask);
+        if mk != 0 {
+            f.push(X::Nx(NxmField {
+                class: class::NXM1,
+                field: n,
+                value: nf.get_tunnel(&m.key) & mk,
+                mask: (mk != u128::MAX).then_some(mk),
             }));
         }
     }

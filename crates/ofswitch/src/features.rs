@@ -3,8 +3,9 @@
 //! set-field targets that the conversion into the pipeline (`convert`) accepts, found by
 //! offering each one to the converter. The match fields include the Nicira ones a FLOW_MOD
 //! may carry, under the headers Open vSwitch lists them with in 1.3+ (`NXM_NX_REG0`..15,
-//! `OXM_OF_PKT_REG0`..7 for `xreg`, `NXM_NX_XXREG0`..3, `NXM_NX_CT_*`, `NXM_NX_TUN_ID` and
-//! `NXM_NX_TUN_IPV4_SRC/DST`). What a controller reads is then exactly what a
+//! `OXM_OF_PKT_REG0`..7 for `xreg`, `NXM_NX_XXREG0`..3, `NXM_NX_CT_*`, `NXM_NX_TUN_ID`,
+//! `NXM_NX_TUN_IPV4_SRC/DST` and `NXM_NX_TUN_IPV6_SRC/DST`). What a controller reads is then
+//! exactly what a
 //! FLOW_MOD may use, and stays so as the converter learns more.
 //!
 //! Pure functions; run on the connection thread answering the multipart request, which

@@ -466,7 +466,7 @@ fn table_features_and_monitor_packet_ins() {
         "xxreg0...xxreg3",
         "ct_{state,mark,label,nw_{src,dst},ipv6_{src,dst},tp_{src,dst}}",
         "metadata",
-        "tun_{id,src,dst}",
+        "tun_{id,src,dst,ipv6_{src,dst}}",
     ] {
         assert!(masked.contains(want), "{want}: {masked}");
     }
@@ -478,7 +478,7 @@ fn table_features_and_monitor_packet_ins() {
     assert!(
         set.contains("reg0...reg15")
             && set.contains("xreg0...xreg7")
-            && set.contains("tun_{id,src,dst}"),
+            && set.contains("tun_{id,src,dst,ipv6_{src,dst}}"),
         "{set}"
     );
     // `ovs-ofctl monitor` asks for async messages with SET_CONFIG (miss_send_len).

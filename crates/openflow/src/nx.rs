@@ -52,6 +52,8 @@ pub mod nxm1 {
     pub const TUN_ID: u8 = 16;
     pub const TUN_IPV4_SRC: u8 = 31;
     pub const TUN_IPV4_DST: u8 = 32;
+    pub const TUN_IPV6_SRC: u8 = 109;
+    pub const TUN_IPV6_DST: u8 = 110;
     pub const CT_STATE: u8 = 105;
     pub const CT_ZONE: u8 = 106;
     pub const CT_MARK: u8 = 107;
@@ -89,6 +91,7 @@ pub fn nxm_shape(class: u16, field: u8) -> Option<(usize, bool)> {
         (class::NXM1, 0..=15) => Some((4, true)),
         (class::NXM1, nxm1::TUN_ID) => Some((8, true)),
         (class::NXM1, nxm1::TUN_IPV4_SRC | nxm1::TUN_IPV4_DST) => Some((4, true)),
+        (class::NXM1, nxm1::TUN_IPV6_SRC | nxm1::TUN_IPV6_DST) => Some((16, true)),
         (class::NXM1, nxm1::CT_STATE) => Some((4, true)),
         (class::NXM1, nxm1::CT_ZONE) => Some((2, false)),
         (class::NXM1, nxm1::CT_MARK) => Some((4, true)),

@@ -1,25 +1,32 @@
-//! Tunnel header templates: the outer Ethernet + IPv4 + UDP + VXLAN/Geneve header of one
-//! tunnel's packets, built once (per megaflow, at translation) by [`Template::build`], and
-//! the per-packet push ([`Template::push`]) that fills only what differs per packet: the IPv4
-//! total length, identification (0 with DF) and checksum, the UDP length, source port
-//! ([`src_port`], from the inner flow's hash in 32768–61000 as OVS) and checksum (only with
-//! `csum=true`).
+//! Tunnel header templates: the outer Ethernet + IPv4 or IPv6 + UDP + VXLAN/Geneve header of
+//! one tunnel's packets, built once (per megaflow, at translation) by [`Template::build`],
+//! and the per-packet push ([`Template::push`]) that fills only what differs per packet: the
+//! IPv4 total length, identification (0 with DF) and checksum, or the IPv6 payload length;
+//! the UDP length, source port ([`src_port`], from the inner flow's hash in 32768–61000 as
+//! OVS) and checksum (with `csum=true`: the default over IPv6, where the Linux kernel drops a
+//! zero UDP checksum unless `udp6zerocsumrx` is set; `csum=false` sends zero, RFC 6935).
+//! IPv6: traffic class from `tos`, hop limit from `ttl`, flow label 0, no extension header.
 //!
 //! MTU: [`Template::fits`] says whether an inner frame still fits the underlay MTU after
 //! encapsulation; the caller drops and counts one that does not (never fragmented).
 //!
 //! Threads: built on the thread that translates; `push` runs on any PMD (the only shared
 //! state is the process-wide identification counter used without DF, an atomic).
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU16, Ordering::Relaxed};
 use wire::checksum;
 use wire::tunnel::{encap_header, TunnelKind};
 
-/// Outer header length: Ethernet 14 + IPv4 20 + UDP 8 + tunnel 8 (no Geneve options).
+/// Outer header length over IPv4: Ethernet 14 + IPv4 20 + UDP 8 + tunnel 8 (no Geneve
+/// options).
 pub const HEADER_LEN: usize = 50;
-/// What encapsulation adds to an inner frame (Ethernet header included) against the
-/// underlay's IP MTU: IPv4 20 + UDP 8 + tunnel 8.
+/// Outer header length over IPv6: Ethernet 14 + IPv6 40 + UDP 8 + tunnel 8.
+pub const HEADER_LEN_V6: usize = 70;
+/// What encapsulation over IPv4 adds to an inner frame (Ethernet header included) against
+/// the underlay's IP MTU: IPv4 20 + UDP 8 + tunnel 8.
 pub const MTU_OVERHEAD: usize = 36;
+/// The same over IPv6: IPv6 40 + UDP 8 + tunnel 8.
+pub const MTU_OVERHEAD_V6: usize = 56;
 /// Lowest UDP source port used.
 pub const SRC_PORT_MIN: u16 = 32768;
 /// Highest UDP source port used.
@@ -42,17 +49,19 @@ pub struct Params {
     pub src_mac: [u8; 6],
     /// Outer destination MAC (the next hop's, from the neighbour cache).
     pub dst_mac: [u8; 6],
-    /// Outer source address (`local_ip`, or the route's source).
-    pub src_ip: Ipv4Addr,
-    /// Outer destination address (`remote_ip` or the packet's `tun_dst`).
-    pub dst_ip: Ipv4Addr,
+    /// Outer source address (`local_ip`, or the route's source); of `dst_ip`'s family (a
+    /// source of the other family is written as the unspecified address).
+    pub src_ip: IpAddr,
+    /// Outer destination address (`remote_ip` or the packet's `tun_dst`/`tun_ipv6_dst`):
+    /// its family decides the outer header's.
+    pub dst_ip: IpAddr,
     /// UDP destination port.
     pub dst_port: u16,
-    /// Outer TOS byte.
+    /// Outer TOS byte (IPv6: traffic class).
     pub tos: u8,
-    /// Outer TTL.
+    /// Outer TTL (IPv6: hop limit).
     pub ttl: u8,
-    /// Set DF (`df_default`, true unless the port says false).
+    /// Set DF (`df_default`, true unless the port says false; IPv6 never fragments).
     pub df: bool,
     /// Send a UDP checksum (`csum=true`).
     pub csum: bool,
@@ -64,8 +73,12 @@ static IDENT: AtomicU16 = AtomicU16::new(0);
 /// A built header and what `push` needs to finish it per packet.
 #[derive(Clone, Debug)]
 pub struct Template {
-    bytes: [u8; HEADER_LEN],
-    /// One's-complement sum of the IPv4 header with length, identification and checksum 0.
+    /// The header ([`HEADER_LEN`] bytes used over IPv4, [`HEADER_LEN_V6`] over IPv6).
+    bytes: [u8; HEADER_LEN_V6],
+    /// Whether the outer header is IPv6.
+    v6: bool,
+    /// IPv4: one's-complement sum of the IPv4 header with length, identification and
+    /// checksum 0. IPv6: the UDP pseudo-header's sum without its length.
     ip_sum: u64,
     params: Params,
 }
@@ -89,33 +102,71 @@ impl std::hash::Hash for Template {
 impl Template {
     /// Builds the header for `p`.
     pub fn build(p: &Params) -> Template {
-        let mut b = [0u8; HEADER_LEN];
+        let mut b = [0u8; HEADER_LEN_V6];
         b[0..6].copy_from_slice(&p.dst_mac);
         b[6..12].copy_from_slice(&p.src_mac);
-        b[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-        let ip = &mut b[14..34];
-        ip[0] = 0x45;
-        ip[1] = p.tos;
-        if p.df {
-            ip[6] = 0x40;
-        }
-        ip[8] = p.ttl;
-        ip[9] = wire::ipv4::proto::UDP;
-        ip[12..16].copy_from_slice(&p.src_ip.octets());
-        ip[16..20].copy_from_slice(&p.dst_ip.octets());
-        let ip_sum = checksum::sum(ip, 0);
-        b[36..38].copy_from_slice(&p.dst_port.to_be_bytes());
-        b[42..50].copy_from_slice(&encap_header(p.kind, p.vni));
+        let (v6, ip_sum, udp_at) = match p.dst_ip {
+            IpAddr::V4(dst) => {
+                b[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+                let ip = &mut b[14..34];
+                ip[0] = 0x45;
+                ip[1] = p.tos;
+                if p.df {
+                    ip[6] = 0x40;
+                }
+                ip[8] = p.ttl;
+                ip[9] = wire::ipv4::proto::UDP;
+                if let IpAddr::V4(src) = p.src_ip {
+                    ip[12..16].copy_from_slice(&src.octets());
+                }
+                ip[16..20].copy_from_slice(&dst.octets());
+                (false, checksum::sum(ip, 0), 34)
+            }
+            IpAddr::V6(dst) => {
+                b[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+                let ip = &mut b[14..54];
+                ip[0] = 0x60 | (p.tos >> 4);
+                ip[1] = p.tos << 4;
+                ip[6] = wire::ipv4::proto::UDP;
+                ip[7] = p.ttl;
+                if let IpAddr::V6(src) = p.src_ip {
+                    ip[8..24].copy_from_slice(&src.octets());
+                }
+                ip[24..40].copy_from_slice(&dst.octets());
+                let mut src = [0u8; 16];
+                src.copy_from_slice(&ip[8..24]);
+                let ps = checksum::pseudo_v6(&src, &dst.octets(), wire::ipv4::proto::UDP, 0);
+                (true, ps, 54)
+            }
+        };
+        b[udp_at + 2..udp_at + 4].copy_from_slice(&p.dst_port.to_be_bytes());
+        b[udp_at + 8..udp_at + 16].copy_from_slice(&encap_header(p.kind, p.vni));
         Template {
             bytes: b,
+            v6,
             ip_sum,
             params: p.clone(),
         }
     }
 
     /// The header bytes as built (lengths, checksums and source port still zero).
-    pub fn bytes(&self) -> &[u8; HEADER_LEN] {
-        &self.bytes
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes[..self.len()]
+    }
+
+    /// The header's length: [`HEADER_LEN`] over IPv4, [`HEADER_LEN_V6`] over IPv6.
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> usize {
+        if self.v6 {
+            HEADER_LEN_V6
+        } else {
+            HEADER_LEN
+        }
+    }
+
+    /// Whether the outer header is IPv6.
+    pub fn is_v6(&self) -> bool {
+        self.v6
     }
 
     /// What it was built from.
@@ -124,20 +175,29 @@ impl Template {
     }
 
     /// Whether an inner frame of `inner_len` bytes (its Ethernet header included) fits an
-    /// underlay IP MTU of `mtu` after encapsulation.
-    pub fn fits(inner_len: usize, mtu: usize) -> bool {
-        inner_len + MTU_OVERHEAD <= mtu
+    /// underlay IP MTU of `mtu` after encapsulation with this header.
+    pub fn fits(&self, inner_len: usize, mtu: usize) -> bool {
+        let over = if self.v6 {
+            MTU_OVERHEAD_V6
+        } else {
+            MTU_OVERHEAD
+        };
+        inner_len + over <= mtu
     }
 
-    /// Finishes the packet in `pkt`: `pkt[..HEADER_LEN]` receives the header, `pkt[HEADER_LEN..]`
-    /// is the inner frame already in place. `hash` is the inner flow's hash.
+    /// Finishes the packet in `pkt`: `pkt[..self.len()]` receives the header,
+    /// `pkt[self.len()..]` is the inner frame already in place. `hash` is the inner flow's
+    /// hash.
     ///
     /// # Panics
-    /// If `pkt` is shorter than [`HEADER_LEN`] or longer than 65535 + 14 bytes (callers check
-    /// [`Template::fits`] first).
+    /// If `pkt` is shorter than [`Template::len`] or its IP payload longer than 65535 bytes
+    /// (callers check [`Template::fits`] first).
     pub fn push(&self, pkt: &mut [u8], hash: u32) {
+        if self.v6 {
+            return self.push_v6(pkt, hash);
+        }
         assert!(pkt.len() >= HEADER_LEN && pkt.len() - 14 <= usize::from(u16::MAX));
-        pkt[..HEADER_LEN].copy_from_slice(&self.bytes);
+        pkt[..HEADER_LEN].copy_from_slice(&self.bytes[..HEADER_LEN]);
         let ip_len = (pkt.len() - 14) as u16;
         let udp_len = ip_len - 20;
         let ident = if self.params.df {
@@ -152,22 +212,35 @@ impl Template {
         pkt[34..36].copy_from_slice(&src_port(hash).to_be_bytes());
         pkt[38..40].copy_from_slice(&udp_len.to_be_bytes());
         if self.params.csum {
-            let ps = checksum::pseudo_v4(
-                u32::from(self.params.src_ip),
-                u32::from(self.params.dst_ip),
-                wire::ipv4::proto::UDP,
-                udp_len,
-            );
+            let (IpAddr::V4(s), IpAddr::V4(d)) = (self.params.src_ip, self.params.dst_ip) else {
+                unreachable!("an IPv4 template has IPv4 addresses")
+            };
+            let ps =
+                checksum::pseudo_v4(u32::from(s), u32::from(d), wire::ipv4::proto::UDP, udp_len);
             let c = !checksum::fold(checksum::sum(&pkt[34..], ps));
             let c = if c == 0 { 0xffff } else { c };
             pkt[40..42].copy_from_slice(&c.to_be_bytes());
         }
     }
 
+    fn push_v6(&self, pkt: &mut [u8], hash: u32) {
+        assert!(pkt.len() >= HEADER_LEN_V6 && pkt.len() - 54 <= usize::from(u16::MAX));
+        pkt[..HEADER_LEN_V6].copy_from_slice(&self.bytes);
+        let udp_len = (pkt.len() - 54) as u16;
+        pkt[18..20].copy_from_slice(&udp_len.to_be_bytes());
+        pkt[54..56].copy_from_slice(&src_port(hash).to_be_bytes());
+        pkt[58..60].copy_from_slice(&udp_len.to_be_bytes());
+        if self.params.csum {
+            let c = !checksum::fold(checksum::sum(&pkt[54..], self.ip_sum + u64::from(udp_len)));
+            let c = if c == 0 { 0xffff } else { c };
+            pkt[60..62].copy_from_slice(&c.to_be_bytes());
+        }
+    }
+
     /// [`Template::push`] into a new buffer holding the header and a copy of `inner`.
     pub fn push_vec(&self, inner: &[u8], hash: u32) -> Vec<u8> {
-        let mut v = vec![0u8; HEADER_LEN + inner.len()];
-        v[HEADER_LEN..].copy_from_slice(inner);
+        let mut v = vec![0u8; self.len() + inner.len()];
+        v[self.len()..].copy_from_slice(inner);
         self.push(&mut v, hash);
         v
     }
@@ -176,6 +249,7 @@ impl Template {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
     use wire::ipv4::Ipv4Packet;
 
     pub(crate) fn params(kind: TunnelKind, csum: bool, df: bool) -> Params {
@@ -184,8 +258,8 @@ mod tests {
             vni: 0x123456,
             src_mac: [2, 0, 0, 0, 0, 1],
             dst_mac: [2, 0, 0, 0, 0, 2],
-            src_ip: Ipv4Addr::new(10, 0, 0, 1),
-            dst_ip: Ipv4Addr::new(10, 0, 0, 2),
+            src_ip: Ipv4Addr::new(10, 0, 0, 1).into(),
+            dst_ip: Ipv4Addr::new(10, 0, 0, 2).into(),
             dst_port: 4789,
             tos: 0x10,
             ttl: 64,
@@ -254,7 +328,72 @@ mod tests {
 
     #[test]
     fn mtu_fit_counts_the_outer_ip_udp_and_tunnel_headers() {
-        assert!(Template::fits(1464, 1500));
-        assert!(!Template::fits(1465, 1500));
+        let t = Template::build(&params(TunnelKind::Vxlan, false, true));
+        assert!(t.fits(1464, 1500));
+        assert!(!t.fits(1465, 1500));
+        let t6 = Template::build(&params6(TunnelKind::Vxlan, false));
+        assert!(t6.fits(1444, 1500));
+        assert!(!t6.fits(1445, 1500));
+    }
+
+    pub(crate) fn params6(kind: TunnelKind, csum: bool) -> Params {
+        Params {
+            src_ip: "fd00::1".parse().unwrap(),
+            dst_ip: "fd00::2".parse().unwrap(),
+            tos: 0xb8,
+            ttl: 17,
+            ..params(kind, csum, true)
+        }
+    }
+
+    #[test]
+    fn pushed_ipv6_headers_carry_lengths_hop_limit_class_and_a_right_checksum() {
+        let inner: Vec<u8> = (0..91u8).collect();
+        for kind in [TunnelKind::Vxlan, TunnelKind::Geneve] {
+            for csum in [true, false] {
+                let t = Template::build(&params6(kind, csum));
+                assert!(t.is_v6());
+                assert_eq!(t.len(), HEADER_LEN_V6);
+                let a = t.push_vec(&inner, 7);
+                assert_eq!(a.len(), HEADER_LEN_V6 + 91);
+                assert_eq!(&a[12..14], &[0x86, 0xdd]);
+                let ip = &a[14..54];
+                // Version 6, traffic class 0xb8, flow label 0.
+                assert_eq!(&ip[..4], &[0x6b, 0x80, 0, 0]);
+                assert_eq!(
+                    usize::from(u16::from_be_bytes([ip[4], ip[5]])),
+                    a.len() - 54
+                );
+                assert_eq!((ip[6], ip[7]), (17, 17));
+                let src: [u8; 16] = ip[8..24].try_into().unwrap();
+                let dst: [u8; 16] = ip[24..40].try_into().unwrap();
+                assert_eq!(
+                    std::net::Ipv6Addr::from(dst),
+                    "fd00::2".parse::<std::net::Ipv6Addr>().unwrap()
+                );
+                let udp = &a[54..];
+                assert_eq!(u16::from_be_bytes([udp[0], udp[1]]), src_port(7));
+                assert_eq!(u16::from_be_bytes([udp[2], udp[3]]), 4789);
+                assert_eq!(usize::from(u16::from_be_bytes([udp[4], udp[5]])), udp.len());
+                let uc = u16::from_be_bytes([udp[6], udp[7]]);
+                if csum {
+                    assert_ne!(uc, 0);
+                    let ps = checksum::pseudo_v6(&src, &dst, 17, udp.len() as u32);
+                    assert_eq!(checksum::fold(checksum::sum(udp, ps)), 0xffff);
+                } else {
+                    assert_eq!(uc, 0);
+                }
+                let (h, vni) = wire::tunnel::decap_any(kind, &udp[8..]).unwrap();
+                assert_eq!((h, vni), (8, 0x123456));
+                assert_eq!(&udp[16..], &inner[..]);
+                // Another hash: another source port, and the checksum still right.
+                let b = t.push_vec(&inner, 0x8000_0000);
+                assert_ne!(&b[54..56], &a[54..56]);
+                if csum {
+                    let ps = checksum::pseudo_v6(&src, &dst, 17, udp.len() as u32);
+                    assert_eq!(checksum::fold(checksum::sum(&b[54..], ps)), 0xffff);
+                }
+            }
+        }
     }
 }

@@ -1,15 +1,21 @@
-//! The IPv4 route table of native tunneling: longest-prefix match over operator routes
-//! (`vireoctl route/add PREFIX DEV [GW]`, `route/del`) and connected routes, one per address of
-//! a Vireo internal port (set by the daemon from the kernel's addresses of that port).
+//! The route table of native tunneling, IPv4 and IPv6: longest-prefix match over operator
+//! routes (`vireoctl route/add PREFIX DEV [GW]`, `route/del`) and connected routes, one per
+//! address of a Vireo internal port (set by the daemon from the kernel's addresses of that
+//! port; IPv6 link-local addresses, fe80::/10, make no route).
 //!
-//! At equal prefix length an operator route wins over a connected one. A route's source
-//! address is its device's first connected address (none if the device has no address, in
-//! which case a tunnel cannot use it natively). Not persisted: like OVS's `ovs/route/add`,
+//! Kernel routes ([`RouteTable::set_kernel`]): the host's main-table routes whose output
+//! device is a Vireo internal port, read by the daemon over rtnetlink (`crate::netlink`) every
+//! housekeeping round, replaced as a whole.
+//!
+//! A lookup only considers routes of the destination's family. At equal prefix length an
+//! operator route wins over a kernel one, and a kernel one over a connected one. A route's source address is its device's first
+//! connected address of the same family (none if the device has no such address, in which
+//! case a tunnel cannot use it natively). A gateway must be of the prefix's family. Not persisted: like OVS's `ovs/route/add`,
 //! operator routes live until the daemon stops.
 //!
 //! Threads: plain data, owned by [`crate::Underlay`].
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Where a route came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,48 +24,38 @@ pub enum Origin {
     User,
     /// An address of an internal port.
     Connected,
-    /// The host's routing table (main table, read over rtnetlink), for routes whose output
-    /// interface is a Vireo internal port.
+    /// The host's routing table (through an internal port).
     Kernel,
 }
 
 impl Origin {
-    /// Precedence between routes of the same prefix length: an operator's `route/add` over the
-    /// host's table over a connected route.
-    fn rank(self) -> u8 {
-        match self {
-            Origin::User => 2,
-            Origin::Kernel => 1,
-            Origin::Connected => 0,
-        }
-    }
-
     /// The name `route/show` gives it.
     pub fn name(self) -> &'static str {
         match self {
             Origin::User => "user",
-            Origin::Kernel => "kernel",
             Origin::Connected => "connected",
+            Origin::Kernel => "kernel",
         }
     }
 }
 
-/// A host route as [`RouteTable::set_kernel`] takes it: prefix, length, device, gateway.
-pub type HostRoute = (Ipv4Addr, u8, String, Option<Ipv4Addr>);
+/// A kernel route as [`RouteTable::set_kernel`] takes it: prefix, length, device (a Vireo
+/// port name), gateway.
+pub type KernelEntry = (IpAddr, u8, String, Option<IpAddr>);
 
 /// One route.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Route {
     /// Network address (host bits zero).
-    pub prefix: Ipv4Addr,
-    /// Prefix length, 0..=32.
+    pub prefix: IpAddr,
+    /// Prefix length, 0..=32 (IPv4) or 0..=128 (IPv6).
     pub len: u8,
     /// The Vireo port (an internal port) the route leaves through.
     pub dev: String,
-    /// Gateway, if not directly connected.
-    pub gw: Option<Ipv4Addr>,
+    /// Gateway, if not directly connected (same family as `prefix`).
+    pub gw: Option<IpAddr>,
     /// Source address: the device's connected address (filled by lookup for user routes).
-    pub src: Option<Ipv4Addr>,
+    pub src: Option<IpAddr>,
     /// Who made it.
     pub origin: Origin,
 }
@@ -77,34 +73,68 @@ impl fmt::Display for Route {
     }
 }
 
-fn mask(len: u8) -> u32 {
-    if len == 0 {
-        0
-    } else {
-        u32::MAX << (32 - u32::from(len))
+/// The bits of an address (IPv4 in the low 32) and its width.
+fn bits(a: IpAddr) -> (u128, u32) {
+    match a {
+        IpAddr::V4(a) => (u128::from(u32::from(a)), 32),
+        IpAddr::V6(a) => (u128::from(a), 128),
     }
 }
 
-/// Parses `A.B.C.D/N` (or a bare address, /32); host bits must be zero.
-pub fn parse_prefix(s: &str) -> Result<(Ipv4Addr, u8), String> {
+fn from_bits(b: u128, v6: bool) -> IpAddr {
+    if v6 {
+        IpAddr::V6(Ipv6Addr::from(b))
+    } else {
+        IpAddr::V4(Ipv4Addr::from(b as u32))
+    }
+}
+
+/// The mask of a `len`-bit prefix in a `width`-bit address.
+fn mask(len: u8, width: u32) -> u128 {
+    let all = if width == 128 {
+        u128::MAX
+    } else {
+        (1u128 << width) - 1
+    };
+    all & !all.checked_shr(u32::from(len)).unwrap_or(0)
+}
+
+/// Whether `a` is an IPv6 link-local address (fe80::/10: never a connected route).
+pub fn is_link_local_v6(a: Ipv6Addr) -> bool {
+    a.segments()[0] & 0xffc0 == 0xfe80
+}
+
+/// Parses `A.B.C.D/N` or `X:Y::Z/N` (a bare address is a host route, /32 or /128); host
+/// bits must be zero.
+pub fn parse_prefix(s: &str) -> Result<(IpAddr, u8), String> {
     let (a, l) = match s.split_once('/') {
-        Some((a, l)) => (a, l),
-        None => (s, "32"),
+        Some((a, l)) => (a, Some(l)),
+        None => (s, None),
     };
-    let addr: Ipv4Addr = a
+    let addr: IpAddr = a
         .parse()
-        .map_err(|_| format!("{a:?} is not an IPv4 address"))?;
-    let len: u8 = match l.parse() {
-        Ok(n) if n <= 32 => n,
-        _ => return Err(format!("{l:?} is not a prefix length from 0 to 32")),
+        .map_err(|_| format!("{a:?} is not an IPv4 or IPv6 address"))?;
+    let (b, width) = bits(addr);
+    let len: u8 = match l {
+        None => width as u8,
+        Some(l) => match l.parse() {
+            Ok(n) if u32::from(n) <= width => n,
+            _ => return Err(format!("{l:?} is not a prefix length from 0 to {width}")),
+        },
     };
-    if u32::from(addr) & !mask(len) != 0 {
+    if b & !mask(len, width) != 0 {
         return Err(format!(
             "{s}: host bits set (the network is {}/{len})",
-            Ipv4Addr::from(u32::from(addr) & mask(len))
+            from_bits(b & mask(len, width), width == 128)
         ));
     }
     Ok((addr, len))
+}
+
+/// Whether `dst` lies in `prefix/len` (false across families).
+fn covers(prefix: IpAddr, len: u8, dst: IpAddr) -> bool {
+    let ((p, w), (d, dw)) = (bits(prefix), bits(dst));
+    w == dw && d & mask(len, w) == p
 }
 
 /// The route table.
@@ -124,10 +154,17 @@ impl RouteTable {
         let gw = match gw {
             None => None,
             Some(g) => {
-                let a: Ipv4Addr = g
+                let a: IpAddr = g
                     .parse()
-                    .map_err(|_| format!("gateway {g:?} is not an IPv4 address"))?;
-                if a.is_unspecified() || a.is_broadcast() || a.is_multicast() {
+                    .map_err(|_| format!("gateway {g:?} is not an IP address"))?;
+                if a.is_ipv4() != p.is_ipv4() {
+                    return Err(format!("gateway {a} is not of {p}/{len}'s address family"));
+                }
+                let bad = match a {
+                    IpAddr::V4(a) => a.is_unspecified() || a.is_broadcast() || a.is_multicast(),
+                    IpAddr::V6(a) => a.is_unspecified() || a.is_multicast() || a.is_loopback(),
+                };
+                if bad {
                     return Err(format!("gateway {a} is not a unicast address"));
                 }
                 Some(a)
@@ -162,12 +199,17 @@ impl RouteTable {
 
     /// Makes `addrs` (address, prefix length) the connected routes of port `dev`, replacing
     /// what it had. Returns whether anything changed (unchanged input moves nothing).
-    pub fn set_connected(&mut self, dev: &str, addrs: &[(Ipv4Addr, u8)]) -> bool {
+    /// IPv6 link-local addresses are left out.
+    pub fn set_connected(&mut self, dev: &str, addrs: &[(IpAddr, u8)]) -> bool {
         let want: Vec<Route> = addrs
             .iter()
-            .filter(|(_, l)| *l <= 32)
+            .filter(|(a, l)| u32::from(*l) <= bits(*a).1)
+            .filter(|(a, _)| !matches!(a, IpAddr::V6(a) if is_link_local_v6(*a)))
             .map(|&(a, l)| Route {
-                prefix: Ipv4Addr::from(u32::from(a) & mask(l)),
+                prefix: {
+                    let (b, w) = bits(a);
+                    from_bits(b & mask(l, w), w == 128)
+                },
                 len: l,
                 dev: dev.to_string(),
                 gw: None,
@@ -190,13 +232,18 @@ impl RouteTable {
         true
     }
 
-    /// Makes `routes` (prefix, length, device, gateway) the routes taken from the host's table,
-    /// replacing the previous set; entries with host bits set or a prefix over 32 are ignored.
-    /// Returns whether anything changed.
-    pub fn set_kernel(&mut self, routes: &[HostRoute]) -> bool {
+    /// Makes `routes` (prefix, length, device, gateway) the kernel routes, replacing what was
+    /// there; routes of a bad length or host bits set are left out. Returns whether anything
+    /// changed (unchanged input moves nothing).
+    pub fn set_kernel(&mut self, routes: &[KernelEntry]) -> bool {
         let mut want: Vec<Route> = routes
             .iter()
-            .filter(|(p, l, _, _)| *l <= 32 && u32::from(*p) & !mask(*l) == 0)
+            .filter(|(p, l, _, gw)| {
+                let (b, w) = bits(*p);
+                u32::from(*l) <= w
+                    && b & !mask(*l, w) == 0
+                    && gw.is_none_or(|g| g.is_ipv4() == p.is_ipv4())
+            })
             .map(|(p, l, dev, gw)| Route {
                 prefix: *p,
                 len: *l,
@@ -206,8 +253,7 @@ impl RouteTable {
                 origin: Origin::Kernel,
             })
             .collect();
-        // One route per prefix (the kernel's main table can hold several of one prefix with
-        // different metrics: the caller passes them best first).
+        // One route per prefix: the first (the caller passes the best metric first).
         let mut seen = std::collections::BTreeSet::new();
         want.retain(|r| seen.insert((r.prefix, r.len)));
         let have: Vec<&Route> = self
@@ -225,37 +271,47 @@ impl RouteTable {
     }
 
     /// The addresses Vireo's internal ports hold (the connected routes' sources).
-    pub fn local_addrs(&self) -> impl Iterator<Item = (&str, Ipv4Addr)> {
+    pub fn local_addrs(&self) -> impl Iterator<Item = (&str, IpAddr)> {
         self.routes
             .iter()
             .filter(|r| r.origin == Origin::Connected)
             .filter_map(|r| r.src.map(|s| (r.dev.as_str(), s)))
     }
 
-    /// The longest-prefix route for `dst` (at the same length an operator route before a
-    /// kernel one before a connected one), with its source filled in.
-    pub fn lookup(&self, dst: Ipv4Addr) -> Option<Route> {
-        let d = u32::from(dst);
+    /// The longest-prefix route for `dst` among routes of its family (an operator route
+    /// before a connected one of the same length), with its source filled in.
+    pub fn lookup(&self, dst: IpAddr) -> Option<Route> {
         let best = self
             .routes
             .iter()
-            .filter(|r| d & mask(r.len) == u32::from(r.prefix))
-            .max_by_key(|r| (r.len, r.origin.rank()))?;
+            .filter(|r| covers(r.prefix, r.len, dst))
+            .max_by_key(|r| {
+                let rank = match r.origin {
+                    Origin::User => 2,
+                    Origin::Kernel => 1,
+                    Origin::Connected => 0,
+                };
+                (r.len, rank)
+            })?;
         let mut r = best.clone();
         if r.src.is_none() {
             r.src = self
                 .routes
                 .iter()
-                .find(|c| c.origin == Origin::Connected && c.dev == r.dev)
-                .and_then(|c| c.src);
+                .filter(|c| c.origin == Origin::Connected && c.dev == r.dev)
+                .filter_map(|c| c.src)
+                .find(|s| s.is_ipv4() == dst.is_ipv4());
         }
         Some(r)
     }
 
-    /// Every route, longest prefix first (as `route/show` lists them).
+    /// Every route, IPv4 then IPv6, longest prefix first (as `route/show` lists them).
     pub fn show(&self) -> Vec<Route> {
         let mut v = self.routes.clone();
-        v.sort_by(|a, b| b.len.cmp(&a.len).then(a.prefix.cmp(&b.prefix)));
+        // IPv4 first, then IPv6; longest prefix first within each.
+        v.sort_by(|a, b| {
+            (a.prefix.is_ipv6(), b.len, a.prefix).cmp(&(b.prefix.is_ipv6(), a.len, b.prefix))
+        });
         v
     }
 
@@ -269,44 +325,8 @@ impl RouteTable {
 mod tests {
     use super::*;
 
-    fn ip(s: &str) -> Ipv4Addr {
+    fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
-    }
-
-    #[test]
-    fn kernel_routes_are_replaced_as_a_set_and_rank_between_user_and_connected() {
-        let mut t = RouteTable::default();
-        t.set_connected("brp", &[(ip("10.0.0.1"), 24)]);
-        let k = |p: &str, l, gw: Option<&str>| (ip(p), l, "brp".to_string(), gw.map(ip));
-        let set = [
-            k("10.2.0.0", 16, Some("10.0.0.254")),
-            k("10.2.0.0", 16, Some("10.0.0.253")),
-            k("10.0.0.0", 24, Some("10.0.0.9")),
-            k("10.3.0.1", 16, None),
-        ];
-        let g = t.generation();
-        assert!(t.set_kernel(&set));
-        assert_eq!(t.generation(), g + 1);
-        assert!(!t.set_kernel(&set), "the same set changes nothing");
-        assert_eq!(t.generation(), g + 1);
-        // The first of a prefix wins; host bits set is ignored; a kernel route beats a
-        // connected one of the same length, and its source is the device's address.
-        let r = t.lookup(ip("10.2.3.4")).unwrap();
-        assert_eq!(
-            (r.gw, r.src, r.origin),
-            (Some(ip("10.0.0.254")), Some(ip("10.0.0.1")), Origin::Kernel)
-        );
-        assert_eq!(t.lookup(ip("10.0.0.7")).unwrap().origin, Origin::Kernel);
-        assert!(t.lookup(ip("10.3.9.9")).is_none());
-        t.add("10.2.0.0/16", "brq", None).unwrap();
-        assert_eq!(
-            t.lookup(ip("10.2.3.4")).unwrap().dev,
-            "brq",
-            "user beats kernel"
-        );
-        assert!(t.set_kernel(&[]));
-        assert_eq!(t.lookup(ip("10.0.0.7")).unwrap().origin, Origin::Connected);
-        assert_eq!(t.show().len(), 2);
     }
 
     #[test]
@@ -335,7 +355,11 @@ mod tests {
         for (p, gw) in [
             ("10.0.0.1/24", None),
             ("10.0.0.0/33", None),
-            ("fe80::/64", None),
+            ("fe80::1/64", None),
+            ("fd00::/129", None),
+            ("fd00::/64", Some("10.0.0.1")),
+            ("10.0.0.0/24", Some("fd00::1")),
+            ("fd00::/64", Some("ff02::1")),
             ("10.0.0.0/x", None),
             ("10.0.0.0/24", Some("nope")),
             ("10.0.0.0/24", Some("255.255.255.255")),
@@ -397,5 +421,97 @@ mod tests {
                 "0.0.0.0/0 dev brp via 10.0.0.254 (user)".to_string(),
             ]
         );
+    }
+
+    #[test]
+    fn ipv6_prefixes_match_longest_first_and_never_across_families() {
+        let mut t = RouteTable::default();
+        t.set_connected(
+            "brp",
+            &[
+                (ip("10.0.0.1"), 24),
+                (ip("fd00:1::1"), 64),
+                (ip("fe80::1"), 64),
+            ],
+        );
+        // The link-local address makes no route.
+        assert_eq!(t.show().len(), 2);
+        assert_eq!(t.lookup(ip("fe80::2")), None);
+        let r = t.lookup(ip("fd00:1::2")).unwrap();
+        assert_eq!(
+            (r.prefix, r.len, r.src),
+            (ip("fd00:1::"), 64, Some(ip("fd00:1::1")))
+        );
+        assert_eq!(t.lookup(ip("fd00:2::2")), None);
+        t.add("fd00:2::/48", "brp", Some("fd00:1::fe")).unwrap();
+        t.add("fd00:2:0:5::/64", "brq", None).unwrap();
+        let r = t.lookup(ip("fd00:2::9")).unwrap();
+        // A user route takes its device's connected source of the same family.
+        assert_eq!(
+            (r.gw, r.src),
+            (Some(ip("fd00:1::fe")), Some(ip("fd00:1::1")))
+        );
+        assert_eq!(t.lookup(ip("fd00:2:0:5::9")).unwrap().dev, "brq");
+        // An IPv6 default route does not catch IPv4, nor the reverse.
+        t.add("::/0", "brq", Some("fd00:1::fe")).unwrap();
+        assert_eq!(t.lookup(ip("11.0.0.1")), None);
+        t.add("0.0.0.0/0", "brp", Some("10.0.0.254")).unwrap();
+        assert_eq!(t.lookup(ip("2001:db8::1")).unwrap().dev, "brq");
+        assert_eq!(t.lookup(ip("11.0.0.1")).unwrap().dev, "brp");
+        // A bare address is a host route.
+        assert_eq!(parse_prefix("fd00::7"), Ok((ip("fd00::7"), 128)));
+        assert_eq!(parse_prefix("10.0.0.7"), Ok((ip("10.0.0.7"), 32)));
+        assert!(parse_prefix("fd00::1/64")
+            .unwrap_err()
+            .contains("fd00::/64"));
+        let shown: Vec<String> = t.show().iter().map(|r| r.to_string()).collect();
+        assert_eq!(
+            shown.first().unwrap(),
+            "10.0.0.0/24 dev brp src 10.0.0.1 (connected)"
+        );
+        assert_eq!(shown.last().unwrap(), "::/0 dev brq via fd00:1::fe (user)");
+        t.del("fd00:2::/48").unwrap();
+        assert_eq!(t.lookup(ip("fd00:2::9")).unwrap().dev, "brq");
+    }
+
+    #[test]
+    fn kernel_routes_rank_between_user_and_connected_and_are_replaced_whole() {
+        let mut t = RouteTable::default();
+        t.set_connected("brp", &[(ip("10.0.0.1"), 24), (ip("fd00::1"), 64)]);
+        let k = |p: &str, l: u8, gw: Option<&str>| (ip(p), l, "brp".to_string(), gw.map(ip));
+        assert!(t.set_kernel(&[
+            k("10.9.0.0", 16, Some("10.0.0.254")),
+            k("fd09::", 48, Some("fd00::fe")),
+            k("10.0.0.0", 24, None),
+            // Refused: host bits, a gateway of the other family.
+            k("10.8.0.1", 16, None),
+            k("10.7.0.0", 16, Some("fd00::fe")),
+        ]));
+        let g = t.generation();
+        assert!(!t.set_kernel(&[
+            k("fd09::", 48, Some("fd00::fe")),
+            k("10.9.0.0", 16, Some("10.0.0.254")),
+            k("10.0.0.0", 24, None),
+            k("10.8.0.1", 16, None),
+        ]));
+        assert_eq!(t.generation(), g);
+        let r = t.lookup(ip("10.9.1.1")).unwrap();
+        assert_eq!(
+            (r.origin, r.gw, r.src),
+            (Origin::Kernel, Some(ip("10.0.0.254")), Some(ip("10.0.0.1")))
+        );
+        assert_eq!(t.lookup(ip("fd09::5")).unwrap().origin, Origin::Kernel);
+        // Kernel beats connected at equal length; user beats kernel.
+        assert_eq!(t.lookup(ip("10.0.0.5")).unwrap().origin, Origin::Kernel);
+        t.add("10.9.0.0/16", "brq", None).unwrap();
+        assert_eq!(t.lookup(ip("10.9.1.1")).unwrap().dev, "brq");
+        assert_eq!(t.lookup(ip("10.8.0.1")), None);
+        assert!(t
+            .show()
+            .iter()
+            .any(|r| r.to_string() == "fd09::/48 dev brp via fd00::fe (kernel)"));
+        assert!(t.set_kernel(&[]));
+        assert_eq!(t.lookup(ip("fd09::5")), None);
+        assert_eq!(t.lookup(ip("10.0.0.5")).unwrap().origin, Origin::Connected);
     }
 }

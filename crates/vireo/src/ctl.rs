@@ -28,8 +28,9 @@ OpenFlow:
   set-controller BR TARGET... | del-controller BR | set-fail-mode BR standalone|secure
   set-bridge BR protocols=OpenFlow10,OpenFlow13,OpenFlow14,OpenFlow15
 tunnel underlay (native tunneling; routes and neighbours are not persisted):
-  route/add PREFIX DEV [GW] | route/del PREFIX | route/show   (DEV: an internal port)
-  tnl/neigh/show | tnl/neigh/flush
+  route/add PREFIX DEV [GW] | route/del PREFIX | route/show   (DEV: an internal port;
+      PREFIX IPv4 or IPv6, e.g. 192.0.2.0/24 or 2001:db8::/64; GW of the same family)
+  tnl/neigh/show | tnl/neigh/flush   (ARP and ND neighbours, how each was learned, counters)
 daemon:
   upgrade [--binary PATH]   replace vireod with no outage (default: the binary it started from)
 testing (dummy ports):

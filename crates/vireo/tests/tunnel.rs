@@ -422,10 +422,6 @@ fn bad_tunnel_options_are_clear_errors() {
     for (args, needle) in [
         (vec!["type=vxlan"], "remote_ip"),
         (
-            vec!["type=vxlan", "remote_ip=flow", "local_ip=fd00::1"],
-            "IPv4 underlay",
-        ),
-        (
             vec!["type=geneve", "remote_ip=fd00::1", "local_ip=10.0.0.1"],
             "both",
         ),
@@ -448,10 +444,6 @@ fn bad_tunnel_options_are_clear_errors() {
         (
             vec!["type=vxlan", "remote_ip=10.0.0.1", "csum=maybe"],
             "true or false",
-        ),
-        (
-            vec!["type=geneve", "remote_ip=fd00::1", "csum=false"],
-            "IPv4 underlay",
         ),
         (
             vec!["type=vxlan", "remote_ip=10.0.0.1", "mtu=1400"],

@@ -13,10 +13,14 @@
 //! port's socket carries none of the transfer, `tnl/neigh/show` has OVS's `brphy` MAC, and
 //! OVS's `tnl/neigh/show` has vireod's internal port MAC.
 //!
+//! The same over an IPv6 underlay, Geneve (`native_geneve_over_ipv6_...`): underlay
+//! fd44::/64, the overlay MTU 1430 (70 bytes of outer headers), the neighbours learned by ND.
+//!
 //! Names: namespaces `thr-T-X-PID`, interfaces `thrTXPID` (T = `x` VXLAN / `g` Geneve), the
-//! bridges `thrpTPID` / `thriTPID`; removed by Drop guards, also when a test fails.
-//! Addresses: 10.242.0.0/24 and 192.168.242.0/24 (VXLAN), 10.243.0.0/24 and 192.168.243.0/24
-//! (Geneve).
+//! bridges `thrpTPID` / `thriTPID`; over IPv6 the prefix is `v6n` (T = `6`); removed by Drop
+//! guards, also when a test fails. Addresses: 10.242.0.0/24 and 192.168.242.0/24 (VXLAN),
+//! 10.243.0.0/24 and 192.168.243.0/24 (Geneve), fd44::/64 and 192.168.244.0/24 (Geneve over
+//! IPv6).
 mod common;
 
 use common::host::{kernel_ok, must, ping_count, sh, Ns};
@@ -70,23 +74,37 @@ fn appctl(hc: &Ns, dir: &std::path::Path, args: &[&str]) -> String {
     hc.exec(&a)
 }
 
-fn native_interop_with_ovs(kind: &str, t: char, net: u8) {
+fn native_interop_with_ovs(kind: &str, t: char, net: u8, ipv6: bool) {
     let pid = std::process::id();
-    let (brp, bri) = (format!("thrp{t}{pid}"), format!("thri{t}{pid}"));
+    let pre = if ipv6 { "v6n" } else { "thr" };
+    let (brp, bri) = (format!("{pre}p{t}{pid}"), format!("{pre}i{t}{pid}"));
     let _tap = Tap(brp.clone());
-    let under = |h: u8| format!("10.{net}.0.{h}");
+    let under = |h: u8| {
+        if ipv6 {
+            format!("fd{net}::{h}")
+        } else {
+            format!("10.{net}.0.{h}")
+        }
+    };
+    let plen = if ipv6 { 64 } else { 24 };
+    // Overlay MTU: 1500 less the outer IP + UDP + tunnel header + inner Ethernet.
+    let mtu = if ipv6 { 1430 } else { 1450 };
     let over = |h: u8| format!("192.168.{net}.{h}");
     let dir = tempfile::Builder::new()
-        .prefix(&format!("thr-{t}-"))
+        .prefix(&format!("{pre}-{t}-"))
         .tempdir()
         .unwrap();
     let ovs_dir = tempfile::Builder::new()
-        .prefix(&format!("thr-{t}ovs-"))
+        .prefix(&format!("{pre}-{t}ovs-"))
         .tempdir()
         .unwrap();
+    let mut nodad = vec![];
+    if ipv6 {
+        nodad.push("nodad");
+    }
 
     // Host C: Open vSwitch, native tunneling through brphy.
-    let hc = Ns::create("thr", t, 'c');
+    let hc = Ns::create(pre, t, 'c');
     hc.exec(&[
         "ethtool", "-K", &hc.ns_if, "tx", "off", "tso", "off", "gso", "off",
     ]);
@@ -95,14 +113,10 @@ fn native_interop_with_ovs(kind: &str, t: char, net: u8) {
         ovs.add_netdev_br(br);
     }
     ovs.vsctl(&["add-port", "brphy", &hc.ns_if]);
-    hc.exec(&[
-        "ip",
-        "addr",
-        "add",
-        &format!("{}/24", under(2)),
-        "dev",
-        "brphy",
-    ]);
+    let a = format!("{}/{plen}", under(2));
+    let mut add = vec!["ip", "addr", "add", &a, "dev", "brphy"];
+    add.extend_from_slice(&nodad);
+    hc.exec(&add);
     hc.exec(&["ip", "link", "set", "brphy", "up"]);
     ovs.vsctl(&[
         "add-port",
@@ -124,10 +138,10 @@ fn native_interop_with_ovs(kind: &str, t: char, net: u8) {
         "dev",
         "brint",
     ]);
-    hc.exec(&["ip", "link", "set", "brint", "mtu", "1450", "up"]);
+    hc.exec(&["ip", "link", "set", "brint", "mtu", &mtu.to_string(), "up"]);
 
     // VM A behind vireod.
-    let vm = Ns::create("thr", t, 'v');
+    let vm = Ns::create(pre, t, 'v');
     vm.exec(&[
         "ip",
         "addr",
@@ -136,7 +150,7 @@ fn native_interop_with_ovs(kind: &str, t: char, net: u8) {
         "dev",
         &vm.ns_if,
     ]);
-    vm.exec(&["ip", "link", "set", &vm.ns_if, "mtu", "1450"]);
+    vm.exec(&["ip", "link", "set", &vm.ns_if, "mtu", &mtu.to_string()]);
     vm.exec(&[
         "ethtool", "-K", &vm.ns_if, "tx", "off", "tso", "off", "gso", "off",
     ]);
@@ -144,6 +158,14 @@ fn native_interop_with_ovs(kind: &str, t: char, net: u8) {
     // answer ARP on them.
     for i in [&hc.host_if, &vm.host_if] {
         must(&["ip", "link", "set", "dev", i, "arp", "off", "up"]);
+        if ipv6 {
+            // Nor ND: with no IPv6 there, only the internal port answers for the address.
+            must(&[
+                "sysctl",
+                "-qw",
+                &format!("net.ipv6.conf.{i}.disable_ipv6=1"),
+            ]);
+        }
     }
 
     let d = Daemon::start_logged(dir.path(), &dir.path().join("vireod.log"));
@@ -156,14 +178,13 @@ fn native_interop_with_ovs(kind: &str, t: char, net: u8) {
         &format!("ifname={}", hc.host_if),
         "offloads=false",
     ]);
-    must(&[
-        "ip",
-        "addr",
-        "add",
-        &format!("{}/24", under(1)),
-        "dev",
-        &brp,
-    ]);
+    if ipv6 {
+        must(&["ip", "link", "set", &brp, "up"]);
+    }
+    let a = format!("{}/{plen}", under(1));
+    let mut add = vec!["ip", "addr", "add", &a, "dev", &brp];
+    add.extend_from_slice(&nodad);
+    must(&add);
     d.ok(&["add-br", &bri, "internal=false"]);
     d.ok(&[
         "add-port",
@@ -182,7 +203,12 @@ fn native_interop_with_ovs(kind: &str, t: char, net: u8) {
         &format!("ifname={}", vm.host_if),
         "offloads=false",
     ]);
-    let connected = format!("10.{net}.0.0/24 dev {brp} src {} (connected)", under(1));
+    let prefix = if ipv6 {
+        format!("fd{net}::/64")
+    } else {
+        format!("10.{net}.0.0/24")
+    };
+    let connected = format!("{prefix} dev {brp} src {} (connected)", under(1));
     assert!(wait_for(&d, &["route/show"], &connected).contains(&connected));
 
     assert!(
@@ -194,8 +220,10 @@ fn native_interop_with_ovs(kind: &str, t: char, net: u8) {
     );
     let got = ping_count(&vm, &over(2), 5, &[]);
     assert!(got >= 4, "{kind}: ping lost {} of 5", 5 - got);
-    // Full-size frames fit: 1450 inner + outer headers (VXLAN 50, Geneve 50 without options).
-    let got = ping_count(&vm, &over(2), 3, &["-s", "1422", "-M", "do"]);
+    // Full-size frames fit: the overlay MTU + outer headers (VXLAN and Geneve without options:
+    // 50 over IPv4, 70 over IPv6).
+    let size = (mtu - 28).to_string();
+    let got = ping_count(&vm, &over(2), 3, &["-s", &size, "-M", "do"]);
     assert!(got >= 2, "{kind}: full-size pings lost {} of 3", 3 - got);
 
     let before = socket_packets(&d);
@@ -234,6 +262,20 @@ fn native_interop_with_ovs(kind: &str, t: char, net: u8) {
     let neigh = d.ok(&["tnl/neigh/show"]);
     let line = format!("{} {} dev {brp}", under(2), mac(Some(&hc), "brphy"));
     assert!(neigh.contains(&line), "no {line}: {neigh}");
+    if ipv6 {
+        let j = d.json(&["tnl/neigh/show"]);
+        let e = j["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["ip"] == under(2).as_str())
+            .cloned();
+        assert!(
+            e.as_ref()
+                .is_some_and(|e| e["via"] == "nd" || e["via"] == "decap"),
+            "{j}"
+        );
+    }
     let ovs_neigh = appctl(&hc, ovs_dir.path(), &["tnl/neigh/show"]);
     let ours = mac(None, &brp);
     assert!(
@@ -262,7 +304,7 @@ fn native_vxlan_interop_with_the_ovs_userspace_datapath() {
     if !peers_present() {
         return;
     }
-    native_interop_with_ovs("vxlan", 'x', 242);
+    native_interop_with_ovs("vxlan", 'x', 242, false);
 }
 
 #[test]
@@ -270,5 +312,13 @@ fn native_geneve_interop_with_the_ovs_userspace_datapath() {
     if !peers_present() {
         return;
     }
-    native_interop_with_ovs("geneve", 'g', 243);
+    native_interop_with_ovs("geneve", 'g', 243, false);
+}
+
+#[test]
+fn native_geneve_over_ipv6_interop_with_the_ovs_userspace_datapath() {
+    if !peers_present() {
+        return;
+    }
+    native_interop_with_ovs("geneve", '6', 44, true);
 }

@@ -24,12 +24,18 @@
 //! | 16 | ct_ipv6_dst low 64 bits |
 //! | 17 | tun_id (64 bits; VXLAN and Geneve carry the low 24) |
 //! | 18 | 0..32 tun_src (IPv4), 32..64 tun_dst (IPv4) |
+//! | 19 | tun_ipv6_src high 64 bits |
+//! | 20 | tun_ipv6_src low 64 bits |
+//! | 21 | tun_ipv6_dst high 64 bits |
+//! | 22 | tun_ipv6_dst low 64 bits |
 //!
-//! Words 9-18 are metadata, not headers: zero on a packet from a port; the datapath's `ct`
+//! Words 9-22 are metadata, not headers: zero on a packet from a port; the datapath's `ct`
 //! action sets the conntrack words and recirculation sets `recirc_id` (see `dp::worker`); a
-//! packet decapsulated by a `vxlan`/`geneve` port carries its tunnel id and outer addresses
-//! in `packet::Meta`, which the datapath copies into words 17-18 (and a `set_tunnel` action
-//! writes both). Tunnel addresses are IPv4 only: an IPv6 underlay leaves them zero.
+//! packet decapsulated by a `vxlan`/`geneve` port carries its tunnel id and outer IPv4
+//! addresses in `packet::Meta`, which the datapath copies into words 17-18 (and a
+//! `set_tunnel` action writes both). The outer IPv6 addresses (words 19-22) are set only by
+//! native decapsulation (`dp::tnl::pop`), which writes the key directly; the socket path
+//! over an IPv6 underlay leaves them zero.
 //!
 //! Head and tail: words `0..HEAD_WORDS` (the headers and word 9, which holds `recirc_id`,
 //! `ct_state` and `ct_zone`, the metadata most masks use) are the *head*; words
@@ -48,14 +54,14 @@
 //! eth_type, so the overlap is never ambiguous.
 
 /// Number of 64-bit words in a key.
-pub const KEY_WORDS: usize = 19;
+pub const KEY_WORDS: usize = 23;
 
 /// The conntrack words (`recirc_id` and the `ct_*` fields): `ct_clear` zeroes them (keeping
 /// `recirc_id`).
 pub const CT_WORDS: std::ops::Range<usize> = 9..17;
 
-/// The tunnel words (`tun_id`, `tun_src`, `tun_dst`).
-pub const TUN_WORDS: std::ops::Range<usize> = 17..19;
+/// The tunnel words (`tun_id`, `tun_src`, `tun_dst`, `tun_ipv6_src`, `tun_ipv6_dst`).
+pub const TUN_WORDS: std::ops::Range<usize> = 17..23;
 
 /// Every metadata word (conntrack and tunnel): recirculation carries them over.
 pub const META_WORDS: std::ops::Range<usize> = 9..KEY_WORDS;
@@ -137,11 +143,15 @@ pub enum Field {
     TunId,
     TunSrc,
     TunDst,
+    TunIpv6SrcHi,
+    TunIpv6SrcLo,
+    TunIpv6DstHi,
+    TunIpv6DstLo,
 }
 
 impl Field {
     /// Every field, in layout order.
-    pub const ALL: [Field; 39] = [
+    pub const ALL: [Field; 43] = [
         Field::InPort,
         Field::EthType,
         Field::VlanTci,
@@ -181,6 +191,10 @@ impl Field {
         Field::TunId,
         Field::TunSrc,
         Field::TunDst,
+        Field::TunIpv6SrcHi,
+        Field::TunIpv6SrcLo,
+        Field::TunIpv6DstHi,
+        Field::TunIpv6DstLo,
     ];
 
     /// (word, first bit, width).
@@ -226,6 +240,10 @@ impl Field {
             Field::TunId => (17, 0, 64),
             Field::TunSrc => (18, 0, 32),
             Field::TunDst => (18, 32, 32),
+            Field::TunIpv6SrcHi => (19, 0, 64),
+            Field::TunIpv6SrcLo => (20, 0, 64),
+            Field::TunIpv6DstHi => (21, 0, 64),
+            Field::TunIpv6DstLo => (22, 0, 64),
         }
     }
 
@@ -435,8 +453,13 @@ fn hash_with_tail(w: &[u64; KEY_WORDS]) -> u32 {
     let t2 = fmul(w[12] ^ k[12], w[13] ^ k[13]);
     let t3 = fmul(w[14] ^ k[14], w[15] ^ k[15]);
     let t4 = fmul(w[16] ^ k[16], w[17] ^ k[17]);
-    let t5 = fmul(w[18] ^ k[18], k[KEY_WORDS]);
-    let tail = fmul(t1 ^ t3 ^ t5 ^ k[KEY_WORDS + 1], t2.wrapping_add(t4));
+    let t5 = fmul(w[18] ^ k[18], w[19] ^ k[19]);
+    let t6 = fmul(w[20] ^ k[20], w[21] ^ k[21]);
+    let t7 = fmul(w[22] ^ k[22], k[KEY_WORDS]);
+    let tail = fmul(
+        t1 ^ t3 ^ t5 ^ t7 ^ k[KEY_WORDS + 1],
+        t2.wrapping_add(t4).wrapping_add(t6),
+    );
     let e = fmul(w[8] ^ k[8], w[9] ^ k[9]) ^ tail;
     let (head, _) = w
         .split_first_chunk::<HEAD_WORDS>()
@@ -573,6 +596,44 @@ mod tests {
             k.masked(&m).match_string(&m),
             "in_port=2,tun_id=0x5,tun_src=10.0.0.2"
         );
+    }
+
+    #[test]
+    fn ipv6_tunnel_addresses_are_tail_metadata_hashed_and_shown() {
+        let mut k = FlowKey::ZERO;
+        k.set(Field::InPort, 2);
+        let plain = k;
+        let src: u128 = "fd00::1".parse::<std::net::Ipv6Addr>().unwrap().into();
+        let dst: u128 = "fd00:1::2".parse::<std::net::Ipv6Addr>().unwrap().into();
+        k.set(Field::TunIpv6SrcHi, (src >> 64) as u64);
+        k.set(Field::TunIpv6SrcLo, src as u64);
+        k.set(Field::TunIpv6DstHi, (dst >> 64) as u64);
+        k.set(Field::TunIpv6DstLo, dst as u64);
+        assert!(k.has_tail());
+        for f in [
+            Field::TunIpv6SrcHi,
+            Field::TunIpv6SrcLo,
+            Field::TunIpv6DstHi,
+            Field::TunIpv6DstLo,
+        ] {
+            let (w, _, _) = f.layout();
+            assert!(TUN_WORDS.contains(&w) && TAIL.contains(&w) && (19..23).contains(&w));
+            let mut t = plain;
+            t.set(f, 1);
+            assert_ne!(t.hash(), plain.hash(), "{f:?} ignored by the hash");
+        }
+        let mut m = FlowKey::ZERO;
+        m.set_exact(Field::InPort);
+        m.set_exact(Field::TunIpv6SrcHi);
+        m.set_exact(Field::TunIpv6SrcLo);
+        m.set(Field::TunIpv6DstHi, u64::MAX);
+        assert_eq!(
+            k.masked(&m).match_string(&m),
+            "in_port=2,tun_ipv6_src=fd00::1,tun_ipv6_dst=fd00:1::/64"
+        );
+        let mut other = k;
+        other.set(Field::TunIpv6SrcLo, 2);
+        assert!(!k.matches(&other, &m));
     }
 
     #[test]

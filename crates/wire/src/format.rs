@@ -43,6 +43,8 @@ fn name(f: Field, arp: bool) -> &'static str {
         Field::TunId => "tun_id",
         Field::TunSrc => "tun_src",
         Field::TunDst => "tun_dst",
+        Field::TunIpv6SrcHi | Field::TunIpv6SrcLo => "tun_ipv6_src",
+        Field::TunIpv6DstHi | Field::TunIpv6DstLo => "tun_ipv6_dst",
     }
 }
 
@@ -85,6 +87,8 @@ pub(crate) fn format_match(key: &FlowKey, mask: &FlowKey) -> String {
             Field::CtIpv6SrcLo => !ip6 || mask.get(Field::CtIpv6SrcHi) != 0,
             Field::CtIpv6DstLo => mask.get(Field::CtIpv6DstHi) != 0,
             Field::CtLabelLo => mask.get(Field::CtLabelHi) != 0,
+            Field::TunIpv6SrcLo => mask.get(Field::TunIpv6SrcHi) != 0,
+            Field::TunIpv6DstLo => mask.get(Field::TunIpv6DstHi) != 0,
             _ => false,
         };
         if m == 0 || skip {
@@ -140,6 +144,14 @@ pub(crate) fn format_match(key: &FlowKey, mask: &FlowKey) -> String {
             }
             Field::CtIpv6DstHi | Field::CtIpv6DstLo => {
                 out.push_str(&v6(key, mask, Field::CtIpv6DstHi, Field::CtIpv6DstLo));
+                Ok(())
+            }
+            Field::TunIpv6SrcHi | Field::TunIpv6SrcLo => {
+                out.push_str(&v6(key, mask, Field::TunIpv6SrcHi, Field::TunIpv6SrcLo));
+                Ok(())
+            }
+            Field::TunIpv6DstHi | Field::TunIpv6DstLo => {
+                out.push_str(&v6(key, mask, Field::TunIpv6DstHi, Field::TunIpv6DstLo));
                 Ok(())
             }
             Field::CtLabelHi | Field::CtLabelLo => {

@@ -40,13 +40,12 @@ impl<'a> Xlate<'a> {
                 p.get(&self.key)
             }
             f if f.is_register() => f.get_reg(&self.regs),
-            f => match f.tunnel_key_field() {
-                Some(kf) => {
-                    self.wc.set(kf, self.wc.get(kf) | mask as u64);
-                    u128::from(self.key.get(kf))
-                }
-                None => 0,
-            },
+            f => {
+                // Tunnel fields (others read 0): the bits read enter the mask.
+                let old = f.get_tunnel(&self.wc);
+                f.set_tunnel(&mut self.wc, old | mask, u128::MAX);
+                f.get_tunnel(&self.key)
+            }
         }
     }
 
@@ -72,14 +71,12 @@ impl<'a> Xlate<'a> {
                 // Tunnel fields: the key changes now, the datapath at the next output. The
                 // bits kept are read, so they enter the mask. (ct_mark/ct_label outside ct()
                 // are refused at FLOW_MOD time.)
-                if let Some(kf) = f.tunnel_key_field() {
+                if f.is_tunnel() {
                     let full = ones(f.width());
-                    let old = if mask & full == full {
-                        0
-                    } else {
-                        self.read_field(f, full & !mask)
-                    };
-                    self.key.set(kf, ((old & !mask) | (value & mask)) as u64);
+                    if mask & full != full {
+                        self.read_field(f, full & !mask);
+                    }
+                    f.set_tunnel(&mut self.key, value, mask);
                 }
             }
         }

@@ -32,7 +32,8 @@ pub struct TunnelConfig {
     /// UDP destination port (and our bound port).
     pub dst_port: u16,
     /// Whether outer UDP checksums are sent (`csum`; IPv4 default false as in OVS, IPv6
-    /// always).
+    /// default true; `csum=false` over IPv6 sends zero on the native path only, the socket
+    /// path's kernel socket always sums).
     pub csum: bool,
     /// Outer TOS byte, if set.
     pub tos: Option<u8>,
@@ -103,11 +104,6 @@ impl TunnelConfig {
         let local_flow = opt("local_ip") == Some("flow");
         let local = opt("local_ip").and_then(|v| v.parse::<IpAddr>().ok());
         let v6 = remote.map_or(local.is_some_and(|l| l.is_ipv6()), |r| r.is_ipv6());
-        if remote.is_none() && v6 {
-            return Err(PortError(
-                "remote_ip=flow needs an IPv4 underlay (tun_dst is an IPv4 address)".into(),
-            ));
-        }
         if local_flow && v6 {
             return Err(PortError(
                 "local_ip=flow needs an IPv4 underlay (tun_src is an IPv4 address)".into(),
@@ -143,13 +139,11 @@ impl TunnelConfig {
             ),
             csum: match opt("csum") {
                 Some("true") => true,
-                Some(_) if v6 => {
-                    return Err(PortError(
-                        "csum=false needs an IPv4 underlay (IPv6 requires UDP checksums)".into(),
-                    ))
-                }
+                // Over IPv6 a zero UDP checksum is allowed for tunnels (RFC 6935): the native
+                // path sends it; the socket path's kernel socket always sums.
                 Some(_) => false,
-                // As OVS: no UDP checksum over IPv4 unless asked; IPv6 always has one.
+                // As OVS: no UDP checksum over IPv4 unless asked; over IPv6 one by default
+                // (the Linux kernel's VXLAN drops zero ones unless `udp6zerocsumrx`).
                 None => v6,
             },
             tos: num("tos").map(|v| v as u8),

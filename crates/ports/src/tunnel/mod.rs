@@ -22,7 +22,9 @@
 //! `remote_ip=flow` with the same VNI, then `remote_ip=flow,key=flow`. Every decapsulated frame
 //! carries its VNI as `tun_id`, the datagram's source as `tun_src` and the port's bound address
 //! as `tun_dst` (IPv4; an IPv6 underlay leaves the addresses zero), which the pipeline can
-//! match. `remote_ip=flow` needs an IPv4 underlay (`tun_dst` is IPv4). `local_ip=flow` (IPv4
+//! match. `remote_ip=flow` with an IPv6 `local_ip` is served by native tunneling only (it
+//! sends to the packet's `tun_ipv6_dst`): this socket has no IPv6 `tun_dst` to send to and
+//! drops such packets as `no-tunnel-dst`. `local_ip=flow` (IPv4
 //! too) binds the socket to 0.0.0.0 and sends each datagram from the packet's `tun_src`
 //! (`IP_PKTINFO`) when the pipeline set one, else from the route's source; one the kernel
 //! refuses (not this host's address) is dropped and counted in `tun_src_refused`. Other ports

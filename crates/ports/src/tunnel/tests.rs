@@ -28,9 +28,22 @@ fn options_parsed_and_checked() {
     assert_eq!((c.remote, c.vni, c.csum), (None, None, false));
     let c = TunnelConfig::parse(TunnelKind::Vxlan, opts(&[("remote_ip", "10.0.0.1")])).unwrap();
     assert_eq!(c.dst_port, VXLAN_PORT);
+    // Flow-based over IPv6 (native tunneling sends to `tun_ipv6_dst`), checksums by default;
+    // `csum=false` over IPv6 is allowed (RFC 6935).
+    let c = TunnelConfig::parse(
+        TunnelKind::Vxlan,
+        opts(&[("remote_ip", "flow"), ("local_ip", "fd00::1")]),
+    )
+    .unwrap();
+    assert_eq!((c.remote, c.local.is_ipv6(), c.csum), (None, true, true));
+    let c = TunnelConfig::parse(
+        TunnelKind::Geneve,
+        opts(&[("remote_ip", "fd00::2"), ("csum", "false")]),
+    )
+    .unwrap();
+    assert!(!c.csum);
     for bad in [
         vec![],
-        vec![("remote_ip", "flow"), ("local_ip", "::1")],
         vec![("remote_ip", "::1"), ("local_ip", "flow")],
         vec![("remote_ip", "::1"), ("local_ip", "127.0.0.1")],
         vec![("remote_ip", "10.0.0.1"), ("key", "16777216")],

@@ -2,7 +2,9 @@
 //! starts and whenever the kernel announces a route change (a socket joined to the IPv4 and
 //! IPv6 route groups, drained without blocking at every housekeeping upkeep), parsed by
 //! `tnl::netlink`. The routes kept are those whose output interface is a Vireo internal port;
-//! `underlay::upkeep` turns them into `tnl::route::Origin::Kernel` routes.
+//! `underlay::upkeep` filters the last dump by the internal ports' interface indexes at every
+//! upkeep (so a port attached later, or recreated with a new index, gets its routes) and
+//! turns them into `tnl::route::Origin::Kernel` routes.
 //!
 //! A failed or malformed dump keeps the previous routes and is counted (`route/show`'s
 //! `kernel` counters); a dump larger than [`MAX_ROUTES`] is cut there and counted, so a host
@@ -61,7 +63,7 @@ fn open(groups: u32) -> nix::Result<OwnedFd> {
 
 impl KernelRoutes {
     /// Drains change notifications and, when the table may have changed, dumps it again.
-    /// Returns the routes when a new dump was read, `None` when nothing new is known.
+    /// Returns the routes of the last good dump (`None` before the first one).
     pub fn refresh(&mut self) -> Option<&[KernelRoute]> {
         if !self.started {
             self.started = true;
@@ -89,9 +91,13 @@ impl KernelRoutes {
                 }
             }
         }
-        if !self.stale {
-            return None;
+        if self.stale {
+            self.dump();
         }
+        (self.counters.dumps > 0).then_some(self.routes.as_slice())
+    }
+
+    fn dump(&mut self) {
         self.seq = self.seq.wrapping_add(1);
         match dump(self.seq) {
             Ok((routes, skipped, truncated)) => {
@@ -100,12 +106,10 @@ impl KernelRoutes {
                 self.counters.skipped = skipped;
                 self.counters.truncated = truncated;
                 self.routes = routes;
-                Some(&self.routes)
             }
             Err(e) => {
                 self.counters.errors += 1;
                 tracing::warn!("underlay: host route dump failed: {e}");
-                None
             }
         }
     }
@@ -162,6 +166,7 @@ mod tests {
         let mut k = KernelRoutes::default();
         let routes = k.refresh().expect("the first refresh dumps").to_vec();
         assert_eq!((k.counters.dumps, k.counters.errors), (1, 0));
+        assert!(k.refresh().is_some(), "the last dump stays");
         assert!(k.counters.skipped > 0, "local-table routes are skipped");
         assert!(routes.iter().all(|r| !r.dst.is_loopback()));
     }

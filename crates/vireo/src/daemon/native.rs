@@ -2,17 +2,20 @@
 //! datapath ports are tunnel ports and internal ports, and, from the underlay state
 //! (`tnl::Underlay`), what an output to them becomes.
 //!
-//! An output to a `vxlan`/`geneve` port whose remote (IPv4: `remote_ip`, or the packet's
-//! `tun_dst` with `remote_ip=flow`) is routed by Vireo's route table through an internal port
-//! Vireo owns becomes a native encap: the header template is built from the route (source:
+//! An output to a `vxlan`/`geneve` port whose remote (`remote_ip`, IPv4 or IPv6, or with
+//! `remote_ip=flow` the packet's `tun_dst`, else its `tun_ipv6_dst`) is routed by Vireo's
+//! route table through an internal port Vireo owns becomes a native encap: the header
+//! template (IPv4 or IPv6 by the remote's family) is built from the route (source:
 //! `local_ip`, else the route's), the internal port's MAC and the next hop's MAC from the
 //! neighbour cache. On a neighbour miss the packet is dropped (counted in `miss_drops`) and an
-//! ARP request (at most one per address per second) leaves through the underlay bridge as if
-//! the internal port had sent it ([`super::underlay::SnoopPort::inject`]). A remote with no
-//! such route, or an IPv6 one, keeps the socket path (the port's own UDP socket).
+//! ARP request or, for an IPv6 next hop, a Neighbor Solicitation (at most one per address per
+//! second) leaves through the underlay bridge as if the internal port had sent it
+//! ([`super::underlay::SnoopPort::inject`]). A remote with no such route keeps the socket
+//! path (the port's own UDP socket).
 //!
 //! An output to an internal port is preceded by `TnlPop` when tunnel ports receive on one of
-//! its addresses (`local_ip`, or every address of the port when `local_ip` is unset).
+//! its addresses (`local_ip`, or every address of the port of `local_ip`'s family when
+//! `local_ip` is unset).
 //!
 //! Outer DF is always set (no `df_default=false` yet), outer TOS is the port's `tos` (default
 //! 0), TTL its `ttl` (default 64), the UDP checksum per `csum`.
@@ -24,7 +27,7 @@ use dpif::action::{PopPort, TnlPop, TnlPush};
 use ofproto::native::{Encap, NativeTunnels};
 use ports::tunnel::{TunnelConfig, TunnelKind};
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, Mutex};
 use tnl::header::{Params, Template};
 use tnl::Underlay;
@@ -44,11 +47,20 @@ pub struct NativeHook {
     ports: Mutex<Ports>,
 }
 
-fn v4(a: IpAddr) -> Option<Ipv4Addr> {
-    match a {
-        IpAddr::V4(a) if !a.is_unspecified() => Some(a),
-        _ => None,
+fn set(a: IpAddr) -> Option<IpAddr> {
+    (!a.is_unspecified()).then_some(a)
+}
+
+/// The remote of a `remote_ip=flow` port from the packet's key: `tun_dst`, else
+/// `tun_ipv6_dst`.
+fn key_remote(key: &FlowKey) -> Option<IpAddr> {
+    let d = key.get(Field::TunDst) as u32;
+    if d != 0 {
+        return Some(IpAddr::V4(Ipv4Addr::from(d)));
     }
+    let v6 =
+        u128::from(key.get(Field::TunIpv6DstHi)) << 64 | u128::from(key.get(Field::TunIpv6DstLo));
+    (v6 != 0).then(|| IpAddr::V6(Ipv6Addr::from(v6)))
 }
 
 impl NativeHook {
@@ -87,24 +99,28 @@ impl NativeTunnels for NativeHook {
         let ports = self.ports();
         let (_, cfg) = ports.tunnels.get(&dp_port)?;
         let remote = match cfg.remote {
-            Some(r) => v4(r)?,
-            None => {
-                let d = key.get(Field::TunDst) as u32;
-                if d == 0 {
-                    return None;
-                }
-                Ipv4Addr::from(d)
-            }
+            Some(r) => set(r)?,
+            None => key_remote(key)?,
         };
         let mut u = self.underlay.lock().unwrap_or_else(|e| e.into_inner());
         let nh = u.next_hop(remote)?;
         let (local_dp, snoop) = ports.internals.get(&nh.dev)?;
-        let src = v4(cfg.local).or(nh.src)?;
+        let src = set(cfg.local)
+            .filter(|l| l.is_ipv4() == remote.is_ipv4())
+            .or(nh.src)?;
         let src_mac = *u.port_macs.get(&nh.dev)?;
         let Some(dst_mac) = u.neigh.lookup(nh.via) else {
             if u.neigh.miss(nh.via, now_ms()) {
-                let arp_src = nh.src.unwrap_or(src);
-                snoop.inject(tnl::neigh::arp_request(src_mac, arp_src, nh.via));
+                let req_src = nh.src.unwrap_or(src);
+                match (req_src, nh.via) {
+                    (IpAddr::V4(s), IpAddr::V4(via)) => {
+                        snoop.inject(tnl::neigh::arp_request(src_mac, s, via));
+                    }
+                    (IpAddr::V6(s), IpAddr::V6(via)) => {
+                        snoop.inject(tnl::nd::solicit(src_mac, s, via));
+                    }
+                    _ => {}
+                }
             }
             u.neigh.count_miss_drops(1);
             return Some(Encap::Drop);
@@ -140,7 +156,7 @@ impl NativeTunnels for NativeHook {
         let ports = self.ports();
         let (dev, _) = ports.internals.iter().find(|(_, (dp, _))| *dp == dp_port)?;
         let u = self.underlay.lock().unwrap_or_else(|e| e.into_inner());
-        let addrs: Vec<Ipv4Addr> = u
+        let addrs: Vec<IpAddr> = u
             .routes
             .local_addrs()
             .filter(|(d, _)| d == dev)
@@ -149,19 +165,22 @@ impl NativeTunnels for NativeHook {
         let local_mac = *u.port_macs.get(dev)?;
         let mut pops = Vec::new();
         for (dp, (_, cfg)) in &ports.tunnels {
-            let ips: Vec<Ipv4Addr> = match v4(cfg.local) {
+            let ips: Vec<IpAddr> = match set(cfg.local) {
                 Some(a) if addrs.contains(&a) => vec![a],
                 Some(_) => continue,
-                None if cfg.local.is_ipv4() => addrs.clone(),
-                None => continue,
+                None => addrs
+                    .iter()
+                    .copied()
+                    .filter(|a| a.is_ipv4() == cfg.local.is_ipv4())
+                    .collect(),
             };
             for ip in ips {
                 pops.push(PopPort {
-                    ip: u32::from(ip),
+                    ip,
                     udp_port: cfg.dst_port,
                     geneve: cfg.kind == TunnelKind::Geneve,
                     vni: cfg.vni,
-                    remote: cfg.remote.and_then(v4).map(u32::from),
+                    remote: cfg.remote.and_then(set),
                     port: *dp,
                 });
             }

@@ -1,16 +1,20 @@
 //! Native tunneling's underlay in the daemon (issue 12, stage 1): the `route/add`,
-//! `route/del`, `route/show`, `tnl/neigh/show` and `tnl/neigh/flush` commands, the connected
-//! routes and MACs of internal ports (read from the kernel with `getifaddrs` when a port is
-//! attached and at every housekeeping upkeep, so an `ip addr add` on the port is seen within
-//! about half a second), neighbour aging and learning from decapsulated traffic's outer
-//! sources (`dp::tnl::take_sources`), and [`SnoopPort`], the wrapper that lets the
-//! neighbour cache learn from the ARP frames the bridge delivers to an internal port.
+//! `route/del`, `route/show`, `tnl/neigh/show` and `tnl/neigh/flush` commands (IPv4 and
+//! IPv6), the connected routes and MACs of internal ports (read from the kernel with
+//! `getifaddrs` when a port is attached and at every housekeeping upkeep, so an `ip addr add`
+//! on the port is seen within about half a second; IPv6 link-local addresses make no route),
+//! the host's own routes through internal ports (read over rtnetlink by [`super::kroutes`]
+//! when the kernel announces a route change, `ip route add ... dev brp` seen within a round),
+//! neighbour aging and learning from decapsulated traffic's outer sources
+//! (`dp::tnl::take_sources`), and [`SnoopPort`], the wrapper that lets the neighbour cache
+//! learn from the ARP and IPv6 Neighbor Discovery frames the bridge delivers to an internal
+//! port.
 //!
 //! The state itself is `tnl::Underlay`, in [`Shared::underlay`] behind a mutex.
 //!
 //! Threads: commands on a control connection thread (Switch mutex held); [`upkeep`] on the
 //! housekeeping thread; [`SnoopPort`]'s tx bursts on any PMD: they take the underlay mutex
-//! only when the burst holds an ARP frame.
+//! only when the burst holds an ARP or ND frame.
 use super::runtime::Shared;
 use super::switch::{CmdError, CmdResult};
 use crate::proto::Response;
@@ -18,7 +22,7 @@ use packet::{Batch, Pool};
 use ports::{Link, Port, PortStats};
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 use tnl::neigh::mac_str;
@@ -109,19 +113,21 @@ pub fn command(shared: &Shared, command: &str, args: &[String]) -> CmdResult {
             let mut text = String::new();
             for e in &entries {
                 text += &format!(
-                    "{} {} dev {} age {}s\n",
+                    "{} {} dev {} age {}s via {}\n",
                     e.ip,
                     mac_str(&e.mac),
                     e.dev,
-                    now.saturating_sub(e.seen_ms) / 1000
+                    now.saturating_sub(e.seen_ms) / 1000,
+                    e.how.name()
                 );
             }
             text += &format!(
-                "learned {} misses {} requests {} miss_drops {} snoop_ignored {} aged {} \
-                 decap_seen {}\n",
+                "learned {} misses {} requests {} ns_requests {} miss_drops {} snoop_ignored {} \
+                 aged {} decap_seen {}\n",
                 c.learned,
                 c.misses,
                 c.requests,
+                c.ns_requests,
                 c.miss_drops,
                 c.snoop_ignored,
                 c.aged,
@@ -146,6 +152,7 @@ pub fn command(shared: &Shared, command: &str, args: &[String]) -> CmdResult {
                         "mac": mac_str(&e.mac),
                         "dev": e.dev,
                         "age_s": now.saturating_sub(e.seen_ms) / 1000,
+                        "via": e.how.name(),
                     })
                 })
                 .collect();
@@ -157,6 +164,7 @@ pub fn command(shared: &Shared, command: &str, args: &[String]) -> CmdResult {
                         "learned": c.learned,
                         "misses": c.misses,
                         "requests": c.requests,
+                        "ns_requests": c.ns_requests,
                         "miss_drops": c.miss_drops,
                         "snoop_ignored": c.snoop_ignored,
                         "aged": c.aged,
@@ -180,11 +188,12 @@ pub fn command(shared: &Shared, command: &str, args: &[String]) -> CmdResult {
     }
 }
 
-/// An internal port's IPv4 addresses (with prefix lengths) and MAC, as the kernel has them.
+/// An internal port's IPv4 and IPv6 addresses (with prefix lengths) and MAC, as the kernel
+/// has them (link-local IPv6 addresses are left to the route table to skip).
 fn kernel_addrs(
     all: &[nix::ifaddrs::InterfaceAddress],
     ifname: &str,
-) -> (Vec<(Ipv4Addr, u8)>, Option<[u8; 6]>) {
+) -> (Vec<(IpAddr, u8)>, Option<[u8; 6]>) {
     let (mut v4, mut mac) = (Vec::new(), None);
     for a in all.iter().filter(|a| a.interface_name == ifname) {
         let Some(addr) = a.address else { continue };
@@ -193,7 +202,13 @@ fn kernel_addrs(
                 .netmask
                 .and_then(|m| m.as_sockaddr_in().map(|m| u32::from(m.ip()).count_ones()))
                 .unwrap_or(32) as u8;
-            v4.push((sin.ip(), len));
+            v4.push((IpAddr::V4(sin.ip()), len));
+        } else if let Some(sin6) = addr.as_sockaddr_in6() {
+            let len = a
+                .netmask
+                .and_then(|m| m.as_sockaddr_in6().map(|m| u128::from(m.ip()).count_ones()))
+                .unwrap_or(128) as u8;
+            v4.push((IpAddr::V6(sin6.ip()), len));
         } else if let Some(l) = addr.as_link_addr() {
             mac = l.addr();
         }
@@ -201,12 +216,12 @@ fn kernel_addrs(
     (v4, mac)
 }
 
-/// The host's IPv4 routes whose output interface is one of `internal` (by interface index),
-/// best metric first, if a new dump was read.
+/// The host's routes (both families) whose output interface is one of `internal` (by
+/// interface index), best metric first, from the last good dump (`kroutes`).
 fn kernel_routes<'a>(
     shared: &Shared,
     internal: impl Iterator<Item = &'a String>,
-) -> Option<Vec<tnl::route::HostRoute>> {
+) -> Option<Vec<tnl::route::KernelEntry>> {
     let mut k = shared.kroutes.lock().unwrap_or_else(|e| e.into_inner());
     let routes = k.refresh()?;
     let by_index: BTreeMap<u32, &String> = internal
@@ -216,15 +231,7 @@ fn kernel_routes<'a>(
         .iter()
         .filter_map(|r| {
             let dev = by_index.get(&r.oif)?;
-            let std::net::IpAddr::V4(dst) = r.dst else {
-                return None;
-            };
-            let gw = match r.gw {
-                None => None,
-                Some(std::net::IpAddr::V4(g)) => Some(g),
-                Some(_) => return None,
-            };
-            Some((r.metric, (dst, r.len, dev.to_string(), gw)))
+            Some((r.metric, (r.dst, r.len, dev.to_string(), r.gw)))
         })
         .collect();
     v.sort_by_key(|(m, _)| *m);
@@ -265,6 +272,9 @@ pub fn upkeep(shared: &Shared) {
             (n, a)
         })
         .collect();
+    // The host's routes through the internal ports (outside the underlay lock: the dump, when
+    // the kernel announced a change, may wait on it). Until a dump succeeds, none.
+    let kernel = kernel_routes(shared, found.keys());
     let mtus: BTreeMap<String, u32> = found
         .keys()
         .filter_map(|n| {
@@ -272,16 +282,8 @@ pub fn upkeep(shared: &Shared) {
             Some((n.clone(), m.trim().parse().ok()?))
         })
         .collect();
-    // The host's routes through internal ports, when the kernel's table may have changed
-    // (before the underlay lock: the dump may wait on the kernel).
-    let host_routes = kernel_routes(shared, found.keys());
     let mut u = lock(&shared.underlay);
     let before = (u.port_macs.clone(), u.port_mtus.clone());
-    if let Some(r) = host_routes {
-        if u.routes.set_kernel(&r) {
-            tracing::info!(routes = r.len(), "underlay: host routes changed");
-        }
-    }
     let stale: Vec<String> = u
         .routes
         .local_addrs()
@@ -306,11 +308,15 @@ pub fn upkeep(shared: &Shared) {
         }
     }
     u.port_mtus = mtus;
+    if let Some(k) = kernel {
+        if u.routes.set_kernel(&k) {
+            tracing::info!(routes = k.len(), "underlay: host routes changed");
+        }
+    }
     let now = now_ms();
     // Outer sources of decapsulated traffic, when directly connected (a routed peer's outer
     // MAC is its gateway's, which ARP teaches under the gateway's address).
     for (ip, mac) in dp::tnl::take_sources() {
-        let ip = Ipv4Addr::from(ip);
         if let Some(nh) = u.next_hop(ip).filter(|nh| nh.via == ip) {
             u.neigh.learn_from_decap(ip, mac, &nh.dev, now);
         }
@@ -329,9 +335,10 @@ pub fn upkeep(shared: &Shared) {
     }
 }
 
-/// An internal port whose ARP traffic the neighbour cache snoops: the frames the bridge
-/// delivers to it (tx: the peers' requests and replies, broadcast or to this host). What the
-/// kernel sends through it (rx) carries only this host's own addresses, so it is not snooped.
+/// An internal port whose ARP and IPv6 ND traffic the neighbour cache snoops: the frames the
+/// bridge delivers to it (tx: the peers' requests, solicitations, replies and
+/// advertisements, broadcast, multicast or to this host). What the kernel sends through it
+/// (rx) carries only this host's own addresses, so it is not snooped.
 /// Everything else is the wrapped port's.
 pub struct SnoopPort {
     inner: Arc<dyn Port>,
@@ -370,13 +377,18 @@ impl SnoopPort {
 
     fn snoop(&self, pkts: &[packet::Packet]) {
         let is_arp = |d: &[u8]| d.len() >= 14 && d[12..14] == [0x08, 0x06];
-        if !pkts.iter().any(|p| is_arp(p.data())) {
+        let wanted = |d: &[u8]| is_arp(d) || tnl::nd::looks_like_nd(d);
+        if !pkts.iter().any(|p| wanted(p.data())) {
             return;
         }
         let now = now_ms();
         let mut u = lock(&self.underlay);
-        for p in pkts.iter().filter(|p| is_arp(p.data())) {
-            u.neigh.snoop_arp(p.data(), &self.name, now);
+        for p in pkts.iter().filter(|p| wanted(p.data())) {
+            if is_arp(p.data()) {
+                u.neigh.snoop_arp(p.data(), &self.name, now);
+            } else {
+                u.neigh.snoop_nd(p.data(), &self.name, now);
+            }
         }
     }
 }
