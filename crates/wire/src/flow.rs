@@ -24,8 +24,20 @@
 //! | 16 | ct_ipv6_dst low 64 bits |
 //! | 17 | tun_id (64 bits; VXLAN and Geneve carry the low 24) |
 //! | 18 | 0..32 tun_src (IPv4), 32..64 tun_dst (IPv4) |
+//! | 19 | reserved for tun_ipv6 (helper v6n) |
+//! | 20 | reserved for tun_ipv6 (helper v6n) |
+//! | 21 | reserved for tun_ipv6 (helper v6n) |
+//! | 22 | reserved for tun_ipv6 (helper v6n) |
+//! | 23 | Geneve option values (`tun_metadataN`) bytes 0..8 of the option space |
+//! | 24 | option space bytes 8..16 |
+//! | 25 | option space bytes 16..24 |
+//! | 26 | option space bytes 24..32 |
 //!
-//! Words 9-18 are metadata, not headers: zero on a packet from a port; the datapath's `ct`
+//! Words 23-26 hold the values of the Geneve options a bridge's TLV map names, each at the
+//! offset the map gave it (see [`crate::tunmd`]; byte `i` of the space is big-endian byte
+//! `i % 8` of word `23 + i / 8`).
+//!
+//! Words 9-26 are metadata, not headers: zero on a packet from a port; the datapath's `ct`
 //! action sets the conntrack words and recirculation sets `recirc_id` (see `dp::worker`); a
 //! packet decapsulated by a `vxlan`/`geneve` port carries its tunnel id and outer addresses
 //! in `packet::Meta`, which the datapath copies into words 17-18 (and a `set_tunnel` action
@@ -48,7 +60,7 @@
 //! eth_type, so the overlap is never ambiguous.
 
 /// Number of 64-bit words in a key.
-pub const KEY_WORDS: usize = 19;
+pub const KEY_WORDS: usize = 27;
 
 /// The conntrack words (`recirc_id` and the `ct_*` fields): `ct_clear` zeroes them (keeping
 /// `recirc_id`).
@@ -56,6 +68,9 @@ pub const CT_WORDS: std::ops::Range<usize> = 9..17;
 
 /// The tunnel words (`tun_id`, `tun_src`, `tun_dst`).
 pub const TUN_WORDS: std::ops::Range<usize> = 17..19;
+
+/// The Geneve option words (`tun_metadataN` values, see [`crate::tunmd`]).
+pub const TUN_MD_WORDS: std::ops::Range<usize> = 23..27;
 
 /// Every metadata word (conntrack and tunnel): recirculation carries them over.
 pub const META_WORDS: std::ops::Range<usize> = 9..KEY_WORDS;
@@ -435,8 +450,15 @@ fn hash_with_tail(w: &[u64; KEY_WORDS]) -> u32 {
     let t2 = fmul(w[12] ^ k[12], w[13] ^ k[13]);
     let t3 = fmul(w[14] ^ k[14], w[15] ^ k[15]);
     let t4 = fmul(w[16] ^ k[16], w[17] ^ k[17]);
-    let t5 = fmul(w[18] ^ k[18], k[KEY_WORDS]);
-    let tail = fmul(t1 ^ t3 ^ t5 ^ k[KEY_WORDS + 1], t2.wrapping_add(t4));
+    let t5 = fmul(w[18] ^ k[18], w[19] ^ k[19]);
+    let t6 = fmul(w[20] ^ k[20], w[21] ^ k[21]);
+    let t7 = fmul(w[22] ^ k[22], w[23] ^ k[23]);
+    let t8 = fmul(w[24] ^ k[24], w[25] ^ k[25]);
+    let t9 = fmul(w[26] ^ k[26], k[KEY_WORDS]);
+    let tail = fmul(
+        t1 ^ t3 ^ t5 ^ t7 ^ t9 ^ k[KEY_WORDS + 1],
+        t2.wrapping_add(t4).wrapping_add(t6).wrapping_add(t8),
+    );
     let e = fmul(w[8] ^ k[8], w[9] ^ k[9]) ^ tail;
     let (head, _) = w
         .split_first_chunk::<HEAD_WORDS>()
