@@ -254,6 +254,17 @@ pub enum NxField {
     TunSrc,
     /// `tun_dst` (32 bits, IPv4): the outer destination (where a `remote_ip=flow` port sends).
     TunDst,
+    /// `tun_metadata<idx>`: a Geneve option's value, `len` bytes at `off` of the key's
+    /// option space (`wire::tunmd`), as the bridge's TLV map placed it when the flow was
+    /// added (a mapping in use cannot be deleted, so the place stays valid).
+    TunMetadata {
+        /// N of `tun_metadataN`.
+        idx: u8,
+        /// Offset in the option space.
+        off: u8,
+        /// Length in bytes.
+        len: u8,
+    },
     /// A packet header field.
     Packet(PktField),
 }
@@ -265,6 +276,7 @@ impl NxField {
             NxField::Reg(_) | NxField::CtMark | NxField::TunSrc | NxField::TunDst => 32,
             NxField::XReg(_) | NxField::Metadata | NxField::TunId => 64,
             NxField::XXReg(_) | NxField::CtLabel => 128,
+            NxField::TunMetadata { len, .. } => u32::from(len) * 8,
             NxField::Packet(p) => p.info().2,
         }
     }
@@ -285,6 +297,12 @@ impl NxField {
             NxField::TunDst => Some(wire::Field::TunDst),
             _ => None,
         }
+    }
+
+    /// Tunnel metadata: `tun_id`, `tun_src`, `tun_dst`, `tun_metadataN` (key fields that
+    /// rules may read and write).
+    pub fn is_tunnel(self) -> bool {
+        self.tunnel_key_field().is_some() || matches!(self, NxField::TunMetadata { .. })
     }
 
     /// True if the index is in range (`reg` < 16, `xreg` < 8, `xxreg` < 4).
@@ -309,6 +327,7 @@ impl NxField {
             NxField::TunId => "NXM_NX_TUN_ID".into(),
             NxField::TunSrc => "NXM_NX_TUN_IPV4_SRC".into(),
             NxField::TunDst => "NXM_NX_TUN_IPV4_DST".into(),
+            NxField::TunMetadata { idx, .. } => format!("NXM_NX_TUN_METADATA{idx}"),
             NxField::Packet(p) => p.info().3.into(),
         }
     }
@@ -325,6 +344,7 @@ impl NxField {
             NxField::TunId => "tun_id".into(),
             NxField::TunSrc => "tun_src".into(),
             NxField::TunDst => "tun_dst".into(),
+            NxField::TunMetadata { idx, .. } => format!("tun_metadata{idx}"),
             NxField::Packet(p) => p.info().4.into(),
         }
     }

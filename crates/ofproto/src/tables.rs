@@ -125,7 +125,7 @@ pub(crate) fn check_action(a: &OfAction) -> Result<(), OfError> {
             })
         }
         OfAction::SetField(SetField::Nx(f, _))
-            if !f.is_register() && f.tunnel_key_field().is_none() =>
+            if !f.is_register() && !f.is_tunnel() =>
         {
             Err(OfError::BadSetType(
                 "set_field: only registers, metadata and tunnel fields (ct_mark/ct_label inside ct exec)",
@@ -137,7 +137,7 @@ pub(crate) fn check_action(a: &OfAction) -> Result<(), OfError> {
 
 /// True if the pipeline can read the field (registers and packet header fields).
 fn readable(f: NxField) -> bool {
-    f.is_register() || matches!(f, NxField::Packet(_)) || f.tunnel_key_field().is_some()
+    f.is_register() || matches!(f, NxField::Packet(_)) || f.is_tunnel()
 }
 
 /// A `load`/`move` destination: in range, and a register or a packet field the datapath can
@@ -147,7 +147,7 @@ fn check_dst(sub: &SubField) -> Result<(), OfError> {
         return Err(OfError::BadArgument("destination bits outside the field"));
     }
     match sub.field {
-        f if f.is_register() || f.tunnel_key_field().is_some() => Ok(()),
+        f if f.is_register() || f.is_tunnel() => Ok(()),
         NxField::Packet(p) if crate::xlate::packet_set_field(p, 0).is_some() => Ok(()),
         _ => Err(OfError::BadSetType(
             "load/move may write registers, metadata, tunnel fields, eth_src/dst, ip_src/dst, tcp/udp ports",

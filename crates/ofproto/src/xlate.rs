@@ -586,6 +586,8 @@ impl<'a> Xlate<'a> {
             SetField::Nx(f, v) => {
                 if f.is_register() {
                     f.set_reg(&mut self.regs, v, ones(f.width()));
+                } else if let crate::nx::NxField::TunMetadata { off, len, .. } = f {
+                    wire::tunmd::set(&mut self.key, usize::from(off), usize::from(len), v);
                 } else if let Some(kf) = f.tunnel_key_field() {
                     self.key.set(kf, v as u64);
                 }

@@ -14,7 +14,36 @@ use ofproto::{Match as PMatch, OfAction, SetField};
 use openflow::nx::{class, header, nxm1, split_header, NxAction, NxCt, NxNat, NxmField};
 use openflow::oxm::OxmField as X;
 use openflow::{errors, Action as WAction, OfError};
+use std::cell::RefCell;
 use std::net::IpAddr;
+use wire::tunmd::TlvTable;
+
+thread_local! {
+    /// The TLV map of the bridge whose message this thread is converting (see [`with_tlv`]).
+    static TLV: RefCell<TlvTable> = RefCell::new(TlvTable::new());
+}
+
+/// Runs `f` with `t` as the TLV map `tun_metadataN` fields are resolved against: the
+/// handler of a bridge wraps each message's conversion in it (connection reader thread;
+/// the conversions are synchronous, so the map is the bridge's for exactly that message).
+pub fn with_tlv<R>(t: &TlvTable, f: impl FnOnce() -> R) -> R {
+    let old = TLV.with(|c| c.replace(t.clone()));
+    let r = f();
+    TLV.with(|c| *c.borrow_mut() = old);
+    r
+}
+
+/// `tun_metadata<idx>` as the current map places it; unmapped: `NXFMFC_INVALID_TLV_FIELD`
+/// (as OVS).
+fn tun_metadata(idx: u8) -> Result<NxField, OfError> {
+    TLV.with(|c| c.borrow().get(usize::from(idx)))
+        .map(|e| NxField::TunMetadata {
+            idx,
+            off: e.offset,
+            len: e.len,
+        })
+        .ok_or(errors::NX_INVALID_TLV_FIELD)
+}
 
 /// OXM basic field numbers of the packet fields `move`/`load` may name by OXM header.
 fn oxm_basic_packet(field: u8) -> Option<PktField> {
@@ -51,6 +80,14 @@ pub fn field_of_header(h: u32) -> Result<NxField, OfError> {
         (class::NXM1, nxm1::TUN_ID) => NxField::TunId,
         (class::NXM1, nxm1::TUN_IPV4_SRC) => NxField::TunSrc,
         (class::NXM1, nxm1::TUN_IPV4_DST) => NxField::TunDst,
+        (c, f) if openflow::nx::is_tun_metadata(c, f) => {
+            let tf = tun_metadata(f - nxm1::TUN_METADATA0)?;
+            // Any length up to the option's (ovs-ofctl writes as few bytes as it needs).
+            if has_mask || len == 0 || u32::from(len) * 8 > tf.width() {
+                return Err(errors::BAD_ACTION_BAD_ARGUMENT);
+            }
+            return Ok(tf);
+        }
         (class::NXM1, nxm1::CT_MARK) => NxField::CtMark,
         (class::NXM1, nxm1::CT_LABEL) => NxField::CtLabel,
         (class::NXM1, 111..=114) => NxField::XXReg(field - nxm1::XXREG0),
@@ -86,6 +123,7 @@ pub fn header_of_field(f: NxField) -> u32 {
         NxField::TunId => header(class::NXM1, nxm1::TUN_ID, bytes),
         NxField::TunSrc => header(class::NXM1, nxm1::TUN_IPV4_SRC, bytes),
         NxField::TunDst => header(class::NXM1, nxm1::TUN_IPV4_DST, bytes),
+        NxField::TunMetadata { idx, .. } => header(class::NXM1, nxm1::TUN_METADATA0 + idx, bytes),
         NxField::Packet(p) => {
             let (c, n, ..) = p.info();
             header(c, n, bytes)
@@ -93,15 +131,31 @@ pub fn header_of_field(f: NxField) -> u32 {
     }
 }
 
-/// The register (or tunnel / ct) field an NXM match or set-field TLV names.
-fn field_of_nxm(f: &NxmField) -> Option<NxField> {
-    field_of_header(header(f.class, f.field, f.width() as u8)).ok()
+/// The register (or tunnel / ct) field an NXM match or set-field TLV names (an unmapped
+/// `tun_metadataN` is `NXFMFC_INVALID_TLV_FIELD`, a value longer than its option
+/// `OFPBMC_BAD_VALUE`).
+fn field_of_nxm(f: &NxmField) -> Result<Option<NxField>, OfError> {
+    if openflow::nx::is_tun_metadata(f.class, f.field) {
+        let tf = tun_metadata(f.field - nxm1::TUN_METADATA0)?;
+        if (f.value | f.mask.unwrap_or(0)) & !ones(tf.width()) != 0 {
+            return Err(errors::BAD_MATCH_BAD_VALUE);
+        }
+        return Ok(Some(tf));
+    }
+    Ok(field_of_header(header(f.class, f.field, f.width() as u8)).ok())
 }
 
 /// An NXM match TLV into the match's register file, or its key for tunnel fields (ct fields
 /// go through `convert_ct` first).
 pub fn nxm_match_field(out: &mut PMatch, f: &NxmField) -> Result<(), OfError> {
-    match field_of_nxm(f) {
+    match field_of_nxm(f)? {
+        Some(NxField::TunMetadata { off, len, .. }) => {
+            let (o, l) = (usize::from(off), usize::from(len));
+            let m = f.mask.unwrap_or(ones(u32::from(len) * 8));
+            wire::tunmd::set(&mut out.key, o, l, f.value & m);
+            wire::tunmd::set(&mut out.mask, o, l, m);
+            Ok(())
+        }
         Some(nf) if nf.is_register() => {
             out.set_reg(nf, f.value, f.mask.unwrap_or(ones(nf.width())));
             Ok(())
@@ -138,6 +192,20 @@ pub fn tun_to_wire(m: &PMatch, f: &mut Vec<X>) {
             }));
         }
     }
+    TLV.with(|c| {
+        for (i, e) in c.borrow().iter() {
+            let (o, l) = (usize::from(e.offset), usize::from(e.len));
+            let mk = wire::tunmd::get(&m.mask, o, l);
+            if mk != 0 {
+                f.push(X::Nx(NxmField {
+                    class: class::NXM1,
+                    field: nxm1::TUN_METADATA0 + i as u8,
+                    value: wire::tunmd::get(&m.key, o, l) & mk,
+                    mask: (mk != ones(8 * l as u32)).then_some(mk),
+                }));
+            }
+        }
+    });
 }
 
 /// Register match fields as TLVs (per 32-bit register, as ovs-ofctl writes `xreg` matches),
@@ -209,7 +277,12 @@ fn masked_loads(dst: NxField, value: u128, mask: u128) -> Vec<OfAction> {
 /// A set-field on an NXM TLV (registers, tunnel fields; ct_mark/ct_label, which only
 /// `ct(exec())` allows).
 pub fn nxm_set_field(f: &NxmField) -> Result<Vec<OfAction>, OfError> {
-    let nf = field_of_nxm(f).ok_or(errors::BAD_ACTION_BAD_SET_TYPE)?;
+    let nf = field_of_nxm(f)
+        .map_err(|e| match e {
+            errors::NX_INVALID_TLV_FIELD => e,
+            _ => errors::BAD_ACTION_BAD_SET_ARGUMENT,
+        })?
+        .ok_or(errors::BAD_ACTION_BAD_SET_TYPE)?;
     Ok(match f.mask {
         None => vec![OfAction::SetField(SetField::Nx(nf, f.value))],
         Some(m) => masked_loads(nf, f.value & m, m),

@@ -173,8 +173,7 @@ impl NxmField {
         has_mask: bool,
         payload: &[u8],
     ) -> Result<NxmField, OfError> {
-        let (mut width, maskable) =
-            nxm_shape(class, field).ok_or(errors::BAD_MATCH_BAD_FIELD)?;
+        let (mut width, maskable) = nxm_shape(class, field).ok_or(errors::BAD_MATCH_BAD_FIELD)?;
         if is_tun_metadata(class, field) {
             width = if has_mask {
                 payload.len() / 2

@@ -80,7 +80,8 @@ impl TlvTable {
 
     /// The index an option (class, type) is mapped to.
     pub fn find(&self, class: u16, otype: u8) -> Option<(usize, Entry)> {
-        self.iter().find(|(_, e)| e.class == class && e.otype == otype)
+        self.iter()
+            .find(|(_, e)| e.class == class && e.otype == otype)
     }
 
     /// Option bytes in use.
@@ -118,9 +119,7 @@ impl TlvTable {
             if usize::from(len) > MAX_OPT_LEN {
                 return Err(TlvError::TableFull);
             }
-            let offset = next
-                .free_run(usize::from(len))
-                .ok_or(TlvError::TableFull)?;
+            let offset = next.free_run(usize::from(len)).ok_or(TlvError::TableFull)?;
             next.entries[index] = Some(Entry {
                 class,
                 otype,

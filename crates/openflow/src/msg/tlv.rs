@@ -234,7 +234,10 @@ mod tests {
         let Message::TlvTableReply(r) = m else {
             panic!()
         };
-        assert_eq!((r.max_option_space, r.max_fields, r.maps.len()), (256, 64, 3));
+        assert_eq!(
+            (r.max_option_space, r.max_fields, r.maps.len()),
+            (256, 64, 3)
+        );
     }
 
     #[test]
@@ -245,10 +248,7 @@ mod tests {
         let mut f = hex(CAPTURED[1]);
         f.truncate(f.len() - 4);
         f[3] -= 4;
-        assert_eq!(
-            decode(&f).unwrap_err(),
-            crate::errors::BAD_REQUEST_BAD_LEN
-        );
+        assert_eq!(decode(&f).unwrap_err(), crate::errors::BAD_REQUEST_BAD_LEN);
         let mut f = hex(CAPTURED[2]);
         f[15] = 99; // unknown Nicira subtype
         assert_eq!(
