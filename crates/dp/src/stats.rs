@@ -314,8 +314,20 @@ pub fn actions_to_string(actions: &[Action]) -> String {
             Action::CtClear => "ct_clear".into(),
             Action::TnlPush(t) => {
                 let p = t.template.params();
+                // Geneve options as OVS shows them: {class=..,type=..,len=..,0xVALUE}.
+                let opts: String = wire::tunnel::geneve_options(&t.template.bytes()[42..])
+                    .map(|(c, ty, v)| {
+                        let hex: String = v.iter().map(|b| format!("{b:02x}")).collect();
+                        format!("{{class={c:#x},type={ty:#x},len={},0x{hex}}}", v.len())
+                    })
+                    .collect();
+                let opts = if opts.is_empty() {
+                    opts
+                } else {
+                    format!(",geneve({opts})")
+                };
                 format!(
-                    "tnl_push(header(src={},dst={},dst_port={},vni={}),mtu={},{})",
+                    "tnl_push(header(src={},dst={},dst_port={},vni={}{opts}),mtu={},{})",
                     p.src_ip,
                     p.dst_ip,
                     p.dst_port,

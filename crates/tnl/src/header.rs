@@ -5,6 +5,11 @@
 //! ([`src_port`], from the inner flow's hash in 32768–61000 as OVS) and checksum (only with
 //! `csum=true`).
 //!
+//! Geneve options ([`Params::options`], encoded by [`geneve_options`] from the packet's
+//! `tun_metadataN` values and the bridge's TLV map) follow the 8-byte Geneve header, with
+//! the header's option length and its C flag (set when an option's type has the critical
+//! bit) filled in; the header is then longer than [`HEADER_LEN`] ([`Template::len`]).
+//!
 //! MTU: [`Template::fits`] says whether an inner frame still fits the underlay MTU after
 //! encapsulation; the caller drops and counts one that does not (never fragmented).
 //!
@@ -17,6 +22,11 @@ use wire::tunnel::{encap_header, TunnelKind};
 
 /// Outer header length: Ethernet 14 + IPv4 20 + UDP 8 + tunnel 8 (no Geneve options).
 pub const HEADER_LEN: usize = 50;
+/// Most Geneve option bytes a template carries (headers included): every option of the
+/// key's 32 value bytes with its 4-byte header, at most 8 options.
+pub const MAX_OPTIONS_LEN: usize = 64;
+/// Longest outer header.
+pub const MAX_HEADER_LEN: usize = HEADER_LEN + MAX_OPTIONS_LEN;
 /// What encapsulation adds to an inner frame (Ethernet header included) against the
 /// underlay's IP MTU: IPv4 20 + UDP 8 + tunnel 8.
 pub const MTU_OVERHEAD: usize = 36;
@@ -56,6 +66,31 @@ pub struct Params {
     pub df: bool,
     /// Send a UDP checksum (`csum=true`).
     pub csum: bool,
+    /// Geneve options, encoded (empty for VXLAN; at most [`MAX_OPTIONS_LEN`] bytes, a
+    /// multiple of 4: see [`geneve_options`]).
+    pub options: Vec<u8>,
+}
+
+/// Encodes Geneve options from `(class, type, value bytes)`: each option's 4-byte header
+/// (class, type, length in 4-byte words) and its value; values that are all zero are left
+/// out (an option absent from the key reads as zero). Stops before
+/// [`MAX_OPTIONS_LEN`] would be passed (the TLV map keeps the values within 32 bytes, so
+/// every option fits).
+pub fn geneve_options<'a>(opts: impl IntoIterator<Item = (u16, u8, &'a [u8])>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (class, otype, v) in opts {
+        if v.iter().all(|&b| b == 0) || v.len() % 4 != 0 || v.len() > 124 {
+            continue;
+        }
+        if out.len() + 4 + v.len() > MAX_OPTIONS_LEN {
+            break;
+        }
+        out.extend_from_slice(&class.to_be_bytes());
+        out.push(otype);
+        out.push((v.len() / 4) as u8);
+        out.extend_from_slice(v);
+    }
+    out
 }
 
 /// IPv4 identification of outer packets sent without DF (process-wide).
@@ -64,7 +99,9 @@ static IDENT: AtomicU16 = AtomicU16::new(0);
 /// A built header and what `push` needs to finish it per packet.
 #[derive(Clone, Debug)]
 pub struct Template {
-    bytes: [u8; HEADER_LEN],
+    bytes: [u8; MAX_HEADER_LEN],
+    /// Bytes of `bytes` in use.
+    len: u8,
     /// One's-complement sum of the IPv4 header with length, identification and checksum 0.
     ip_sum: u64,
     params: Params,
@@ -72,7 +109,7 @@ pub struct Template {
 
 impl PartialEq for Template {
     fn eq(&self, o: &Template) -> bool {
-        self.bytes == o.bytes && self.params == o.params
+        self.bytes() == o.bytes() && self.params == o.params
     }
 }
 
@@ -81,7 +118,7 @@ impl Eq for Template {}
 impl std::hash::Hash for Template {
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
         // The bytes hold every parameter but `csum` (DF is the flag bit in the IPv4 header).
-        self.bytes.hash(h);
+        self.bytes().hash(h);
         self.params.csum.hash(h);
     }
 }
@@ -89,7 +126,12 @@ impl std::hash::Hash for Template {
 impl Template {
     /// Builds the header for `p`.
     pub fn build(p: &Params) -> Template {
-        let mut b = [0u8; HEADER_LEN];
+        let mut b = [0u8; MAX_HEADER_LEN];
+        let opts = if p.kind == TunnelKind::Geneve {
+            &p.options[..p.options.len().min(MAX_OPTIONS_LEN) & !3]
+        } else {
+            &[][..]
+        };
         b[0..6].copy_from_slice(&p.dst_mac);
         b[6..12].copy_from_slice(&p.src_mac);
         b[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
@@ -106,16 +148,35 @@ impl Template {
         let ip_sum = checksum::sum(ip, 0);
         b[36..38].copy_from_slice(&p.dst_port.to_be_bytes());
         b[42..50].copy_from_slice(&encap_header(p.kind, p.vni));
+        if !opts.is_empty() {
+            b[42] = (opts.len() / 4) as u8;
+            let mut o = opts;
+            while o.len() >= 4 {
+                if o[2] & 0x80 != 0 {
+                    b[43] |= 0x40; // C: a critical option is present
+                }
+                let olen = (4 + usize::from(o[3] & 0x1f) * 4).min(o.len());
+                o = &o[olen..];
+            }
+            b[HEADER_LEN..HEADER_LEN + opts.len()].copy_from_slice(opts);
+        }
         Template {
             bytes: b,
+            len: (HEADER_LEN + opts.len()) as u8,
             ip_sum,
             params: p.clone(),
         }
     }
 
     /// The header bytes as built (lengths, checksums and source port still zero).
-    pub fn bytes(&self) -> &[u8; HEADER_LEN] {
-        &self.bytes
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+
+    /// The header's length ([`HEADER_LEN`] plus the Geneve options).
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> usize {
+        usize::from(self.len)
     }
 
     /// What it was built from.
@@ -124,20 +185,26 @@ impl Template {
     }
 
     /// Whether an inner frame of `inner_len` bytes (its Ethernet header included) fits an
-    /// underlay IP MTU of `mtu` after encapsulation.
+    /// underlay IP MTU of `mtu` after encapsulation without options.
     pub fn fits(inner_len: usize, mtu: usize) -> bool {
         inner_len + MTU_OVERHEAD <= mtu
     }
 
-    /// Finishes the packet in `pkt`: `pkt[..HEADER_LEN]` receives the header, `pkt[HEADER_LEN..]`
-    /// is the inner frame already in place. `hash` is the inner flow's hash.
+    /// [`Template::fits`] for this template (its Geneve options count too).
+    pub fn fits_mtu(&self, inner_len: usize, mtu: usize) -> bool {
+        inner_len + MTU_OVERHEAD + (self.len() - HEADER_LEN) <= mtu
+    }
+
+    /// Finishes the packet in `pkt`: `pkt[..self.len()]` receives the header,
+    /// `pkt[self.len()..]` is the inner frame already in place. `hash` is the inner flow's
+    /// hash.
     ///
     /// # Panics
-    /// If `pkt` is shorter than [`HEADER_LEN`] or longer than 65535 + 14 bytes (callers check
-    /// [`Template::fits`] first).
+    /// If `pkt` is shorter than [`Template::len`] or longer than 65535 + 14 bytes (callers
+    /// check [`Template::fits_mtu`] first).
     pub fn push(&self, pkt: &mut [u8], hash: u32) {
-        assert!(pkt.len() >= HEADER_LEN && pkt.len() - 14 <= usize::from(u16::MAX));
-        pkt[..HEADER_LEN].copy_from_slice(&self.bytes);
+        assert!(pkt.len() >= self.len() && pkt.len() - 14 <= usize::from(u16::MAX));
+        pkt[..self.len()].copy_from_slice(self.bytes());
         let ip_len = (pkt.len() - 14) as u16;
         let udp_len = ip_len - 20;
         let ident = if self.params.df {
@@ -166,8 +233,8 @@ impl Template {
 
     /// [`Template::push`] into a new buffer holding the header and a copy of `inner`.
     pub fn push_vec(&self, inner: &[u8], hash: u32) -> Vec<u8> {
-        let mut v = vec![0u8; HEADER_LEN + inner.len()];
-        v[HEADER_LEN..].copy_from_slice(inner);
+        let mut v = vec![0u8; self.len() + inner.len()];
+        v[self.len()..].copy_from_slice(inner);
         self.push(&mut v, hash);
         v
     }
@@ -191,6 +258,7 @@ mod tests {
             ttl: 64,
             df,
             csum,
+            options: Vec::new(),
         }
     }
 
@@ -250,6 +318,39 @@ mod tests {
                 assert_eq!(&udp[16..], &inner[..]);
             }
         }
+    }
+
+    #[test]
+    fn geneve_options_follow_the_header_with_length_and_critical_flag() {
+        let opts = geneve_options([
+            (0x0102u16, 0x80u8, &[0, 0, 0x12, 0x34][..]),
+            (0xffff, 0x01, &[0; 8][..]), // zero: absent
+            (0x0103, 0x02, &[1, 2, 3, 4, 5, 6, 7, 8][..]),
+        ]);
+        assert_eq!(opts.len(), 8 + 12);
+        let mut p = params(TunnelKind::Geneve, true, true);
+        p.options = opts.clone();
+        let t = Template::build(&p);
+        assert_eq!(t.len(), HEADER_LEN + 20);
+        let inner: Vec<u8> = (0..60u8).collect();
+        let a = t.push_vec(&inner, 9);
+        let ip = Ipv4Packet::new_checked(&a[14..]).unwrap();
+        assert!(ip.verify_checksum());
+        assert_eq!(usize::from(ip.total_len()), a.len() - 14);
+        let udp = &a[34..];
+        assert_eq!(usize::from(u16::from_be_bytes([udp[4], udp[5]])), udp.len());
+        let ps = checksum::pseudo_v4(0x0a00_0001, 0x0a00_0002, 17, udp.len() as u16);
+        assert_eq!(checksum::fold(checksum::sum(udp, ps)), 0xffff);
+        let g = &udp[8..];
+        assert_eq!(g[0] & 0x3f, 5, "option length in 4-byte words");
+        assert_eq!(g[1] & 0x40, 0x40, "C flag: a critical option is present");
+        assert_eq!(&g[8..28], &opts[..]);
+        assert_eq!(&g[28..], &inner[..]);
+        assert!(t.fits_mtu(1500 - 36 - 20, 1500) && !t.fits_mtu(1500 - 36 - 19, 1500));
+        // VXLAN ignores options.
+        let mut v = params(TunnelKind::Vxlan, false, true);
+        v.options = opts;
+        assert_eq!(Template::build(&v).len(), HEADER_LEN);
     }
 
     #[test]

@@ -201,6 +201,7 @@ mod tests {
             ttl: 64,
             df: true,
             csum: false,
+            options: Vec::new(),
         });
         t.push_vec(&[0xaa; 60], 1)
     }

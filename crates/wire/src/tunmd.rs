@@ -174,6 +174,48 @@ pub fn is_zero(k: &FlowKey, offset: usize, len: usize) -> bool {
     get(k, offset, len) == 0
 }
 
+/// Whether `t` maps option (class, type) with a value of `len` bytes (what decapsulation
+/// understands; a mapped option of another length is treated as unknown).
+pub fn knows(t: &TlvTable, class: u16, otype: u8, len: usize) -> bool {
+    t.find(class, otype)
+        .is_some_and(|(_, e)| usize::from(e.len) == len)
+}
+
+/// Copies the values of the Geneve options `t` knows (see [`knows`]) from a tunnel header
+/// that `crate::tunnel::decap_any_with` accepted into `key`'s option space; other options
+/// are skipped.
+pub fn read_geneve(udp_payload: &[u8], t: &TlvTable, key: &mut FlowKey) {
+    for (class, otype, v) in crate::tunnel::geneve_options(udp_payload) {
+        if let Some((_, e)) = t.find(class, otype) {
+            if usize::from(e.len) == v.len() {
+                let n = v.iter().fold(0u128, |a, &b| a << 8 | u128::from(b));
+                set(key, usize::from(e.offset), v.len(), n);
+            }
+        }
+    }
+}
+
+/// The Geneve options to send for `key`'s option values under `t`: (class, type, value
+/// bytes) per mapping, by index (the template leaves out those whose value is zero).
+pub fn options_of(key: &FlowKey, t: &TlvTable) -> Vec<(u16, u8, Vec<u8>)> {
+    t.iter()
+        .map(|(_, e)| {
+            let v = get(key, usize::from(e.offset), usize::from(e.len));
+            let b = v.to_be_bytes()[16 - usize::from(e.len)..].to_vec();
+            (e.class, e.otype, b)
+        })
+        .collect()
+}
+
+/// Sets every byte of every mapped option in `mask` (the megaflow depends on the values
+/// encapsulation sends).
+pub fn unwildcard(mask: &mut FlowKey, t: &TlvTable) {
+    for (_, e) in t.iter() {
+        let l = usize::from(e.len);
+        set(mask, usize::from(e.offset), l, u128::MAX >> (128 - 8 * l));
+    }
+}
+
 /// `tun_metadataN` fields of a key under `mask` as `name=value[/mask]` (ovs-ofctl's form:
 /// hexadecimal without leading zeros), for the mappings of `t`.
 pub fn format(k: &FlowKey, mask: &FlowKey, t: &TlvTable) -> Vec<String> {
@@ -230,6 +272,42 @@ mod tests {
         assert_eq!(t.get(4).unwrap().offset, 4);
         t.clear();
         assert_eq!(t.iter().count(), 0);
+    }
+
+    #[test]
+    fn geneve_options_are_read_into_the_key_by_the_map_and_written_back() {
+        let mut t = TlvTable::new();
+        t.add(&[(0x102, 0x80, 4, 0), (0x103, 0x01, 8, 2)]).unwrap();
+        // Geneve header with options: mapped critical (0x102,0x80,4), unknown (0x999,1,4),
+        // mapped (0x103,1) but 4 bytes long (treated as unknown).
+        let mut p = vec![0u8; 8];
+        p[0] = 6; // 6 words of options
+        p[2..4].copy_from_slice(&0x6558u16.to_be_bytes());
+        p.extend_from_slice(&[0x01, 0x02, 0x80, 1, 0, 0, 0x12, 0x34]);
+        p.extend_from_slice(&[0x09, 0x99, 0x01, 1, 9, 9, 9, 9]);
+        p.extend_from_slice(&[0x01, 0x03, 0x01, 1, 7, 7, 7, 7]);
+        p.extend_from_slice(&[0u8; 14]);
+        let known = |c, ty, l| knows(&t, c, ty, l);
+        assert_eq!(
+            crate::tunnel::decap_any_with(crate::tunnel::TunnelKind::Geneve, &p, known),
+            Ok((32, 0))
+        );
+        // Without the map the critical option refuses the packet.
+        assert_eq!(
+            crate::tunnel::decap_any(crate::tunnel::TunnelKind::Geneve, &p),
+            Err(crate::tunnel::DecapError::CriticalOption)
+        );
+        let mut k = FlowKey::ZERO;
+        read_geneve(&p, &t, &mut k);
+        assert_eq!(get(&k, 0, 4), 0x1234);
+        assert_eq!(get(&k, 4, 8), 0, "a length other than the map's is not read");
+        let opts = options_of(&k, &t);
+        assert_eq!(opts[0], (0x102, 0x80, vec![0, 0, 0x12, 0x34]));
+        let mut m = FlowKey::ZERO;
+        unwildcard(&mut m, &t);
+        assert_eq!(get(&m, 0, 4), 0xffff_ffff);
+        assert_eq!(get(&m, 4, 8), u128::from(u64::MAX));
+        assert_eq!(get(&m, 12, 4), 0);
     }
 
     #[test]

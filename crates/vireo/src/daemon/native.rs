@@ -14,6 +14,9 @@
 //! An output to an internal port is preceded by `TnlPop` when tunnel ports receive on one of
 //! its addresses (`local_ip`, or every address of the port when `local_ip` is unset).
 //!
+//! Geneve options: the template carries the options whose `tun_metadataN` value is not zero
+//! in the packet's key, as the tunnel port's bridge maps them (class, type, length).
+//!
 //! Outer DF is always set (no `df_default=false` yet), outer TOS is the port's `tos` (default
 //! 0), TTL its `ttl` (default 64), the UDP checksum per `csum`.
 //!
@@ -28,6 +31,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use tnl::header::{Params, Template};
 use tnl::Underlay;
+use wire::tunmd::TlvTable;
 use wire::{Field, FlowKey};
 
 #[derive(Default)]
@@ -83,7 +87,7 @@ impl NativeHook {
 }
 
 impl NativeTunnels for NativeHook {
-    fn encap(&self, dp_port: u32, key: &FlowKey) -> Option<Encap> {
+    fn encap(&self, dp_port: u32, key: &FlowKey, tlv: &TlvTable) -> Option<Encap> {
         let ports = self.ports();
         let (_, cfg) = ports.tunnels.get(&dp_port)?;
         let remote = match cfg.remote {
@@ -125,6 +129,12 @@ impl NativeTunnels for NativeHook {
             ttl: cfg.ttl.unwrap_or(64),
             df: true,
             csum: cfg.csum,
+            options: if cfg.kind == TunnelKind::Geneve {
+                let opts = wire::tunmd::options_of(key, tlv);
+                tnl::header::geneve_options(opts.iter().map(|(c, t, v)| (*c, *t, &v[..])))
+            } else {
+                Vec::new()
+            },
         });
         Some(Encap::Push {
             push: TnlPush {
@@ -175,6 +185,8 @@ impl NativeTunnels for NativeHook {
         Some(Arc::new(TnlPop {
             local_mac,
             ports: pops,
+            // Filled by translation (the TLV maps are the bridges').
+            tlvs: Vec::new(),
         }))
     }
 }
