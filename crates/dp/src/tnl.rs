@@ -368,7 +368,10 @@ mod tests {
         assert_eq!(wire::tunmd::get(&key, 0, 4), 0x1234);
         assert_eq!(key.hash(), p.meta.hash);
         // Not mapped: the critical option drops the packet, counted.
-        let i = REASONS.iter().position(|r| *r == "critical-option").unwrap();
+        let i = REASONS
+            .iter()
+            .position(|r| *r == "critical-option")
+            .unwrap();
         let before = COUNTERS[i].load(Relaxed);
         let mut p = encap();
         assert_eq!(

@@ -232,6 +232,52 @@ pub const fn ones(bits: u32) -> u128 {
     }
 }
 
+thread_local! {
+    /// The TLV map of the bridge whose flows this thread is parsing, converting or
+    /// formatting (see [`with_tlv`]).
+    static TLV: std::cell::RefCell<wire::tunmd::TlvTable> =
+        std::cell::RefCell::new(wire::tunmd::TlvTable::new());
+}
+
+/// Runs `f` with `t` as the TLV map that `tun_metadataN` names resolve against (field
+/// parsing, OpenFlow conversion, formatting): whoever handles one bridge's flows wraps that
+/// work in it (the work is synchronous on one thread, so the map is the bridge's for exactly
+/// that work). Outside it, no `tun_metadataN` is mapped.
+pub fn with_tlv<R>(t: &wire::tunmd::TlvTable, f: impl FnOnce() -> R) -> R {
+    let old = TLV.with(|c| c.replace(t.clone()));
+    let r = f();
+    TLV.with(|c| *c.borrow_mut() = old);
+    r
+}
+
+/// `tun_metadata<idx>` where the current map (see [`with_tlv`]) places it; None if unmapped.
+pub fn tun_metadata_field(idx: u8) -> Option<NxField> {
+    TLV.with(|c| c.borrow().get(usize::from(idx)))
+        .map(|e| NxField::TunMetadata {
+            idx,
+            off: e.offset,
+            len: e.len,
+        })
+}
+
+/// The `tun_metadataN` fields `m` matches under the current map: (N, value, mask if not
+/// all ones), by N.
+pub fn tun_metadata_matches(m: &crate::Match) -> Vec<(u8, u128, Option<u128>)> {
+    TLV.with(|c| {
+        c.borrow()
+            .iter()
+            .filter_map(|(i, e)| {
+                let (o, l) = (usize::from(e.offset), usize::from(e.len));
+                let mk = wire::tunmd::get(&m.mask, o, l);
+                (mk != 0).then(|| {
+                    let v = wire::tunmd::get(&m.key, o, l) & mk;
+                    (i as u8, v, (mk != ones(8 * l as u32)).then_some(mk))
+                })
+            })
+            .collect()
+    })
+}
+
 /// A field a Nicira `move`, `load` or `set_field` can name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NxField {
@@ -369,6 +415,13 @@ impl NxField {
                 "tun_id" | "tunnel_id" | "NXM_NX_TUN_ID" => NxField::TunId,
                 "tun_src" | "NXM_NX_TUN_IPV4_SRC" => NxField::TunSrc,
                 "tun_dst" | "NXM_NX_TUN_IPV4_DST" => NxField::TunDst,
+                _ if idx("tun_metadata")
+                    .or_else(|| idx("NXM_NX_TUN_METADATA"))
+                    .is_some() =>
+                {
+                    let i = idx("tun_metadata").or_else(|| idx("NXM_NX_TUN_METADATA"))?;
+                    tun_metadata_field(i)?
+                }
                 _ => {
                     let alias = match s {
                         "dl_src" => "eth_src",

@@ -80,7 +80,7 @@ fn check_writable(tok: &str, f: NxField, in_ct: bool, m: &Match) -> Result<(), P
         NxField::CtMark | NxField::CtLabel if in_ct => Ok(()),
         NxField::CtMark | NxField::CtLabel => err(tok, "cannot set CT fields outside of ct action"),
         _ if in_ct => err(tok, "ct(exec(...)) may only set ct_mark and ct_label"),
-        NxField::TunId | NxField::TunSrc | NxField::TunDst => Ok(()),
+        NxField::TunId | NxField::TunSrc | NxField::TunDst | NxField::TunMetadata { .. } => Ok(()),
         NxField::Packet(p) if crate::xlate::packet_set_field(p, 0).is_none() => err(
             tok,
             "load/move may write registers, metadata, eth_src/dst, ip_src/dst, tcp/udp ports",
@@ -152,9 +152,7 @@ pub(crate) fn parse_nx_action(
                 format!("source is {} bits, destination {} bits", s.nbits, d.nbits),
             );
         }
-        if !(s.field.is_register()
-            || matches!(s.field, NxField::Packet(_))
-            || s.field.tunnel_key_field().is_some())
+        if !(s.field.is_register() || matches!(s.field, NxField::Packet(_)) || s.field.is_tunnel())
         {
             return err(
                 tok,

@@ -693,7 +693,13 @@ impl<'a> Xlate<'a> {
             .iter()
             .map(|p| {
                 by_dp.get(&p.port).map_or_else(Default::default, |(b, _)| {
-                    Arc::new(b.shared.tlv.read().unwrap_or_else(|e| e.into_inner()).clone())
+                    Arc::new(
+                        b.shared
+                            .tlv
+                            .read()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .clone(),
+                    )
                 })
             })
             .collect();

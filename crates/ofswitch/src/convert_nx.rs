@@ -14,35 +14,14 @@ use ofproto::{Match as PMatch, OfAction, SetField};
 use openflow::nx::{class, header, nxm1, split_header, NxAction, NxCt, NxNat, NxmField};
 use openflow::oxm::OxmField as X;
 use openflow::{errors, Action as WAction, OfError};
-use std::cell::RefCell;
 use std::net::IpAddr;
-use wire::tunmd::TlvTable;
 
-thread_local! {
-    /// The TLV map of the bridge whose message this thread is converting (see [`with_tlv`]).
-    static TLV: RefCell<TlvTable> = RefCell::new(TlvTable::new());
-}
-
-/// Runs `f` with `t` as the TLV map `tun_metadataN` fields are resolved against: the
-/// handler of a bridge wraps each message's conversion in it (connection reader thread;
-/// the conversions are synchronous, so the map is the bridge's for exactly that message).
-pub fn with_tlv<R>(t: &TlvTable, f: impl FnOnce() -> R) -> R {
-    let old = TLV.with(|c| c.replace(t.clone()));
-    let r = f();
-    TLV.with(|c| *c.borrow_mut() = old);
-    r
-}
+pub use ofproto::nx::with_tlv;
 
 /// `tun_metadata<idx>` as the current map places it; unmapped: `NXFMFC_INVALID_TLV_FIELD`
 /// (as OVS).
 fn tun_metadata(idx: u8) -> Result<NxField, OfError> {
-    TLV.with(|c| c.borrow().get(usize::from(idx)))
-        .map(|e| NxField::TunMetadata {
-            idx,
-            off: e.offset,
-            len: e.len,
-        })
-        .ok_or(errors::NX_INVALID_TLV_FIELD)
+    ofproto::nx::tun_metadata_field(idx).ok_or(errors::NX_INVALID_TLV_FIELD)
 }
 
 /// OXM basic field numbers of the packet fields `move`/`load` may name by OXM header.
@@ -192,20 +171,14 @@ pub fn tun_to_wire(m: &PMatch, f: &mut Vec<X>) {
             }));
         }
     }
-    TLV.with(|c| {
-        for (i, e) in c.borrow().iter() {
-            let (o, l) = (usize::from(e.offset), usize::from(e.len));
-            let mk = wire::tunmd::get(&m.mask, o, l);
-            if mk != 0 {
-                f.push(X::Nx(NxmField {
-                    class: class::NXM1,
-                    field: nxm1::TUN_METADATA0 + i as u8,
-                    value: wire::tunmd::get(&m.key, o, l) & mk,
-                    mask: (mk != ones(8 * l as u32)).then_some(mk),
-                }));
-            }
-        }
-    });
+    for (i, v, mk) in ofproto::nx::tun_metadata_matches(m) {
+        f.push(X::Nx(NxmField {
+            class: class::NXM1,
+            field: nxm1::TUN_METADATA0 + i,
+            value: v,
+            mask: mk,
+        }));
+    }
 }
 
 /// Register match fields as TLVs (per 32-bit register, as ovs-ofctl writes `xreg` matches),

@@ -300,7 +300,11 @@ mod tests {
         let mut k = FlowKey::ZERO;
         read_geneve(&p, &t, &mut k);
         assert_eq!(get(&k, 0, 4), 0x1234);
-        assert_eq!(get(&k, 4, 8), 0, "a length other than the map's is not read");
+        assert_eq!(
+            get(&k, 4, 8),
+            0,
+            "a length other than the map's is not read"
+        );
         let opts = options_of(&k, &t);
         assert_eq!(opts[0], (0x102, 0x80, vec![0, 0, 0x12, 0x34]));
         let mut m = FlowKey::ZERO;
