@@ -17,11 +17,13 @@
 //! every reply OVS's option on decap (Vireo's rule counts them). UDP to port 9999 from host C
 //! is dropped by Vireo's `0x9999` rule, which counts it, while a higher-priority rule that
 //! would deliver that UDP with `0x1234` counts nothing.
-//! vireod's megaflows show the option in `tnl_push` and the match on `tun_metadata0`.
+//! vireod's megaflows show the option in `tnl_push` and the match on `tun_metadata0`. Last,
+//! `df_default`: a capture on host C's veth (tshark) reads DF set in the outer IPv4 header,
+//! and clear after `set-port tun df_default=false`.
 //!
 //! Names: namespaces `gmd-g-X-PID`, interfaces `gmdgXPID`, bridges `gmdpPID` / `gmdiPID`;
 //! removed by Drop guards. Addresses 10.244.0.0/24 (underlay), 192.168.244.0/24 (overlay).
-//! Fails under VIREO_REQUIRE_PEERS=1 without OVS, ovs-ofctl or ethtool.
+//! Fails under VIREO_REQUIRE_PEERS=1 without OVS, ovs-ofctl, ethtool or tshark.
 mod common;
 
 use common::host::{kernel_ok, must, ping_count, sh, Ns};
@@ -88,6 +90,7 @@ fn peers_present() -> bool {
     kernel_ok()
         && testkit::have_ofctl()
         && testkit::require_peer("ethtool", "ethtool")
+        && testkit::require_peer("tshark", "tshark")
         && testkit::require_peer("ovs-vswitchd", "openvswitch-switch")
         && testkit::require_peer("ovsdb-server", "openvswitch-switch")
 }
@@ -295,6 +298,53 @@ fn geneve_options_both_ways_with_the_ovs_userspace_datapath() {
     );
     assert!(flows.contains("tun_metadata0=0x1234"), "{flows}");
     assert!(flows.contains("tun_metadata0=0x9999"), "{flows}");
+
+    // df_default: the DF bit of the outer IPv4 header as a capture on host C sees it, by
+    // default and after `set-port tun df_default=false` (the template is rebuilt).
+    let df_bit = || {
+        let cap = hc.cmd(&[
+            "timeout",
+            "20",
+            "tshark",
+            "-i",
+            &hc.ns_if,
+            "-c",
+            "1",
+            "-f",
+            &format!("udp dst port 6081 and src host {}", under(1)),
+            "-T",
+            "fields",
+            "-e",
+            "ip.flags.df",
+            // The outer header's (the inner IPv4 header has one too).
+            "-E",
+            "occurrence=f",
+        ]);
+        let mut child = std::process::Command::new(&cap[0])
+            .args(&cap[1..])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // tshark starts slowly on a loaded machine: ping until it has its packet.
+        while child.try_wait().unwrap().is_none() {
+            ping_count(&vm, &over(2), 1, &[]);
+        }
+        let out = child.wait_with_output().unwrap();
+        match String::from_utf8_lossy(&out.stdout).trim() {
+            "1" | "True" => Some(true),
+            "0" | "False" => Some(false),
+            o => {
+                eprintln!("tshark: {o:?} {}", String::from_utf8_lossy(&out.stderr));
+                None
+            }
+        }
+    };
+    assert_eq!(df_bit(), Some(true), "DF by default");
+    d.ok(&["set-port", "tun", "df_default=false"]);
+    assert!(vm.ping_until(&over(2), &[], 10));
+    assert_eq!(df_bit(), Some(false), "df_default=false clears DF");
+
     let drops = &d.json(&["tnl/neigh/show"])["native_drops"];
     eprintln!("native geneve options drops {drops}");
     drop(ovs);

@@ -17,7 +17,7 @@
 //! Geneve options: the template carries the options whose `tun_metadataN` value is not zero
 //! in the packet's key, as the tunnel port's bridge maps them (class, type, length).
 //!
-//! Outer DF is always set (no `df_default=false` yet), outer TOS is the port's `tos` (default
+//! Outer DF per the port's `df_default` (default true), outer TOS is the port's `tos` (default
 //! 0), TTL its `ttl` (default 64), the UDP checksum per `csum`.
 //!
 //! Threads: `encap`/`pop_before` on the PMD doing an upcall or the thread re-checking a
@@ -127,7 +127,7 @@ impl NativeTunnels for NativeHook {
             dst_port: cfg.dst_port,
             tos: cfg.tos.unwrap_or(0),
             ttl: cfg.ttl.unwrap_or(64),
-            df: true,
+            df: cfg.df,
             csum: cfg.csum,
             options: if cfg.kind == TunnelKind::Geneve {
                 let opts = wire::tunmd::options_of(key, tlv);
