@@ -33,8 +33,8 @@ pub enum Encap {
     /// translate the outer packet in the bridge of datapath port `local_dp` (an internal
     /// port) as if it came in there.
     Push {
-        /// Template and MTU.
-        push: TnlPush,
+        /// Template and MTU (boxed: the template is large).
+        push: Box<TnlPush>,
         /// The underlay bridge's internal port (datapath number).
         local_dp: u32,
     },

@@ -672,7 +672,7 @@ impl<'a> Xlate<'a> {
                     if push.template.params().kind == wire::tunnel::TunnelKind::Geneve {
                         wire::tunmd::unwildcard(&mut self.wc, &tlv);
                     }
-                    self.native_push(push, local_dp);
+                    self.native_push(*push, local_dp);
                     return;
                 }
             }

@@ -180,7 +180,7 @@ impl NxmField {
             } else {
                 payload.len()
             };
-            if width == 0 || width > 124 || (has_mask && payload.len() % 2 != 0) {
+            if width == 0 || width > 124 || (has_mask && !payload.len().is_multiple_of(2)) {
                 return Err(errors::BAD_MATCH_BAD_LEN);
             }
             let (v, m) = payload.split_at(width);

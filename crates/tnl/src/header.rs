@@ -79,7 +79,7 @@ pub struct Params {
 pub fn geneve_options<'a>(opts: impl IntoIterator<Item = (u16, u8, &'a [u8])>) -> Vec<u8> {
     let mut out = Vec::new();
     for (class, otype, v) in opts {
-        if v.iter().all(|&b| b == 0) || v.len() % 4 != 0 || v.len() > 124 {
+        if v.iter().all(|&b| b == 0) || !v.len().is_multiple_of(4) || v.len() > 124 {
             continue;
         }
         if out.len() + 4 + v.len() > MAX_OPTIONS_LEN {

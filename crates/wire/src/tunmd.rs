@@ -103,7 +103,7 @@ impl TlvTable {
     pub fn add(&mut self, maps: &[(u16, u8, u8, u16)]) -> Result<(), TlvError> {
         let mut next = self.clone();
         for &(class, otype, len, index) in maps {
-            if len == 0 || len % 4 != 0 || len > 124 {
+            if len == 0 || !len.is_multiple_of(4) || len > 124 {
                 return Err(TlvError::BadOptLen);
             }
             let index = usize::from(index);

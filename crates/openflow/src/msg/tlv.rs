@@ -66,7 +66,7 @@ pub struct TlvTableReply {
 }
 
 fn decode_maps(r: &mut Reader<'_>) -> Result<Vec<TlvMap>, OfError> {
-    if r.remaining() % 8 != 0 {
+    if !r.remaining().is_multiple_of(8) {
         return Err(errors::BAD_REQUEST_BAD_LEN);
     }
     let mut maps = Vec::with_capacity(r.remaining() / 8);

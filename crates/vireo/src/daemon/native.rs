@@ -137,11 +137,11 @@ impl NativeTunnels for NativeHook {
             },
         });
         Some(Encap::Push {
-            push: TnlPush {
+            push: Box::new(TnlPush {
                 template,
                 mtu: mtu.min(u32::from(u16::MAX)) as u16,
                 actions: Vec::new(),
-            },
+            }),
             local_dp: *local_dp,
         })
     }
