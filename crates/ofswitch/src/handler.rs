@@ -337,7 +337,10 @@ impl Inner {
                 hard_timeout: r.hard_timeout,
                 packet_count: r.packet_count,
                 byte_count: r.byte_count,
-                matches: convert::match_to_wire(&r.match_),
+                // `tun_metadataN` named by the bridge's map (this may run outside `handle`).
+                matches: crate::convert_nx::with_tlv(&tlv_now(self), || {
+                    convert::match_to_wire(&r.match_)
+                }),
             });
             self.send_async(&msg);
         }
