@@ -40,8 +40,31 @@ pub trait Contender {
     fn pid(&self) -> Option<u32> {
         None
     }
+    /// Whether both of its generator-facing ports (`vu0`, `vu1`) have their link up; `None`
+    /// if it cannot tell (the generator then starts traffic at once).
+    fn links_up(&mut self) -> Option<bool> {
+        None
+    }
     /// Stops everything it started.
     fn stop(&mut self);
+}
+
+/// Whether `vireoctl --json show` lists ports `vu0` and `vu1` with `link: up`.
+pub fn vireo_links_up(show_json: &str) -> bool {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(show_json) else {
+        return false;
+    };
+    let ports: Vec<&serde_json::Value> = v["bridges"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|b| b["ports"].as_array().into_iter().flatten())
+        .collect();
+    ["vu0", "vu1"].iter().all(|n| {
+        ports
+            .iter()
+            .any(|p| p["name"] == *n && p["link"].as_str() == Some("up"))
+    })
 }
 
 fn socks(dir: &Path) -> [PathBuf; 2] {
@@ -678,6 +701,13 @@ impl Contender for Vireo {
     }
     fn pid(&self) -> Option<u32> {
         self.proc.as_ref().map(Proc::pid)
+    }
+    fn links_up(&mut self) -> Option<bool> {
+        let d = self.dir.clone()?;
+        Some(
+            self.ctl(&d, &["--json", "show"])
+                .is_ok_and(|s| vireo_links_up(&s)),
+        )
     }
     fn stop(&mut self) {
         if let Some(mut p) = self.proc.take() {

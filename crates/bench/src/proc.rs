@@ -46,10 +46,34 @@ pub struct Proc {
 impl Proc {
     /// Spawns `cmd` with stdin from /dev/null and stdout+stderr appended to `log`.
     pub fn spawn(name: &str, cmd: &mut Command, log: &Path) -> Result<Proc, String> {
+        Proc::spawn_stdin(name, cmd, log, Stdio::null())
+    }
+
+    /// [`Proc::spawn`] with its standard input piped: the pipe's write end is returned.
+    pub fn spawn_piped(
+        name: &str,
+        cmd: &mut Command,
+        log: &Path,
+    ) -> Result<(Proc, std::process::ChildStdin), String> {
+        let mut p = Proc::spawn_stdin(name, cmd, log, Stdio::piped())?;
+        let stdin = p
+            .child
+            .stdin
+            .take()
+            .ok_or_else(|| format!("{name}: no stdin"))?;
+        Ok((p, stdin))
+    }
+
+    fn spawn_stdin(
+        name: &str,
+        cmd: &mut Command,
+        log: &Path,
+        stdin: Stdio,
+    ) -> Result<Proc, String> {
         let f = File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
         let f2 = f.try_clone().map_err(|e| e.to_string())?;
         let child = cmd
-            .stdin(Stdio::null())
+            .stdin(stdin)
             .stdout(f)
             .stderr(f2)
             .spawn()

@@ -153,46 +153,145 @@ impl GenMeasure {
     }
 }
 
+/// The generator's arguments for a start held until the switch's links are up: interactive
+/// (`-i`), without `--tx-first` (sent as `start tx_first` later) and `--stats-period` (only
+/// for non-interactive runs: statistics are asked for with `show port stats all`).
+pub fn interactive_args(args: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = args
+        .iter()
+        .filter(|a| *a != "--tx-first" && !a.starts_with("--stats-period"))
+        .cloned()
+        .collect();
+    if let Some(i) = out.iter().position(|a| a == "--") {
+        out.insert(i + 1, "-i".into());
+    }
+    out
+}
+
+/// The generator's process and, when its start is held, the thread asking for statistics.
+struct Gen {
+    p: Proc,
+    stats: Option<(
+        std::sync::Arc<std::sync::atomic::AtomicBool>,
+        std::thread::JoinHandle<()>,
+    )>,
+}
+
+impl Gen {
+    /// Non-interactive: traffic starts as soon as testpmd's ports are up.
+    fn start_now(args: &[String], dir: &Path) -> Result<Gen, String> {
+        let p = Proc::spawn(
+            "testpmd generator",
+            command(TESTPMD).args(args),
+            &dir.join("gen.log"),
+        )?;
+        Ok(Gen { p, stats: None })
+    }
+
+    /// Interactive: waits for testpmd's prompt and then for both of the switch's links to be
+    /// up (testpmd's own link check only sees its side of the vhost-user connection; a first
+    /// burst sent to a port the switch has not marked up yet is dropped there, and that
+    /// closed loop never restarts), then `start tx_first`, and asks for statistics every
+    /// second (the same `NIC statistics` blocks `--stats-period` prints).
+    fn start_when_links_up(
+        args: &[String],
+        dir: &Path,
+        sw: &mut dyn Contender,
+    ) -> Result<Gen, String> {
+        use std::io::Write;
+        let (mut p, mut stdin) = Proc::spawn_piped(
+            "testpmd generator",
+            command(TESTPMD).args(interactive_args(args)),
+            &dir.join("gen.log"),
+        )?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !p.log_text().contains("testpmd>") {
+            if !p.running() || std::time::Instant::now() > deadline {
+                return Err(format!("testpmd generator: no prompt: {}", p.log_tail(8)));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        while sw.links_up() != Some(true) {
+            if !p.running() || std::time::Instant::now() > deadline {
+                return Err(format!(
+                    "the switch's vu0/vu1 links are not both up: {}",
+                    p.log_tail(8)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        stdin
+            .write_all(b"start tx_first\n")
+            .map_err(|e| format!("testpmd generator: {e}"))?;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = std::sync::Arc::clone(&stop);
+        let t = std::thread::spawn(move || {
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                if stdin.write_all(b"show port stats all\n").is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            let _ = stdin.write_all(b"stop\nquit\n");
+        });
+        Ok(Gen {
+            p,
+            stats: Some((stop, t)),
+        })
+    }
+
+    fn stop(mut self) -> Proc {
+        if let Some((flag, t)) = self.stats.take() {
+            flag.store(true, std::sync::atomic::Ordering::Relaxed);
+            let _ = t.join();
+        }
+        self.p.stop(Duration::from_secs(5));
+        self.p
+    }
+}
+
 /// Starts the generator, waits `warmup`, clears the switch's PMD statistics, measures for
 /// `secs`, reads them, stops the generator and returns the window's samples and the switch's
-/// figures.
+/// figures. `wait_links`: hold the traffic until the switch says both links are up (see
+/// [`Gen::start_when_links_up`]; only for a switch that can tell, [`Contender::links_up`]).
 pub fn run_generator(
     args: &[String],
     dir: &Path,
     warmup: Duration,
     secs: f64,
     sw: &mut dyn Contender,
+    wait_links: bool,
 ) -> Result<(GenMeasure, Option<PmdCycles>), String> {
-    let mut p = Proc::spawn(
-        "testpmd generator",
-        command(TESTPMD).args(args),
-        &dir.join("gen.log"),
-    )?;
+    let mut p = if wait_links && sw.links_up().is_some() {
+        Gen::start_when_links_up(args, dir, sw)?
+    } else {
+        Gen::start_now(args, dir)?
+    };
     // Start-up (EAL, mempool, vhost-user handshake) takes seconds on a loaded machine: wait
     // for the first statistics report before the warm-up starts.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while p.running()
+    while p.p.running()
         && std::time::Instant::now() < deadline
-        && !p.log_text().contains("NIC statistics")
+        && !p.p.log_text().contains("NIC statistics")
     {
         std::thread::sleep(Duration::from_millis(100));
     }
     std::thread::sleep(warmup);
-    if !p.running() {
-        return Err(format!("testpmd generator exited: {}", p.log_tail(8)));
+    if !p.p.running() {
+        return Err(format!("testpmd generator exited: {}", p.p.log_tail(8)));
     }
     realtime_switch(sw);
     sw.clear_stats();
     let sw_share = sw.pid().and_then(CpuShare::start);
-    let gen_share = CpuShare::start(p.pid());
-    let from = p.log_len() as usize;
+    let gen_share = CpuShare::start(p.p.pid());
+    let from = p.p.log_len() as usize;
     // At least two reporting periods, so that one falls wholly inside the window.
     std::thread::sleep(Duration::from_secs_f64(secs.max(2.0)));
     let switch_cpu = sw_share.and_then(|s| s.end());
     let gen_cpu = gen_share.and_then(|s| s.end());
     let pmd = sw.pmd_cycles();
-    let to = p.log_len() as usize;
-    p.stop(Duration::from_secs(5));
+    let to = p.p.log_len() as usize;
+    let p = p.stop();
     let log = p.log_text();
     let window = log
         .get(from.min(log.len())..to.min(log.len()))
@@ -221,6 +320,27 @@ pub fn run_generator(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn interactive_generator_holds_tx_first_and_asks_for_statistics() {
+        let socks = [PathBuf::from("/r/vu0.sock"), PathBuf::from("/r/vu1.sock")];
+        let sc = Scenario::parse("nvxlan:64").unwrap();
+        let a = generator_args(&socks, true, &sc, 1, 0);
+        assert!(a.iter().any(|x| x == "--tx-first"));
+        let i = interactive_args(&a);
+        assert!(!i
+            .iter()
+            .any(|x| x == "--tx-first" || x.starts_with("--stats-period")));
+        let dash = i.iter().position(|x| x == "--").unwrap();
+        assert_eq!(i[dash + 1], "-i");
+        assert_eq!(i.len(), a.len() - 1);
+        let show =
+            r#"{"bridges":[{"ports":[{"name":"vu0","link":"up"},{"name":"vu1","link":"down"}]}]}"#;
+        assert!(!crate::contender::vireo_links_up(show));
+        assert!(crate::contender::vireo_links_up(
+            &show.replace("down", "up")
+        ));
+    }
 
     #[test]
     fn generator_and_switch_command_lines() {

@@ -289,6 +289,11 @@ pub struct MegaflowInfo {
     /// The XDP flow mark installed for it (`xdp-mark=on` ports), in hex; absent if none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mark: Option<String>,
+    /// A megaflow that matches Geneve option values (`tun_metadataN` words): its in_port,
+    /// key and mask, for the caller to name the options by the bridge's TLV map (the
+    /// datapath does not know the maps); `match` does not show them.
+    #[serde(skip)]
+    pub tun_md: Option<(u32, wire::FlowKey, wire::FlowKey)>,
 }
 
 fn mac(m: &[u8; 6]) -> String {
@@ -324,8 +329,22 @@ pub fn actions_to_string(actions: &[Action]) -> String {
             Action::CtClear => "ct_clear".into(),
             Action::TnlPush(t) => {
                 let p = t.template.params();
+                // Geneve options as OVS shows them: {class=..,type=..,len=..,0xVALUE}.
+                let geneve = p.kind == wire::tunnel::TunnelKind::Geneve;
+                let opts: String = wire::tunnel::geneve_options(&t.template.bytes()[42..])
+                    .filter(|_| geneve)
+                    .map(|(c, ty, v)| {
+                        let hex: String = v.iter().map(|b| format!("{b:02x}")).collect();
+                        format!("{{class={c:#x},type={ty:#x},len={},0x{hex}}}", v.len())
+                    })
+                    .collect();
+                let opts = if opts.is_empty() {
+                    opts
+                } else {
+                    format!(",geneve({opts})")
+                };
                 format!(
-                    "tnl_push(header(src={},dst={},dst_port={},vni={}),mtu={},{})",
+                    "tnl_push(header(src={},dst={},dst_port={},vni={}{opts}),mtu={},{})",
                     p.src_ip,
                     p.dst_ip,
                     p.dst_port,

@@ -8,7 +8,10 @@
 //! header (`wire::tunnel::decap_any`) of a frame on its way to the underlay's internal port,
 //! finds the endpoint (address, UDP port, kind, VNI, remote), strips both headers and hands
 //! the inner frame back for another classification with `in_port` = the tunnel port and its
-//! tunnel metadata set, as a socket tunnel port's receive does. Frames not for an endpoint
+//! tunnel metadata set, as a socket tunnel port's receive does; the Geneve options that the
+//! endpoint's bridge maps (its TLV map, `TnlPop::tlvs`) are understood and their values land
+//! in the inner key's `tun_metadataN` words (an unknown critical option is still refused,
+//! `critical-option`; unknown others are skipped). Frames not for an endpoint
 //! are left alone. Every drop is counted by reason in [`COUNTERS`] (process-wide, relaxed
 //! atomics, touched only on drops), shown by [`drop_counters`].
 //!
@@ -29,7 +32,7 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use tnl::pop::{parse_outer, Endpoint, PopError};
-use wire::tunnel::{decap_any, DecapError, TunnelKind};
+use wire::tunnel::{decap_any_with, DecapError, TunnelKind};
 use wire::{Field, FlowKey};
 
 /// Drop reasons, in counter order.
@@ -191,21 +194,25 @@ pub fn pop(pkt: &mut Packet, t: &TnlPop, key: &mut FlowKey) -> Popped {
     let candidates = t
         .ports
         .iter()
-        .filter(|p| p.ip == dst && p.udp_port == outer.dst_port);
+        .enumerate()
+        .filter(|(_, p)| p.ip == dst && p.udp_port == outer.dst_port);
     let mut first_err = None;
     let mut found = None;
-    for p in candidates {
+    let empty = wire::tunmd::TlvTable::default();
+    for (i, p) in candidates {
         let kind = if p.geneve {
             TunnelKind::Geneve
         } else {
             TunnelKind::Vxlan
         };
-        match decap_any(kind, payload) {
+        let tlv = t.tlvs.get(i).map_or(&empty, |t| &**t);
+        let known = |c, ty, l| wire::tunmd::knows(tlv, c, ty, l);
+        match decap_any_with(kind, payload, known) {
             Ok((hlen, vni)) => {
                 let vni_ok = p.vni.is_none_or(|v| v == vni);
                 let remote_ok = p.remote.is_none_or(|r| r == src);
                 if vni_ok && remote_ok {
-                    found = Some((p.port, hlen, vni));
+                    found = Some((p.port, hlen, vni, i));
                     break;
                 }
                 first_err.get_or_insert(if vni_ok {
@@ -219,10 +226,19 @@ pub fn pop(pkt: &mut Packet, t: &TnlPop, key: &mut FlowKey) -> Popped {
             }
         }
     }
-    let Some((port, hlen, vni)) = found else {
+    let Some((port, hlen, vni, i)) = found else {
         count(first_err.unwrap_or(17));
         return Popped::Dropped;
     };
+    // The option values, read before the headers go (Geneve only; nothing mapped: none).
+    let mut opts = FlowKey::ZERO;
+    if let Some(tlv) = t.tlvs.get(i).filter(|_| t.ports[i].geneve) {
+        wire::tunmd::read_geneve(
+            &pkt.data()[outer.payload_at..outer.payload_at + hlen],
+            tlv,
+            &mut opts,
+        );
+    }
     let inner_len = outer.payload_len - hlen;
     if !pkt.pull_front(outer.payload_at + hlen) {
         count(2);
@@ -250,6 +266,9 @@ pub fn pop(pkt: &mut Packet, t: &TnlPop, key: &mut FlowKey) -> Popped {
             set_ipv6(key, Field::TunIpv6DstHi, Field::TunIpv6DstLo, d);
         }
     }
+    for w in wire::flow::TUN_MD_WORDS {
+        key.w[w] = opts.w[w];
+    }
     pkt.meta.hash = key.hash();
     Popped::Inner
 }
@@ -259,6 +278,7 @@ mod tests {
     use super::*;
     use crate::action::PopPort;
     use std::net::Ipv4Addr;
+    use std::sync::Arc;
     use tnl::header::{Params, Template, HEADER_LEN, HEADER_LEN_V6};
 
     const LOCAL: [u8; 6] = [2, 0, 0, 0, 0, 2];
@@ -281,6 +301,7 @@ mod tests {
                 ttl: 64,
                 df: true,
                 csum: false,
+                options: Vec::new(),
             }),
             mtu: 1500,
             actions: vec![],
@@ -323,6 +344,7 @@ mod tests {
                     port: 8,
                 },
             ],
+            tlvs: Vec::new(),
         }
     }
 
@@ -356,6 +378,43 @@ mod tests {
             want.set(Field::TunDst, 0x0a00_0002);
             assert_eq!(key, want);
         }
+    }
+
+    #[test]
+    fn geneve_options_in_the_map_reach_the_key_and_unknown_critical_ones_drop() {
+        let mut tlv = wire::tunmd::TlvTable::new();
+        tlv.add(&[(0x0102, 0x80, 4, 0)]).unwrap();
+        let mut push_t = template(TunnelKind::Geneve, 5);
+        let mut params = push_t.template.params().clone();
+        params.options = tnl::header::geneve_options([(0x0102, 0x80, &[0, 0, 0x12, 0x34][..])]);
+        push_t.template = Template::build(&params);
+        let encap = || {
+            let mut p = Packet::from_slice(&inner());
+            assert!(push(&mut p, &push_t));
+            assert_eq!(p.len(), 60 + HEADER_LEN + 8);
+            p
+        };
+        // Mapped on the receiving endpoint: decapsulated, the value in tun_metadata0.
+        let mut spec = pop_spec(None, None);
+        spec.tlvs = vec![Arc::new(wire::tunmd::TlvTable::new()), Arc::new(tlv)];
+        let mut key = FlowKey::ZERO;
+        let mut p = encap();
+        assert_eq!(pop(&mut p, &spec, &mut key), Popped::Inner);
+        assert_eq!(p.data(), &inner()[..]);
+        assert_eq!(wire::tunmd::get(&key, 0, 4), 0x1234);
+        assert_eq!(key.hash(), p.meta.hash);
+        // Not mapped: the critical option drops the packet, counted.
+        let i = REASONS
+            .iter()
+            .position(|r| *r == "critical-option")
+            .unwrap();
+        let before = COUNTERS[i].load(Relaxed);
+        let mut p = encap();
+        assert_eq!(
+            pop(&mut p, &pop_spec(None, None), &mut { FlowKey::ZERO }),
+            Popped::Dropped
+        );
+        assert!(COUNTERS[i].load(Relaxed) > before);
     }
 
     #[test]
@@ -431,6 +490,7 @@ mod tests {
                 remote: Some(s6),
                 port: 9,
             }],
+            tlvs: Vec::new(),
         };
         let mut p = Packet::from_slice(&inner());
         p.meta.hash = 77;

@@ -35,6 +35,7 @@ fn template(src: Ipv4Addr, dst: Ipv4Addr, src_mac: [u8; 6], dst_mac: [u8; 6]) ->
         ttl: 64,
         df: true,
         csum: false,
+        options: Vec::new(),
     })
 }
 
@@ -63,6 +64,7 @@ impl Upcall for Native {
                         remote: Some(Ipv4Addr::new(10, 0, 0, 2).into()),
                         port: TUN,
                     }],
+                    tlvs: Vec::new(),
                 })),
                 Action::Output(LOCAL),
             ],

@@ -116,6 +116,10 @@ pub struct TnlPop {
     pub local_mac: [u8; 6],
     /// The endpoints, most specific first.
     pub ports: Vec<PopPort>,
+    /// Per endpoint (same order as `ports`; missing or empty: none), the TLV map of the
+    /// tunnel port's bridge: the Geneve options it names are understood (a critical one no
+    /// longer refuses the packet) and their values go to the inner key's `tun_metadataN`.
+    pub tlvs: Vec<Arc<wire::tunmd::TlvTable>>,
 }
 
 /// The parameters of [`Action::Ct`].

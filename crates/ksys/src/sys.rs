@@ -547,3 +547,32 @@ pub fn set_no_check(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
         &libc::c_int::from(on),
     )
 }
+
+/// An IPv4 socket's `IP_MTU_DISCOVER` mode (`libc::IP_PMTUDISC_*`).
+pub fn pmtudisc(fd: BorrowedFd<'_>) -> io::Result<libc::c_int> {
+    let mut v: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: an int-sized buffer and its length, written by the kernel only.
+    check(unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(v)
+}
+
+/// Whether an IPv4 socket's datagrams carry DF (`IP_MTU_DISCOVER`): `IP_PMTUDISC_DO` for
+/// true, `IP_PMTUDISC_INTERFACE` for false (DF clear, yet a datagram over the interface's MTU
+/// still fails with `EMSGSIZE` instead of leaving in fragments).
+pub fn set_df(fd: BorrowedFd<'_>, df: bool) -> io::Result<()> {
+    let v = if df {
+        libc::IP_PMTUDISC_DO
+    } else {
+        libc::IP_PMTUDISC_INTERFACE
+    };
+    set_opt(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, &v)
+}

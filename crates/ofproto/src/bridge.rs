@@ -140,6 +140,9 @@ pub struct BridgeShared {
     /// packet is dropped: OpenFlow 1.0's table-miss behaviour, on while a 1.0 controller is
     /// connected (as Open vSwitch does for controllers before 1.3).
     pub(crate) miss_to_controller: AtomicBool,
+    /// The bridge's Geneve option map (`tun_metadataN`), set by `NXT_TLV_TABLE_MOD`; read
+    /// by dump formatting and by native encapsulation.
+    pub(crate) tlv: RwLock<wire::tunmd::TlvTable>,
 }
 
 /// A bridge as published in the topology.

@@ -357,6 +357,13 @@ pub fn format_match(
             }
         }
     }
+    // Under the bridge's TLV map (`nx::with_tlv`), as ovs-ofctl writes them.
+    for (i, v, mk) in crate::nx::tun_metadata_matches(m) {
+        out.push(match mk {
+            None => format!("tun_metadata{i}={v:#x}"),
+            Some(mk) => format!("tun_metadata{i}={v:#x}/{mk:#x}"),
+        });
+    }
     if let Some((v, _)) = m.get(Field::InPort) {
         let p = v as OfPort;
         out.push(format!(

@@ -10,6 +10,12 @@
 //! packet is counted and the next one after the neighbour is learned is encapsulated. An
 //! output to an internal port that owns native endpoints is preceded by `TnlPop`.
 //!
+//! Geneve options: the template carries the options whose `tun_metadataN` value (as the
+//! tunnel port's bridge maps them) is not zero, and the megaflow matches every mapped
+//! option's value; `TnlPop` gets, per endpoint, the TLV map of the tunnel port's bridge (the
+//! translation fills `TnlPop::tlvs`), so decapsulation reads the options that bridge maps.
+//! A TLV map change re-checks every megaflow (`Pipeline::tlv_mod`).
+//!
 //! Megaflows that used the underlay state are invalidated by the daemon: any change of the
 //! route table or neighbour cache generation calls [`crate::Pipeline::underlay_changed`] and a
 //! full revalidation (the re-translation gives another template or none).
@@ -17,6 +23,7 @@
 //! Threads: the hook is called on the PMD doing an upcall (and on revalidation re-checks).
 use dpif::action::{TnlPop, TnlPush};
 use std::sync::Arc;
+use wire::tunmd::TlvTable;
 use wire::FlowKey;
 
 /// What an output to a datapath port becomes.
@@ -26,8 +33,8 @@ pub enum Encap {
     /// translate the outer packet in the bridge of datapath port `local_dp` (an internal
     /// port) as if it came in there.
     Push {
-        /// Template and MTU.
-        push: TnlPush,
+        /// Template and MTU (boxed: the template is large).
+        push: Box<TnlPush>,
         /// The underlay bridge's internal port (datapath number).
         local_dp: u32,
     },
@@ -38,8 +45,9 @@ pub enum Encap {
 /// The daemon's side of native tunneling.
 pub trait NativeTunnels: Send + Sync {
     /// For an output to `dp_port` with the packet's key (`tun_*` fields for flow-based
-    /// ports): `None` if the port is not a native tunnel port (a plain output).
-    fn encap(&self, dp_port: u32, key: &FlowKey) -> Option<Encap>;
+    /// ports, `tun_metadataN` values for Geneve options as the bridge's TLV map `tlv` names
+    /// them): `None` if the port is not a native tunnel port (a plain output).
+    fn encap(&self, dp_port: u32, key: &FlowKey, tlv: &TlvTable) -> Option<Encap>;
     /// For an output to `dp_port`: the `TnlPop` to put before it, if it is an internal port
     /// with native endpoints.
     fn pop_before(&self, dp_port: u32) -> Option<Arc<TnlPop>>;

@@ -232,6 +232,52 @@ pub const fn ones(bits: u32) -> u128 {
     }
 }
 
+thread_local! {
+    /// The TLV map of the bridge whose flows this thread is parsing, converting or
+    /// formatting (see [`with_tlv`]).
+    static TLV: std::cell::RefCell<wire::tunmd::TlvTable> =
+        std::cell::RefCell::new(wire::tunmd::TlvTable::new());
+}
+
+/// Runs `f` with `t` as the TLV map that `tun_metadataN` names resolve against (field
+/// parsing, OpenFlow conversion, formatting): whoever handles one bridge's flows wraps that
+/// work in it (the work is synchronous on one thread, so the map is the bridge's for exactly
+/// that work). Outside it, no `tun_metadataN` is mapped.
+pub fn with_tlv<R>(t: &wire::tunmd::TlvTable, f: impl FnOnce() -> R) -> R {
+    let old = TLV.with(|c| c.replace(t.clone()));
+    let r = f();
+    TLV.with(|c| *c.borrow_mut() = old);
+    r
+}
+
+/// `tun_metadata<idx>` where the current map (see [`with_tlv`]) places it; None if unmapped.
+pub fn tun_metadata_field(idx: u8) -> Option<NxField> {
+    TLV.with(|c| c.borrow().get(usize::from(idx)))
+        .map(|e| NxField::TunMetadata {
+            idx,
+            off: e.offset,
+            len: e.len,
+        })
+}
+
+/// The `tun_metadataN` fields `m` matches under the current map: (N, value, mask if not
+/// all ones), by N.
+pub fn tun_metadata_matches(m: &crate::Match) -> Vec<(u8, u128, Option<u128>)> {
+    TLV.with(|c| {
+        c.borrow()
+            .iter()
+            .filter_map(|(i, e)| {
+                let (o, l) = (usize::from(e.offset), usize::from(e.len));
+                let mk = wire::tunmd::get(&m.mask, o, l);
+                (mk != 0).then(|| {
+                    let v = wire::tunmd::get(&m.key, o, l) & mk;
+                    (i as u8, v, (mk != ones(8 * l as u32)).then_some(mk))
+                })
+            })
+            .collect()
+    })
+}
+
 /// A field a Nicira `move`, `load` or `set_field` can name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NxField {
@@ -259,6 +305,17 @@ pub enum NxField {
     /// `tun_ipv6_dst` (128 bits): the outer IPv6 destination (where a `remote_ip=flow` port
     /// sends over an IPv6 underlay, native tunneling only).
     TunIpv6Dst,
+    /// `tun_metadata<idx>`: a Geneve option's value, `len` bytes at `off` of the key's
+    /// option space (`wire::tunmd`), as the bridge's TLV map placed it when the flow was
+    /// added (a mapping in use cannot be deleted, so the place stays valid).
+    TunMetadata {
+        /// N of `tun_metadataN`.
+        idx: u8,
+        /// Offset in the option space.
+        off: u8,
+        /// Length in bytes.
+        len: u8,
+    },
     /// A packet header field.
     Packet(PktField),
 }
@@ -270,6 +327,7 @@ impl NxField {
             NxField::Reg(_) | NxField::CtMark | NxField::TunSrc | NxField::TunDst => 32,
             NxField::XReg(_) | NxField::Metadata | NxField::TunId => 64,
             NxField::XXReg(_) | NxField::CtLabel | NxField::TunIpv6Src | NxField::TunIpv6Dst => 128,
+            NxField::TunMetadata { len, .. } => u32::from(len) * 8,
             NxField::Packet(p) => p.info().2,
         }
     }
@@ -296,9 +354,10 @@ impl NxField {
         }
     }
 
-    /// True for the tunnel fields.
+    /// Tunnel metadata: `tun_id`, `tun_src`, `tun_dst`, `tun_ipv6_src`, `tun_ipv6_dst`,
+    /// `tun_metadataN` (key fields that rules may read and write).
     pub fn is_tunnel(self) -> bool {
-        !self.tunnel_key_fields().is_empty()
+        !self.tunnel_key_fields().is_empty() || matches!(self, NxField::TunMetadata { .. })
     }
 
     /// Reads a tunnel field from a key (0 for other fields).
@@ -345,6 +404,7 @@ impl NxField {
             NxField::TunDst => "NXM_NX_TUN_IPV4_DST".into(),
             NxField::TunIpv6Src => "NXM_NX_TUN_IPV6_SRC".into(),
             NxField::TunIpv6Dst => "NXM_NX_TUN_IPV6_DST".into(),
+            NxField::TunMetadata { idx, .. } => format!("NXM_NX_TUN_METADATA{idx}"),
             NxField::Packet(p) => p.info().3.into(),
         }
     }
@@ -363,6 +423,7 @@ impl NxField {
             NxField::TunDst => "tun_dst".into(),
             NxField::TunIpv6Src => "tun_ipv6_src".into(),
             NxField::TunIpv6Dst => "tun_ipv6_dst".into(),
+            NxField::TunMetadata { idx, .. } => format!("tun_metadata{idx}"),
             NxField::Packet(p) => p.info().4.into(),
         }
     }
@@ -389,6 +450,13 @@ impl NxField {
                 "tun_dst" | "NXM_NX_TUN_IPV4_DST" => NxField::TunDst,
                 "tun_ipv6_src" | "NXM_NX_TUN_IPV6_SRC" => NxField::TunIpv6Src,
                 "tun_ipv6_dst" | "NXM_NX_TUN_IPV6_DST" => NxField::TunIpv6Dst,
+                _ if idx("tun_metadata")
+                    .or_else(|| idx("NXM_NX_TUN_METADATA"))
+                    .is_some() =>
+                {
+                    let i = idx("tun_metadata").or_else(|| idx("NXM_NX_TUN_METADATA"))?;
+                    tun_metadata_field(i)?
+                }
                 _ => {
                     let alias = match s {
                         "dl_src" => "eth_src",

@@ -195,6 +195,33 @@ impl Pipeline {
         Ok(was != on)
     }
 
+    /// The bridge's Geneve option map (`tun_metadataN`).
+    pub fn tlv(&self, bridge: &str) -> Result<wire::tunmd::TlvTable, Error> {
+        let br = self.bridge(bridge)?;
+        let t = br.shared.tlv.read().unwrap_or_else(|e| e.into_inner());
+        Ok(t.clone())
+    }
+
+    /// Changes the bridge's Geneve option map with `f` (under its lock: two changes never
+    /// interleave); the map stays as it was when `f` fails. A changed map re-checks the
+    /// megaflows (native encapsulation reads it).
+    pub fn tlv_mod<E>(
+        &self,
+        bridge: &str,
+        f: impl FnOnce(&mut wire::tunmd::TlvTable) -> Result<(), E>,
+    ) -> Result<Result<(), E>, Error> {
+        let br = self.bridge(bridge)?;
+        let mut t = br.shared.tlv.write().unwrap_or_else(|e| e.into_inner());
+        let mut next = t.clone();
+        let r = f(&mut next);
+        if r.is_ok() && next != *t {
+            *t = next;
+            drop(t);
+            self.underlay_changed();
+        }
+        Ok(r)
+    }
+
     /// Whether the bridge is failed open.
     pub fn fail_open(&self, bridge: &str) -> bool {
         self.bridge(bridge)

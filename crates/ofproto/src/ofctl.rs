@@ -14,7 +14,10 @@ impl Pipeline {
     fn parse_on(&self, bridge: &str, text: &str, cmd: FlowModCommand) -> Result<FlowMod, Error> {
         let br = self.bridge(bridge)?;
         let resolve = |n: &str| br.ports.resolve(n);
-        Ok(parse_flow(text, cmd, &resolve)?)
+        let tlv = self.tlv(bridge)?;
+        Ok(crate::nx::with_tlv(&tlv, || {
+            parse_flow(text, cmd, &resolve)
+        })?)
     }
 
     /// `add-flow BR FLOW`.
@@ -29,17 +32,22 @@ impl Pipeline {
         let br = self.bridge(bridge)?;
         let resolve = |n: &str| br.ports.resolve(n);
         let mut fms = Vec::new();
-        for (i, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
+        let tlv = self.tlv(bridge)?;
+        crate::nx::with_tlv(&tlv, || {
+            for (i, line) in text.lines().enumerate() {
+                let line = line.trim();
+                if line.is_empty() || line.starts_with('#') {
+                    continue;
+                }
+                let fm =
+                    parse_flow(line, FlowModCommand::Add, &resolve).map_err(|e| ParseError {
+                        token: e.token,
+                        msg: format!("{} (line {})", e.msg, i + 1),
+                    })?;
+                fms.push(fm);
             }
-            let fm = parse_flow(line, FlowModCommand::Add, &resolve).map_err(|e| ParseError {
-                token: e.token,
-                msg: format!("{} (line {})", e.msg, i + 1),
-            })?;
-            fms.push(fm);
-        }
+            Ok::<_, ParseError>(())
+        })?;
         let n = fms.len();
         self.flow_mods(bridge, fms)?;
         Ok(n)
@@ -87,6 +95,9 @@ impl Pipeline {
         let flows = self.dump_flows(bridge, filter)?;
         let br = self.bridge(bridge)?;
         let name_of = |p: OfPort| br.ports.name_of(p).map(str::to_string);
-        Ok(flows.iter().map(|f| f.to_ofctl(&name_of)).collect())
+        let tlv = self.tlv(bridge)?;
+        Ok(crate::nx::with_tlv(&tlv, || {
+            flows.iter().map(|f| f.to_ofctl(&name_of)).collect()
+        }))
     }
 }

@@ -344,6 +344,23 @@ impl FlowParser<'_> {
                 m.set_masked(f, val.into(), mask.into());
                 vec![f]
             }
+            _ if name.starts_with("tun_metadata") => {
+                let Some(NxField::TunMetadata { off, len, .. }) = NxField::from_name(name) else {
+                    return err(tok, "tun_metadataN not mapped by the bridge's TLV map");
+                };
+                let full = ones(u32::from(len) * 8);
+                let (val, mask) = match v.split_once('/') {
+                    Some((a, b)) => (parse_u128(tok, a)?, parse_u128(tok, b)?),
+                    None => (parse_u128(tok, v)?, full),
+                };
+                if val > full || mask > full {
+                    return err(tok, "value longer than the option");
+                }
+                let (o, l) = (usize::from(off), usize::from(len));
+                wire::tunmd::set(&mut m.key, o, l, val & mask);
+                wire::tunmd::set(&mut m.mask, o, l, mask);
+                return Ok(());
+            }
             _ => {
                 if let Some(f) = NxField::from_name(name).filter(|f| f.is_register()) {
                     let full = ones(f.width());

@@ -303,6 +303,7 @@ impl Pipeline {
             )),
             down: Mutex::new(Default::default()),
             fail_open: Default::default(),
+            tlv: RwLock::new(wire::tunmd::TlvTable::new()),
             miss_to_controller: Default::default(),
         });
         let br = BridgeState {

@@ -34,6 +34,7 @@ use crate::tables::FlowTables;
 use crate::types::{ethertype, ofpp, Instruction, OfAction, OfPort, PacketInReason, SetField};
 use crate::types::{VLAN_PRESENT, VLAN_VID_MASK};
 use dpif::Action;
+use std::sync::Arc;
 use std::time::Instant;
 use wire::{Field, FlowKey};
 
@@ -597,6 +598,8 @@ impl<'a> Xlate<'a> {
             SetField::Nx(f, v) => {
                 if f.is_register() {
                     f.set_reg(&mut self.regs, v, ones(f.width()));
+                } else if let crate::nx::NxField::TunMetadata { off, len, .. } = f {
+                    wire::tunmd::set(&mut self.key, usize::from(off), usize::from(len), v);
                 } else {
                     f.set_tunnel(&mut self.key, v, ones(f.width()));
                 }
@@ -660,7 +663,14 @@ impl<'a> Xlate<'a> {
         self.commit_vlan();
         self.commit_tun();
         if let Some(n) = self.native {
-            match n.encap(dp_port, &self.key) {
+            let tlv = self
+                .br
+                .shared
+                .tlv
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            match n.encap(dp_port, &self.key, &tlv) {
                 None => {}
                 Some(crate::native::Encap::Drop) => {
                     for f in TUN_FIELDS {
@@ -670,15 +680,46 @@ impl<'a> Xlate<'a> {
                     return;
                 }
                 Some(crate::native::Encap::Push { push, local_dp }) => {
-                    self.native_push(push, local_dp);
+                    if push.template.params().kind == wire::tunnel::TunnelKind::Geneve {
+                        wire::tunmd::unwildcard(&mut self.wc, &tlv);
+                    }
+                    self.native_push(*push, local_dp);
                     return;
                 }
             }
             if let Some(pop) = n.pop_before(dp_port) {
-                self.out.push(Action::TnlPop(pop));
+                self.out.push(Action::TnlPop(self.with_tlvs(pop)));
             }
         }
         self.out.push(Action::Output(dp_port));
+    }
+
+    /// `pop` with the TLV map of each endpoint's bridge (what its decapsulation understands).
+    fn with_tlvs(&self, pop: Arc<dpif::action::TnlPop>) -> Arc<dpif::action::TnlPop> {
+        let Some(by_dp) = self.by_dp else {
+            return pop;
+        };
+        let tlvs: Vec<_> = pop
+            .ports
+            .iter()
+            .map(|p| {
+                by_dp.get(&p.port).map_or_else(Default::default, |(b, _)| {
+                    Arc::new(
+                        b.shared
+                            .tlv
+                            .read()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .clone(),
+                    )
+                })
+            })
+            .collect();
+        if tlvs.iter().all(|t| t.iter().next().is_none()) {
+            return pop;
+        }
+        let mut p = (*pop).clone();
+        p.tlvs = tlvs;
+        Arc::new(p)
     }
 
     /// Emits `TnlPush` with the translation of the outer packet through the bridge of

@@ -17,6 +17,14 @@ use openflow::oxm::OxmField as X;
 use openflow::{errors, Action as WAction, OfError};
 use std::net::IpAddr;
 
+pub use ofproto::nx::with_tlv;
+
+/// `tun_metadata<idx>` as the current map places it; unmapped: `NXFMFC_INVALID_TLV_FIELD`
+/// (as OVS).
+fn tun_metadata(idx: u8) -> Result<NxField, OfError> {
+    ofproto::nx::tun_metadata_field(idx).ok_or(errors::NX_INVALID_TLV_FIELD)
+}
+
 /// OXM basic field numbers of the packet fields `move`/`load` may name by OXM header.
 fn oxm_basic_packet(field: u8) -> Option<PktField> {
     use PktField as P;
@@ -54,6 +62,14 @@ pub fn field_of_header(h: u32) -> Result<NxField, OfError> {
         (class::NXM1, nxm1::TUN_IPV4_DST) => NxField::TunDst,
         (class::NXM1, nxm1::TUN_IPV6_SRC) => NxField::TunIpv6Src,
         (class::NXM1, nxm1::TUN_IPV6_DST) => NxField::TunIpv6Dst,
+        (c, f) if openflow::nx::is_tun_metadata(c, f) => {
+            let tf = tun_metadata(f - nxm1::TUN_METADATA0)?;
+            // Any length up to the option's (ovs-ofctl writes as few bytes as it needs).
+            if has_mask || len == 0 || u32::from(len) * 8 > tf.width() {
+                return Err(errors::BAD_ACTION_BAD_ARGUMENT);
+            }
+            return Ok(tf);
+        }
         (class::NXM1, nxm1::CT_MARK) => NxField::CtMark,
         (class::NXM1, nxm1::CT_LABEL) => NxField::CtLabel,
         (class::NXM1, 111..=114) => NxField::XXReg(field - nxm1::XXREG0),
@@ -91,6 +107,7 @@ pub fn header_of_field(f: NxField) -> u32 {
         NxField::TunDst => header(class::NXM1, nxm1::TUN_IPV4_DST, bytes),
         NxField::TunIpv6Src => header(class::NXM1, nxm1::TUN_IPV6_SRC, bytes),
         NxField::TunIpv6Dst => header(class::NXM1, nxm1::TUN_IPV6_DST, bytes),
+        NxField::TunMetadata { idx, .. } => header(class::NXM1, nxm1::TUN_METADATA0 + idx, bytes),
         NxField::Packet(p) => {
             let (c, n, ..) = p.info();
             header(c, n, bytes)
@@ -98,15 +115,31 @@ pub fn header_of_field(f: NxField) -> u32 {
     }
 }
 
-/// The register (or tunnel / ct) field an NXM match or set-field TLV names.
-fn field_of_nxm(f: &NxmField) -> Option<NxField> {
-    field_of_header(header(f.class, f.field, f.width() as u8)).ok()
+/// The register (or tunnel / ct) field an NXM match or set-field TLV names (an unmapped
+/// `tun_metadataN` is `NXFMFC_INVALID_TLV_FIELD`, a value longer than its option
+/// `OFPBMC_BAD_VALUE`).
+fn field_of_nxm(f: &NxmField) -> Result<Option<NxField>, OfError> {
+    if openflow::nx::is_tun_metadata(f.class, f.field) {
+        let tf = tun_metadata(f.field - nxm1::TUN_METADATA0)?;
+        if (f.value | f.mask.unwrap_or(0)) & !ones(tf.width()) != 0 {
+            return Err(errors::BAD_MATCH_BAD_VALUE);
+        }
+        return Ok(Some(tf));
+    }
+    Ok(field_of_header(header(f.class, f.field, f.width() as u8)).ok())
 }
 
 /// An NXM match TLV into the match's register file, or its key for tunnel fields (ct fields
 /// go through `convert_ct` first).
 pub fn nxm_match_field(out: &mut PMatch, f: &NxmField) -> Result<(), OfError> {
-    match field_of_nxm(f) {
+    match field_of_nxm(f)? {
+        Some(NxField::TunMetadata { off, len, .. }) => {
+            let (o, l) = (usize::from(off), usize::from(len));
+            let m = f.mask.unwrap_or(ones(u32::from(len) * 8));
+            wire::tunmd::set(&mut out.key, o, l, f.value & m);
+            wire::tunmd::set(&mut out.mask, o, l, m);
+            Ok(())
+        }
         Some(nf) if nf.is_register() => {
             out.set_reg(nf, f.value, f.mask.unwrap_or(ones(nf.width())));
             Ok(())
@@ -160,6 +193,14 @@ pub fn tun_to_wire(m: &PMatch, f: &mut Vec<X>) {
                 mask: (mk != u128::MAX).then_some(mk),
             }));
         }
+    }
+    for (i, v, mk) in ofproto::nx::tun_metadata_matches(m) {
+        f.push(X::Nx(NxmField {
+            class: class::NXM1,
+            field: nxm1::TUN_METADATA0 + i,
+            value: v,
+            mask: mk,
+        }));
     }
 }
 
@@ -232,7 +273,12 @@ fn masked_loads(dst: NxField, value: u128, mask: u128) -> Vec<OfAction> {
 /// A set-field on an NXM TLV (registers, tunnel fields; ct_mark/ct_label, which only
 /// `ct(exec())` allows).
 pub fn nxm_set_field(f: &NxmField) -> Result<Vec<OfAction>, OfError> {
-    let nf = field_of_nxm(f).ok_or(errors::BAD_ACTION_BAD_SET_TYPE)?;
+    let nf = field_of_nxm(f)
+        .map_err(|e| match e {
+            errors::NX_INVALID_TLV_FIELD => e,
+            _ => errors::BAD_ACTION_BAD_SET_ARGUMENT,
+        })?
+        .ok_or(errors::BAD_ACTION_BAD_SET_TYPE)?;
     Ok(match f.mask {
         None => vec![OfAction::SetField(SetField::Nx(nf, f.value))],
         Some(m) => masked_loads(nf, f.value & m, m),

@@ -51,6 +51,9 @@ pub(crate) struct Inner {
     /// (every PMD acknowledging) waits for the next BARRIER, so a batch of flow-mods pays it
     /// once; the daemon's housekeeping also revalidates within 50 ms of any change.
     pub tables_dirty: std::sync::atomic::AtomicBool,
+    /// Held by a FLOW_MOD from reading the TLV map to installing, and by a TLV table mod: a
+    /// mapping is never deleted between a flow's resolving `tun_metadataN` and its install.
+    pub tlv_guard: Mutex<()>,
 }
 
 /// One side of a bridge's OpenFlow endpoint, as the connection layer sees it.
@@ -106,6 +109,10 @@ impl SwitchHandler for Endpoint {
     }
 }
 
+fn tlv_now(inner: &Inner) -> wire::tunmd::TlvTable {
+    inner.pipeline.tlv(&inner.bridge).unwrap_or_default()
+}
+
 impl Inner {
     fn handle(
         &self,
@@ -113,7 +120,22 @@ impl Inner {
         controller: bool,
         msg: Message,
     ) -> Result<Vec<Message>, OfError> {
+        // Conversions resolve `tun_metadataN` against the bridge's map as it is now.
+        let _g = matches!(msg, Message::FlowMod(_) | Message::TlvTableMod(_))
+            .then(|| lock(&self.tlv_guard));
+        let tlv = self.pipeline.tlv(&self.bridge).unwrap_or_default();
+        crate::convert_nx::with_tlv(&tlv, || self.handle_msg(conn, controller, msg))
+    }
+
+    fn handle_msg(
+        &self,
+        conn: ConnId,
+        controller: bool,
+        msg: Message,
+    ) -> Result<Vec<Message>, OfError> {
         match msg {
+            Message::TlvTableMod(m) => crate::tlv::table_mod(self, &m).map(|()| vec![]),
+            Message::TlvTableRequest => Ok(vec![crate::tlv::reply(&tlv_now(self))]),
             Message::GetConfigRequest => Ok(vec![Message::GetConfigReply(*lock(&self.config))]),
             Message::SetConfig(c) => {
                 *lock(&self.config) = c;
@@ -315,7 +337,10 @@ impl Inner {
                 hard_timeout: r.hard_timeout,
                 packet_count: r.packet_count,
                 byte_count: r.byte_count,
-                matches: convert::match_to_wire(&r.match_),
+                // `tun_metadataN` named by the bridge's map (this may run outside `handle`).
+                matches: crate::convert_nx::with_tlv(&tlv_now(self), || {
+                    convert::match_to_wire(&r.match_)
+                }),
             });
             self.send_async(&msg);
         }

@@ -29,6 +29,7 @@ pub mod group_handover;
 mod handler;
 mod meters;
 mod stats;
+mod tlv;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -285,6 +286,7 @@ impl BridgeOf {
             ctrl: Mutex::new(None),
             mgmt: Mutex::new(None),
             tables_dirty: std::sync::atomic::AtomicBool::new(false),
+            tlv_guard: Mutex::new(()),
         });
         let endpoint = |controller| {
             Arc::new(Endpoint {

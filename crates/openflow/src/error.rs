@@ -51,6 +51,10 @@ impl OfError {
             (t::FLOW_MOD_FAILED, 6) => OfError::new(3, 4),
             (t::PORT_MOD_FAILED, 0..=1) => OfError::new(4, self.code),
             (t::QUEUE_OP_FAILED, 0..=2) => OfError::new(5, self.code),
+            // Nicira's own codes: 1.0 carries them in an `NXET_VENDOR` error (see
+            // `ErrorMsg::for_request`) with OVS's 1.0 numbers (type 1, code 527..).
+            (t::EXPERIMENTER, 16..=21) => OfError::new(t::NX_VENDOR, 527 + self.code - 16),
+            (t::EXPERIMENTER, 37..=38) => OfError::new(t::NX_VENDOR, 536 + self.code - 37),
             _ => EPERM,
         }
     }
@@ -85,6 +89,9 @@ pub mod error_type {
     /// 1.4+.
     pub const ASYNC_CONFIG_FAILED: u16 = 15;
     pub const EXPERIMENTER: u16 = 0xffff;
+    /// OpenFlow 1.0's Nicira vendor error (`NXET_VENDOR`): the body names vendor `0x2320`,
+    /// a type and a code before the request's bytes.
+    pub const NX_VENDOR: u16 = 0xb0c2;
 }
 
 macro_rules! codes {
@@ -160,6 +167,13 @@ pub mod errors {
         METER_MOD_FAILED_BAD_RATE = 6, METER_MOD_FAILED_BAD_BURST = 7,
         METER_MOD_FAILED_BAD_BAND = 8, METER_MOD_FAILED_BAD_BAND_VALUE = 9,
         METER_MOD_FAILED_OUT_OF_METERS = 10, METER_MOD_FAILED_OUT_OF_BANDS = 11);
+    // Nicira experimenter errors (type 0xffff, experimenter 0x2320) as OVS 3.1 sends them
+    // in 1.2+: the TLV table's (`NXTTMFC_*`) and the flow mod's use of an unmapped
+    // `tun_metadataN` (`NXFMFC_INVALID_TLV_FIELD`).
+    codes!(EXPERIMENTER:
+        NX_TLV_BAD_COMMAND = 16, NX_TLV_BAD_OPT_LEN = 17, NX_TLV_BAD_FIELD_IDX = 18,
+        NX_TLV_TABLE_FULL = 19, NX_TLV_ALREADY_MAPPED = 20, NX_TLV_DUP_ENTRY = 21,
+        NX_INVALID_TLV_FIELD = 37, NX_TLV_INVALID_DEL = 38);
     codes!(ROLE_REQUEST_FAILED:
         ROLE_REQUEST_FAILED_STALE = 0, ROLE_REQUEST_FAILED_UNSUP = 1,
         ROLE_REQUEST_FAILED_BAD_ROLE = 2);

@@ -54,6 +54,11 @@ pub mod nxm1 {
     pub const TUN_IPV4_DST: u8 = 32;
     pub const TUN_IPV6_SRC: u8 = 109;
     pub const TUN_IPV6_DST: u8 = 110;
+    /// `NXM_NX_TUN_METADATA0`; `tun_metadata N` is `TUN_METADATA0 + N` (N < 64): a Geneve
+    /// option's value, variable length (the option's, per the switch's TLV map).
+    pub const TUN_METADATA0: u8 = 40;
+    /// Number of `tun_metadataN` fields.
+    pub const TUN_METADATA_N: u8 = 64;
     pub const CT_STATE: u8 = 105;
     pub const CT_ZONE: u8 = 106;
     pub const CT_MARK: u8 = 107;
@@ -92,6 +97,8 @@ pub fn nxm_shape(class: u16, field: u8) -> Option<(usize, bool)> {
         (class::NXM1, nxm1::TUN_ID) => Some((8, true)),
         (class::NXM1, nxm1::TUN_IPV4_SRC | nxm1::TUN_IPV4_DST) => Some((4, true)),
         (class::NXM1, nxm1::TUN_IPV6_SRC | nxm1::TUN_IPV6_DST) => Some((16, true)),
+        // Variable length: the width given is the most Vireo holds (see `is_tun_metadata`).
+        (class::NXM1, f) if is_tun_metadata(class::NXM1, f) => Some((16, true)),
         (class::NXM1, nxm1::CT_STATE) => Some((4, true)),
         (class::NXM1, nxm1::CT_ZONE) => Some((2, false)),
         (class::NXM1, nxm1::CT_MARK) => Some((4, true)),
@@ -104,6 +111,21 @@ pub fn nxm_shape(class: u16, field: u8) -> Option<(usize, bool)> {
         (class::PKT_REG, 0..=7) => Some((8, true)),
         _ => None,
     }
+}
+
+/// Whether (class, field) is `tun_metadataN`: a variable-length field. Its TLVs may carry
+/// 1 to 124 value bytes (ovs-ofctl writes as few as the value needs; OVS writes the mapped
+/// option's length); Vireo holds values of up to 16 significant bytes (longer ones must
+/// start with zeros, else `OFPBMC_BAD_VALUE`) and writes as few bytes as the value (and
+/// mask) need, as ovs-ofctl does.
+pub fn is_tun_metadata(class: u16, field: u8) -> bool {
+    class == class::NXM1
+        && (nxm1::TUN_METADATA0..nxm1::TUN_METADATA0 + nxm1::TUN_METADATA_N).contains(&field)
+}
+
+/// Bytes needed for `v` (at least 1).
+fn min_bytes(v: u128) -> usize {
+    (16 - (v.leading_zeros() / 8) as usize).max(1)
 }
 
 /// A match or set-field TLV of an NXM / experimenter class (value right-aligned in a u128).
@@ -138,8 +160,12 @@ impl NxmField {
         }
     }
 
-    /// Value width in bytes (0 if the field is unknown).
+    /// Value width in bytes (0 if the field is unknown; for `tun_metadataN` as few bytes as
+    /// value and mask need).
     pub fn width(&self) -> usize {
+        if is_tun_metadata(self.class, self.field) {
+            return min_bytes(self.value | self.mask.unwrap_or(0));
+        }
         nxm_shape(self.class, self.field).map_or(0, |s| s.0)
     }
 
@@ -150,7 +176,33 @@ impl NxmField {
         has_mask: bool,
         payload: &[u8],
     ) -> Result<NxmField, OfError> {
-        let (width, maskable) = nxm_shape(class, field).ok_or(errors::BAD_MATCH_BAD_FIELD)?;
+        let (mut width, maskable) = nxm_shape(class, field).ok_or(errors::BAD_MATCH_BAD_FIELD)?;
+        if is_tun_metadata(class, field) {
+            width = if has_mask {
+                payload.len() / 2
+            } else {
+                payload.len()
+            };
+            if width == 0 || width > 124 || (has_mask && !payload.len().is_multiple_of(2)) {
+                return Err(errors::BAD_MATCH_BAD_LEN);
+            }
+            let (v, m) = payload.split_at(width);
+            let long = |b: &[u8]| b.len() > 16 && b[..b.len() - 16].iter().any(|&x| x != 0);
+            if long(v) || long(m) {
+                return Err(errors::BAD_MATCH_BAD_VALUE);
+            }
+            let tail = |b: &[u8]| be_u128(&b[b.len().saturating_sub(16)..]);
+            let (value, mask) = (tail(v), has_mask.then(|| tail(m)));
+            if mask.is_some_and(|m| value & !m != 0) {
+                return Err(errors::BAD_MATCH_BAD_WILDCARDS);
+            }
+            return Ok(NxmField {
+                class,
+                field,
+                value,
+                mask,
+            });
+        }
         if payload.len() != width * if has_mask { 2 } else { 1 } {
             return Err(errors::BAD_MATCH_BAD_LEN);
         }

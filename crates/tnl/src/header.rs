@@ -7,6 +7,11 @@
 //! zero UDP checksum unless `udp6zerocsumrx` is set; `csum=false` sends zero, RFC 6935).
 //! IPv6: traffic class from `tos`, hop limit from `ttl`, flow label 0, no extension header.
 //!
+//! Geneve options ([`Params::options`], encoded by [`geneve_options`] from the packet's
+//! `tun_metadataN` values and the bridge's TLV map) follow the 8-byte Geneve header, with
+//! the header's option length and its C flag (set when an option's type has the critical
+//! bit) filled in; the header is then longer than [`HEADER_LEN`] ([`Template::len`]).
+//!
 //! MTU: [`Template::fits`] says whether an inner frame still fits the underlay MTU after
 //! encapsulation; the caller drops and counts one that does not (never fragmented).
 //!
@@ -22,8 +27,13 @@ use wire::tunnel::{encap_header, TunnelKind};
 pub const HEADER_LEN: usize = 50;
 /// Outer header length over IPv6: Ethernet 14 + IPv6 40 + UDP 8 + tunnel 8.
 pub const HEADER_LEN_V6: usize = 70;
+/// Most Geneve option bytes a template carries (headers included): every option of the
+/// key's 32 value bytes with its 4-byte header, at most 8 options.
+pub const MAX_OPTIONS_LEN: usize = 64;
+/// Longest outer header (IPv6 with the most options).
+pub const MAX_HEADER_LEN: usize = HEADER_LEN_V6 + MAX_OPTIONS_LEN;
 /// What encapsulation over IPv4 adds to an inner frame (Ethernet header included) against
-/// the underlay's IP MTU: IPv4 20 + UDP 8 + tunnel 8.
+/// the underlay's IP MTU: IPv4 20 + UDP 8 + tunnel 8 (Geneve options on top).
 pub const MTU_OVERHEAD: usize = 36;
 /// The same over IPv6: IPv6 40 + UDP 8 + tunnel 8.
 pub const MTU_OVERHEAD_V6: usize = 56;
@@ -65,6 +75,31 @@ pub struct Params {
     pub df: bool,
     /// Send a UDP checksum (`csum=true`).
     pub csum: bool,
+    /// Geneve options, encoded (empty for VXLAN; at most [`MAX_OPTIONS_LEN`] bytes, a
+    /// multiple of 4: see [`geneve_options`]).
+    pub options: Vec<u8>,
+}
+
+/// Encodes Geneve options from `(class, type, value bytes)`: each option's 4-byte header
+/// (class, type, length in 4-byte words) and its value; values that are all zero are left
+/// out (an option absent from the key reads as zero). Stops before
+/// [`MAX_OPTIONS_LEN`] would be passed (the TLV map keeps the values within 32 bytes, so
+/// every option fits).
+pub fn geneve_options<'a>(opts: impl IntoIterator<Item = (u16, u8, &'a [u8])>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (class, otype, v) in opts {
+        if v.iter().all(|&b| b == 0) || !v.len().is_multiple_of(4) || v.len() > 124 {
+            continue;
+        }
+        if out.len() + 4 + v.len() > MAX_OPTIONS_LEN {
+            break;
+        }
+        out.extend_from_slice(&class.to_be_bytes());
+        out.push(otype);
+        out.push((v.len() / 4) as u8);
+        out.extend_from_slice(v);
+    }
+    out
 }
 
 /// IPv4 identification of outer packets sent without DF (process-wide).
@@ -73,8 +108,10 @@ static IDENT: AtomicU16 = AtomicU16::new(0);
 /// A built header and what `push` needs to finish it per packet.
 #[derive(Clone, Debug)]
 pub struct Template {
-    /// The header ([`HEADER_LEN`] bytes used over IPv4, [`HEADER_LEN_V6`] over IPv6).
-    bytes: [u8; HEADER_LEN_V6],
+    /// The header ([`HEADER_LEN`] or [`HEADER_LEN_V6`] bytes, then the Geneve options).
+    bytes: [u8; MAX_HEADER_LEN],
+    /// Bytes of `bytes` in use.
+    len: u8,
     /// Whether the outer header is IPv6.
     v6: bool,
     /// IPv4: one's-complement sum of the IPv4 header with length, identification and
@@ -85,7 +122,7 @@ pub struct Template {
 
 impl PartialEq for Template {
     fn eq(&self, o: &Template) -> bool {
-        self.bytes == o.bytes && self.params == o.params
+        self.bytes() == o.bytes() && self.params == o.params
     }
 }
 
@@ -94,7 +131,7 @@ impl Eq for Template {}
 impl std::hash::Hash for Template {
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
         // The bytes hold every parameter but `csum` (DF is the flag bit in the IPv4 header).
-        self.bytes.hash(h);
+        self.bytes().hash(h);
         self.params.csum.hash(h);
     }
 }
@@ -102,7 +139,12 @@ impl std::hash::Hash for Template {
 impl Template {
     /// Builds the header for `p`.
     pub fn build(p: &Params) -> Template {
-        let mut b = [0u8; HEADER_LEN_V6];
+        let mut b = [0u8; MAX_HEADER_LEN];
+        let opts = if p.kind == TunnelKind::Geneve {
+            &p.options[..p.options.len().min(MAX_OPTIONS_LEN) & !3]
+        } else {
+            &[][..]
+        };
         b[0..6].copy_from_slice(&p.dst_mac);
         b[6..12].copy_from_slice(&p.src_mac);
         let (v6, ip_sum, udp_at) = match p.dst_ip {
@@ -140,9 +182,24 @@ impl Template {
             }
         };
         b[udp_at + 2..udp_at + 4].copy_from_slice(&p.dst_port.to_be_bytes());
-        b[udp_at + 8..udp_at + 16].copy_from_slice(&encap_header(p.kind, p.vni));
+        let tun_at = udp_at + 8;
+        b[tun_at..tun_at + 8].copy_from_slice(&encap_header(p.kind, p.vni));
+        let hdr = tun_at + 8;
+        if !opts.is_empty() {
+            b[tun_at] = (opts.len() / 4) as u8;
+            let mut o = opts;
+            while o.len() >= 4 {
+                if o[2] & 0x80 != 0 {
+                    b[tun_at + 1] |= 0x40; // C: a critical option is present
+                }
+                let olen = (4 + usize::from(o[3] & 0x1f) * 4).min(o.len());
+                o = &o[olen..];
+            }
+            b[hdr..hdr + opts.len()].copy_from_slice(opts);
+        }
         Template {
             bytes: b,
+            len: (hdr + opts.len()) as u8,
             v6,
             ip_sum,
             params: p.clone(),
@@ -151,17 +208,14 @@ impl Template {
 
     /// The header bytes as built (lengths, checksums and source port still zero).
     pub fn bytes(&self) -> &[u8] {
-        &self.bytes[..self.len()]
+        &self.bytes[..usize::from(self.len)]
     }
 
-    /// The header's length: [`HEADER_LEN`] over IPv4, [`HEADER_LEN_V6`] over IPv6.
+    /// The header's length: [`HEADER_LEN`] over IPv4, [`HEADER_LEN_V6`] over IPv6, plus the
+    /// Geneve options.
     #[allow(clippy::len_without_is_empty)]
     pub fn len(&self) -> usize {
-        if self.v6 {
-            HEADER_LEN_V6
-        } else {
-            HEADER_LEN
-        }
+        usize::from(self.len)
     }
 
     /// Whether the outer header is IPv6.
@@ -175,14 +229,14 @@ impl Template {
     }
 
     /// Whether an inner frame of `inner_len` bytes (its Ethernet header included) fits an
-    /// underlay IP MTU of `mtu` after encapsulation with this header.
+    /// underlay IP MTU of `mtu` after encapsulation with this header (options included).
     pub fn fits(&self, inner_len: usize, mtu: usize) -> bool {
-        let over = if self.v6 {
-            MTU_OVERHEAD_V6
+        let (over, base) = if self.v6 {
+            (MTU_OVERHEAD_V6, HEADER_LEN_V6)
         } else {
-            MTU_OVERHEAD
+            (MTU_OVERHEAD, HEADER_LEN)
         };
-        inner_len + over <= mtu
+        inner_len + over + (self.len() - base) <= mtu
     }
 
     /// Finishes the packet in `pkt`: `pkt[..self.len()]` receives the header,
@@ -196,8 +250,8 @@ impl Template {
         if self.v6 {
             return self.push_v6(pkt, hash);
         }
-        assert!(pkt.len() >= HEADER_LEN && pkt.len() - 14 <= usize::from(u16::MAX));
-        pkt[..HEADER_LEN].copy_from_slice(&self.bytes[..HEADER_LEN]);
+        assert!(pkt.len() >= self.len() && pkt.len() - 14 <= usize::from(u16::MAX));
+        pkt[..self.len()].copy_from_slice(self.bytes());
         let ip_len = (pkt.len() - 14) as u16;
         let udp_len = ip_len - 20;
         let ident = if self.params.df {
@@ -224,8 +278,8 @@ impl Template {
     }
 
     fn push_v6(&self, pkt: &mut [u8], hash: u32) {
-        assert!(pkt.len() >= HEADER_LEN_V6 && pkt.len() - 54 <= usize::from(u16::MAX));
-        pkt[..HEADER_LEN_V6].copy_from_slice(&self.bytes);
+        assert!(pkt.len() >= self.len() && pkt.len() - 54 <= usize::from(u16::MAX));
+        pkt[..self.len()].copy_from_slice(self.bytes());
         let udp_len = (pkt.len() - 54) as u16;
         pkt[18..20].copy_from_slice(&udp_len.to_be_bytes());
         pkt[54..56].copy_from_slice(&src_port(hash).to_be_bytes());
@@ -265,6 +319,7 @@ mod tests {
             ttl: 64,
             df,
             csum,
+            options: Vec::new(),
         }
     }
 
@@ -324,6 +379,65 @@ mod tests {
                 assert_eq!(&udp[16..], &inner[..]);
             }
         }
+    }
+
+    #[test]
+    fn geneve_options_follow_the_header_with_length_and_critical_flag() {
+        let opts = geneve_options([
+            (0x0102u16, 0x80u8, &[0, 0, 0x12, 0x34][..]),
+            (0xffff, 0x01, &[0; 8][..]), // zero: absent
+            (0x0103, 0x02, &[1, 2, 3, 4, 5, 6, 7, 8][..]),
+        ]);
+        assert_eq!(opts.len(), 8 + 12);
+        let mut p = params(TunnelKind::Geneve, true, true);
+        p.options = opts.clone();
+        let t = Template::build(&p);
+        assert_eq!(t.len(), HEADER_LEN + 20);
+        let inner: Vec<u8> = (0..60u8).collect();
+        let a = t.push_vec(&inner, 9);
+        let ip = Ipv4Packet::new_checked(&a[14..]).unwrap();
+        assert!(ip.verify_checksum());
+        assert_eq!(usize::from(ip.total_len()), a.len() - 14);
+        let udp = &a[34..];
+        assert_eq!(usize::from(u16::from_be_bytes([udp[4], udp[5]])), udp.len());
+        let ps = checksum::pseudo_v4(0x0a00_0001, 0x0a00_0002, 17, udp.len() as u16);
+        assert_eq!(checksum::fold(checksum::sum(udp, ps)), 0xffff);
+        let g = &udp[8..];
+        assert_eq!(g[0] & 0x3f, 5, "option length in 4-byte words");
+        assert_eq!(g[1] & 0x40, 0x40, "C flag: a critical option is present");
+        assert_eq!(&g[8..28], &opts[..]);
+        assert_eq!(&g[28..], &inner[..]);
+        assert!(t.fits(1500 - 36 - 20, 1500) && !t.fits(1500 - 36 - 19, 1500));
+        // VXLAN ignores options.
+        let mut v = params(TunnelKind::Vxlan, false, true);
+        v.options = opts;
+        assert_eq!(Template::build(&v).len(), HEADER_LEN);
+    }
+
+    #[test]
+    fn geneve_options_over_ipv6_follow_the_70_byte_header() {
+        let opts = geneve_options([(0x0102u16, 0x80u8, &[0, 0, 0x12, 0x34][..])]);
+        let mut p = params6(TunnelKind::Geneve, true);
+        p.options = opts.clone();
+        let t = Template::build(&p);
+        assert_eq!(t.len(), HEADER_LEN_V6 + 8);
+        let inner: Vec<u8> = (0..60u8).collect();
+        let a = t.push_vec(&inner, 9);
+        assert_eq!(&a[12..14], &[0x86, 0xdd]);
+        let udp = &a[54..];
+        assert_eq!(usize::from(u16::from_be_bytes([a[18], a[19]])), udp.len());
+        assert_eq!(usize::from(u16::from_be_bytes([udp[4], udp[5]])), udp.len());
+        let (mut s, mut d) = ([0u8; 16], [0u8; 16]);
+        s.copy_from_slice(&a[22..38]);
+        d.copy_from_slice(&a[38..54]);
+        let ps = checksum::pseudo_v6(&s, &d, 17, udp.len() as u32);
+        assert_eq!(checksum::fold(checksum::sum(udp, ps)), 0xffff);
+        let g = &udp[8..];
+        assert_eq!((g[0] & 0x3f, g[1] & 0x40), (2, 0x40));
+        assert_eq!(&g[8..16], &opts[..]);
+        assert_eq!(&g[16..], &inner[..]);
+        // The options count against the MTU on top of the 56 bytes.
+        assert!(t.fits(1500 - 56 - 8, 1500) && !t.fits(1500 - 56 - 7, 1500));
     }
 
     #[test]

@@ -353,6 +353,7 @@ mod tests {
             ttl: 64,
             df: true,
             csum: false,
+            options: Vec::new(),
         });
         t.push_vec(&[0xaa; 60], 1)
     }
@@ -466,6 +467,7 @@ mod tests {
             ttl: 33,
             df: true,
             csum,
+            options: Vec::new(),
         });
         t.push_vec(&[0xaa; 60], 1)
     }

@@ -28,8 +28,16 @@
 //! | 20 | tun_ipv6_src low 64 bits |
 //! | 21 | tun_ipv6_dst high 64 bits |
 //! | 22 | tun_ipv6_dst low 64 bits |
+//! | 23 | Geneve option values (`tun_metadataN`) bytes 0..8 of the option space |
+//! | 24 | option space bytes 8..16 |
+//! | 25 | option space bytes 16..24 |
+//! | 26 | option space bytes 24..32 |
 //!
-//! Words 9-22 are metadata, not headers: zero on a packet from a port; the datapath's `ct`
+//! Words 23-26 hold the values of the Geneve options a bridge's TLV map names, each at the
+//! offset the map gave it (see [`crate::tunmd`]; byte `i` of the space is big-endian byte
+//! `i % 8` of word `23 + i / 8`).
+//!
+//! Words 9-26 are metadata, not headers: zero on a packet from a port; the datapath's `ct`
 //! action sets the conntrack words and recirculation sets `recirc_id` (see `dp::worker`); a
 //! packet decapsulated by a `vxlan`/`geneve` port carries its tunnel id and outer IPv4
 //! addresses in `packet::Meta`, which the datapath copies into words 17-18 (and a
@@ -54,7 +62,7 @@
 //! eth_type, so the overlap is never ambiguous.
 
 /// Number of 64-bit words in a key.
-pub const KEY_WORDS: usize = 23;
+pub const KEY_WORDS: usize = 27;
 
 /// The conntrack words (`recirc_id` and the `ct_*` fields): `ct_clear` zeroes them (keeping
 /// `recirc_id`).
@@ -62,6 +70,9 @@ pub const CT_WORDS: std::ops::Range<usize> = 9..17;
 
 /// The tunnel words (`tun_id`, `tun_src`, `tun_dst`, `tun_ipv6_src`, `tun_ipv6_dst`).
 pub const TUN_WORDS: std::ops::Range<usize> = 17..23;
+
+/// The Geneve option words (`tun_metadataN` values, see [`crate::tunmd`]).
+pub const TUN_MD_WORDS: std::ops::Range<usize> = 23..27;
 
 /// Every metadata word (conntrack and tunnel): recirculation carries them over.
 pub const META_WORDS: std::ops::Range<usize> = 9..KEY_WORDS;
@@ -455,10 +466,12 @@ fn hash_with_tail(w: &[u64; KEY_WORDS]) -> u32 {
     let t4 = fmul(w[16] ^ k[16], w[17] ^ k[17]);
     let t5 = fmul(w[18] ^ k[18], w[19] ^ k[19]);
     let t6 = fmul(w[20] ^ k[20], w[21] ^ k[21]);
-    let t7 = fmul(w[22] ^ k[22], k[KEY_WORDS]);
+    let t7 = fmul(w[22] ^ k[22], w[23] ^ k[23]);
+    let t8 = fmul(w[24] ^ k[24], w[25] ^ k[25]);
+    let t9 = fmul(w[26] ^ k[26], k[KEY_WORDS]);
     let tail = fmul(
-        t1 ^ t3 ^ t5 ^ t7 ^ k[KEY_WORDS + 1],
-        t2.wrapping_add(t4).wrapping_add(t6),
+        t1 ^ t3 ^ t5 ^ t7 ^ t9 ^ k[KEY_WORDS + 1],
+        t2.wrapping_add(t4).wrapping_add(t6).wrapping_add(t8),
     );
     let e = fmul(w[8] ^ k[8], w[9] ^ k[9]) ^ tail;
     let (head, _) = w

@@ -23,6 +23,7 @@ pub mod offload;
 pub mod repr;
 pub mod rewrite;
 pub mod tcp;
+pub mod tunmd;
 pub mod tunnel;
 pub mod udp;
 

@@ -210,10 +210,44 @@ pub fn decap(
 }
 
 /// Like [`decap`] for any VNI: returns the tunnel header's length and the VNI it carries
-/// (the caller picks the port by it).
+/// (the caller picks the port by it). Every Geneve option is unknown: a critical one refuses
+/// the packet.
 pub fn decap_any(
     kind: TunnelKind,
     udp_payload: &[u8],
+) -> core::result::Result<(usize, u32), DecapError> {
+    decap_any_with(kind, udp_payload, |_, _, _| false)
+}
+
+/// Geneve options of a header [`decap_any_with`] accepted: (class, type, value bytes).
+pub fn geneve_options(udp_payload: &[u8]) -> impl Iterator<Item = (u16, u8, &[u8])> {
+    let end = if udp_payload.len() >= GENEVE_MIN_LEN {
+        GeneveHeader::new_unchecked(udp_payload)
+            .header_len()
+            .min(udp_payload.len())
+    } else {
+        0
+    };
+    let mut opts = udp_payload.get(GENEVE_MIN_LEN..end).unwrap_or(&[]);
+    core::iter::from_fn(move || {
+        if opts.len() < 4 {
+            return None;
+        }
+        let olen = (4 + usize::from(opts[3] & 0x1f) * 4).min(opts.len());
+        let o = (be16(opts, 0), opts[2], &opts[4..olen]);
+        opts = &opts[olen..];
+        Some(o)
+    })
+}
+
+/// [`decap_any`] where `known(class, type, value length)` says which Geneve options the
+/// receiver understands (those its TLV map names with that length): a critical option is
+/// refused only when it is not known, and the C flag only when no known critical option is
+/// there.
+pub fn decap_any_with(
+    kind: TunnelKind,
+    udp_payload: &[u8],
+    known: impl Fn(u16, u8, usize) -> bool,
 ) -> core::result::Result<(usize, u32), DecapError> {
     let b = udp_payload;
     if b.len() < 8 {
@@ -244,6 +278,7 @@ pub fn decap_any(
             // Options: class (2), type (1, bit 7 = critical), 3 reserved bits + 5-bit length
             // in 4-byte words, then the data.
             let mut opts = &b[GENEVE_MIN_LEN..hlen];
+            let mut known_critical = false;
             while !opts.is_empty() {
                 if opts.len() < 4 {
                     return Err(DecapError::OptionOverrun);
@@ -253,12 +288,15 @@ pub fn decap_any(
                     return Err(DecapError::OptionOverrun);
                 }
                 if opts[2] & 0x80 != 0 {
-                    return Err(DecapError::CriticalOption);
+                    if !known(be16(opts, 0), opts[2], olen - 4) {
+                        return Err(DecapError::CriticalOption);
+                    }
+                    known_critical = true;
                 }
                 opts = &opts[olen..];
             }
-            // The C flag says a critical option is present: we found none we could skip.
-            if b[geneve_field::FLAGS] & 0x40 != 0 {
+            // The C flag says a critical option is present: we found none we understood.
+            if b[geneve_field::FLAGS] & 0x40 != 0 && !known_critical {
                 return Err(DecapError::CriticalOption);
             }
             (hlen, g.vni())

@@ -258,7 +258,10 @@ fn measure(
         );
         // More packets in flight (--tx-first sends one burst per port).
         args.push(format!("--burst={}", a.testpmd_burst));
-        let (m, pmd) = run_generator(&args, dir, p.warmup, p.trial_secs, c)?;
+        // The native tunnel scenarios' first packets reach the far port sooner than the
+        // switch marks its link up: hold the traffic until both links are up.
+        let wait_links = matches!(sc.kind, bench::scenario::Kind::NativeTunnel(_));
+        let (m, pmd) = run_generator(&args, dir, p.warmup, p.trial_secs, c, wait_links)?;
         rec.mpps = m.median().map(|x| x / 1e6);
         if sc.open {
             rec.offered_mpps = m.tx_median().map(|x| x / 1e6);

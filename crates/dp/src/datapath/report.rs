@@ -104,6 +104,10 @@ impl Datapath {
                 out.push(MegaflowInfo {
                     core: h.shared.core,
                     match_: f.key.match_string(&f.mask),
+                    tun_md: wire::flow::TUN_MD_WORDS
+                        .clone()
+                        .any(|w| f.mask.w[w] != 0)
+                        .then(|| (f.key.get(wire::Field::InPort) as u32, f.key, f.mask)),
                     actions: actions_to_string(&f.actions),
                     packets: f.packets(),
                     bytes: f.bytes(),

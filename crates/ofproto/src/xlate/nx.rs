@@ -40,6 +40,12 @@ impl<'a> Xlate<'a> {
                 p.get(&self.key)
             }
             f if f.is_register() => f.get_reg(&self.regs),
+            NxField::TunMetadata { off, len, .. } => {
+                let (o, l) = (usize::from(off), usize::from(len));
+                let seen = wire::tunmd::get(&self.wc, o, l) | mask;
+                wire::tunmd::set(&mut self.wc, o, l, seen);
+                wire::tunmd::get(&self.key, o, l)
+            }
             f => {
                 // Tunnel fields (others read 0): the bits read enter the mask.
                 let old = f.get_tunnel(&self.wc);
@@ -67,6 +73,16 @@ impl<'a> Xlate<'a> {
                 }
             }
             f if f.is_register() => f.set_reg(&mut self.regs, value, mask),
+            NxField::TunMetadata { off, len, .. } => {
+                let full = ones(f.width());
+                let old = if mask & full == full {
+                    0
+                } else {
+                    self.read_field(f, full & !mask)
+                };
+                let new = (old & !mask) | (value & mask);
+                wire::tunmd::set(&mut self.key, usize::from(off), usize::from(len), new);
+            }
             f => {
                 // Tunnel fields: the key changes now, the datapath at the next output. The
                 // bits kept are read, so they enter the mask. (ct_mark/ct_label outside ct()

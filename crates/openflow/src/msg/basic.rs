@@ -83,11 +83,31 @@ pub struct ErrorMsg {
 
 impl ErrorMsg {
     /// The error reply to a failed request: `err` with the request's first 64 bytes.
+    /// Nicira's errors carry the vendor id first: 1.2+ as an experimenter error
+    /// (`type 0xffff`, the code, experimenter `0x2320`), 1.0 as `NXET_VENDOR` (code 0, then
+    /// vendor, type and code), as OVS writes them.
     pub fn for_request(err: OfError, request: &[u8]) -> Self {
+        use crate::error::error_type as t;
+        let req = &request[..request.len().min(64)];
+        let mut data = Vec::with_capacity(req.len() + 8);
+        let code = match err.etype {
+            t::EXPERIMENTER => {
+                data.put_u32(crate::msg::tlv::NX_VENDOR);
+                err.code
+            }
+            t::NX_VENDOR => {
+                data.put_u32(crate::msg::tlv::NX_VENDOR);
+                data.put_u16(t::BAD_REQUEST);
+                data.put_u16(err.code);
+                0
+            }
+            _ => err.code,
+        };
+        data.extend_from_slice(req);
         ErrorMsg {
             etype: err.etype,
-            code: err.code,
-            data: request[..request.len().min(64)].to_vec(),
+            code,
+            data,
         }
     }
 

@@ -12,6 +12,7 @@ mod group15;
 mod meter;
 mod multipart;
 mod table;
+pub mod tlv;
 pub mod v10;
 pub mod v1x;
 
@@ -21,6 +22,7 @@ pub use group::*;
 pub use meter::*;
 pub use multipart::*;
 pub use table::*;
+pub use tlv::{TlvCommand, TlvMap, TlvTableMod, TlvTableReply};
 
 use crate::buf::{Reader, Writer};
 use crate::error::{errors, OfError};
@@ -126,6 +128,12 @@ pub enum Message {
     /// SET_ASYNC as 1.4 and 1.5 write it: only the properties it changes.
     SetAsyncProps(Vec<AsyncProp>),
     MeterMod(MeterMod),
+    /// `NXT_TLV_TABLE_MOD` (Nicira experimenter; see [`tlv`]).
+    TlvTableMod(TlvTableMod),
+    /// `NXT_TLV_TABLE_REQUEST`.
+    TlvTableRequest,
+    /// `NXT_TLV_TABLE_REPLY`.
+    TlvTableReply(TlvTableReply),
 }
 
 /// Decodes one complete frame (header included; `buf.len()` must equal the header's
@@ -181,7 +189,7 @@ fn decode_body(h: Header, r: &mut Reader<'_>) -> Result<Message, OfError> {
         t::ERROR => Message::Error(ErrorMsg::decode(r)?),
         t::ECHO_REQUEST => Message::EchoRequest(r.rest().to_vec()),
         t::ECHO_REPLY => Message::EchoReply(r.rest().to_vec()),
-        t::EXPERIMENTER => return Err(errors::BAD_REQUEST_BAD_EXPERIMENTER),
+        t::EXPERIMENTER => tlv::decode_experimenter(r)?,
         t::FEATURES_REQUEST => finish(r, Message::FeaturesRequest)?,
         t::FEATURES_REPLY => Message::FeaturesReply(FeaturesReply::decode(r)?),
         t::GET_CONFIG_REQUEST => finish(r, Message::GetConfigRequest)?,
@@ -255,6 +263,9 @@ impl Message {
             Message::GetAsyncReply(_) => t::GET_ASYNC_REPLY,
             Message::SetAsync(_) | Message::SetAsyncProps(_) => t::SET_ASYNC,
             Message::MeterMod(_) => t::METER_MOD,
+            Message::TlvTableMod(_) | Message::TlvTableRequest | Message::TlvTableReply(_) => {
+                t::EXPERIMENTER
+            }
         }
     }
 
@@ -342,6 +353,9 @@ impl Message {
                 out.pad(4);
             }
             Message::MeterMod(m) => m.encode(out),
+            Message::TlvTableMod(_) | Message::TlvTableRequest | Message::TlvTableReply(_) => {
+                tlv::encode(self, out);
+            }
         }
     }
 
@@ -355,6 +369,7 @@ impl Message {
                 | Message::PortMod(_)
                 | Message::TableMod(_)
                 | Message::MeterMod(_)
+                | Message::TlvTableMod(_)
         )
     }
 }

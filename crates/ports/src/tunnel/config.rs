@@ -13,6 +13,7 @@ pub const OPTIONS: &[&str] = &[
     "tos",
     "ttl",
     "csum",
+    "df_default",
 ];
 
 /// A tunnel port's configuration, parsed from its options.
@@ -39,6 +40,8 @@ pub struct TunnelConfig {
     pub tos: Option<u8>,
     /// Outer TTL, if set.
     pub ttl: Option<u8>,
+    /// Whether outer IPv4 packets carry DF (`df_default`, default true as in OVS).
+    pub df: bool,
 }
 
 /// Checks one option's value (for `add-port`/`set-port`).
@@ -65,7 +68,7 @@ pub fn check_option(key: &str, v: &str) -> Result<(), String> {
             Ok(n) if n > 0 => Ok(()),
             _ => Err(format!("{v:?} is not a UDP port from 1 to 65535")),
         },
-        "csum" => match v {
+        "csum" | "df_default" => match v {
             "true" | "false" => Ok(()),
             _ => Err(format!("{v:?} is not true or false")),
         },
@@ -148,6 +151,7 @@ impl TunnelConfig {
             },
             tos: num("tos").map(|v| v as u8),
             ttl: num("ttl").map(|v| v as u8),
+            df: opt("df_default") != Some("false"),
         })
     }
 }

@@ -153,7 +153,7 @@ impl Endpoint {
                         .is_empty()
                     {
                         return Err(PortError(format!(
-                            "tos, ttl and csum must match the other tunnel ports on UDP {bind}"
+                            "tos, ttl, csum and df_default must match the other tunnel ports on UDP {bind}"
                         )));
                     }
                     set_sock_opts(&e.sock, bind.is_ipv6(), SockOpts::of(cfg))?;
@@ -192,6 +192,7 @@ struct SockOpts {
     tos: Option<u8>,
     ttl: Option<u8>,
     csum: bool,
+    df: bool,
 }
 
 impl SockOpts {
@@ -200,6 +201,7 @@ impl SockOpts {
             tos: cfg.tos,
             ttl: cfg.ttl,
             csum: cfg.csum,
+            df: cfg.df,
         }
     }
 }
@@ -219,6 +221,8 @@ fn set_sock_opts(sock: &UdpSocket, v6: bool, o: SockOpts) -> Result<(), PortErro
     if !v6 {
         sys::set_no_check(sock.as_fd(), !o.csum)
             .map_err(|e| PortError(format!("tunnel socket SO_NO_CHECK: {e}")))?;
+        sys::set_df(sock.as_fd(), o.df)
+            .map_err(|e| PortError(format!("tunnel socket IP_MTU_DISCOVER: {e}")))?;
     }
     Ok(())
 }

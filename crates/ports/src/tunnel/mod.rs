@@ -257,6 +257,7 @@ impl Port for TunnelPort {
             "tos": self.cfg.tos,
             "csum": self.cfg.csum,
             "ttl": self.cfg.ttl,
+            "df_default": self.cfg.df,
             // Per remote, decided at translation: a remote whose route goes through a Vireo
             // internal port is reached natively (`tnl_push`/`tnl_pop` in `dump-megaflows`,
             // `tnl/neigh/show`); the socket's counters here cover only the others.

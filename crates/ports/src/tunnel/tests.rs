@@ -74,6 +74,7 @@ fn loopback_pair_and_bad_datagrams() {
             csum: false,
             tos: None,
             ttl: None,
+            df: true,
         })
         .unwrap()
     };
@@ -145,6 +146,7 @@ fn ports_share_a_socket_by_remote_and_vni() {
         csum: false,
         tos: None,
         ttl: None,
+        df: true,
     };
     let vx = TunnelKind::Vxlan;
     let a7 = TunnelPort::open(cfg(vx, [127, 0, 0, 5], [127, 0, 0, 6], 7)).unwrap();
@@ -199,6 +201,7 @@ fn flow_based_port_uses_and_sets_tunnel_metadata() {
         csum: false,
         tos: None,
         ttl: None,
+        df: true,
     };
     let (a, b) = ([127, 0, 0, 7], [127, 0, 0, 8]);
     let flow = TunnelPort::open(cfg(a, None, None)).unwrap();
@@ -273,6 +276,7 @@ fn a_burst_is_received_with_one_recvmmsg() {
         csum: false,
         tos: None,
         ttl: None,
+        df: true,
     })
     .unwrap();
     let raw = UdpSocket::bind((Ipv4Addr::from(r), 0)).unwrap();
@@ -336,6 +340,7 @@ fn a_burst_to_two_remotes_leaves_with_one_sendmmsg() {
         csum: false,
         tos: None,
         ttl: None,
+        df: true,
     })
     .unwrap();
     let peers = [r1, r2].map(|r| {
@@ -371,4 +376,54 @@ fn a_burst_to_two_remotes_leaves_with_one_sendmmsg() {
             assert_eq!(&buf[..len], &want[..], "remote {k}: datagram {i} in order");
         }
     }
+}
+
+/// `df_default`: parsed (default true), and on the socket path the socket's
+/// `IP_MTU_DISCOVER` is `IP_PMTUDISC_DO` (DF) or `IP_PMTUDISC_INTERFACE` (no DF, still never
+/// fragmented locally); two ports on one socket must agree.
+#[test]
+fn df_default_sets_the_socket_s_dont_fragment_mode() {
+    let c = TunnelConfig::parse(TunnelKind::Vxlan, opts(&[("remote_ip", "10.0.0.1")])).unwrap();
+    assert!(c.df);
+    let c = TunnelConfig::parse(
+        TunnelKind::Vxlan,
+        opts(&[("remote_ip", "10.0.0.1"), ("df_default", "false")]),
+    )
+    .unwrap();
+    assert!(!c.df);
+    assert!(TunnelConfig::parse(
+        TunnelKind::Vxlan,
+        opts(&[("remote_ip", "10.0.0.1"), ("df_default", "no")]),
+    )
+    .is_err());
+    let pid = std::process::id();
+    let port = 30000 + (pid % 20000) as u16;
+    let mk = |r: [u8; 4], df: bool| {
+        TunnelPort::open(TunnelConfig {
+            kind: TunnelKind::Vxlan,
+            remote: Some(r.into()),
+            local: [127, 0, 0, 5].into(),
+            local_flow: false,
+            vni: Some(7),
+            dst_port: port,
+            csum: false,
+            tos: None,
+            ttl: None,
+            df,
+        })
+    };
+    let mode = |p: &TunnelPort| {
+        let fd = p.dup_fd().unwrap();
+        ksys::sys::pmtudisc(std::os::fd::AsFd::as_fd(&fd)).unwrap()
+    };
+    let a = mk([127, 0, 0, 6], false).unwrap();
+    assert_eq!(mode(&a), libc::IP_PMTUDISC_INTERFACE);
+    assert!(
+        mk([127, 0, 0, 7], true).is_err(),
+        "ports on one socket must agree on df_default"
+    );
+    assert_eq!(a.status()["df_default"], false);
+    drop(a);
+    let b = mk([127, 0, 0, 6], true).unwrap();
+    assert_eq!(mode(&b), libc::IP_PMTUDISC_DO);
 }

@@ -119,7 +119,33 @@ impl Switch {
                 Ok(super::format::macs(&macs))
             }
             ("dump-macs", _) => Err(usage("BR")),
-            ("dump-megaflows", []) => Ok(super::format::megaflows(&self.rt.dp.megaflows())),
+            ("dump-megaflows", []) => {
+                let mut flows = self.rt.dp.megaflows();
+                // Geneve option values, named by the TLV map of the in_port's bridge.
+                for f in &mut flows {
+                    let Some((in_port, key, mask)) = f.tun_md else {
+                        continue;
+                    };
+                    let tlv = self
+                        .rt
+                        .pipeline
+                        .port_by_dp(in_port)
+                        .and_then(|(br, _)| self.rt.pipeline.tlv(&br).ok())
+                        .unwrap_or_default();
+                    let named = wire::tunmd::format(&key, &mask, &tlv);
+                    let named = if named.is_empty() {
+                        vec!["tun_metadata(unmapped)".to_string()]
+                    } else {
+                        named
+                    };
+                    if f.match_ == "*" {
+                        f.match_ = named.join(",");
+                    } else {
+                        f.match_ = format!("{},{}", f.match_, named.join(","));
+                    }
+                }
+                Ok(super::format::megaflows(&flows))
+            }
             ("pmd-stats-show", []) => Ok(super::format::pmd_stats(&self.rt.dp.pmd_stats())),
             ("pmd-stats-clear", []) => {
                 self.rt.dp.clear_pmd_stats();

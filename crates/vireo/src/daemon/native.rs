@@ -17,7 +17,10 @@
 //! its addresses (`local_ip`, or every address of the port of `local_ip`'s family when
 //! `local_ip` is unset).
 //!
-//! Outer DF is always set (no `df_default=false` yet), outer TOS is the port's `tos` (default
+//! Geneve options: the template carries the options whose `tun_metadataN` value is not zero
+//! in the packet's key, as the tunnel port's bridge maps them (class, type, length).
+//!
+//! Outer DF per the port's `df_default` (default true), outer TOS is the port's `tos` (default
 //! 0), TTL its `ttl` (default 64), the UDP checksum per `csum`.
 //!
 //! Threads: `encap`/`pop_before` on the PMD doing an upcall or the thread re-checking a
@@ -31,6 +34,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, Mutex};
 use tnl::header::{Params, Template};
 use tnl::Underlay;
+use wire::tunmd::TlvTable;
 use wire::{Field, FlowKey};
 
 #[derive(Default)]
@@ -95,7 +99,7 @@ impl NativeHook {
 }
 
 impl NativeTunnels for NativeHook {
-    fn encap(&self, dp_port: u32, key: &FlowKey) -> Option<Encap> {
+    fn encap(&self, dp_port: u32, key: &FlowKey, tlv: &TlvTable) -> Option<Encap> {
         let ports = self.ports();
         let (_, cfg) = ports.tunnels.get(&dp_port)?;
         let remote = match cfg.remote {
@@ -139,15 +143,21 @@ impl NativeTunnels for NativeHook {
             dst_port: cfg.dst_port,
             tos: cfg.tos.unwrap_or(0),
             ttl: cfg.ttl.unwrap_or(64),
-            df: true,
+            df: cfg.df,
             csum: cfg.csum,
+            options: if cfg.kind == TunnelKind::Geneve {
+                let opts = wire::tunmd::options_of(key, tlv);
+                tnl::header::geneve_options(opts.iter().map(|(c, t, v)| (*c, *t, &v[..])))
+            } else {
+                Vec::new()
+            },
         });
         Some(Encap::Push {
-            push: TnlPush {
+            push: Box::new(TnlPush {
                 template,
                 mtu: mtu.min(u32::from(u16::MAX)) as u16,
                 actions: Vec::new(),
-            },
+            }),
             local_dp: *local_dp,
         })
     }
@@ -194,6 +204,8 @@ impl NativeTunnels for NativeHook {
         Some(Arc::new(TnlPop {
             local_mac,
             ports: pops,
+            // Filled by translation (the TLV maps are the bridges').
+            tlvs: Vec::new(),
         }))
     }
 }

@@ -466,6 +466,9 @@ pub fn encode_actions(actions: &[Action], out: &mut Vec<u8>) {
                 X::TcpDst(p) | X::UdpDst(p) | X::SctpDst(p) => {
                     put8(out, t::SET_TP_DST, &p.to_be_bytes())
                 }
+                // A set-field on a Nicira field (`tun_metadataN`, registers): 1.0 has only
+                // Nicira's masked load for it, as OVS writes it.
+                X::Nx(n) => crate::nx::NxAction::RegLoad2(n).encode(out),
                 _ => {}
             },
             Action::Nx(ref nx) => nx.encode(out),

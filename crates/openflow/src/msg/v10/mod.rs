@@ -63,7 +63,7 @@ pub(crate) fn decode_body(h: Header, r: &mut Reader<'_>) -> Result<Message, OfEr
         t::ERROR => Message::Error(ErrorMsg::decode(r)?),
         t::ECHO_REQUEST => Message::EchoRequest(r.rest().to_vec()),
         t::ECHO_REPLY => Message::EchoReply(r.rest().to_vec()),
-        t::VENDOR => return Err(errors::BAD_REQUEST_BAD_EXPERIMENTER),
+        t::VENDOR => crate::msg::tlv::decode_experimenter(r)?,
         t::FEATURES_REQUEST => finish(r, Message::FeaturesRequest)?,
         t::FEATURES_REPLY => Message::FeaturesReply(decode_features(r)?),
         t::GET_CONFIG_REQUEST => finish(r, Message::GetConfigRequest)?,
@@ -188,6 +188,10 @@ pub(crate) fn encode_body(m: &Message, out: &mut Vec<u8>) -> Result<(), OfError>
             out.put_u16(port_to10(*p));
             out.pad(6);
             t::QUEUE_GET_CONFIG_REPLY
+        }
+        Message::TlvTableMod(_) | Message::TlvTableRequest | Message::TlvTableReply(_) => {
+            crate::msg::tlv::encode(m, out);
+            t::VENDOR
         }
         Message::GroupMod(_)
         | Message::MeterMod(_)

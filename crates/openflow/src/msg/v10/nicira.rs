@@ -118,7 +118,10 @@ pub fn decode(frame: &[u8], table_ids: bool) -> Result<(u32, NxMsg), OfError> {
             subtype::FLOW_MOD => {
                 NxMsg::Request(Message::FlowMod(decode_flow_mod(&mut r, table_ids)?))
             }
-            _ => return Err(errors::BAD_REQUEST_BAD_EXPERIMENTER),
+            st => match crate::msg::tlv::decode(st, &mut r)? {
+                Some(m) => NxMsg::Request(m),
+                None => return Err(errors::BAD_REQUEST_BAD_EXPERIMENTER),
+            },
         }
     } else {
         return Err(errors::BAD_REQUEST_BAD_TYPE);
