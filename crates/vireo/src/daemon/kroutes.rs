@@ -62,19 +62,29 @@ fn open(groups: u32) -> nix::Result<OwnedFd> {
 }
 
 impl KernelRoutes {
+    /// Opens the change listener now (at daemon start, so the socket is there before anyone
+    /// counts the daemon's descriptors) and asks for a dump at the first refresh.
+    pub fn start() -> KernelRoutes {
+        let mut k = KernelRoutes {
+            started: true,
+            stale: true,
+            ..Default::default()
+        };
+        match open(netlink::ROUTE_GROUPS) {
+            Ok(fd) => k.listener = Some(fd),
+            Err(e) => {
+                tracing::warn!("underlay: cannot listen for route changes ({e}); host routes are read at start only");
+                k.counters.errors += 1;
+            }
+        }
+        k
+    }
+
     /// Drains change notifications and, when the table may have changed, dumps it again.
     /// Returns the routes of the last good dump (`None` before the first one).
     pub fn refresh(&mut self) -> Option<&[KernelRoute]> {
         if !self.started {
-            self.started = true;
-            self.stale = true;
-            match open(netlink::ROUTE_GROUPS) {
-                Ok(fd) => self.listener = Some(fd),
-                Err(e) => {
-                    tracing::warn!("underlay: cannot listen for route changes ({e}); host routes are read at start only");
-                    self.counters.errors += 1;
-                }
-            }
+            *self = KernelRoutes::start();
         }
         if let Some(l) = &self.listener {
             let mut buf = [0u8; 8192];

@@ -186,7 +186,7 @@ impl Runtime {
             steering: Default::default(),
             marks: Default::default(),
             underlay: underlay.clone(),
-            kroutes: Default::default(),
+            kroutes: Mutex::new(super::kroutes::KernelRoutes::start()),
             native: native.clone(),
         });
         pipeline.set_native(Some(native as Arc<dyn ofproto::native::NativeTunnels>));
