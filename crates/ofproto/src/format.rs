@@ -113,6 +113,21 @@ fn prefix_len(mask: u128, bits: u32) -> Option<u32> {
     (mask == expect).then_some(ones)
 }
 
+/// `name=ADDR[/LEN|/MASK]` for an IPv6 field held in key words `hi` and `lo`, if matched.
+fn push_ipv6(out: &mut Vec<String>, m: &Match, hi: Field, lo: Field, name: &str) {
+    let v = u128::from(m.key.get(hi)) << 64 | u128::from(m.key.get(lo));
+    let mask = u128::from(m.mask.get(hi)) << 64 | u128::from(m.mask.get(lo));
+    if mask == 0 {
+        return;
+    }
+    let a = Ipv6Addr::from(v);
+    out.push(match prefix_len(mask, 128) {
+        Some(128) => format!("{name}={a}"),
+        Some(n) => format!("{name}={a}/{n}"),
+        None => format!("{name}={a}/{}", Ipv6Addr::from(mask)),
+    });
+}
+
 fn fmt_ipv4(v: u64, m: u64) -> String {
     match prefix_len(u128::from(m), 32) {
         Some(32) => ipv4(v).to_string(),
@@ -346,16 +361,7 @@ pub fn format_match(
         (Field::TunIpv6SrcHi, Field::TunIpv6SrcLo, "tun_ipv6_src"),
         (Field::TunIpv6DstHi, Field::TunIpv6DstLo, "tun_ipv6_dst"),
     ] {
-        let v = u128::from(m.key.get(hi)) << 64 | u128::from(m.key.get(lo));
-        let mask = u128::from(m.mask.get(hi)) << 64 | u128::from(m.mask.get(lo));
-        if mask != 0 {
-            let a = Ipv6Addr::from(v);
-            match prefix_len(mask, 128) {
-                Some(128) => out.push(format!("{name}={a}")),
-                Some(n) => out.push(format!("{name}={a}/{n}")),
-                None => out.push(format!("{name}={a}/{}", Ipv6Addr::from(mask))),
-            }
-        }
+        push_ipv6(&mut out, m, hi, lo, name);
     }
     // Under the bridge's TLV map (`nx::with_tlv`), as ovs-ofctl writes them.
     for (i, v, mk) in crate::nx::tun_metadata_matches(m) {
@@ -403,16 +409,7 @@ fn format_l3(m: &Match, is_arp: bool, has_proto: bool, out: &mut Vec<String>) {
             (Field::Ipv6SrcHi, Field::Ipv6SrcLo, "ipv6_src"),
             (Field::Ipv6DstHi, Field::Ipv6DstLo, "ipv6_dst"),
         ] {
-            let v = u128::from(m.key.get(hi)) << 64 | u128::from(m.key.get(lo));
-            let mask = u128::from(m.mask.get(hi)) << 64 | u128::from(m.mask.get(lo));
-            if mask != 0 {
-                let a = Ipv6Addr::from(v);
-                match prefix_len(mask, 128) {
-                    Some(128) => out.push(format!("{name}={a}")),
-                    Some(n) => out.push(format!("{name}={a}/{n}")),
-                    None => out.push(format!("{name}={a}/{}", Ipv6Addr::from(mask))),
-                }
-            }
+            push_ipv6(out, m, hi, lo, name);
         }
     }
     if let (false, Some((v, _))) = (has_proto, m.get(Field::IpProto)) {
