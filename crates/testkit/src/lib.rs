@@ -122,13 +122,27 @@ pub fn venv_file(rel: &str) -> Option<PathBuf> {
     }
 }
 
-/// A TCP port on 127.0.0.1 that was free a moment ago.
+/// A TCP port on 127.0.0.1 that was free a moment ago, for a listener another process opens.
+///
+/// Taken below the kernel's ephemeral range (`ip_local_port_range`, 32768-60999 by default),
+/// not from `bind(0)`: an ephemeral port freed here can be handed straight to another test's
+/// outgoing connection as its local port before our listener binds it ("Address already in
+/// use"). Each test process walks its own stride of 10000-32000 from its pid, and a port is
+/// only returned after a bind to it succeeded.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 10_000;
+    const SPAN: u32 = 22_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let base = (std::process::id().wrapping_mul(2_654_435_761)) % SPAN;
+    for _ in 0..SPAN {
+        let i = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (LOW + (base + i * 7) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free TCP port in {LOW}..{}", LOW + SPAN);
 }
 
 /// A helper process (a controller) with its output in a log file, killed on drop.
