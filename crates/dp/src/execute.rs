@@ -335,11 +335,17 @@ pub fn execute(
             }
             Action::TnlPush(t) => {
                 dirty = true;
-                // The outer header moves every offset an offload names: finish it first.
+                // The outer header moves every offset an offload names: finish it first. A
+                // GSO frame is cut into segments, each encapsulated and sent on its own.
                 if pkt.meta.has_offload() {
-                    if !matches!(pkt.meta.offload(), Offload::Csum { .. })
-                        || !complete_in_place(pkt)
-                    {
+                    if let Offload::Tso { mss, .. } = pkt.meta.offload() {
+                        tnl_push_segments(pkt, mss, t, key, cx);
+                        if j + 1 == actions.len() {
+                            return NO_PORT;
+                        }
+                        continue;
+                    }
+                    if !complete_in_place(pkt) {
                         crate::tnl::count_gso();
                         return NO_PORT;
                     }
@@ -377,6 +383,46 @@ pub fn execute(
         }
     }
     NO_PORT
+}
+
+/// Software TSO in front of a tunnel: cuts the GSO frame `pkt` into checksummed segments of
+/// at most `mss` payload bytes, encapsulates each with `t` and sends it where `t`'s underlay
+/// actions say. `pkt` itself is left as it was (later actions still see the whole frame).
+/// A frame that cannot be cut (headers broken by an action) is counted as a `gso` drop.
+#[cold]
+#[inline(never)]
+fn tnl_push_segments(
+    pkt: &Packet,
+    mss: u16,
+    t: &dpif::action::TnlPush,
+    key: &FlowKey,
+    cx: &mut ExecCtx,
+) {
+    let mut seg = std::mem::take(&mut cx.tx.seg);
+    let mut meta = pkt.meta;
+    meta.set_offload(Offload::None);
+    let r = offload::segment_tcp(pkt.data(), usize::from(mss), MAX_FRAME, &mut seg, |f| {
+        let mut c = cx.pool.get_for(f.len());
+        c.set_frame(f);
+        c.meta = meta;
+        if crate::tnl::push(&mut c, t) {
+            let mut k = *key;
+            let to = tnl_nested(&mut c, &t.actions, &mut k, cx);
+            if to != NO_PORT {
+                cx.tx.send(to, c, cx.pool, cx.tally);
+                return;
+            }
+        }
+        cx.pool.put(c);
+    });
+    cx.tx.seg = seg;
+    match r {
+        Ok(n) => {
+            cx.tally.sw_segmented += 1;
+            cx.tally.sw_segments += n as u64;
+        }
+        Err(_) => crate::tnl::count_gso(),
+    }
 }
 
 /// Runs a `TnlPush`'s underlay actions on the outer packet; returns the port that takes it
@@ -923,6 +969,82 @@ mod tests {
             stream.extend_from_slice(&s[54..]);
         }
         assert_eq!(stream, big[54..]);
+    }
+
+    #[test]
+    fn a_gso_frame_into_a_tunnel_is_segmented_then_each_segment_encapsulated() {
+        let phy = Arc::new(DummyPort::new());
+        let plain = Arc::new(DummyPort::new());
+        let mut pool = Pool::new(0, 8);
+        let mut tx = TxTable::new(0);
+        tx.set_ports(
+            &[(1, phy.clone() as Arc<dyn Port>), (2, plain.clone())],
+            &mut pool,
+        );
+        let template = tnl::header::Template::build(&tnl::header::Params {
+            kind: wire::tunnel::TunnelKind::Vxlan,
+            vni: 7,
+            src_mac: [2, 0, 0, 0, 0, 1],
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            src_ip: std::net::Ipv4Addr::new(10, 0, 0, 1).into(),
+            dst_ip: std::net::Ipv4Addr::new(10, 0, 0, 2).into(),
+            dst_port: 4789,
+            tos: 0,
+            ttl: 64,
+            df: true,
+            csum: false,
+            options: Vec::new(),
+        });
+        let push = Action::TnlPush(Arc::new(dpif::action::TnlPush {
+            template,
+            mtu: 1600,
+            actions: vec![Action::Output(1)],
+        }));
+        let big = partial_tcp4(10_000);
+        let tso = Offload::Tso {
+            v6: false,
+            mss: 1448,
+            l4: 34,
+        };
+        let n = 10_000usize.div_ceil(1448);
+        let gso_before = crate::tnl::COUNTERS[18].load(std::sync::atomic::Ordering::Relaxed);
+        // Last action, then before a plain output (which still gets the whole frame, cut for
+        // its own sake).
+        for acts in [vec![push.clone()], vec![push.clone(), Action::Output(2)]] {
+            let mut p = Packet::from_slice_large(&big);
+            p.meta.set_offload(tso);
+            let t = run(
+                p,
+                &acts,
+                crate::flow::steal_index(&acts),
+                &mut tx,
+                &mut pool,
+            );
+            assert!(t.sw_segmented >= 1 && t.sw_segments >= n as u64, "{t:?}");
+            let outer = phy.take_captured();
+            assert_eq!(outer.len(), n, "one outer packet per segment");
+            let mut stream = Vec::new();
+            for o in &outer {
+                let hl = tnl::header::HEADER_LEN;
+                assert!(o.len() <= hl + 54 + 1448, "segment {} bytes", o.len());
+                let ip = wire::ipv4::Ipv4Packet::new_checked(&o[14..]).unwrap();
+                assert!(ip.verify_checksum(), "outer IPv4 checksum");
+                assert_eq!(usize::from(ip.total_len()), o.len() - 14, "outer length");
+                assert!(tcp_ok(&o[hl..], 14), "inner TCP checksum finished");
+                stream.extend_from_slice(&o[hl + 54..]);
+            }
+            assert_eq!(stream, big[54..], "the stream, in order");
+            if acts.len() == 2 {
+                let segs = plain.take_captured();
+                assert_eq!(segs.len(), n);
+                assert!(segs.iter().all(|s| tcp_ok(s, 14)));
+            }
+        }
+        assert_eq!(
+            crate::tnl::COUNTERS[18].load(std::sync::atomic::Ordering::Relaxed),
+            gso_before,
+            "no gso drop"
+        );
     }
 
     #[test]

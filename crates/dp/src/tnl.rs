@@ -67,8 +67,8 @@ fn count(i: usize) {
     COUNTERS[i].fetch_add(1, Relaxed);
 }
 
-/// Counts a GSO frame sent to `TnlPush` (tunnels take no segmentation offload: the frame
-/// is dropped; ports that feed tunnels should not negotiate TSO).
+/// Counts a GSO frame sent to `TnlPush` that could not be cut into segments (its headers
+/// no longer parse as TCP; a well-formed GSO frame is segmented in software before encap).
 pub fn count_gso() {
     count(18);
 }

@@ -66,14 +66,6 @@ fn socket_packets(d: &Daemon) -> (u64, u64) {
     (g("tx_packets"), g("rx_packets"))
 }
 
-/// `ovs-appctl` against host C's `ovs-vswitchd`.
-fn appctl(hc: &Ns, dir: &std::path::Path, args: &[&str]) -> String {
-    let target = format!("--target={}/vs.ctl", dir.display());
-    let mut a = vec!["ovs-appctl", &target];
-    a.extend_from_slice(args);
-    hc.exec(&a)
-}
-
 fn native_interop_with_ovs(kind: &str, t: char, net: u8, ipv6: bool) {
     let pid = std::process::id();
     let pre = if ipv6 { "v6n" } else { "thr" };
@@ -216,7 +208,7 @@ fn native_interop_with_ovs(kind: &str, t: char, net: u8, ipv6: bool) {
         "VM A cannot reach OVS over {kind}: {}\n{}\nOVS: {}",
         d.ok(&["tnl/neigh/show"]),
         d.ok(&["dump-megaflows"]),
-        appctl(&hc, ovs_dir.path(), &["dpctl/dump-flows"])
+        ovs.appctl(&["dpctl/dump-flows"])
     );
     let got = ping_count(&vm, &over(2), 5, &[]);
     assert!(got >= 4, "{kind}: ping lost {} of 5", 5 - got);
@@ -276,7 +268,7 @@ fn native_interop_with_ovs(kind: &str, t: char, net: u8, ipv6: bool) {
             "{j}"
         );
     }
-    let ovs_neigh = appctl(&hc, ovs_dir.path(), &["tnl/neigh/show"]);
+    let ovs_neigh = ovs.appctl(&["tnl/neigh/show"]);
     let ours = mac(None, &brp);
     assert!(
         ovs_neigh.contains(&under(1)) && ovs_neigh.contains(&ours),

@@ -1,19 +1,22 @@
-//! Virtio endpoints across native VXLAN (issue 12, Done-when: "a VM behind one Vireo reaches
-//! a VM behind another Vireo and a Linux VXLAN endpoint"): two Vireo hosts (network
-//! namespaces, one vireod each) and a Linux VXLAN endpoint (a third namespace, `vx0`), their
-//! underlays veths into one Linux bridge (MTU 1600, so a 1500-byte guest frame fits after
-//! encapsulation). Behind host A a QEMU guest (software emulation, Linux virtio-net driver)
-//! on a vhost-user port; behind host B DPDK testpmd (`icmpecho`: answers ARP and ping) on a
-//! vhost-user port. The guest pings testpmd (A → B → A over native VXLAN), sends a TCP
-//! stream to a listener behind the kernel VXLAN device (A → U), and the namespace pings the
-//! guest; both hosts' megaflows carry `tnl_push` and `tnl_pop`.
+//! Virtio endpoints across native tunnels (issue 12, Done-when: "a VM behind one Vireo
+//! reaches a VM behind another Vireo, a Linux VXLAN endpoint and an OVS Geneve/VXLAN
+//! endpoint"): two Vireo hosts (network namespaces, one vireod each), a Linux VXLAN endpoint
+//! (namespace U, `vx0`) and Open vSwitch 3.1's userspace datapath with native Geneve
+//! (namespace O), their underlays veths into one Linux bridge (MTU 1600, so a 1500-byte
+//! guest frame fits after encapsulation). Behind host A a QEMU guest (software emulation,
+//! Linux virtio-net driver) on a vhost-user port; behind host B DPDK testpmd (`icmpecho`:
+//! answers ARP and ping) on a vhost-user port. The guest pings testpmd (A → B → A over native
+//! VXLAN), sends a TCP stream to a listener behind the kernel VXLAN device (A → U, VXLAN) and
+//! one to a listener on OVS's overlay bridge (A → O, Geneve), and U and O ping the guest;
+//! the megaflows carry `tnl_push` and `tnl_pop`.
 //!
-//! Names: namespaces `nvm-h-a-PID`, `nvm-h-b-PID`, `nvm-u-a-PID`, the Linux bridge
+//! Names: namespaces `nvm-h-a-PID`, `nvm-h-b-PID`, `nvm-u-a-PID`, `nvm-o-a-PID`, the Linux bridge
 //! `nvmbPID`; removed by Drop guards. Skipped (with a message) only when QEMU, testpmd, a
 //! kernel image or root is missing; fails under `VIREO_REQUIRE_PEERS=1` then.
 mod common;
 
 use common::host::{kernel_ok, must, sh, Ns};
+use common::ovs::Ovs;
 use common::peers::{build_initramfs, guest_peers, Guest, Testpmd, VirtioUser};
 use common::{wait_until, Daemon};
 use std::io::Read;
@@ -91,14 +94,14 @@ impl Host {
         }
     }
 
-    /// A fixed VXLAN port (VNI 100) from `10.243.0.{from}` to `10.243.0.{to}`, with the split
-    /// horizon rule (multicast from the tunnel goes to the VM only).
-    fn tunnel(&self, name: &str, from: u8, to: u8) {
+    /// A fixed tunnel port of `kind` (VNI 100) from `10.243.0.{from}` to `10.243.0.{to}`,
+    /// with the split horizon rule (multicast from the tunnel goes to the VM only).
+    fn tunnel(&self, name: &str, kind: &str, from: u8, to: u8) {
         self.d.ok(&[
             "add-port",
             "nvmi",
             name,
-            "type=vxlan",
+            &format!("type={kind}"),
             &format!("remote_ip=10.243.0.{to}"),
             &format!("local_ip=10.243.0.{from}"),
             "key=100",
@@ -118,14 +121,42 @@ impl Host {
     }
 }
 
+/// A one-connection TCP listener on `addr:port` inside `ns` that prints the bytes it got.
+fn listener(ns: &Ns, addr: &str, port: u16) -> std::process::Child {
+    Command::new("ip")
+        .args(["netns", "exec", &ns.name, "python3", "-c"])
+        .arg(format!(
+            "import socket\n\
+             s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+             s.bind(('{addr}', {port})); s.listen(1); s.settimeout(240)\n\
+             c, _ = s.accept(); n = 0\n\
+             while True:\n    b = c.recv(65536)\n    if not b: break\n    n += len(b)\n\
+             print(n, flush=True)\n"
+        ))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start a listener")
+}
+
+/// What a [`listener`] printed, once its connection ended.
+fn received(mut l: std::process::Child) -> Option<u64> {
+    let mut got = String::new();
+    l.stdout.take()?.read_to_string(&mut got).ok()?;
+    let _ = l.wait();
+    got.trim().parse().ok()
+}
+
 /// Bytes of `seq 1 n`, one number a line (what the guest's `vireo.send` sends).
 fn seq_bytes(n: u64) -> u64 {
     (1..=n).map(|i| i.to_string().len() as u64 + 1).sum()
 }
 
 #[test]
-fn a_qemu_guest_reaches_testpmd_behind_another_vireo_and_a_kernel_vxlan_endpoint() {
-    if !kernel_ok() || !testkit::require_peer("ethtool", "ethtool") {
+fn a_qemu_guest_reaches_testpmd_behind_another_vireo_a_kernel_vxlan_and_an_ovs_geneve_endpoint() {
+    if !kernel_ok()
+        || !testkit::require_peer("ethtool", "ethtool")
+        || !testkit::require_peer("ovs-vswitchd", "openvswitch-switch")
+    {
         return;
     }
     let Some(kernel) = guest_peers(&["dpdk-testpmd"]) else {
@@ -139,9 +170,10 @@ fn a_qemu_guest_reaches_testpmd_behind_another_vireo_and_a_kernel_vxlan_endpoint
 
     let a = Host::new('a', 1, &br.0);
     let b = Host::new('b', 2, &br.0);
-    a.tunnel("vxb", 1, 2);
-    a.tunnel("vxu", 1, 3);
-    b.tunnel("vxa", 2, 1);
+    a.tunnel("vxb", "vxlan", 1, 2);
+    a.tunnel("vxu", "vxlan", 1, 3);
+    a.tunnel("gno", "geneve", 1, 4);
+    b.tunnel("vxa", "vxlan", 2, 1);
 
     // Host U: the Linux kernel's VXLAN device, VNI 100 to host A, and a TCP listener that
     // prints how many bytes one connection brought.
@@ -169,19 +201,44 @@ fn a_qemu_guest_reaches_testpmd_behind_another_vireo_and_a_kernel_vxlan_endpoint
     ]);
     u.exec(&["ip", "link", "set", "vx0", "mtu", "1500", "up"]);
     u.exec(&["ip", "addr", "add", "192.168.243.3/24", "dev", "vx0"]);
-    let mut listener = Command::new("ip")
-        .args(["netns", "exec", &u.name, "python3", "-c"])
-        .arg(
-            "import socket\n\
-             s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
-             s.bind(('192.168.243.3', 5001)); s.listen(1); s.settimeout(240)\n\
-             c, _ = s.accept(); n = 0\n\
-             while True:\n    b = c.recv(65536)\n    if not b: break\n    n += len(b)\n\
-             print(n, flush=True)\n",
-        )
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start the listener");
+    let listen_u = listener(&u, "192.168.243.3", 5001);
+
+    // Host O: Open vSwitch's userspace datapath, native Geneve (VNI 100) to host A through
+    // `brphy` (tunnel address .4 on its LOCAL port); the overlay address on `brint`'s LOCAL
+    // port, with a listener.
+    let o = Ns::create("nvm", 'o', 'a');
+    join(&br.0, &o.host_if);
+    o.exec(&[
+        "ip", "link", "set", "dev", &o.ns_if, "mtu", MTU, "arp", "off",
+    ]);
+    o.exec(&[
+        "ethtool", "-K", &o.ns_if, "tx", "off", "tso", "off", "gso", "off",
+    ]);
+    let ovs_dir = tempfile::Builder::new()
+        .prefix("nvm-ovs-")
+        .tempdir()
+        .unwrap();
+    let ovs = Ovs::start(&o, ovs_dir.path());
+    ovs.add_netdev_br("brphy");
+    ovs.add_netdev_br("brint");
+    ovs.vsctl(&["add-port", "brphy", &o.ns_if]);
+    o.exec(&["ip", "link", "set", "brphy", "mtu", MTU, "up"]);
+    o.exec(&["ip", "addr", "add", "10.243.0.4/24", "dev", "brphy"]);
+    ovs.vsctl(&[
+        "add-port",
+        "brint",
+        "gn",
+        "--",
+        "set",
+        "interface",
+        "gn",
+        "type=geneve",
+        "options:remote_ip=10.243.0.1",
+        "options:key=100",
+    ]);
+    o.exec(&["ip", "link", "set", "brint", "mtu", "1500", "up"]);
+    o.exec(&["ip", "addr", "add", "192.168.243.4/24", "dev", "brint"]);
+    let listen_o = listener(&o, "192.168.243.4", 5002);
 
     // Behind host B: testpmd answering ARP and ping.
     let mut tp = Testpmd::start(
@@ -208,13 +265,13 @@ fn a_qemu_guest_reaches_testpmd_behind_another_vireo_and_a_kernel_vxlan_endpoint
         GUEST_MAC,
         &format!(
             "vireo.ip=192.168.243.1/24 vireo.ping=192.168.243.2 vireo.count=3 \
-             vireo.send=192.168.243.3:5001:{n} vireo.wait=60"
+             vireo.send=192.168.243.3:5001:{n},192.168.243.4:5002:{n} vireo.wait=60"
         ),
     );
     let t0 = Instant::now();
     let done = wait_until(Duration::from_secs(240), || {
         let o = guest.out.text();
-        o.contains("VIREO-SEND-OK")
+        o.contains("VIREO-SEND-OK 192.168.243.4")
             || o.contains("VIREO-SEND-FAIL")
             || o.contains("Kernel panic")
             || o.contains("VIREO-GUEST-DONE")
@@ -222,12 +279,22 @@ fn a_qemu_guest_reaches_testpmd_behind_another_vireo_and_a_kernel_vxlan_endpoint
     let console = guest.out.text();
     eprintln!("guest finished its jobs in {:.0?}", t0.elapsed());
     let diag = || {
+        let o_state = o.try_exec(&["sh", "-c", "ip -s link; ip addr; ip neigh; ip route"]);
         format!(
-            "{console}\nhost A:\n{}\n{}\nhost B:\n{}\n{}",
+            "{console}\nhost A:\n{}\n{}\n{}\nhost B:\n{}\n{}\nOVS (host O):\n\
+             datapath flows:\n{}\nneighbours:\n{}\nroutes:\n{}\ndatapath ports:\n{}\n\
+             host O's kernel:\n{}\nlog:\n{}",
             a.d.ok(&["tnl/neigh/show"]),
             a.d.ok(&["dump-megaflows"]),
+            a.d.ok(&["port-stats"]),
             b.d.ok(&["tnl/neigh/show"]),
-            b.d.ok(&["dump-megaflows"])
+            b.d.ok(&["dump-megaflows"]),
+            ovs.appctl(&["dpctl/dump-flows"]),
+            ovs.appctl(&["tnl/neigh/show"]),
+            ovs.appctl(&["ovs/route/show"]),
+            ovs.appctl(&["dpctl/show", "-s"]),
+            String::from_utf8_lossy(&o_state.stdout),
+            ovs.log_tail(60),
         )
     };
     assert!(done, "guest did not finish in time:\n{}", diag());
@@ -241,33 +308,41 @@ fn a_qemu_guest_reaches_testpmd_behind_another_vireo_and_a_kernel_vxlan_endpoint
         "the guest could not send TCP to the kernel VXLAN endpoint:\n{}",
         diag()
     );
-    let mut got = String::new();
-    listener
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut got)
-        .unwrap();
-    let _ = listener.wait();
+    assert!(
+        console.contains("VIREO-SEND-OK 192.168.243.4"),
+        "the guest could not send TCP to OVS's Geneve endpoint:\n{}",
+        diag()
+    );
     assert_eq!(
-        got.trim().parse::<u64>().ok(),
+        received(listen_u),
         Some(seq_bytes(n)),
         "bytes the kernel endpoint received"
     );
-    // The other way: the namespace pings the guest while it waits.
-    let out = u.try_exec(&["ping", "-c", "3", "-i", "0.3", "-W", "3", "192.168.243.1"]);
-    assert!(
-        out.status.success(),
-        "the kernel endpoint could not ping the guest: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        diag()
+    assert_eq!(
+        received(listen_o),
+        Some(seq_bytes(n)),
+        "bytes OVS's side received"
     );
+    // The other way: both endpoints ping the guest while it waits.
+    for (ns, who) in [(&u, "the kernel endpoint"), (&o, "OVS's side")] {
+        let out = ns.try_exec(&["ping", "-c", "3", "-i", "0.3", "-W", "3", "192.168.243.1"]);
+        assert!(
+            out.status.success(),
+            "{who} could not ping the guest: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            diag()
+        );
+    }
 
     // The native path carried it: encapsulation to both peers and decapsulation on A, both
     // on B; testpmd answered.
     let fa = a.d.ok(&["dump-megaflows"]);
-    for dst in ["10.243.0.2", "10.243.0.3"] {
-        let push = format!("tnl_push(header(src=10.243.0.1,dst={dst},dst_port=4789,vni=100)");
+    for (dst, port) in [
+        ("10.243.0.2", 4789),
+        ("10.243.0.3", 4789),
+        ("10.243.0.4", 6081),
+    ] {
+        let push = format!("tnl_push(header(src=10.243.0.1,dst={dst},dst_port={port},vni=100)");
         assert!(fa.contains(&push), "host A: no {push}: {fa}");
     }
     assert!(fa.contains("tnl_pop("), "host A: {fa}");
@@ -276,6 +351,17 @@ fn a_qemu_guest_reaches_testpmd_behind_another_vireo_and_a_kernel_vxlan_endpoint
         fb.contains("tnl_push(header(src=10.243.0.2,dst=10.243.0.1,") && fb.contains("tnl_pop("),
         "host B: {fb}"
     );
+    // The guest's TSO frames were cut in software before encapsulation, none dropped.
+    let drops = &a.d.json(&["tnl/neigh/show"])["native_drops"];
+    assert_eq!(drops["gso"].as_u64().unwrap_or(0), 0, "host A: {drops}");
+    let pmd = a.d.json(&["pmd-stats-show"]);
+    let cut: u64 = pmd
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| p["sw_segmented"].as_u64().unwrap_or(0))
+        .sum();
+    eprintln!("host A: {cut} GSO frames cut in software before encapsulation; drops {drops}");
     let tps = tp.port_stats();
     assert!(
         tps[0].0 >= 3 && tps[0].1 >= 3,
@@ -283,6 +369,7 @@ fn a_qemu_guest_reaches_testpmd_behind_another_vireo_and_a_kernel_vxlan_endpoint
     );
     drop(guest);
     tp.quit();
+    drop(ovs);
     drop(b);
     drop(a);
     let _ = &br;

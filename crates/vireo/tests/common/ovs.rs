@@ -97,4 +97,27 @@ impl Ovs {
         a.extend_from_slice(args);
         must(&a);
     }
+
+    /// `ovs-appctl ARGS` against this `ovs-vswitchd`: its output, or what went wrong (for
+    /// assertion messages as much as for checks).
+    pub fn appctl(&self, args: &[&str]) -> String {
+        let target = format!("--target={}/vs.ctl", self.dir.display());
+        let mut a = vec!["ip", "netns", "exec", &self.ns, "ovs-appctl", &target];
+        a.extend_from_slice(args);
+        match Command::new(a[0]).args(&a[1..]).output() {
+            Ok(o) => format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Err(e) => format!("ovs-appctl: {e}"),
+        }
+    }
+
+    /// The last `lines` lines of `ovs-vswitchd`'s log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let log = std::fs::read_to_string(self.dir.join("vs.log")).unwrap_or_default();
+        let all: Vec<&str> = log.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
 }
