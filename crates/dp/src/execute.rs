@@ -358,18 +358,7 @@ pub fn execute(
                     }
                     return tnl_nested(pkt, &t.actions, key, cx);
                 }
-                let mut c = cx.pool.get_for(pkt.len());
-                c.set_frame(pkt.data());
-                c.meta = pkt.meta;
-                if crate::tnl::push(&mut c, t) {
-                    let mut k = *key;
-                    let to = tnl_nested(&mut c, &t.actions, &mut k, cx);
-                    if to != NO_PORT {
-                        cx.tx.send(to, c, cx.pool, cx.tally);
-                        continue;
-                    }
-                }
-                cx.pool.put(c);
+                tnl_push_copy(pkt.data(), pkt.meta, t, key, cx);
             }
             Action::TnlPop(t) => match crate::tnl::pop(pkt, t, key) {
                 crate::tnl::Popped::NotTunnel => {}
@@ -402,18 +391,7 @@ fn tnl_push_segments(
     let mut meta = pkt.meta;
     meta.set_offload(Offload::None);
     let r = offload::segment_tcp(pkt.data(), usize::from(mss), MAX_FRAME, &mut seg, |f| {
-        let mut c = cx.pool.get_for(f.len());
-        c.set_frame(f);
-        c.meta = meta;
-        if crate::tnl::push(&mut c, t) {
-            let mut k = *key;
-            let to = tnl_nested(&mut c, &t.actions, &mut k, cx);
-            if to != NO_PORT {
-                cx.tx.send(to, c, cx.pool, cx.tally);
-                return;
-            }
-        }
-        cx.pool.put(c);
+        tnl_push_copy(f, meta, t, key, cx)
     });
     cx.tx.seg = seg;
     match r {
@@ -423,6 +401,29 @@ fn tnl_push_segments(
         }
         Err(_) => crate::tnl::count_gso(),
     }
+}
+
+/// Encapsulates a copy of `frame` (with `meta`) by `t` and sends it where `t`'s underlay
+/// actions say; the copy goes back to the pool if the push or the actions drop it.
+fn tnl_push_copy(
+    frame: &[u8],
+    meta: packet::Meta,
+    t: &dpif::action::TnlPush,
+    key: &FlowKey,
+    cx: &mut ExecCtx,
+) {
+    let mut c = cx.pool.get_for(frame.len());
+    c.set_frame(frame);
+    c.meta = meta;
+    if crate::tnl::push(&mut c, t) {
+        let mut k = *key;
+        let to = tnl_nested(&mut c, &t.actions, &mut k, cx);
+        if to != NO_PORT {
+            cx.tx.send(to, c, cx.pool, cx.tally);
+            return;
+        }
+    }
+    cx.pool.put(c);
 }
 
 /// Runs a `TnlPush`'s underlay actions on the outer packet; returns the port that takes it
