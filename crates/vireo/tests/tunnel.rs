@@ -12,28 +12,12 @@
 mod common;
 
 use common::host::{kernel_ok, must, ping_count, sh, Ns};
-use common::ovs::Ovs;
+use common::tunnels::{
+    kernel_vxlan, no_offloads, ovs_peer_and_vm, socket_tunnel_br0, tmp, LinkGuard, OvsTunnel, Vxlan,
+};
 use common::{port_status, stats, Daemon};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-impl Ns {
-    fn new(test: char, side: char, addr: Option<&str>) -> Ns {
-        let ns = Ns::create("vtn", test, side);
-        must(&["ip", "link", "set", &ns.host_if, "up"]);
-        if let Some(a) = addr {
-            ns.exec(&["ip", "addr", "add", a, "dev", &ns.ns_if]);
-        }
-        ns
-    }
-}
-
-fn tmp(tag: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("vtn-{tag}-"))
-        .tempdir()
-        .unwrap()
-}
 
 /// Captures one packet matching `filter` on `iface` (inside `ns` if given) with `tcpdump -vv`
 /// while `trigger` runs; returns what tcpdump printed.
@@ -67,6 +51,22 @@ fn capture_one(ns: Option<&Ns>, iface: &str, filter: &str, mut trigger: impl FnM
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// vireod's `br0` with VM `vm` on an af-packet port and a VXLAN port `vx` (VNI 42) to
+/// `remote` from `local`.
+fn vm_and_vxlan(d: &Daemon, vm: &Ns, remote: &str, local: &str) {
+    socket_tunnel_br0(
+        d,
+        &[("vm", &vm.host_if)],
+        "vx",
+        &[
+            "type=vxlan",
+            &format!("remote_ip={remote}"),
+            &format!("local_ip={local}"),
+            "key=42",
+        ],
+    );
+}
+
 /// Host B is the kernel: a VXLAN device (VNI 42, port 4789) on a veth whose root-namespace end
 /// holds vireod's underlay address 10.231.0.1. VM A is a namespace on an af-packet port of the
 /// same bridge as the vxlan port.
@@ -78,55 +78,30 @@ fn vxlan_interop_with_the_kernel_ping_tcp_and_mtu() {
     {
         return;
     }
-    let dir = tmp("x");
-    let hb = Ns::new('x', 'b', Some("10.231.0.2/24"));
+    let dir = tmp("vtn", "x");
+    let hb = Ns::up("vtn", 'x', 'b', Some("10.231.0.2/24"));
     // The underlay stands for a wire: host B's kernel must finish the inner checksums and
     // segments itself (over a veth it would pass them on partial, which a UDP socket cannot
     // complete: it gets no virtio-net header).
-    hb.exec(&[
-        "ethtool", "-K", &hb.ns_if, "tx", "off", "tso", "off", "gso", "off",
-    ]);
+    no_offloads(&hb, &hb.ns_if);
     must(&["ip", "addr", "add", "10.231.0.1/24", "dev", &hb.host_if]);
-    hb.exec(&[
-        "ip",
-        "link",
-        "add",
-        "vx0",
-        "type",
-        "vxlan",
-        "id",
-        "42",
-        "remote",
-        "10.231.0.1",
-        "local",
-        "10.231.0.2",
-        "dstport",
-        "4789",
-        "dev",
-        &hb.ns_if,
-    ]);
-    hb.exec(&["ip", "addr", "add", "192.168.231.2/24", "dev", "vx0"]);
-    hb.exec(&["ip", "link", "set", "vx0", "up"]);
-    let vm = Ns::new('x', 'v', Some("192.168.231.1/24"));
+    kernel_vxlan(
+        &hb,
+        &Vxlan {
+            name: "vx0",
+            vni: "42",
+            remote: "10.231.0.1",
+            local: "10.231.0.2",
+            dstport: "4789",
+            dev: &hb.ns_if,
+            addr: "192.168.231.2/24",
+            no_offloads: false,
+        },
+    );
+    let vm = Ns::up("vtn", 'x', 'v', Some("192.168.231.1/24"));
 
     let d = Daemon::start(dir.path());
-    d.ok(&["add-br", "br0", "internal=false"]);
-    d.ok(&[
-        "add-port",
-        "br0",
-        "vm",
-        "type=af-packet",
-        &format!("ifname={}", vm.host_if),
-    ]);
-    d.ok(&[
-        "add-port",
-        "br0",
-        "vx",
-        "type=vxlan",
-        "remote_ip=10.231.0.2",
-        "local_ip=10.231.0.1",
-        "key=42",
-    ]);
+    vm_and_vxlan(&d, &vm, "10.231.0.2", "10.231.0.1");
     assert!(
         vm.ping_until("192.168.231.2", &[], 10),
         "no ping through the VXLAN tunnel: {}",
@@ -196,51 +171,28 @@ fn vxlan_interop_with_the_ovs_userspace_datapath() {
     {
         return;
     }
-    let dir = tmp("o");
-    let ovs_dir = tmp("ovs");
-    let hc = Ns::new('o', 'c', None);
-    must(&["ip", "addr", "add", "10.232.0.1/24", "dev", &hc.host_if]);
-    let vm = Ns::new('o', 'v', Some("192.168.234.1/24"));
-    vm.exec(&["ip", "link", "set", &vm.ns_if, "mtu", "1450"]);
-    let ovs = Ovs::start(&hc, ovs_dir.path());
-    ovs.add_netdev_br("brphy");
-    ovs.vsctl(&["add-port", "brphy", &hc.ns_if]);
-    hc.exec(&["ip", "addr", "add", "10.232.0.2/24", "dev", "brphy"]);
-    hc.exec(&["ip", "link", "set", "brphy", "up"]);
-    ovs.add_netdev_br("brint");
-    ovs.vsctl(&[
-        "add-port",
-        "brint",
-        "vx",
-        "--",
-        "set",
-        "interface",
-        "vx",
-        "type=vxlan",
-        "options:remote_ip=10.232.0.1",
-        "options:key=42",
-    ]);
-    hc.exec(&["ip", "addr", "add", "192.168.234.2/24", "dev", "brint"]);
-    hc.exec(&["ip", "link", "set", "brint", "up"]);
+    let dir = tmp("vtn", "o");
+    let ovs_dir = tmp("vtn", "ovs");
+    let (hc, vm, _ovs) = ovs_peer_and_vm(
+        "vtn",
+        'o',
+        "10.232.0.1/24",
+        "192.168.234.1/24",
+        1450,
+        ovs_dir.path(),
+        &OvsTunnel {
+            kind: "vxlan",
+            port: "vx",
+            local: "10.232.0.2/24",
+            remote: "10.232.0.1",
+            key: "42",
+            overlay: "192.168.234.2/24",
+            mtu: None,
+        },
+    );
 
     let d = Daemon::start(dir.path());
-    d.ok(&["add-br", "br0", "internal=false"]);
-    d.ok(&[
-        "add-port",
-        "br0",
-        "vm",
-        "type=af-packet",
-        &format!("ifname={}", vm.host_if),
-    ]);
-    d.ok(&[
-        "add-port",
-        "br0",
-        "vx",
-        "type=vxlan",
-        "remote_ip=10.232.0.2",
-        "local_ip=10.232.0.1",
-        "key=42",
-    ]);
+    vm_and_vxlan(&d, &vm, "10.232.0.2", "10.232.0.1");
     assert!(
         vm.ping_until("192.168.234.2", &[], 15),
         "no ping to OVS through VXLAN: {}",
@@ -271,29 +223,23 @@ fn geneve_pair(
     lb: &str,
     net: &str,
 ) -> (Daemon, Daemon, tempfile::TempDir, tempfile::TempDir, Ns, Ns) {
-    let (da, db) = (tmp(&format!("{t}a")), tmp(&format!("{t}b")));
-    let va = Ns::new(t, 'a', Some(&format!("{net}.1/24")));
-    let vb = Ns::new(t, 'b', Some(&format!("{net}.2/24")));
+    let (da, db) = (tmp("vtn", &format!("{t}a")), tmp("vtn", &format!("{t}b")));
+    let va = Ns::up("vtn", t, 'a', Some(&format!("{net}.1/24")));
+    let vb = Ns::up("vtn", t, 'b', Some(&format!("{net}.2/24")));
     let a = Daemon::start(da.path());
     let b = Daemon::start(db.path());
     for (d, vm, local, remote) in [(&a, &va, la, lb), (&b, &vb, lb, la)] {
-        d.ok(&["add-br", "br0", "internal=false"]);
-        d.ok(&[
-            "add-port",
-            "br0",
-            "vm",
-            "type=af-packet",
-            &format!("ifname={}", vm.host_if),
-        ]);
-        d.ok(&[
-            "add-port",
-            "br0",
+        socket_tunnel_br0(
+            d,
+            &[("vm", &vm.host_if)],
             "gn",
-            "type=geneve",
-            &format!("remote_ip={remote}"),
-            &format!("local_ip={local}"),
-            "key=7",
-        ]);
+            &[
+                "type=geneve",
+                &format!("remote_ip={remote}"),
+                &format!("local_ip={local}"),
+                "key=7",
+            ],
+        );
     }
     let ip_b = format!("{net}.2");
     assert!(
@@ -373,15 +319,6 @@ fn geneve_between_two_vireods_and_hostile_datagrams() {
     assert_eq!(ping_count(&va, "192.168.232.2", 3, &[]), 3);
 }
 
-/// A veth pair in the root namespace whose first end holds IPv6 addresses; removed on drop.
-struct RootVeth(String);
-
-impl Drop for RootVeth {
-    fn drop(&mut self) {
-        let _ = sh(&["ip", "link", "del", &self.0]);
-    }
-}
-
 /// Geneve over an IPv6 underlay: two vireods on two ULA addresses of a root-namespace veth
 /// (this kernel has no `dummy` link type).
 #[test]
@@ -389,7 +326,8 @@ fn geneve_over_ipv6_between_two_vireods() {
     if !kernel_ok() {
         return;
     }
-    let d = RootVeth(format!("vtn6u{}", std::process::id()));
+    // A veth pair in the root namespace whose first end holds the IPv6 addresses.
+    let d = LinkGuard(format!("vtn6u{}", std::process::id()));
     let peer = format!("vtn6w{}", std::process::id());
     let _ = sh(&["ip", "link", "del", &d.0]);
     must(&[
@@ -416,7 +354,7 @@ fn geneve_over_ipv6_between_two_vireods() {
 /// Options are checked at add-port, with clear errors.
 #[test]
 fn bad_tunnel_options_are_clear_errors() {
-    let dir = tmp("o");
+    let dir = tmp("vtn", "o");
     let d = Daemon::start(dir.path());
     d.ok(&["add-br", "br0", "internal=false"]);
     for (args, needle) in [
@@ -462,7 +400,7 @@ fn bad_tunnel_options_are_clear_errors() {
 /// options, and two ports sharing a socket both come back.
 #[test]
 fn tunnel_ports_survive_a_restart() {
-    let dir = tmp("r");
+    let dir = tmp("vtn", "r");
     let port = (30000 + std::process::id() % 20000).to_string();
     let d = Daemon::start(dir.path());
     d.ok(&["add-br", "br0", "internal=false"]);

@@ -20,48 +20,25 @@
 mod common;
 
 use common::host::{kernel_ok, must, ping_count, Ns};
-use common::ovs::Ovs;
+use common::tunnels::{kernel_vxlan, ovs_peer_and_vm, socket_tunnel_br0, tmp, OvsTunnel, Vxlan};
 use common::{port_status, stats, Daemon};
-
-fn ns(test: char, side: char, addr: Option<&str>) -> Ns {
-    let ns = Ns::create("tun", test, side);
-    must(&["ip", "link", "set", &ns.host_if, "up"]);
-    if let Some(a) = addr {
-        ns.exec(&["ip", "addr", "add", a, "dev", &ns.ns_if]);
-    }
-    ns
-}
-
-fn tmp(tag: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("tun-{tag}-"))
-        .tempdir()
-        .unwrap()
-}
 
 /// A kernel VXLAN device `name` (VNI `vni`) in `hb` towards vireod's 10.236.0.1, holding
 /// `addr`.
-fn kernel_vxlan(hb: &Ns, name: &str, vni: &str, addr: &str) {
-    hb.exec(&[
-        "ip",
-        "link",
-        "add",
-        name,
-        "type",
-        "vxlan",
-        "id",
-        vni,
-        "remote",
-        "10.236.0.1",
-        "local",
-        "10.236.0.2",
-        "dstport",
-        "4789",
-        "dev",
-        &hb.ns_if,
-    ]);
-    hb.exec(&["ip", "addr", "add", addr, "dev", name]);
-    hb.exec(&["ip", "link", "set", name, "up"]);
+fn vxlan_to_vireod(hb: &Ns, name: &str, vni: &str, addr: &str) {
+    kernel_vxlan(
+        hb,
+        &Vxlan {
+            name,
+            vni,
+            remote: "10.236.0.1",
+            local: "10.236.0.2",
+            dstport: "4789",
+            dev: &hb.ns_if,
+            addr,
+            no_offloads: false,
+        },
+    );
 }
 
 /// Host B (the kernel) has `vx5` (VNI 5, 192.168.236.2) and `vx6` (VNI 6, 192.168.237.2);
@@ -73,34 +50,26 @@ fn two_vnis_on_one_flow_based_vxlan_port_reach_two_kernel_devices() {
     if !kernel_ok() || !testkit::have_ofctl() {
         return;
     }
-    let dir = tmp("f");
-    let hb = ns('f', 'b', Some("10.236.0.2/24"));
+    let dir = tmp("tun", "f");
+    let hb = Ns::up("tun", 'f', 'b', Some("10.236.0.2/24"));
     must(&["ip", "addr", "add", "10.236.0.1/24", "dev", &hb.host_if]);
-    kernel_vxlan(&hb, "vx5", "5", "192.168.236.2/24");
-    kernel_vxlan(&hb, "vx6", "6", "192.168.237.2/24");
-    let vma = ns('f', 'a', Some("192.168.236.1/24"));
-    let vmb = ns('f', 'v', Some("192.168.237.1/24"));
+    vxlan_to_vireod(&hb, "vx5", "5", "192.168.236.2/24");
+    vxlan_to_vireod(&hb, "vx6", "6", "192.168.237.2/24");
+    let vma = Ns::up("tun", 'f', 'a', Some("192.168.236.1/24"));
+    let vmb = Ns::up("tun", 'f', 'v', Some("192.168.237.1/24"));
 
     let d = Daemon::start(dir.path());
-    d.ok(&["add-br", "br0", "internal=false"]);
-    for (name, n) in [("vma", &vma), ("vmb", &vmb)] {
-        d.ok(&[
-            "add-port",
-            "br0",
-            name,
-            "type=af-packet",
-            &format!("ifname={}", n.host_if),
-        ]);
-    }
-    d.ok(&[
-        "add-port",
-        "br0",
+    socket_tunnel_br0(
+        &d,
+        &[("vma", &vma.host_if), ("vmb", &vmb.host_if)],
         "vx",
-        "type=vxlan",
-        "remote_ip=flow",
-        "key=flow",
-        "local_ip=10.236.0.1",
-    ]);
+        &[
+            "type=vxlan",
+            "remote_ip=flow",
+            "key=flow",
+            "local_ip=10.236.0.1",
+        ],
+    );
     let st = port_status(&d, "vx");
     assert_eq!(
         (&st["status"]["remote_ip"], &st["status"]["key"]),
@@ -190,53 +159,38 @@ fn geneve_flow_based_interop_with_the_ovs_userspace_datapath() {
     {
         return;
     }
-    let dir = tmp("g");
-    let ovs_dir = tmp("ovs");
-    let hc = ns('g', 'c', None);
-    must(&["ip", "addr", "add", "10.237.0.1/24", "dev", &hc.host_if]);
-    let vm = ns('g', 'v', Some("192.168.238.1/24"));
-    vm.exec(&["ip", "link", "set", &vm.ns_if, "mtu", "1400"]);
-    let ovs = Ovs::start(&hc, ovs_dir.path());
-    for br in ["brphy", "brint"] {
-        ovs.add_netdev_br(br);
-    }
-    ovs.vsctl(&["add-port", "brphy", &hc.ns_if]);
-    hc.exec(&["ip", "addr", "add", "10.237.0.2/24", "dev", "brphy"]);
-    hc.exec(&["ip", "link", "set", "brphy", "up"]);
-    ovs.vsctl(&[
-        "add-port",
-        "brint",
-        "gn",
-        "--",
-        "set",
-        "interface",
-        "gn",
-        "type=geneve",
-        "options:remote_ip=10.237.0.1",
-        "options:key=9",
-    ]);
-    hc.exec(&["ip", "addr", "add", "192.168.238.2/24", "dev", "brint"]);
-    hc.exec(&["ip", "link", "set", "brint", "mtu", "1400"]);
-    hc.exec(&["ip", "link", "set", "brint", "up"]);
+    let dir = tmp("tun", "g");
+    let ovs_dir = tmp("tun", "ovs");
+    let (hc, vm, ovs) = ovs_peer_and_vm(
+        "tun",
+        'g',
+        "10.237.0.1/24",
+        "192.168.238.1/24",
+        1400,
+        ovs_dir.path(),
+        &OvsTunnel {
+            kind: "geneve",
+            port: "gn",
+            local: "10.237.0.2/24",
+            remote: "10.237.0.1",
+            key: "9",
+            overlay: "192.168.238.2/24",
+            mtu: Some(1400),
+        },
+    );
 
     let d = Daemon::start(dir.path());
-    d.ok(&["add-br", "br0", "internal=false"]);
-    d.ok(&[
-        "add-port",
-        "br0",
-        "vm",
-        "type=af-packet",
-        &format!("ifname={}", vm.host_if),
-    ]);
-    d.ok(&[
-        "add-port",
-        "br0",
+    socket_tunnel_br0(
+        &d,
+        &[("vm", &vm.host_if)],
         "gn",
-        "type=geneve",
-        "remote_ip=flow",
-        "key=flow",
-        "local_ip=10.237.0.1",
-    ]);
+        &[
+            "type=geneve",
+            "remote_ip=flow",
+            "key=flow",
+            "local_ip=10.237.0.1",
+        ],
+    );
     d.ok(&["del-flows", "br0"]);
     for f in [
         "in_port=vm,actions=set_field:9->tun_id,set_field:10.237.0.2->tun_dst,output:gn",
@@ -296,59 +250,42 @@ fn local_ip_flow_sends_from_the_rules_tun_src() {
     }
     // A port of our own: 0.0.0.0:4789 would take datagrams meant for other tests' sockets.
     let port = (20000 + std::process::id() % 20000).to_string();
-    let dir = tmp("s");
-    let hb = Ns::create("tnb", 's', 'b');
-    must(&["ip", "link", "set", &hb.host_if, "up"]);
-    hb.exec(&["ip", "addr", "add", "10.238.0.2/24", "dev", &hb.ns_if]);
+    let dir = tmp("tun", "s");
+    let hb = Ns::up("tnb", 's', 'b', Some("10.238.0.2/24"));
     for a in ["10.238.0.1/24", "10.238.0.3/24"] {
         must(&["ip", "addr", "add", a, "dev", &hb.host_if]);
     }
-    hb.exec(&[
-        "ip",
-        "link",
-        "add",
-        "vx5",
-        "type",
-        "vxlan",
-        "id",
-        "5",
-        "remote",
-        "10.238.0.1",
-        "local",
-        "10.238.0.2",
-        "dstport",
-        &port,
-        "dev",
-        &hb.ns_if,
-    ]);
-    hb.exec(&["ip", "addr", "add", "192.168.239.2/24", "dev", "vx5"]);
-    hb.exec(&["ip", "link", "set", "vx5", "up"]);
-    let vma = Ns::create("tnb", 's', 'a');
-    must(&["ip", "link", "set", &vma.host_if, "up"]);
-    vma.exec(&["ip", "addr", "add", "192.168.239.1/24", "dev", &vma.ns_if]);
+    kernel_vxlan(
+        &hb,
+        &Vxlan {
+            name: "vx5",
+            vni: "5",
+            remote: "10.238.0.1",
+            local: "10.238.0.2",
+            dstport: &port,
+            dev: &hb.ns_if,
+            addr: "192.168.239.2/24",
+            no_offloads: false,
+        },
+    );
+    let vma = Ns::up("tnb", 's', 'a', Some("192.168.239.1/24"));
     let link: serde_json::Value =
         serde_json::from_str(&vma.exec(&["ip", "-j", "link", "show", &vma.ns_if])).unwrap();
     let mac = link[0]["address"].as_str().unwrap().to_string();
 
     let d = Daemon::start(dir.path());
-    d.ok(&["add-br", "br0", "internal=false"]);
-    d.ok(&[
-        "add-port",
-        "br0",
-        "vma",
-        "type=af-packet",
-        &format!("ifname={}", vma.host_if),
-    ]);
-    d.ok(&[
-        "add-port",
-        "br0",
+    socket_tunnel_br0(
+        &d,
+        &[("vma", &vma.host_if)],
         "vx",
-        "type=vxlan",
-        "remote_ip=flow",
-        "key=flow",
-        "local_ip=flow",
-        &format!("dst_port={port}"),
-    ]);
+        &[
+            "type=vxlan",
+            "remote_ip=flow",
+            "key=flow",
+            "local_ip=flow",
+            &format!("dst_port={port}"),
+        ],
+    );
     assert_eq!(port_status(&d, "vx")["status"]["local_ip"], "flow");
     let out = |src: &str| {
         d.ok(&[

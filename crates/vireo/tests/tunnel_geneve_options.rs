@@ -26,31 +26,15 @@
 //! Fails under VIREO_REQUIRE_PEERS=1 without OVS, ovs-ofctl, ethtool or tshark.
 mod common;
 
-use common::host::{kernel_ok, must, ping_count, sh, Ns};
-use common::ovs::Ovs;
+use common::host::{kernel_ok, ping_count, Ns};
+use common::tunnels::{
+    native_bridges, native_state, native_vm, no_offloads, ovs_tunnel_host, tmp, vireo_port_end,
+    LinkGuard, NativeBridges, OvsTunnel,
+};
 use common::{wait_until, Daemon};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use testkit::{ofctl_version, Out};
-
-struct Tap(String);
-
-impl Drop for Tap {
-    fn drop(&mut self) {
-        let _ = sh(&["ip", "link", "del", &self.0]);
-    }
-}
-
-fn wait_for(d: &Daemon, cmd: &[&str], what: &str) -> String {
-    let end = Instant::now() + Duration::from_secs(5);
-    loop {
-        let out = d.ok(cmd);
-        if out.contains(what) || Instant::now() > end {
-            return out;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 fn ofctl(sock: &Path, cmd: &str, args: &[&str]) -> Out {
     ofctl_version(sock, Some("OpenFlow13"), &[], cmd, args)
@@ -104,55 +88,29 @@ fn geneve_options_both_ways_with_the_ovs_userspace_datapath() {
     }
     let pid = std::process::id();
     let (brp, bri) = (format!("gmdp{pid}"), format!("gmdi{pid}"));
-    let _tap = Tap(brp.clone());
+    // vireod's underlay bridge (a kernel tap as its internal port).
+    let _tap = LinkGuard(brp.clone());
     let under = |h: u8| format!("10.244.0.{h}");
     let over = |h: u8| format!("192.168.244.{h}");
-    let dir = tempfile::Builder::new().prefix("gmd-g-").tempdir().unwrap();
-    let ovs_dir = tempfile::Builder::new()
-        .prefix("gmd-govs-")
-        .tempdir()
-        .unwrap();
+    let dir = tmp("gmd", "g");
+    let ovs_dir = tmp("gmd", "govs");
 
     // Host C: OVS with native Geneve through brphy.
     let hc = Ns::create("gmd", 'g', 'c');
-    hc.exec(&[
-        "ethtool", "-K", &hc.ns_if, "tx", "off", "tso", "off", "gso", "off",
-    ]);
-    let ovs = Ovs::start(&hc, ovs_dir.path());
-    for br in ["brphy", "brint"] {
-        ovs.add_netdev_br(br);
-    }
-    ovs.vsctl(&["add-port", "brphy", &hc.ns_if]);
-    hc.exec(&[
-        "ip",
-        "addr",
-        "add",
-        &format!("{}/24", under(2)),
-        "dev",
-        "brphy",
-    ]);
-    hc.exec(&["ip", "link", "set", "brphy", "up"]);
-    ovs.vsctl(&[
-        "add-port",
-        "brint",
-        "tun",
-        "--",
-        "set",
-        "interface",
-        "tun",
-        "type=geneve",
-        &format!("options:remote_ip={}", under(1)),
-        "options:key=42",
-    ]);
-    hc.exec(&[
-        "ip",
-        "addr",
-        "add",
-        &format!("{}/24", over(2)),
-        "dev",
-        "brint",
-    ]);
-    hc.exec(&["ip", "link", "set", "brint", "mtu", "1400", "up"]);
+    no_offloads(&hc, &hc.ns_if);
+    let ovs = ovs_tunnel_host(
+        &hc,
+        ovs_dir.path(),
+        &OvsTunnel {
+            kind: "geneve",
+            port: "tun",
+            local: &format!("{}/24", under(2)),
+            remote: &under(1),
+            key: "42",
+            overlay: &format!("{}/24", over(2)),
+            mtu: Some(1400),
+        },
+    );
     let osock = ovs_dir.path().join("brint.mgmt");
     ofctl_ok(&osock, "add-tlv-map", &[MAP]);
     ofctl_ok(&osock, "del-flows", &[]);
@@ -166,59 +124,28 @@ fn geneve_options_both_ways_with_the_ovs_userspace_datapath() {
     }
 
     // VM A behind vireod.
-    let vm = Ns::create("gmd", 'g', 'v');
-    vm.exec(&[
-        "ip",
-        "addr",
-        "add",
-        &format!("{}/24", over(1)),
-        "dev",
-        &vm.ns_if,
-    ]);
-    vm.exec(&["ip", "link", "set", &vm.ns_if, "mtu", "1400"]);
-    vm.exec(&[
-        "ethtool", "-K", &vm.ns_if, "tx", "off", "tso", "off", "gso", "off",
-    ]);
-    for i in [&hc.host_if, &vm.host_if] {
-        must(&["ip", "link", "set", "dev", i, "arp", "off", "up"]);
-    }
+    let vm = native_vm("gmd", 'g', &format!("{}/24", over(1)), 1400, false);
+    vireo_port_end(&hc.host_if, false);
 
     let d = Daemon::start_logged(dir.path(), &dir.path().join("vireod.log"));
-    d.ok(&["add-br", &brp]);
-    d.ok(&[
-        "add-port",
-        &brp,
-        "phy",
-        "type=af-packet",
-        &format!("ifname={}", hc.host_if),
-        "offloads=false",
-    ]);
-    must(&[
-        "ip",
-        "addr",
-        "add",
-        &format!("{}/24", under(1)),
-        "dev",
-        &brp,
-    ]);
-    d.ok(&["add-br", &bri, "internal=false"]);
-    d.ok(&[
-        "add-port",
-        &bri,
-        "tun",
-        "type=geneve",
-        &format!("remote_ip={}", under(2)),
-        &format!("local_ip={}", under(1)),
-        "key=42",
-    ]);
-    d.ok(&[
-        "add-port",
-        &bri,
-        "vm",
-        "type=af-packet",
-        &format!("ifname={}", vm.host_if),
-        "offloads=false",
-    ]);
+    native_bridges(
+        &d,
+        &NativeBridges {
+            brp: &brp,
+            phy_if: &hc.host_if,
+            ours: &format!("{}/24", under(1)),
+            bri: &bri,
+            tun: "tun",
+            tun_opts: &[
+                "type=geneve",
+                &format!("remote_ip={}", under(2)),
+                &format!("local_ip={}", under(1)),
+                "key=42",
+            ],
+            vm_if: &vm.host_if,
+        },
+        "10.244.0.0/24",
+    );
     let vsock = dir.path().join(format!("{bri}.mgmt"));
     ofctl_ok(&vsock, "add-tlv-map", &[MAP]);
     let dump = ofctl_ok(&vsock, "dump-tlv-map", &[]);
@@ -235,14 +162,10 @@ fn geneve_options_both_ways_with_the_ovs_userspace_datapath() {
     ] {
         d.ok(&["add-flow", &bri, f]);
     }
-    let connected = format!("10.244.0.0/24 dev {brp} src {} (connected)", under(1));
-    assert!(wait_for(&d, &["route/show"], &connected).contains(&connected));
-
     assert!(
         vm.ping_until(&over(2), &[], 20),
-        "VM A cannot reach OVS with Geneve options: {}\n{}\nOVS: {}",
-        d.ok(&["tnl/neigh/show"]),
-        d.ok(&["dump-megaflows"]),
+        "VM A cannot reach OVS with Geneve options: {}\nOVS: {}",
+        native_state(&d),
         ofctl_ok(&osock, "dump-flows", &[])
     );
     let deliver = "priority=10,tun_metadata0=0x1234";

@@ -14,19 +14,13 @@
 mod common;
 
 use common::host::{kernel_ok, must, sh, Ns};
+use common::tunnels::{
+    add_af_packet, add_user_route, assert_flush_relearns, assert_oversize_dropped, assert_refused,
+    host_route, kernel_vxlan_host, native_bridges, native_state, native_vm, neigh_counters, ping_n,
+    ping_until_done, pings_answered, socket_packets, tmp, wait_decap_seen, wait_for,
+    wait_push_megaflows_gone, NativeBridges,
+};
 use common::Daemon;
-use std::time::{Duration, Instant};
-
-fn wait_for(d: &Daemon, cmd: &[&str], what: &str, present: bool) -> String {
-    let end = Instant::now() + Duration::from_secs(5);
-    loop {
-        let out = d.ok(cmd);
-        if out.contains(what) == present || Instant::now() > end {
-            return out;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 #[test]
 fn underlay_routes_follow_the_internal_port_and_arp_teaches_the_neighbour() {
@@ -35,22 +29,13 @@ fn underlay_routes_follow_the_internal_port_and_arp_teaches_the_neighbour() {
     }
     let pid = std::process::id();
     let br = format!("natbu{pid}");
-    let dir = tempfile::Builder::new().prefix("nat-u-").tempdir().unwrap();
+    let dir = tmp("nat", "u");
     let a = Ns::create("nat", 'u', 'a');
     a.exec(&["ip", "addr", "add", "10.211.0.2/24", "dev", &a.ns_if]);
-    let a_mac = a
-        .exec(&["cat", &format!("/sys/class/net/{}/address", a.ns_if)])
-        .trim()
-        .to_string();
+    let a_mac = a.dev_mac(&a.ns_if);
     let d = Daemon::start(dir.path());
     d.ok(&["add-br", &br]);
-    d.ok(&[
-        "add-port",
-        &br,
-        "up",
-        "type=af-packet",
-        &format!("ifname={}", a.host_if),
-    ]);
+    add_af_packet(&d, &br, "up", &a.host_if, &[]);
     assert!(!d.ok(&["route/show"]).contains("10.211.0.0/24"));
 
     // The internal port's address becomes a connected route.
@@ -60,32 +45,20 @@ fn underlay_routes_follow_the_internal_port_and_arp_teaches_the_neighbour() {
     assert!(shown.contains(&connected), "route/show: {shown}");
 
     // Operator routes: through an internal port only, well-formed, listed, removable.
-    d.ok(&["route/add", "10.99.0.0/16", &br, "10.211.0.254"]);
-    let shown = d.ok(&["route/show"]);
-    assert!(
-        shown.contains(&format!("10.99.0.0/16 dev {br} via 10.211.0.254 (user)")),
-        "{shown}"
+    add_user_route(&d, "10.99.0.0/16", &br, "10.211.0.254");
+    assert_refused(
+        &d,
+        &[
+            (vec!["route/add", "10.98.0.0/16", "up"], "internal port"),
+            (vec!["route/add", "10.98.0.0/16", "nosuch"], "no port"),
+            (vec!["route/add", "10.98.0.1/16", br.as_str()], "host bits"),
+            (
+                vec!["route/add", "10.98.0.0/16", br.as_str(), "x"],
+                "gateway",
+            ),
+            (vec!["route/del", "10.98.0.0/16"], "no route/add route"),
+        ],
     );
-    let j = d.json(&["route/show"]);
-    assert!(j
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|r| r["prefix"] == "10.99.0.0/16" && r["gw"] == "10.211.0.254"));
-    for (args, why) in [
-        (vec!["route/add", "10.98.0.0/16", "up"], "internal port"),
-        (vec!["route/add", "10.98.0.0/16", "nosuch"], "no port"),
-        (vec!["route/add", "10.98.0.1/16", br.as_str()], "host bits"),
-        (
-            vec!["route/add", "10.98.0.0/16", br.as_str(), "x"],
-            "gateway",
-        ),
-        (vec!["route/del", "10.98.0.0/16"], "no route/add route"),
-    ] {
-        let out = d.ctl(&args);
-        assert_ne!(out.code, 0, "{args:?} accepted");
-        assert!(out.stderr.contains(why), "{args:?}: {}", out.stderr);
-    }
     d.ok(&["route/del", "10.99.0.0/16"]);
     assert!(!d.ok(&["route/show"]).contains("10.99.0.0/16"));
 
@@ -98,32 +71,14 @@ fn underlay_routes_follow_the_internal_port_and_arp_teaches_the_neighbour() {
     ]);
     must(&["ip", "link", "set", &dummy, "up"]);
     must(&["ip", "link", "set", &peer, "up"]);
-    must(&[
-        "ip",
-        "route",
-        "add",
-        "10.97.0.0/16",
-        "via",
-        "10.211.0.254",
-        "dev",
-        &br,
-    ]);
-    must(&["ip", "route", "add", "10.96.0.0/16", "dev", &dummy]);
+    host_route("add", "10.97.0.0/16", Some("10.211.0.254"), &br);
+    host_route("add", "10.96.0.0/16", None, &dummy);
     let kernel = format!("10.97.0.0/16 dev {br} via 10.211.0.254 (kernel)");
     let shown = wait_for(&d, &["route/show"], &kernel, true);
     assert!(shown.contains(&kernel), "route/show: {shown}");
     assert!(!shown.contains("10.96.0.0/16"), "route/show: {shown}");
     assert!(shown.contains("host routes: dumps "), "route/show: {shown}");
-    must(&[
-        "ip",
-        "route",
-        "del",
-        "10.97.0.0/16",
-        "via",
-        "10.211.0.254",
-        "dev",
-        &br,
-    ]);
+    host_route("del", "10.97.0.0/16", Some("10.211.0.254"), &br);
     let shown = wait_for(&d, &["route/show"], "10.97.0.0/16", false);
     assert!(!shown.contains("10.97.0.0/16"), "route/show: {shown}");
     let _ = sh(&["ip", "link", "del", &dummy]);
@@ -150,19 +105,6 @@ fn underlay_routes_follow_the_internal_port_and_arp_teaches_the_neighbour() {
     let _ = sh(&["ip", "link", "del", &br]);
 }
 
-/// (tx, rx) packets of the `vx` port's UDP socket.
-fn socket_packets(d: &Daemon) -> (u64, u64) {
-    let s = d.json(&["port-stats", "vx"]);
-    let g = |k: &str| s[0][k].as_u64().unwrap();
-    (g("tx_packets"), g("rx_packets"))
-}
-
-fn mac_of(ns: &Ns) -> String {
-    ns.exec(&["cat", &format!("/sys/class/net/{}/address", ns.ns_if)])
-        .trim()
-        .to_string()
-}
-
 #[test]
 fn native_vxlan_interop_with_the_kernel_ping_tcp_and_no_socket_use() {
     if !kernel_ok()
@@ -173,117 +115,61 @@ fn native_vxlan_interop_with_the_kernel_ping_tcp_and_no_socket_use() {
     }
     let pid = std::process::id();
     let (brp, bri) = (format!("natbp{pid}"), format!("natbi{pid}"));
-    let dir = tempfile::Builder::new().prefix("nat-n-").tempdir().unwrap();
-    // Host U: underlay 10.212.0.2, kernel VXLAN VNI 42 to vireod's 10.212.0.1.
-    let hu = Ns::create("nat", 'n', 'u');
-    hu.exec(&["ip", "addr", "add", "10.212.0.2/24", "dev", &hu.ns_if]);
-    // A wire, not a veth: the kernel finishes its checksums and segments itself.
-    hu.exec(&[
-        "ethtool", "-K", &hu.ns_if, "tx", "off", "tso", "off", "gso", "off",
-    ]);
-    hu.exec(&[
-        "ip",
-        "link",
-        "add",
-        "vx0",
-        "type",
-        "vxlan",
-        "id",
-        "42",
-        "remote",
+    let dir = tmp("nat", "n");
+    // Host U: underlay 10.212.0.2, kernel VXLAN VNI 42 to vireod's 10.212.0.1. A wire, not a
+    // veth: the kernel finishes its checksums and segments itself. The root namespace's end
+    // of the veth is Vireo's port, not a host interface: with ARP on there the host's kernel
+    // would answer host U's ARP for 10.212.0.1 too (with the veth's MAC, which is not the
+    // internal port's: such tunnel packets are refused).
+    let hu = kernel_vxlan_host(
+        "nat",
+        'n',
+        "10.212.0.2/24",
         "10.212.0.1",
-        "local",
-        "10.212.0.2",
-        "dstport",
-        "4789",
-        "dev",
-        &hu.ns_if,
-    ]);
-    hu.exec(&[
-        "ethtool", "-K", "vx0", "tx", "off", "tso", "off", "gso", "off",
-    ]);
-    hu.exec(&["ip", "addr", "add", "192.168.212.2/24", "dev", "vx0"]);
-    hu.exec(&["ip", "link", "set", "vx0", "up"]);
-    // The root namespace's end of the veth is Vireo's port, not a host interface: without
-    // this the host's kernel would answer host U's ARP for 10.212.0.1 there too (with the
-    // veth's MAC, which is not the internal port's: such tunnel packets are refused).
-    must(&["ip", "link", "set", "dev", &hu.host_if, "arp", "off"]);
+        "192.168.212.2/24",
+    );
     // VM V: overlay 192.168.212.1, MTU 1450 as the kernel's VXLAN device.
-    let vm = Ns::create("nat", 'n', 'v');
-    vm.exec(&["ip", "addr", "add", "192.168.212.1/24", "dev", &vm.ns_if]);
-    vm.exec(&["ip", "link", "set", &vm.ns_if, "mtu", "1450"]);
-    vm.exec(&[
-        "ethtool", "-K", &vm.ns_if, "tx", "off", "tso", "off", "gso", "off",
-    ]);
-    must(&["ip", "link", "set", "dev", &vm.host_if, "arp", "off"]);
+    let vm = native_vm("nat", 'n', "192.168.212.1/24", 1450, false);
 
     let d = Daemon::start(dir.path());
-    d.ok(&["add-br", &brp]);
-    d.ok(&[
-        "add-port",
-        &brp,
-        "phy",
-        "type=af-packet",
-        &format!("ifname={}", hu.host_if),
-        "offloads=false",
-    ]);
-    must(&["ip", "addr", "add", "10.212.0.1/24", "dev", &brp]);
-    d.ok(&["add-br", &bri, "internal=false"]);
-    d.ok(&[
-        "add-port",
-        &bri,
-        "vx",
-        "type=vxlan",
-        "remote_ip=10.212.0.2",
-        "local_ip=10.212.0.1",
-        "key=42",
-    ]);
-    d.ok(&[
-        "add-port",
-        &bri,
-        "vm",
-        "type=af-packet",
-        &format!("ifname={}", vm.host_if),
-        "offloads=false",
-    ]);
-    let connected = format!("10.212.0.0/24 dev {brp} src 10.212.0.1 (connected)");
-    assert!(wait_for(&d, &["route/show"], &connected, true).contains(&connected));
+    native_bridges(
+        &d,
+        &NativeBridges {
+            brp: &brp,
+            phy_if: &hu.host_if,
+            ours: "10.212.0.1/24",
+            bri: &bri,
+            tun: "vx",
+            tun_opts: &[
+                "type=vxlan",
+                "remote_ip=10.212.0.2",
+                "local_ip=10.212.0.1",
+                "key=42",
+            ],
+            vm_if: &vm.host_if,
+        },
+        "10.212.0.0/24",
+    );
 
     assert!(
         vm.ping_until("192.168.212.2", &[], 20),
-        "VM V cannot reach the kernel's VXLAN endpoint: {}\n{}",
-        d.ok(&["tnl/neigh/show"]),
-        d.ok(&["dump-megaflows"])
+        "VM V cannot reach the kernel's VXLAN endpoint: {}",
+        native_state(&d)
     );
-    let ok = (0..5)
-        .filter(|_| {
-            vm.try_exec(&["ping", "-c", "1", "-W", "1", "192.168.212.2"])
-                .status
-                .success()
-        })
-        .count();
+    let ok = pings_answered(&vm, "192.168.212.2", 5);
     assert!(ok >= 4, "only {ok}/5 pings after the first");
     let neigh = d.ok(&["tnl/neigh/show"]);
     assert!(
-        neigh.contains(&format!("10.212.0.2 {} dev {brp}", mac_of(&hu))),
+        neigh.contains(&format!("10.212.0.2 {} dev {brp}", hu.dev_mac(&hu.ns_if))),
         "tnl/neigh/show: {neigh}"
     );
 
     // Decapsulated traffic refreshes (and after a flush, teaches) host U's entry.
-    let seen = |d: &Daemon| {
-        d.json(&["tnl/neigh/show"])["counters"]["decap_seen"]
-            .as_u64()
-            .unwrap()
-    };
-    let end = Instant::now() + Duration::from_secs(5);
-    while seen(&d) == 0 && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(seen(&d) > 0, "{}", d.ok(&["tnl/neigh/show"]));
+    assert!(wait_decap_seen(&d) > 0, "{}", d.ok(&["tnl/neigh/show"]));
 
     // TCP across (MSS from the 1450 MTU on both sides). The tunnel port's own socket (used
     // before the underlay was set up, e.g. IPv6 multicast at link up) must carry none of it.
-    let before_tcp = socket_packets(&d);
+    let before_tcp = socket_packets(&d, "vx");
     let (bytes, report) = vm.iperf_tcp(&hu, "192.168.212.2", false);
     eprintln!(
         "native vxlan iperf3 TCP VM V -> host U: {bytes} bytes in 2 s; socket {before_tcp:?}"
@@ -294,7 +180,7 @@ fn native_vxlan_interop_with_the_kernel_ping_tcp_and_no_socket_use() {
     let flows = d.ok(&["dump-megaflows"]);
     assert!(flows.contains("tnl_push("), "{flows}");
     assert!(flows.contains("tnl_pop("), "{flows}");
-    let after = socket_packets(&d);
+    let after = socket_packets(&d, "vx");
     assert_eq!(
         after, before_tcp,
         "the tunnel port's socket carried traffic during the transfer (tx, rx)"
@@ -305,7 +191,6 @@ fn native_vxlan_interop_with_the_kernel_ping_tcp_and_no_socket_use() {
     // asked), and removing it brings the direct route, and traffic, back. Twice: as an
     // operator route (`route/add`), then in the host's own table (`ip route add`, read over
     // rtnetlink).
-    let counters = |d: &Daemon| d.json(&["tnl/neigh/show"])["counters"].clone();
     let detours: [(Vec<&str>, Vec<&str>, bool); 2] = [
         (
             vec!["route/add", "10.212.0.2/32", &brp, "10.212.0.99"],
@@ -337,7 +222,7 @@ fn native_vxlan_interop_with_the_kernel_ping_tcp_and_no_socket_use() {
         ),
     ];
     for (add, del, vireoctl) in detours {
-        let before = counters(&d);
+        let before = neigh_counters(&d);
         if vireoctl {
             d.ok(&add);
         } else {
@@ -346,35 +231,26 @@ fn native_vxlan_interop_with_the_kernel_ping_tcp_and_no_socket_use() {
             let shown = wait_for(&d, &["route/show"], &kernel, true);
             assert!(shown.contains(&kernel), "route/show: {shown}");
         }
-        let end = Instant::now() + Duration::from_secs(5);
-        let missed = |d: &Daemon| {
-            let c = counters(d);
+        let missed = || {
+            let c = neigh_counters(&d);
             c["miss_drops"].as_u64() > before["miss_drops"].as_u64()
                 && c["requests"].as_u64() > before["requests"].as_u64()
         };
-        while !missed(&d) && Instant::now() < end {
-            let _ = vm.try_exec(&["ping", "-c", "1", "-W", "1", "192.168.212.2"]);
-        }
         assert!(
-            missed(&d),
-            "megaflows kept the old route ({add:?}): {}\n{}",
-            d.ok(&["tnl/neigh/show"]),
-            d.ok(&["dump-megaflows"])
+            ping_until_done(&vm, "192.168.212.2", missed),
+            "megaflows kept the old route ({add:?}): {}",
+            native_state(&d)
         );
         // The miss counters already move while the revalidation re-translates; the old push
         // megaflows leave the PMDs just after: wait for that before asserting the traffic
         // stops.
-        let end = Instant::now() + Duration::from_secs(5);
-        while d.ok(&["dump-megaflows"]).contains("tnl_push(") && Instant::now() < end {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let p = vm.try_exec(&["ping", "-c", "2", "-W", "1", "192.168.212.2"]);
+        wait_push_megaflows_gone(&d);
+        let p = ping_n(&vm, "192.168.212.2", 2, &[]);
         assert!(
             !p.status.success(),
-            "{}\n{}\n{}",
+            "{}\n{}",
             String::from_utf8_lossy(&p.stdout),
-            d.ok(&["tnl/neigh/show"]),
-            d.ok(&["dump-megaflows"])
+            native_state(&d)
         );
         if vireoctl {
             d.ok(&del);
@@ -387,41 +263,10 @@ fn native_vxlan_interop_with_the_kernel_ping_tcp_and_no_socket_use() {
         );
     }
     // A flush empties the cache; traffic goes on (the entry is learned again).
-    d.ok(&["tnl/neigh/flush"]);
-    assert!(
-        vm.ping_until("192.168.212.2", &[], 10),
-        "no traffic after the flush"
-    );
+    assert_flush_relearns(&d, &vm, "192.168.212.2");
 
     // A frame that does not fit the underlay's 1500 after encapsulation is dropped and
     // counted, never fragmented: VM V at MTU 1500 sends a 1514-byte frame with DF.
-    let mtu_drops = |d: &Daemon| {
-        d.json(&["tnl/neigh/show"])["native_drops"]["mtu"]
-            .as_u64()
-            .unwrap()
-    };
-    let before = mtu_drops(&d);
-    vm.exec(&["ip", "link", "set", &vm.ns_if, "mtu", "1500"]);
-    let big = vm.try_exec(&[
-        "ping",
-        "-c",
-        "3",
-        "-W",
-        "1",
-        "-M",
-        "do",
-        "-s",
-        "1472",
-        "192.168.212.2",
-    ]);
-    assert!(
-        !big.status.success(),
-        "an oversize frame crossed the tunnel"
-    );
-    assert!(
-        mtu_drops(&d) >= before + 3,
-        "oversize frames not counted: {}",
-        d.ok(&["tnl/neigh/show"])
-    );
+    assert_oversize_dropped(&d, &vm, "192.168.212.2", "1472");
     let _ = sh(&["ip", "link", "del", &brp]);
 }

@@ -23,54 +23,19 @@
 //! IPv6).
 mod common;
 
-use common::host::{kernel_ok, must, ping_count, sh, Ns};
-use common::ovs::Ovs;
+use common::host::{kernel_ok, ping_count, Ns};
+use common::tunnels::{
+    host_mac, native_bridges, native_state, native_vm, no_offloads, ovs_tunnel_host,
+    socket_packets, tmp, vireo_port_end, LinkGuard, NativeBridges, OvsTunnel,
+};
 use common::Daemon;
-use std::time::{Duration, Instant};
-
-/// vireod's underlay bridge (a kernel tap as its internal port): deleted on drop, so that a
-/// failed test does not leave it behind.
-struct Tap(String);
-
-impl Drop for Tap {
-    fn drop(&mut self) {
-        let _ = sh(&["ip", "link", "del", &self.0]);
-    }
-}
-
-fn wait_for(d: &Daemon, cmd: &[&str], what: &str) -> String {
-    let end = Instant::now() + Duration::from_secs(5);
-    loop {
-        let out = d.ok(cmd);
-        if out.contains(what) || Instant::now() > end {
-            return out;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn mac(ns: Option<&Ns>, dev: &str) -> String {
-    let path = format!("/sys/class/net/{dev}/address");
-    match ns {
-        Some(ns) => ns.exec(&["cat", &path]),
-        None => must(&["cat", &path]),
-    }
-    .trim()
-    .to_string()
-}
-
-/// (tx, rx) packets of the tunnel port's own UDP socket.
-fn socket_packets(d: &Daemon) -> (u64, u64) {
-    let s = d.json(&["port-stats", "tun"]);
-    let g = |k: &str| s[0][k].as_u64().unwrap();
-    (g("tx_packets"), g("rx_packets"))
-}
 
 fn native_interop_with_ovs(kind: &str, t: char, net: u8, ipv6: bool) {
     let pid = std::process::id();
     let pre = if ipv6 { "v6n" } else { "thr" };
     let (brp, bri) = (format!("{pre}p{t}{pid}"), format!("{pre}i{t}{pid}"));
-    let _tap = Tap(brp.clone());
+    // vireod's underlay bridge (a kernel tap as its internal port).
+    let _tap = LinkGuard(brp.clone());
     let under = |h: u8| {
         if ipv6 {
             format!("fd{net}::{h}")
@@ -82,132 +47,62 @@ fn native_interop_with_ovs(kind: &str, t: char, net: u8, ipv6: bool) {
     // Overlay MTU: 1500 less the outer IP + UDP + tunnel header + inner Ethernet.
     let mtu = if ipv6 { 1430 } else { 1450 };
     let over = |h: u8| format!("192.168.{net}.{h}");
-    let dir = tempfile::Builder::new()
-        .prefix(&format!("{pre}-{t}-"))
-        .tempdir()
-        .unwrap();
-    let ovs_dir = tempfile::Builder::new()
-        .prefix(&format!("{pre}-{t}ovs-"))
-        .tempdir()
-        .unwrap();
-    let mut nodad = vec![];
-    if ipv6 {
-        nodad.push("nodad");
-    }
+    let dir = tmp(pre, &t.to_string());
+    let ovs_dir = tmp(pre, &format!("{t}ovs"));
 
     // Host C: Open vSwitch, native tunneling through brphy.
     let hc = Ns::create(pre, t, 'c');
-    hc.exec(&[
-        "ethtool", "-K", &hc.ns_if, "tx", "off", "tso", "off", "gso", "off",
-    ]);
-    let ovs = Ovs::start(&hc, ovs_dir.path());
-    for br in ["brphy", "brint"] {
-        ovs.add_netdev_br(br);
-    }
-    ovs.vsctl(&["add-port", "brphy", &hc.ns_if]);
-    let a = format!("{}/{plen}", under(2));
-    let mut add = vec!["ip", "addr", "add", &a, "dev", "brphy"];
-    add.extend_from_slice(&nodad);
-    hc.exec(&add);
-    hc.exec(&["ip", "link", "set", "brphy", "up"]);
-    ovs.vsctl(&[
-        "add-port",
-        "brint",
-        "tun",
-        "--",
-        "set",
-        "interface",
-        "tun",
-        &format!("type={kind}"),
-        &format!("options:remote_ip={}", under(1)),
-        "options:key=42",
-    ]);
-    hc.exec(&[
-        "ip",
-        "addr",
-        "add",
-        &format!("{}/24", over(2)),
-        "dev",
-        "brint",
-    ]);
-    hc.exec(&["ip", "link", "set", "brint", "mtu", &mtu.to_string(), "up"]);
+    no_offloads(&hc, &hc.ns_if);
+    let ovs = ovs_tunnel_host(
+        &hc,
+        ovs_dir.path(),
+        &OvsTunnel {
+            kind,
+            port: "tun",
+            local: &format!("{}/{plen}", under(2)),
+            remote: &under(1),
+            key: "42",
+            overlay: &format!("{}/24", over(2)),
+            mtu: Some(mtu),
+        },
+    );
 
     // VM A behind vireod.
-    let vm = Ns::create(pre, t, 'v');
-    vm.exec(&[
-        "ip",
-        "addr",
-        "add",
-        &format!("{}/24", over(1)),
-        "dev",
-        &vm.ns_if,
-    ]);
-    vm.exec(&["ip", "link", "set", &vm.ns_if, "mtu", &mtu.to_string()]);
-    vm.exec(&[
-        "ethtool", "-K", &vm.ns_if, "tx", "off", "tso", "off", "gso", "off",
-    ]);
+    let vm = native_vm(pre, t, &format!("{}/24", over(1)), mtu, ipv6);
     // Both veths' root ends are Vireo's ports, not host interfaces: the host must not
-    // answer ARP on them.
-    for i in [&hc.host_if, &vm.host_if] {
-        must(&["ip", "link", "set", "dev", i, "arp", "off", "up"]);
-        if ipv6 {
-            // Nor ND: with no IPv6 there, only the internal port answers for the address.
-            must(&[
-                "sysctl",
-                "-qw",
-                &format!("net.ipv6.conf.{i}.disable_ipv6=1"),
-            ]);
-        }
-    }
+    // answer ARP on them (nor, over IPv6, ND: only the internal port answers for the
+    // address).
+    vireo_port_end(&hc.host_if, ipv6);
 
     let d = Daemon::start_logged(dir.path(), &dir.path().join("vireod.log"));
-    d.ok(&["add-br", &brp]);
-    d.ok(&[
-        "add-port",
-        &brp,
-        "phy",
-        "type=af-packet",
-        &format!("ifname={}", hc.host_if),
-        "offloads=false",
-    ]);
-    if ipv6 {
-        must(&["ip", "link", "set", &brp, "up"]);
-    }
-    let a = format!("{}/{plen}", under(1));
-    let mut add = vec!["ip", "addr", "add", &a, "dev", &brp];
-    add.extend_from_slice(&nodad);
-    must(&add);
-    d.ok(&["add-br", &bri, "internal=false"]);
-    d.ok(&[
-        "add-port",
-        &bri,
-        "tun",
-        &format!("type={kind}"),
-        &format!("remote_ip={}", under(2)),
-        &format!("local_ip={}", under(1)),
-        "key=42",
-    ]);
-    d.ok(&[
-        "add-port",
-        &bri,
-        "vm",
-        "type=af-packet",
-        &format!("ifname={}", vm.host_if),
-        "offloads=false",
-    ]);
     let prefix = if ipv6 {
         format!("fd{net}::/64")
     } else {
         format!("10.{net}.0.0/24")
     };
-    let connected = format!("{prefix} dev {brp} src {} (connected)", under(1));
-    assert!(wait_for(&d, &["route/show"], &connected).contains(&connected));
+    native_bridges(
+        &d,
+        &NativeBridges {
+            brp: &brp,
+            phy_if: &hc.host_if,
+            ours: &format!("{}/{plen}", under(1)),
+            bri: &bri,
+            tun: "tun",
+            tun_opts: &[
+                &format!("type={kind}"),
+                &format!("remote_ip={}", under(2)),
+                &format!("local_ip={}", under(1)),
+                "key=42",
+            ],
+            vm_if: &vm.host_if,
+        },
+        &prefix,
+    );
 
     assert!(
         vm.ping_until(&over(2), &[], 20),
-        "VM A cannot reach OVS over {kind}: {}\n{}\nOVS: {}",
-        d.ok(&["tnl/neigh/show"]),
-        d.ok(&["dump-megaflows"]),
+        "VM A cannot reach OVS over {kind}: {}\nOVS: {}",
+        native_state(&d),
         ovs.appctl(&["dpctl/dump-flows"])
     );
     let got = ping_count(&vm, &over(2), 5, &[]);
@@ -218,7 +113,7 @@ fn native_interop_with_ovs(kind: &str, t: char, net: u8, ipv6: bool) {
     let got = ping_count(&vm, &over(2), 3, &["-s", &size, "-M", "do"]);
     assert!(got >= 2, "{kind}: full-size pings lost {} of 3", 3 - got);
 
-    let before = socket_packets(&d);
+    let before = socket_packets(&d, "tun");
     let dst = over(2);
     for reverse in [false, true] {
         let (bytes, report) = vm.iperf_tcp(&hc, &dst, reverse);
@@ -246,13 +141,13 @@ fn native_interop_with_ovs(kind: &str, t: char, net: u8, ipv6: bool) {
     assert!(flows.contains(&push), "no {push}: {flows}");
     assert!(flows.contains("tnl_pop("), "{flows}");
     assert_eq!(
-        socket_packets(&d),
+        socket_packets(&d, "tun"),
         before,
         "the tunnel port's socket carried traffic during the transfers (tx, rx)"
     );
     // Each side's neighbour cache has the other's tunnel-address MAC.
     let neigh = d.ok(&["tnl/neigh/show"]);
-    let line = format!("{} {} dev {brp}", under(2), mac(Some(&hc), "brphy"));
+    let line = format!("{} {} dev {brp}", under(2), hc.dev_mac("brphy"));
     assert!(neigh.contains(&line), "no {line}: {neigh}");
     if ipv6 {
         let j = d.json(&["tnl/neigh/show"]);
@@ -269,7 +164,7 @@ fn native_interop_with_ovs(kind: &str, t: char, net: u8, ipv6: bool) {
         );
     }
     let ovs_neigh = ovs.appctl(&["tnl/neigh/show"]);
-    let ours = mac(None, &brp);
+    let ours = host_mac(&brp);
     assert!(
         ovs_neigh.contains(&under(1)) && ovs_neigh.contains(&ours),
         "OVS has not learned {} at {ours}: {ovs_neigh}",

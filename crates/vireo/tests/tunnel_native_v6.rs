@@ -21,28 +21,13 @@
 mod common;
 
 use common::host::{kernel_ok, must, sh, Ns};
+use common::tunnels::{
+    add_user_route, assert_flush_relearns, assert_oversize_dropped, assert_refused, host_route,
+    kernel_vxlan_host, native_bridges, native_state, native_vm, neigh_counters, ping_n,
+    ping_until_done, pings_answered, socket_packets, tmp, wait_decap_seen, wait_for,
+    wait_push_megaflows_gone, LinkGuard, NativeBridges,
+};
 use common::Daemon;
-use std::time::{Duration, Instant};
-
-fn wait_for(d: &Daemon, cmd: &[&str], what: &str, present: bool) -> String {
-    let end = Instant::now() + Duration::from_secs(5);
-    loop {
-        let out = d.ok(cmd);
-        if out.contains(what) == present || Instant::now() > end {
-            return out;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// Removes a bridge's kernel interface (the internal port) on drop.
-struct Link(String);
-
-impl Drop for Link {
-    fn drop(&mut self) {
-        let _ = sh(&["ip", "link", "del", &self.0]);
-    }
-}
 
 #[test]
 fn ipv6_routes_follow_the_internal_port_and_route_commands_take_ipv6() {
@@ -51,8 +36,9 @@ fn ipv6_routes_follow_the_internal_port_and_route_commands_take_ipv6() {
     }
     let pid = std::process::id();
     let br = format!("v6nbr{pid}");
-    let _link = Link(br.clone());
-    let dir = tempfile::Builder::new().prefix("v6n-r-").tempdir().unwrap();
+    // The bridge's kernel interface (the internal port), removed on drop.
+    let _link = LinkGuard(br.clone());
+    let dir = tmp("v6n", "r");
     let d = Daemon::start(dir.path());
     d.ok(&["add-br", &br]);
     must(&["ip", "link", "set", &br, "up"]);
@@ -62,65 +48,34 @@ fn ipv6_routes_follow_the_internal_port_and_route_commands_take_ipv6() {
     assert!(shown.contains(&connected), "route/show: {shown}");
     assert!(!shown.contains("fe80"), "a link-local route: {shown}");
 
-    d.ok(&["route/add", "fd59::/48", &br, "fd51::fe"]);
-    let shown = d.ok(&["route/show"]);
-    assert!(
-        shown.contains(&format!("fd59::/48 dev {br} via fd51::fe (user)")),
-        "{shown}"
+    add_user_route(&d, "fd59::/48", &br, "fd51::fe");
+    assert_refused(
+        &d,
+        &[
+            (vec!["route/add", "fd59::1/48", br.as_str()], "host bits"),
+            (
+                vec!["route/add", "fd59::/129", br.as_str()],
+                "prefix length",
+            ),
+            (
+                vec!["route/add", "fd58::/48", br.as_str(), "10.0.0.1"],
+                "family",
+            ),
+            (
+                vec!["route/add", "10.58.0.0/16", br.as_str(), "fd51::fe"],
+                "family",
+            ),
+            (vec!["route/del", "fd58::/48"], "no route/add route"),
+        ],
     );
-    let j = d.json(&["route/show"]);
-    assert!(j
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|r| r["prefix"] == "fd59::/48" && r["gw"] == "fd51::fe"));
-    for (args, why) in [
-        (vec!["route/add", "fd59::1/48", br.as_str()], "host bits"),
-        (
-            vec!["route/add", "fd59::/129", br.as_str()],
-            "prefix length",
-        ),
-        (
-            vec!["route/add", "fd58::/48", br.as_str(), "10.0.0.1"],
-            "family",
-        ),
-        (
-            vec!["route/add", "10.58.0.0/16", br.as_str(), "fd51::fe"],
-            "family",
-        ),
-        (vec!["route/del", "fd58::/48"], "no route/add route"),
-    ] {
-        let out = d.ctl(&args);
-        assert_ne!(out.code, 0, "{args:?} accepted");
-        assert!(out.stderr.contains(why), "{args:?}: {}", out.stderr);
-    }
     d.ok(&["route/del", "fd59::/48"]);
     assert!(!d.ok(&["route/show"]).contains("fd59::/48"));
 
     // The host's own routes through the internal port (rtnetlink), IPv6 and IPv4, come and
     // go with `ip route`; routes through other devices (the host's default) never show.
     must(&["ip", "addr", "add", "10.51.0.1/24", "dev", &br]);
-    must(&[
-        "ip",
-        "-6",
-        "route",
-        "add",
-        "fd5a::/48",
-        "via",
-        "fd51::fe",
-        "dev",
-        &br,
-    ]);
-    must(&[
-        "ip",
-        "route",
-        "add",
-        "10.59.0.0/16",
-        "via",
-        "10.51.0.254",
-        "dev",
-        &br,
-    ]);
+    host_route("add", "fd5a::/48", Some("fd51::fe"), &br);
+    host_route("add", "10.59.0.0/16", Some("10.51.0.254"), &br);
     let k6 = format!("fd5a::/48 dev {br} via fd51::fe (kernel)");
     let k4 = format!("10.59.0.0/16 dev {br} via 10.51.0.254 (kernel)");
     let shown = wait_for(&d, &["route/show"], &k4, true);
@@ -138,8 +93,8 @@ fn ipv6_routes_follow_the_internal_port_and_route_commands_take_ipv6() {
         .unwrap()
         .iter()
         .any(|r| r["prefix"] == "fd5a::/48" && r["origin"] == "kernel"));
-    must(&["ip", "-6", "route", "del", "fd5a::/48", "dev", &br]);
-    must(&["ip", "route", "del", "10.59.0.0/16", "dev", &br]);
+    host_route("del", "fd5a::/48", None, &br);
+    host_route("del", "10.59.0.0/16", None, &br);
     let shown = wait_for(&d, &["route/show"], "(kernel)", false);
     assert!(!shown.contains("(kernel)"), "route/show: {shown}");
     must(&["ip", "addr", "del", "10.51.0.1/24", "dev", &br]);
@@ -147,25 +102,6 @@ fn ipv6_routes_follow_the_internal_port_and_route_commands_take_ipv6() {
     let shown = wait_for(&d, &["route/show"], "fd51::/64", false);
     assert!(!shown.contains("fd51::/64"), "route/show: {shown}");
     d.ok(&["del-br", &br]);
-}
-
-/// (tx, rx) packets of the `vx` port's UDP socket.
-fn socket_packets(d: &Daemon) -> (u64, u64) {
-    let s = d.json(&["port-stats", "vx"]);
-    let g = |k: &str| s[0][k].as_u64().unwrap();
-    (g("tx_packets"), g("rx_packets"))
-}
-
-fn mac_of(ns: &Ns) -> String {
-    ns.exec(&["cat", &format!("/sys/class/net/{}/address", ns.ns_if)])
-        .trim()
-        .to_string()
-}
-
-fn no_offloads(ns: &Ns, dev: &str) {
-    ns.exec(&[
-        "ethtool", "-K", dev, "tx", "off", "tso", "off", "gso", "off",
-    ]);
 }
 
 /// Removes a host IPv6 route (`PREFIX dev DEV`) on drop, if a test left it.
@@ -187,7 +123,7 @@ struct Rig {
     vm: Ns,
     brp: String,
     bri: String,
-    _links: (Link, Link),
+    _links: (LinkGuard, LinkGuard),
     _dir: tempfile::TempDir,
 }
 
@@ -202,35 +138,19 @@ fn rig(t: char, net: &str, o: u8, vx_opts: &[&str]) -> Option<Rig> {
     }
     let pid = std::process::id();
     let (brp, bri) = (format!("v6nb{t}p{pid}"), format!("v6nb{t}i{pid}"));
-    let links = (Link(brp.clone()), Link(bri.clone()));
-    let dir = tempfile::Builder::new().prefix("v6n-n-").tempdir().unwrap();
+    let links = (LinkGuard(brp.clone()), LinkGuard(bri.clone()));
+    let dir = tmp("v6n", "n");
     let (ours, theirs) = (format!("{net}::1"), format!("{net}::2"));
     // Host U: underlay NET::2, kernel VXLAN VNI 42 to vireod's NET::1.
-    let hu = Ns::create("v6n", t, 'u');
-    hu.exec(&[
-        "ip",
-        "addr",
-        "add",
+    // The root namespace's ends of the veths are Vireo's ports, not host interfaces.
+    // With IPv6 off there, only the internal port answers ND for NET::1.
+    let hu = kernel_vxlan_host(
+        "v6n",
+        t,
         &format!("{theirs}/64"),
-        "dev",
-        &hu.ns_if,
-        "nodad",
-    ]);
-    no_offloads(&hu, &hu.ns_if);
-    hu.exec(&[
-        "ip", "link", "add", "vx0", "type", "vxlan", "id", "42", "remote", &ours, "local", &theirs,
-        "dstport", "4789", "dev", &hu.ns_if,
-    ]);
-    no_offloads(&hu, "vx0");
-    hu.exec(&[
-        "ip",
-        "addr",
-        "add",
+        &ours,
         &format!("192.168.{o}.2/24"),
-        "dev",
-        "vx0",
-    ]);
-    hu.exec(&["ip", "link", "set", "vx0", "up"]);
+    );
     let vx_mtu: u32 = hu
         .exec(&["cat", "/sys/class/net/vx0/mtu"])
         .trim()
@@ -240,68 +160,25 @@ fn rig(t: char, net: &str, o: u8, vx_opts: &[&str]) -> Option<Rig> {
         vx_mtu, 1430,
         "the kernel's VXLAN over IPv6 leaves 1430 of 1500"
     );
-    // The root namespace's ends of the veths are Vireo's ports, not host interfaces.
-    // With IPv6 off there, only the internal port answers ND for NET::1.
-    let h = &hu.host_if;
-    must(&["ip", "link", "set", "dev", h, "arp", "off"]);
-    must(&[
-        "sysctl",
-        "-qw",
-        &format!("net.ipv6.conf.{h}.disable_ipv6=1"),
-    ]);
     // VM V: overlay 192.168.O.1, MTU 1430 as the kernel's VXLAN device.
-    let vm = Ns::create("v6n", t, 'v');
-    vm.exec(&[
-        "ip",
-        "addr",
-        "add",
-        &format!("192.168.{o}.1/24"),
-        "dev",
-        &vm.ns_if,
-    ]);
-    vm.exec(&["ip", "link", "set", &vm.ns_if, "mtu", "1430"]);
-    no_offloads(&vm, &vm.ns_if);
-    must(&["ip", "link", "set", "dev", &vm.host_if, "arp", "off"]);
-    must(&[
-        "sysctl",
-        "-qw",
-        &format!("net.ipv6.conf.{}.disable_ipv6=1", vm.host_if),
-    ]);
+    let vm = native_vm("v6n", t, &format!("192.168.{o}.1/24"), 1430, true);
 
     let d = Daemon::start(dir.path());
-    d.ok(&["add-br", &brp]);
-    d.ok(&[
-        "add-port",
-        &brp,
-        "phy",
-        "type=af-packet",
-        &format!("ifname={}", hu.host_if),
-        "offloads=false",
-    ]);
-    must(&["ip", "link", "set", &brp, "up"]);
-    must(&[
-        "ip",
-        "addr",
-        "add",
-        &format!("{ours}/64"),
-        "dev",
-        &brp,
-        "nodad",
-    ]);
-    d.ok(&["add-br", &bri, "internal=false"]);
-    let mut a = vec!["add-port", bri.as_str(), "vx", "type=vxlan"];
-    a.extend_from_slice(vx_opts);
-    d.ok(&a);
-    d.ok(&[
-        "add-port",
-        &bri,
-        "vm",
-        "type=af-packet",
-        &format!("ifname={}", vm.host_if),
-        "offloads=false",
-    ]);
-    let connected = format!("{net}::/64 dev {brp} src {ours} (connected)");
-    assert!(wait_for(&d, &["route/show"], &connected, true).contains(&connected));
+    let mut tun_opts = vec!["type=vxlan"];
+    tun_opts.extend_from_slice(vx_opts);
+    native_bridges(
+        &d,
+        &NativeBridges {
+            brp: &brp,
+            phy_if: &hu.host_if,
+            ours: &format!("{ours}/64"),
+            bri: &bri,
+            tun: "vx",
+            tun_opts: &tun_opts,
+            vm_if: &vm.host_if,
+        },
+        &format!("{net}::/64"),
+    );
     Some(Rig {
         d,
         hu,
@@ -324,21 +201,14 @@ fn native_vxlan_over_ipv6_interop_with_the_kernel() {
         return;
     };
     let (d, hu, vm, brp) = (&r.d, &r.hu, &r.vm, r.brp.as_str());
-    let socket_at_start = socket_packets(d);
+    let socket_at_start = socket_packets(d, "vx");
 
     assert!(
         vm.ping_until("192.168.52.2", &[], 20),
-        "VM V cannot reach the kernel's VXLAN endpoint over IPv6: {}\n{}",
-        d.ok(&["tnl/neigh/show"]),
-        d.ok(&["dump-megaflows"])
+        "VM V cannot reach the kernel's VXLAN endpoint over IPv6: {}",
+        native_state(d)
     );
-    let ok = (0..5)
-        .filter(|_| {
-            vm.try_exec(&["ping", "-c", "1", "-W", "1", "192.168.52.2"])
-                .status
-                .success()
-        })
-        .count();
+    let ok = pings_answered(vm, "192.168.52.2", 5);
     assert!(ok >= 4, "only {ok}/5 pings after the first");
     // The host kernel answered host U's Neighbor Solicitation for fd52::1 on the internal
     // port (Vireo does not answer ND itself): host U has the internal port's MAC.
@@ -350,7 +220,7 @@ fn native_vxlan_over_ipv6_interop_with_the_kernel() {
     );
     // Host U's underlay MAC, learned from Neighbor Discovery (its NA to our NS, or its own
     // NS for fd52::1 answered by the host kernel on the internal port).
-    let line = format!("fd52::2 {} dev {brp}", mac_of(hu));
+    let line = format!("fd52::2 {} dev {brp}", hu.dev_mac(&hu.ns_if));
     let neigh = d.ok(&["tnl/neigh/show"]);
     assert!(neigh.contains(&line), "tnl/neigh/show: {neigh}");
     let j = d.json(&["tnl/neigh/show"]);
@@ -364,16 +234,7 @@ fn native_vxlan_over_ipv6_interop_with_the_kernel() {
     assert_eq!(entry["via"], "nd", "{j}");
 
     // Decapsulated traffic refreshes the entry (outer IPv6 source).
-    let seen = |d: &Daemon| {
-        d.json(&["tnl/neigh/show"])["counters"]["decap_seen"]
-            .as_u64()
-            .unwrap()
-    };
-    let end = Instant::now() + Duration::from_secs(5);
-    while seen(d) == 0 && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(seen(d) > 0, "{}", d.ok(&["tnl/neigh/show"]));
+    assert!(wait_decap_seen(d) > 0, "{}", d.ok(&["tnl/neigh/show"]));
 
     // TCP across: more than 1 MB in 2 s.
     let (bytes, report) = vm.iperf_tcp(hu, "192.168.52.2", false);
@@ -389,7 +250,7 @@ fn native_vxlan_over_ipv6_interop_with_the_kernel() {
     );
     assert!(flows.contains("tnl_pop("), "{flows}");
     assert_eq!(
-        socket_packets(d),
+        socket_packets(d, "vx"),
         socket_at_start,
         "the tunnel port's socket carried traffic (tx, rx)"
     );
@@ -406,31 +267,22 @@ fn native_vxlan_over_ipv6_interop_with_the_kernel() {
 
     // A /128 through a gateway nobody answers for: misses and Neighbor Solicitations are
     // counted and the traffic stops; removing it brings the direct route, and traffic, back.
-    let counters = |d: &Daemon| d.json(&["tnl/neigh/show"])["counters"].clone();
-    let before = counters(d);
+    let before = neigh_counters(d);
     d.ok(&["route/add", "fd52::2/128", brp, "fd52::99"]);
-    let end = Instant::now() + Duration::from_secs(5);
-    let missed = |d: &Daemon| {
-        let c = counters(d);
+    let missed = || {
+        let c = neigh_counters(d);
         c["miss_drops"].as_u64() > before["miss_drops"].as_u64()
             && c["ns_requests"].as_u64() > before["ns_requests"].as_u64()
     };
-    while !missed(d) && Instant::now() < end {
-        let _ = vm.try_exec(&["ping", "-c", "1", "-W", "1", "192.168.52.2"]);
-    }
     assert!(
-        missed(d),
-        "megaflows kept the old route: {}\n{}",
-        d.ok(&["tnl/neigh/show"]),
-        d.ok(&["dump-megaflows"])
+        ping_until_done(vm, "192.168.52.2", missed),
+        "megaflows kept the old route: {}",
+        native_state(d)
     );
     // The miss counters already move while the revalidation re-translates; the old push
     // megaflows leave the PMDs just after: wait for that before asserting the traffic stops.
-    let end = Instant::now() + Duration::from_secs(5);
-    while d.ok(&["dump-megaflows"]).contains("tnl_push(") && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let p = vm.try_exec(&["ping", "-c", "2", "-W", "1", "192.168.52.2"]);
+    wait_push_megaflows_gone(d);
+    let p = ping_n(vm, "192.168.52.2", 2, &[]);
     assert!(
         !p.status.success(),
         "traffic crossed through a dead gateway: {}\n{}\n{}\n{}",
@@ -447,75 +299,28 @@ fn native_vxlan_over_ipv6_interop_with_the_kernel() {
     );
     // The same through the host's own routing table (read over rtnetlink): a kernel /128
     // via the dead gateway stops the traffic, its removal brings it back.
-    let before = counters(d);
-    must(&[
-        "ip",
-        "-6",
-        "route",
-        "add",
-        "fd52::2/128",
-        "via",
-        "fd52::98",
-        "dev",
-        brp,
-    ]);
+    let before = neigh_counters(d);
+    host_route("add", "fd52::2/128", Some("fd52::98"), brp);
     let _route = Route6(format!("fd52::2/128 dev {brp}"));
-    let end = Instant::now() + Duration::from_secs(5);
-    let missed = |d: &Daemon| {
-        let c = counters(d);
-        c["ns_requests"].as_u64() > before["ns_requests"].as_u64()
-    };
-    while !missed(d) && Instant::now() < end {
-        let _ = vm.try_exec(&["ping", "-c", "1", "-W", "1", "192.168.52.2"]);
-    }
+    let missed = || neigh_counters(d)["ns_requests"].as_u64() > before["ns_requests"].as_u64();
     assert!(
-        missed(d) && d.ok(&["route/show"]).contains("fd52::2/128 dev"),
+        ping_until_done(vm, "192.168.52.2", missed)
+            && d.ok(&["route/show"]).contains("fd52::2/128 dev"),
         "the kernel route was not used: {}\n{}",
         d.ok(&["route/show"]),
         d.ok(&["tnl/neigh/show"])
     );
-    must(&["ip", "-6", "route", "del", "fd52::2/128", "dev", brp]);
+    host_route("del", "fd52::2/128", None, brp);
     assert!(
         vm.ping_until("192.168.52.2", &[], 10),
         "no traffic after the kernel route went"
     );
     // A flush empties the cache; traffic goes on (learned again by ND).
-    d.ok(&["tnl/neigh/flush"]);
-    assert!(
-        vm.ping_until("192.168.52.2", &[], 10),
-        "no traffic after the flush"
-    );
+    assert_flush_relearns(d, vm, "192.168.52.2");
 
     // A frame that does not fit the underlay's 1500 after IPv6 encapsulation (56 bytes) is
     // dropped and counted: VM V at MTU 1500 sends 1431-byte IP packets with DF.
-    let mtu_drops = |d: &Daemon| {
-        d.json(&["tnl/neigh/show"])["native_drops"]["mtu"]
-            .as_u64()
-            .unwrap()
-    };
-    let before = mtu_drops(d);
-    vm.exec(&["ip", "link", "set", &vm.ns_if, "mtu", "1500"]);
-    let big = vm.try_exec(&[
-        "ping",
-        "-c",
-        "3",
-        "-W",
-        "1",
-        "-M",
-        "do",
-        "-s",
-        "1403",
-        "192.168.52.2",
-    ]);
-    assert!(
-        !big.status.success(),
-        "an oversize frame crossed the tunnel"
-    );
-    assert!(
-        mtu_drops(d) >= before + 3,
-        "oversize frames not counted: {}",
-        d.ok(&["tnl/neigh/show"])
-    );
+    assert_oversize_dropped(d, vm, "192.168.52.2", "1403");
     // 1430 still fits.
     assert!(
         vm.ping_until("192.168.52.2", &["-M", "do", "-s", "1402"], 5),
@@ -541,7 +346,7 @@ fn flow_based_native_vxlan_over_ipv6_with_tun_ipv6_fields() {
         return;
     };
     let (d, vm) = (&r.d, &r.vm);
-    let socket_at_start = socket_packets(d);
+    let socket_at_start = socket_packets(d, "vx");
     // OpenFlow ports in add-port order: vx 1, vm 2.
     let sock = d.run_dir.join(format!("{}.mgmt", r.bri));
     testkit::ofctl_must(&sock, "del-flows", &[]);
@@ -558,9 +363,8 @@ fn flow_based_native_vxlan_over_ipv6_with_tun_ipv6_fields() {
     );
     assert!(
         vm.ping_until("192.168.53.2", &[], 20),
-        "no ping through the flow-based IPv6 tunnel: {}\n{}",
-        d.ok(&["tnl/neigh/show"]),
-        d.ok(&["dump-megaflows"])
+        "no ping through the flow-based IPv6 tunnel: {}",
+        native_state(d)
     );
     let flows = d.ok(&["dump-megaflows"]);
     assert!(
@@ -569,7 +373,7 @@ fn flow_based_native_vxlan_over_ipv6_with_tun_ipv6_fields() {
     );
     assert!(flows.contains("tun_ipv6_src=fd53::2"), "{flows}");
     assert_eq!(
-        socket_packets(d),
+        socket_packets(d, "vx"),
         socket_at_start,
         "the socket carried traffic"
     );
@@ -584,7 +388,7 @@ fn flow_based_native_vxlan_over_ipv6_with_tun_ipv6_fields() {
         "add-flow",
         &["in_port=1,tun_id=42,tun_ipv6_src=fd53::9,actions=output:2"],
     );
-    let p = vm.try_exec(&["ping", "-c", "2", "-W", "1", "192.168.53.2"]);
+    let p = ping_n(vm, "192.168.53.2", 2, &[]);
     assert!(
         !p.status.success(),
         "replies from fd53::2 matched a rule for fd53::9: {}",

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 pub mod host;
 pub mod ovs;
+pub mod tunnels;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
