@@ -16,8 +16,8 @@
 mod common;
 
 use common::host::{kernel_ok, must, sh, Ns};
-use common::ovs::Ovs;
 use common::peers::{build_initramfs, guest_peers, Guest, Testpmd, VirtioUser};
+use common::tunnels::{ovs_tunnel_host, OvsTunnel};
 use common::{wait_until, Daemon};
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -232,26 +232,20 @@ fn a_qemu_guest_reaches_testpmd_behind_another_vireo_a_kernel_vxlan_and_an_ovs_g
         .prefix("nvm-ovs-")
         .tempdir()
         .unwrap();
-    let ovs = Ovs::start(&o, ovs_dir.path());
-    ovs.add_netdev_br("brphy");
-    ovs.add_netdev_br("brint");
-    ovs.vsctl(&["add-port", "brphy", &o.ns_if]);
-    o.exec(&["ip", "link", "set", "brphy", "mtu", MTU, "up"]);
-    o.exec(&["ip", "addr", "add", "10.243.0.4/24", "dev", "brphy"]);
-    ovs.vsctl(&[
-        "add-port",
-        "brint",
-        "gn",
-        "--",
-        "set",
-        "interface",
-        "gn",
-        "type=geneve",
-        "options:remote_ip=10.243.0.1",
-        "options:key=100",
-    ]);
-    o.exec(&["ip", "link", "set", "brint", "mtu", "1500", "up"]);
-    o.exec(&["ip", "addr", "add", "192.168.243.4/24", "dev", "brint"]);
+    let ovs = ovs_tunnel_host(
+        &o,
+        ovs_dir.path(),
+        &OvsTunnel {
+            kind: "geneve",
+            port: "gn",
+            local: "10.243.0.4/24",
+            remote: "10.243.0.1",
+            key: "100",
+            overlay: "192.168.243.4/24",
+            mtu: Some(1500),
+        },
+    );
+    o.exec(&["ip", "link", "set", "brphy", "mtu", MTU]);
     let listen_o = listener(&o, "192.168.243.4", 5002);
 
     // Behind host B: testpmd answering ARP and ping.
