@@ -70,6 +70,11 @@ pub struct DpTuning {
     pub idle_sleep: Duration,
     /// How often rx queue loads are measured when auto load-balance is off.
     pub measure_interval: Duration,
+    /// The signature-match cache is probed and filled only while the megaflow classifier has
+    /// at least this many subtables (0 or 1: always). Default 2: with one subtable the classifier
+    /// finds a flow with one hash probe, which an SMC hit would only replace by its own probe
+    /// and a check of the candidate (BENCHMARKS.md, *The SMC with one subtable*).
+    pub smc_min_subtables: usize,
 }
 
 impl Default for DpTuning {
@@ -82,6 +87,7 @@ impl Default for DpTuning {
             pool_prefill: 256,
             idle_sleep: Duration::from_micros(50),
             measure_interval: Duration::from_secs(10),
+            smc_min_subtables: 2,
         }
     }
 }

@@ -410,6 +410,7 @@ impl Inner {
                 pool_prefill: self.tuning.pool_prefill,
                 txq,
                 idle_sweeps: self.tuning.idle_flow_timeout.as_secs() as u32,
+                smc_min_subtables: self.tuning.smc_min_subtables,
             },
             idle_sleep: self.tuning.idle_sleep,
             policers: self.policers.clone(),

@@ -101,6 +101,9 @@ pub struct WorkerConfig {
     pub txq: usize,
     /// Housekeeping sweeps without a hit before a megaflow expires (0 = never).
     pub idle_sweeps: u32,
+    /// The SMC is used only while the classifier has at least this many subtables (0 or 1:
+    /// always).
+    pub smc_min_subtables: usize,
 }
 
 impl Default for WorkerConfig {
@@ -112,6 +115,7 @@ impl Default for WorkerConfig {
             pool_prefill: 256,
             txq: 0,
             idle_sweeps: 10,
+            smc_min_subtables: 2,
         }
     }
 }
@@ -160,6 +164,8 @@ pub struct Worker {
     from_xdp: u32,
     /// Packets of the current burst classified by their mark without extraction, by bit.
     skipped: u32,
+    /// Whether this burst uses the SMC (`WorkerConfig::smc_min_subtables`).
+    smc_on: bool,
 }
 
 /// What the control thread may read about a worker without waiting for it, so revalidation can
@@ -218,6 +224,7 @@ impl Worker {
             tag: mark_tag(0),
             from_xdp: 0,
             skipped: 0,
+            smc_on: true,
         }
     }
 
@@ -278,6 +285,9 @@ impl Worker {
         let mut from_xdp = 0u32;
         let mut skipped = 0u32;
         let probe_emc = self.gate.start_burst();
+        let min = self.cfg.smc_min_subtables;
+        self.smc_on = min <= 1 || self.cls.subtables().len() >= min;
+        let smc_on = self.smc_on;
         let Worker {
             rx,
             keys,
@@ -330,7 +340,9 @@ impl Worker {
             if probe_emc {
                 emc.prefetch(p.meta.hash);
             }
-            smc.prefetch(p.meta.hash);
+            if smc_on {
+                smc.prefetch(p.meta.hash);
+            }
         }
         self.from_xdp = from_xdp;
         self.skipped = skipped;
@@ -364,7 +376,9 @@ impl Worker {
                 if self.gate.probing() {
                     self.emc.prefetch(p.meta.hash);
                 }
-                self.smc.prefetch(p.meta.hash);
+                if self.smc_on {
+                    self.smc.prefetch(p.meta.hash);
+                }
             }
             self.recirc_keys.clear();
             for (slot, h) in self.hints.iter_mut().zip(self.recirc_hints.drain(..)) {
@@ -398,7 +412,7 @@ impl Worker {
 
     fn cache(&mut self, i: usize, id: u32, smc: bool) {
         let h = self.rx.as_slice()[i].meta.hash;
-        if smc {
+        if smc && self.smc_on {
             self.smc.insert(h, id);
         }
         if self.emc_insert_wanted() {
@@ -451,7 +465,12 @@ impl Worker {
             } else {
                 self.tally.emc_bypassed += 1;
             }
-            if let Some(id) = self.smc.lookup(h) {
+            let smc_candidate = if self.smc_on {
+                self.smc.lookup(h)
+            } else {
+                None
+            };
+            if let Some(id) = smc_candidate {
                 self.flows.prefetch_slot(id);
                 self.ids[i] = id;
                 cand |= 1 << i;

@@ -187,8 +187,10 @@ impl Upcall for Pipe {
 const BURSTS: usize = 500;
 
 fn worker(emc_insert_inv_prob: u32, gen: &Arc<Gen>, out: &[Arc<Gen>; 2]) -> Worker {
+    // The SMC even with one subtable, so that its probes and inserts are held too.
     let cfg = WorkerConfig {
         emc_insert_inv_prob,
+        smc_min_subtables: 1,
         ..WorkerConfig::default()
     };
     let mut w = Worker::new(Arc::new(Pipe), cfg, Registry::default());

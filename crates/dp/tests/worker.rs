@@ -10,7 +10,7 @@ use packet::{Batch, Packet, Pool};
 use ports::{Link, Port, PortStats};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
-use wire::FlowKey;
+use wire::{Field, FlowKey};
 
 /// Receives full bursts of the given frames (round robin) and "sends" by counting.
 struct LoopPort {
@@ -151,6 +151,7 @@ fn smc_serves_when_the_emc_does_not_insert() {
     let port = LoopPort::new(vec![udp_frame(0x0a00_0001, 1)]);
     let cfg = WorkerConfig {
         emc_insert_inv_prob: 0,
+        smc_min_subtables: 1,
         ..WorkerConfig::default()
     };
     let (mut w, _) = worker(TestPipeline::new(vec![Action::Output(1)]), cfg, &port);
@@ -164,6 +165,59 @@ fn smc_serves_when_the_emc_does_not_insert() {
         port.tx_calls.load(SeqCst),
         2,
         "one tx burst per output port per rx burst"
+    );
+}
+
+/// Megaflows on the destination for 10.0.0.1, on the source for anything else: two
+/// subtables once both were seen.
+struct TwoMasks;
+
+impl Upcall for TwoMasks {
+    fn upcall(&self, key: &FlowKey, _: &Packet) -> UpcallResult {
+        let mut mask = FlowKey::ZERO;
+        mask.set_exact(Field::EthType);
+        if key.get(Field::Ipv4Dst) == 0x0a00_0001 {
+            mask.set_exact(Field::Ipv4Dst);
+        } else {
+            mask.set_exact(Field::Ipv4Src);
+        }
+        UpcallResult {
+            actions: Arc::from(vec![Action::Output(1)]),
+            mask,
+            install: true,
+            deps: dp::flow::Deps::new(0, vec![]),
+        }
+    }
+}
+
+#[test]
+fn the_smc_is_used_only_once_the_classifier_has_two_subtables() {
+    let one = LoopPort::new(vec![udp_frame(0x0a00_0001, 1)]);
+    let other = LoopPort::new(vec![udp_frame(0x0a00_0002, 1)]);
+    let cfg = WorkerConfig {
+        emc_insert_inv_prob: 0,
+        ..WorkerConfig::default()
+    };
+    let (mut w, _) = worker(Arc::new(TwoMasks), cfg, &one);
+    w.poll(1, &*one, 0);
+    w.take_tally();
+    w.poll(1, &*one, 0);
+    let t = w.take_tally();
+    assert_eq!(
+        (t.emc_hits, t.smc_hits, t.megaflow_hits),
+        (0, 0, 32),
+        "one subtable: the classifier's probe alone, no SMC"
+    );
+    // A second mask: the SMC is filled from the classifier's hits, then serves.
+    w.poll(1, &*other, 0);
+    w.poll(1, &*one, 0);
+    w.take_tally();
+    w.poll(1, &*one, 0);
+    let t = w.take_tally();
+    assert_eq!(
+        (t.emc_hits, t.smc_hits, t.megaflow_hits),
+        (0, 32, 0),
+        "two subtables: the SMC serves"
     );
 }
 

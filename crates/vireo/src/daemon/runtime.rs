@@ -142,14 +142,22 @@ impl std::ops::Deref for Runtime {
 
 /// The datapath's tunables: the defaults, except the PMDs' idle sleep when
 /// `VIREO_PMD_IDLE_SLEEP_US` is set (microseconds slept per empty iteration once a PMD has
-/// been idle about 1 ms; `0`: never sleep, busy-poll as OVS's PMDs do). A measurement knob,
-/// read once at start; an unreadable value is ignored with a warning.
+/// been idle about 1 ms; `0`: never sleep, busy-poll as OVS's PMDs do) and the SMC's
+/// subtable threshold when `VIREO_SMC_MIN_SUBTABLES` is set (`DpTuning::smc_min_subtables`;
+/// `1`: always use the SMC). Measurement knobs, read once at start; an unreadable value is
+/// ignored with a warning.
 fn tuning_from_env() -> DpTuning {
     let mut t = DpTuning::default();
     if let Ok(v) = std::env::var("VIREO_PMD_IDLE_SLEEP_US") {
         match v.trim().parse::<u64>() {
             Ok(us) if us <= 100_000 => t.idle_sleep = std::time::Duration::from_micros(us),
             _ => tracing::warn!(value = %v, "VIREO_PMD_IDLE_SLEEP_US is not 0-100000: ignored"),
+        }
+    }
+    if let Ok(v) = std::env::var("VIREO_SMC_MIN_SUBTABLES") {
+        match v.trim().parse::<usize>() {
+            Ok(n) => t.smc_min_subtables = n,
+            _ => tracing::warn!(value = %v, "VIREO_SMC_MIN_SUBTABLES is not a number: ignored"),
         }
     }
     t
