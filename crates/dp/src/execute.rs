@@ -47,6 +47,8 @@ fn complete_in_place(pkt: &mut Packet) -> bool {
 struct TxSlot {
     port_no: u32,
     port: Arc<dyn Port>,
+    /// The port copies a one-copy packet's tail itself (`Port::takes_tails`).
+    tails: bool,
     batch: Batch,
 }
 
@@ -93,6 +95,7 @@ impl TxTable {
             self.slots.push(TxSlot {
                 port_no: *no,
                 port: p.clone(),
+                tails: p.takes_tails(),
                 batch: Batch::new(),
             });
             let n = *no as usize;
@@ -127,7 +130,8 @@ impl TxTable {
     }
 
     /// Queues `pkt` for `port_no`; a full batch is sent first. Unknown ports drop (lost). A
-    /// packet carrying an offload the port does not take is finished in software first.
+    /// packet carrying an offload the port does not take is finished in software first; a
+    /// one-copy packet's tail is copied in unless the port copies it itself.
     #[inline(always)]
     pub fn send(&mut self, port_no: u32, mut pkt: Packet, pool: &mut Pool, tally: &mut Tally) {
         let Some(s) = self.slot_of(port_no) else {
@@ -135,6 +139,9 @@ impl TxTable {
             pool.put(pkt);
             return;
         };
+        if pkt.has_tail() && !self.slots[s].tails {
+            pkt.materialise();
+        }
         if pkt.meta.has_offload() && !self.slots[s].port.tx_offloads().takes(pkt.meta.offload()) {
             match pkt.meta.offload() {
                 Offload::Tso { mss, .. } => return self.send_segments(s, pkt, mss, pool, tally),
@@ -285,6 +292,11 @@ pub fn execute(
     // hint is then stale). Conservative: every modifying action counts.
     let mut dirty = false;
     for (j, a) in actions.iter().enumerate() {
+        if pkt.has_tail() && !matches!(a, Action::Output(_)) {
+            // One copy for large frames: only an output to a port that copies the tail itself
+            // leaves it in the sender's memory; every other action sees the whole frame.
+            pkt.materialise();
+        }
         match a {
             Action::Output(p) => {
                 if pkt.meta.has_offload()
@@ -301,9 +313,10 @@ pub fn execute(
                 if j == steal {
                     return *p;
                 }
-                let mut c = cx.pool.get_for(pkt.len());
-                c.set_frame(pkt.data());
-                c.meta = pkt.meta;
+                // A copy for this output (a deferred tail is shared, not copied: each vhost
+                // output copies it from the sender, any other port's `send` copies it in).
+                let mut c = cx.pool.get_for(pkt.frame_len());
+                pkt.copy_into(&mut c);
                 cx.tx.send(*p, c, cx.pool, cx.tally);
             }
             Action::Userspace(cookie) => cx.upcall.userspace(*cookie, key, pkt),

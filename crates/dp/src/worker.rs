@@ -540,6 +540,8 @@ impl Worker {
 
     /// Asks the pipeline about packet `i` and installs the answer (see [`Activity`]).
     fn install_upcall(&mut self, i: usize, key: FlowKey) {
+        // The pipeline (and a controller's packet-in) sees the whole frame.
+        self.rx.as_mut_slice()[i].materialise();
         let pkt = &self.rx.as_slice()[i];
         let up = &*self.upcall;
         let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| up.upcall(&key, pkt)));
@@ -633,7 +635,7 @@ impl Worker {
                     (run_id, run_pkts, run_bytes) = (id, 0, 0);
                 }
                 run_pkts += 1;
-                run_bytes += pkt.len() as u64;
+                run_bytes += pkt.frame_len() as u64;
                 execute(pkt, &f.actions, f.steal, key, &mut cx)
             } else {
                 NO_PORT

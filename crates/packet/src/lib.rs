@@ -13,7 +13,18 @@
 //!
 //! This crate sits below `ports` and `dp` (DESIGN.md puts buffers in `dp`; ports must fill them
 //! too, so they live one layer down).
+//!
+//! One copy for large frames: a packet may hold only the head of its frame in its buffer and
+//! name the rest as a [`Tail`], a range of the sending guest's memory (still owned by us: the
+//! guest gets that chain back only after the burst's transmit). [`Packet::data`] and
+//! [`Packet::len`] are then the head only; [`Packet::frame_len`] is the whole frame. A
+//! vhost-user port's enqueue copies the tail straight from guest to guest; every other
+//! consumer first calls [`Packet::materialise`], which copies it in. The tail holds its memory
+//! table's `Arc`, so the mapping it names cannot be unmapped under it.
 #![deny(unsafe_code)]
+
+use guestmem::GuestMemory;
+use std::sync::Arc;
 
 /// Largest burst a port receives or sends in one call.
 pub const BATCH_SIZE: usize = 32;
@@ -169,11 +180,25 @@ impl Meta {
     }
 }
 
-/// One packet: a fixed buffer, the window `[head, head + len)` holding the frame, and metadata.
+/// The part of a frame left in the sending guest's memory (see the crate comment): `len`
+/// bytes at guest-physical `gpa` of `mem`, checked to lie in one region when it was made.
+#[derive(Clone, Debug)]
+pub struct Tail {
+    /// The sender's memory table (kept mapped while the tail lives).
+    pub mem: Arc<GuestMemory>,
+    /// Where the tail starts.
+    pub gpa: u64,
+    /// Its length.
+    pub len: u32,
+}
+
+/// One packet: a fixed buffer, the window `[head, head + len)` holding the frame (or its head,
+/// with the rest in `tail`), and metadata.
 pub struct Packet {
     buf: Box<[u8]>,
     head: usize,
     len: usize,
+    tail: Option<Tail>,
     /// Datapath metadata.
     pub meta: Meta,
 }
@@ -188,6 +213,7 @@ impl Packet {
             buf: vec![0u8; size].into_boxed_slice(),
             head: HEADROOM,
             len: 0,
+            tail: None,
             meta: Meta::default(),
         }
     }
@@ -220,7 +246,71 @@ impl Packet {
         self.buf.len() - HEADROOM
     }
 
-    /// The frame bytes.
+    /// The deferred tail, if the frame's end is still in the sender's memory.
+    #[inline]
+    pub fn tail(&self) -> Option<&Tail> {
+        self.tail.as_ref()
+    }
+
+    /// True if the frame's end is still in the sender's memory.
+    #[inline]
+    pub fn has_tail(&self) -> bool {
+        self.tail.is_some()
+    }
+
+    /// Defers the rest of the frame: `t` follows the bytes in the buffer. The caller checked
+    /// that `t` lies in one region of `t.mem` and that the head plus `t` fits the buffer
+    /// (`room`); a tail that would not fit is refused (`false`).
+    #[inline]
+    pub fn set_tail(&mut self, t: Tail) -> bool {
+        if self.len + t.len as usize > self.room() {
+            return false;
+        }
+        self.tail = Some(t);
+        true
+    }
+
+    /// Whole frame length: the bytes held plus the deferred tail.
+    #[inline]
+    pub fn frame_len(&self) -> usize {
+        self.len + self.tail.as_ref().map_or(0, |t| t.len as usize)
+    }
+
+    /// Copies the deferred tail (if any) into the buffer after the head, so that
+    /// [`Packet::data`] is the whole frame. The tail was checked to lie in its table when it
+    /// was made and the table cannot change under it, so the read cannot fail; if it did, the
+    /// bytes are zeros. Guest memory found lost since reads as zeros too: only the sender's
+    /// own payload suffers.
+    #[inline]
+    pub fn materialise(&mut self) {
+        if let Some(t) = self.tail.take() {
+            let at = self.head + self.len;
+            let n = t.len as usize;
+            // In the buffer: `set_tail` checked head + tail against its room, and pushes and
+            // pulls at the front keep the frame's end where it was.
+            if let Some(dst) = self.buf.get_mut(at..at + n) {
+                if t.mem.read(t.gpa, dst).is_err() {
+                    dst.fill(0);
+                }
+                self.len += n;
+            }
+        }
+    }
+
+    /// A copy of this packet's frame (its tail, if deferred, still deferred: the copy holds
+    /// it too) and metadata into `c` (another output of the same packet; take `c` with
+    /// `Pool::get_for(self.frame_len())`, or a tail that does not fit is dropped with a
+    /// truncated frame left).
+    #[inline]
+    pub fn copy_into(&self, c: &mut Packet) {
+        c.set_frame(self.data());
+        c.meta = self.meta;
+        if let Some(t) = &self.tail {
+            c.set_tail(t.clone());
+        }
+    }
+
+    /// The frame bytes (only the head while a tail is deferred: see [`Packet::materialise`]).
     #[inline]
     pub fn data(&self) -> &[u8] {
         &self.buf[self.head..self.head + self.len]
@@ -258,6 +348,7 @@ impl Packet {
         let len = len.min(self.buf.len() - HEADROOM);
         self.head = HEADROOM;
         self.len = len;
+        self.tail = None;
         self.meta = Meta::default();
         &mut self.buf[HEADROOM..HEADROOM + len]
     }
@@ -268,9 +359,11 @@ impl Packet {
         self.reset_for_fill(n).copy_from_slice(&frame[..n]);
     }
 
-    /// Shortens the frame to `len` bytes (no-op if already shorter).
+    /// Shortens the frame to `len` bytes (no-op if already shorter); a deferred tail is
+    /// copied in first.
     #[inline]
     pub fn truncate(&mut self, len: usize) {
+        self.materialise();
         self.len = self.len.min(len);
     }
 
@@ -325,6 +418,7 @@ impl std::fmt::Debug for Packet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Packet")
             .field("len", &self.len)
+            .field("tail", &self.tail.as_ref().map(|t| (t.gpa, t.len)))
             .field("meta", &self.meta)
             .finish()
     }
@@ -523,9 +617,11 @@ impl Pool {
         }
     }
 
-    /// Gives a buffer back (to the list of its class).
+    /// Gives a buffer back (to the list of its class). A deferred tail is let go (its memory
+    /// table's `Arc` dropped) here, never kept in the free list.
     #[inline]
-    pub fn put(&mut self, p: Packet) {
+    pub fn put(&mut self, mut p: Packet) {
+        p.tail = None;
         if p.is_large() {
             self.large_out = self.large_out.saturating_sub(1);
             self.free_large.push(p);
@@ -537,6 +633,11 @@ impl Pool {
     /// Gives back every packet in `batch`, leaving it empty.
     #[inline]
     pub fn put_batch(&mut self, batch: &mut Batch) {
+        for p in batch.as_mut_slice() {
+            if p.tail.is_some() {
+                p.tail = None;
+            }
+        }
         if self.large_out == 0 {
             self.free.extend(batch.drain());
             return;
@@ -696,6 +797,48 @@ mod tests {
             })
         );
         assert_eq!(c.shifted(40, 4), None, "an offset inside the moved bytes");
+    }
+
+    #[test]
+    fn a_deferred_tail_is_copied_in_cloned_and_let_go() {
+        let mem = Arc::new(GuestMemory::anonymous(&[(0x1000, 8192)]).unwrap());
+        let frame: Vec<u8> = (0..1518u32).map(|i| (i * 13 + 5) as u8).collect();
+        mem.write(0x1000 + 192, &frame[192..]).unwrap();
+        let mut pool = Pool::new(0, 4);
+        let mut p = pool.get();
+        p.set_frame(&frame[..192]);
+        let t = Tail {
+            mem: mem.clone(),
+            gpa: 0x1000 + 192,
+            len: 1518 - 192,
+        };
+        assert!(p.set_tail(t.clone()));
+        assert_eq!((p.len(), p.frame_len()), (192, 1518));
+        assert_eq!(Arc::strong_count(&mem), 3);
+        // A second output holds the tail too, still deferred.
+        let mut c = pool.get_for(p.frame_len());
+        p.copy_into(&mut c);
+        assert!(c.has_tail() && c.frame_len() == 1518 && c.data() == &frame[..192]);
+        c.materialise();
+        assert!(!c.has_tail());
+        assert_eq!(c.data(), &frame[..]);
+        // Given back: the pool lets the tail (and the table) go.
+        pool.put(c);
+        let mut b = Batch::new();
+        b.push(p).unwrap();
+        pool.put_batch(&mut b);
+        drop(t);
+        assert_eq!(Arc::strong_count(&mem), 1);
+        // A tail that does not fit the buffer is refused.
+        let mut q = pool.get();
+        q.set_frame(&[0u8; 100]);
+        let big = Tail {
+            mem: mem.clone(),
+            gpa: 0x1000,
+            len: MAX_FRAME as u32,
+        };
+        assert!(!q.set_tail(big));
+        assert!(!q.has_tail());
     }
 
     #[test]

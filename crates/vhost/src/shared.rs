@@ -311,15 +311,26 @@ impl Device {
         f(&self.lock_slot(vring))
     }
 
-    /// Control thread: removes the running queue of `vring`, if any.
+    /// Control thread: removes the running queue of `vring`, if any, with the chains it held
+    /// for one-copy tails returned first (the queue is at rest: its used index is where its
+    /// avail index stands). A packet still holding such a tail keeps the memory table mapped
+    /// by its own `Arc`; the guest may reuse that buffer now, which changes only its own
+    /// payload.
     pub(crate) fn take(&self, vring: usize) -> Option<Running> {
-        let r = self.with_slot(vring, Option::take);
+        let r = self.with_slot(vring, |s| {
+            if let Some(r) = s.as_mut() {
+                r.queue.return_held();
+            }
+            s.take()
+        });
         self.update_pair(vring / 2);
         r
     }
 
-    /// Control thread: installs a running queue.
-    pub(crate) fn install(&self, vring: usize, r: Running) {
+    /// Control thread: installs a running queue (guest tx queues dequeue large frames with one
+    /// copy).
+    pub(crate) fn install(&self, vring: usize, mut r: Running) {
+        r.queue.set_one_copy(vring % 2 == 1);
         let old = self.with_slot(vring, |s| s.replace(r));
         drop(old);
         self.update_pair(vring / 2);

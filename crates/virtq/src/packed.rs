@@ -468,7 +468,7 @@ impl PackedQueue {
             if head.3 & (DESC_F_NEXT | DESC_F_INDIRECT | DESC_F_WRITE) == 0 && head.1 >= hdr {
                 // Fast path: header and frame in one descriptor (one descriptor read).
                 self.spent += 1;
-                match crate::copy::from_one(&self.mem, head.0, head.1, &self.feat, pool) {
+                match crate::copy::from_one(&self.mem, head.0, head.1, &self.feat, pool, false) {
                     Ok(p) => {
                         b.packets += 1;
                         b.bytes += p.len() as u64;
@@ -498,7 +498,7 @@ impl PackedQueue {
             };
             let r = match c.bad {
                 Some(_) => Err(ChainError::Malformed),
-                None => crate::copy::from_segs(&self.mem, &self.segs, &self.feat, pool),
+                None => crate::copy::from_segs(&self.mem, &self.segs, &self.feat, pool, false),
             };
             match r {
                 Ok(p) => {

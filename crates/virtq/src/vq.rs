@@ -51,6 +51,31 @@ impl VirtQueue {
         }
     }
 
+    /// Turns one copy for large frames on or off for later dequeues (split rings; a packed
+    /// ring always copies whole frames in, see [`crate::copy`]).
+    pub fn set_one_copy(&mut self, on: bool) {
+        if let VirtQueue::Split(q) = self {
+            q.set_one_copy(on);
+        }
+    }
+
+    /// Returns the chains held for deferred tails (see [`Queue::return_held`]); whether the
+    /// driver wants an interrupt.
+    pub fn return_held(&mut self) -> bool {
+        match self {
+            VirtQueue::Split(q) => q.return_held(),
+            VirtQueue::Packed(_) => false,
+        }
+    }
+
+    /// Chains held for deferred tails.
+    pub fn held(&self) -> usize {
+        match self {
+            VirtQueue::Split(q) => q.held(),
+            VirtQueue::Packed(_) => 0,
+        }
+    }
+
     /// Whether this is a packed ring.
     pub fn is_packed(&self) -> bool {
         matches!(self, VirtQueue::Packed(_))
