@@ -27,7 +27,11 @@
 //! Owns: [`Worker`], everything one PMD thread needs to move packets: its caches, flow table,
 //! buffer pool, scratch arrays for a burst, and transmit batches. A burst is processed in
 //! stages (all keys, then all lookups, then all actions, then one `tx_burst` per output port),
-//! with no allocation, no lock and no reference-count change per packet.
+//! with no allocation, no lock and no reference-count change per packet, except for a large
+//! frame a vhost-user port dequeued with one copy: its tail holds the sender's memory table
+//! (`packet::Tail`, one uncontended increment at dequeue and decrement when the pool takes
+//! the buffer back). Such a packet is seen whole by the pipeline on a miss and by every action
+//! but an output (`Packet::materialise`; see `execute`).
 //!
 //! The worker does not know about threads: the PMD loop (`pmd.rs`) drives it, and tests and
 //! benchmarks drive it directly.

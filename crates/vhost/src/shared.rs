@@ -28,6 +28,18 @@ use std::sync::atomic::{
 use std::sync::{Arc, Mutex, TryLockError};
 use virtq::{Burst, VirtQueue};
 
+/// The one-copy threshold for guest tx queues: `VIREO_ONE_COPY_MIN` (bytes; 0 turns one copy
+/// off) if set, read once, else `None` (virtq's default). A knob for measuring the threshold
+/// (BENCHMARKS.md), not a configuration.
+pub fn one_copy_min() -> Option<usize> {
+    static MIN: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *MIN.get_or_init(|| {
+        std::env::var("VIREO_ONE_COPY_MIN")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+    })
+}
+
 /// A running virtqueue and its interrupt eventfd.
 #[derive(Debug)]
 pub struct Running {
@@ -328,9 +340,13 @@ impl Device {
     }
 
     /// Control thread: installs a running queue (guest tx queues dequeue large frames with one
-    /// copy).
+    /// copy, see [`one_copy_min`]).
     pub(crate) fn install(&self, vring: usize, mut r: Running) {
-        r.queue.set_one_copy(vring % 2 == 1);
+        r.queue.set_one_copy(if vring % 2 == 1 {
+            one_copy_min()
+        } else {
+            Some(0)
+        });
         let old = self.with_slot(vring, |s| s.replace(r));
         drop(old);
         self.update_pair(vring / 2);

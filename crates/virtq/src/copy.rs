@@ -14,7 +14,7 @@
 //! (`wire::extract::key_within`) and its header asks for no offload; the rest becomes the
 //! packet's [`packet::Tail`], copied later straight into the receiving guest (or into our
 //! buffer by whoever needs the whole frame). The chain is not returned to the guest until
-//! then (see `Queue::dequeue`).
+//! then (see `Queue::dequeue`, `PackedQueue::dequeue`).
 //!
 //! Threads: the PMD dequeuing, under the ring's slot lock.
 use crate::queue::ChainError;
@@ -24,19 +24,21 @@ use packet::vnet::Hdr;
 use packet::{Packet, Pool, Tail, MAX_FRAME};
 use std::sync::Arc;
 
-/// Frames at least this long (without virtio-net header) are dequeued with one copy.
-/// Measured (BENCHMARKS.md, "One copy for large frames"): below it the second memcpy is cheaper
-/// than the extra bookkeeping.
+/// Frames at least this long (without virtio-net header) are dequeued with one copy, by
+/// default (a queue's owner may set another threshold, `Queue::set_one_copy`). Measured
+/// (BENCHMARKS.md, "One copy for large frames"): below it the second memcpy is cheaper than
+/// the extra bookkeeping.
 pub const ONE_COPY_MIN: usize = 512;
 
 /// Bytes of a one-copy frame copied into the packet: two VLAN tags, the largest IPv4 header
 /// and the largest TCP header (14 + 8 + 60 + 60 = 142) rounded up to whole cache lines.
 pub const HEAD_LEN: usize = 192;
 
-/// Whether a frame of `flen` bytes with header `h` may be dequeued with one copy.
+/// Whether a frame of `flen` bytes with header `h` may be dequeued with one copy, frames of at
+/// least `min` bytes qualifying (0: one copy is off).
 #[inline]
-fn wants_one_copy(flen: usize, h: Option<&Hdr>, on: bool) -> bool {
-    on && flen >= ONE_COPY_MIN && flen <= MAX_FRAME && h.is_none_or(Hdr::is_plain)
+fn wants_one_copy(flen: usize, h: Option<&Hdr>, min: usize) -> bool {
+    min != 0 && flen >= min && flen <= MAX_FRAME && h.is_none_or(Hdr::is_plain)
 }
 
 /// Having read the head of a one-copy candidate into `p` (`p.len() == HEAD_LEN`), defers the
@@ -86,7 +88,8 @@ fn finish(
 }
 
 /// One buffer at `addr` of `len` bytes (`len >= feat.hdr_len`) holding header and frame;
-/// `one_copy`: a large frame may keep its tail in guest memory (see the module comment).
+/// a frame of at least `one_copy` bytes (0: none) may keep its tail in guest memory (see the
+/// module comment).
 #[inline]
 pub(crate) fn from_one(
     mem: &Arc<GuestMemory>,
@@ -94,7 +97,7 @@ pub(crate) fn from_one(
     len: u32,
     feat: &NetFeatures,
     pool: &mut Pool,
-    one_copy: bool,
+    one_copy: usize,
 ) -> Result<Packet, ChainError> {
     let hl = feat.hdr_len as u64;
     let flen = (u64::from(len) - hl) as usize;
@@ -197,7 +200,7 @@ pub(crate) fn from_segs(
     segs: &[(u64, u32)],
     feat: &NetFeatures,
     pool: &mut Pool,
-    one_copy: bool,
+    one_copy: usize,
 ) -> Result<Packet, ChainError> {
     let total: u64 = segs.iter().map(|s| u64::from(s.1)).sum();
     let hl = feat.hdr_len as u64;

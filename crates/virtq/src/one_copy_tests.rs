@@ -30,7 +30,7 @@ fn eth(n: usize, et: u16, seed: u8) -> Vec<u8> {
 fn source(one_copy: bool) -> (MockDriver, Queue) {
     let drv = MockDriver::new(64, 0, 12);
     let mut q = Queue::new(drv.mem(), drv.addrs(), feat(false), 0, 0).unwrap();
-    q.set_one_copy(one_copy);
+    q.set_one_copy(if one_copy { None } else { Some(0) });
     (drv, q)
 }
 
@@ -96,7 +96,10 @@ fn split_tx_to_split_rx_moves_tails_guest_to_guest_and_holds_the_chains() {
         assert_eq!((e.packets, e.one_copy), (6, deferred));
         assert_eq!(e.bytes, total as u64);
         let got: Vec<Vec<u8>> = bdrv.recv(mrg).into_iter().map(|(_, f)| f).collect();
-        assert_eq!(got, frames, "mergeable={mrg}: every frame arrives bit-exact");
+        assert_eq!(
+            got, frames,
+            "mergeable={mrg}: every frame arrives bit-exact"
+        );
         pool.put_batch(&mut out);
 
         // The next dequeue (after the burst was sent on) returns all six, in order, once.
@@ -154,7 +157,10 @@ fn what_was_classified_was_copied_and_a_later_write_changes_only_the_payload() {
     qb.enqueue(out.as_slice());
     let got = bdrv.recv(false).remove(0).1;
     assert_eq!(&got[..HEAD_LEN], &f[..HEAD_LEN], "headers as classified");
-    assert!(got[HEAD_LEN..].iter().all(|&x| x == 0xee), "its own payload");
+    assert!(
+        got[HEAD_LEN..].iter().all(|&x| x == 0xee),
+        "its own payload"
+    );
     pool.put_batch(&mut out);
 }
 
@@ -202,7 +208,7 @@ fn off_by_default_and_a_tail_split_over_segments_is_copied_whole() {
     assert_eq!(qa.dequeue(&mut pool, &mut out).one_copy, 0);
     assert_eq!(a.take_used().len(), 1);
     pool.put_batch(&mut out);
-    qa.set_one_copy(true);
+    qa.set_one_copy(None);
     // Frame over four pieces: the tail spans segments, so no deferral.
     let f = eth(1518, 0x0800, 2);
     a.send(&f, TxLayout::Chained(4));
@@ -210,4 +216,60 @@ fn off_by_default_and_a_tail_split_over_segments_is_copied_whole() {
     assert_eq!((b.packets, b.one_copy), (1, 0));
     assert_eq!(out.as_slice()[0].data(), &f[..]);
     assert_eq!(a.take_used().len(), 1);
+}
+
+#[test]
+fn packed_tx_holds_its_chains_and_its_tails_arrive_whole() {
+    for mrg in [false, true] {
+        let mut a = PackedDriver::new(64, 0, true, 12);
+        let base = a.avail_base();
+        let mut qa = PackedQueue::new(a.mem(), a.addrs(), feat(false), base, base).unwrap();
+        qa.set_one_copy(None);
+        let frames = vec![
+            eth(1518, 0x0800, 1),
+            eth(200, 0x0800, 2),
+            eth(1200, 0x0800, 3),
+            eth(3000, 0x0800, 4),
+        ];
+        let layouts = [
+            TxLayout::Single,
+            TxLayout::Single,
+            TxLayout::Chained(1),
+            TxLayout::Indirect(1),
+        ];
+        for (f, l) in frames.iter().zip(layouts) {
+            a.send(f, l);
+        }
+        let mut pool = Pool::new(0, 16);
+        let mut out = Batch::new();
+        let b = qa.dequeue(&mut pool, &mut out);
+        assert_eq!((b.packets, b.one_copy), (4, 3));
+        assert!(a.take_used().is_empty(), "held while the tails are read");
+        assert_eq!(qa.held(), 4);
+        let mut bdrv = MockDriver::new(256, 0, 12);
+        if mrg {
+            bdrv.post_rx(32, 600);
+        } else {
+            bdrv.post_rx(4, 4096);
+        }
+        let mut qb = Queue::new(bdrv.mem(), bdrv.addrs(), feat(mrg), 0, 0).unwrap();
+        let e = qb.enqueue(out.as_slice());
+        assert_eq!((e.packets, e.one_copy), (4, 3));
+        let got: Vec<Vec<u8>> = bdrv.recv(mrg).into_iter().map(|(_, f)| f).collect();
+        assert_eq!(got, frames);
+        pool.put_batch(&mut out);
+        // The next dequeue returns them, once, in ring order.
+        qa.dequeue(&mut pool, &mut out);
+        let used = a.take_used();
+        assert_eq!(used.len(), 4, "{used:?}");
+        qa.dequeue(&mut pool, &mut out);
+        assert!(a.take_used().is_empty());
+        // Held chains of a stopped queue come back through `return_held`.
+        a.send(&frames[0], TxLayout::Single);
+        assert_eq!(qa.dequeue(&mut pool, &mut out).one_copy, 1);
+        pool.put_batch(&mut out);
+        qa.return_held();
+        assert_eq!(a.take_used().len(), 1);
+        assert!(!qa.return_held());
+    }
 }

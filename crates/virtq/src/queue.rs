@@ -178,9 +178,9 @@ pub struct Queue {
     pre_n: u16,
     /// Descriptors walked in the current enqueue burst (against [`BURST_BUDGET`]).
     spent: u32,
-    /// One copy for large frames on dequeue (see [`crate::copy`]; off until the owner turns
-    /// it on with [`Queue::set_one_copy`]).
-    one_copy: bool,
+    /// One copy for frames of at least this many bytes on dequeue (see [`crate::copy`]; 0, off,
+    /// until the owner turns it on with [`Queue::set_one_copy`]).
+    one_copy: usize,
     /// Heads of the last dequeue burst, in avail order, not yet returned because a packet of
     /// that burst still reads its tail from the guest's buffer: returned by the next
     /// `dequeue` (after the burst's transmit) or [`Queue::return_held`].
@@ -243,7 +243,7 @@ impl Queue {
             pre: [(0, None); BATCH_SIZE],
             pre_n: 0,
             spent: 0,
-            one_copy: false,
+            one_copy: 0,
             held: [0; BATCH_SIZE],
             held_n: 0,
         })
@@ -266,9 +266,15 @@ impl Queue {
         }
     }
 
-    /// Turns one copy for large frames on or off for later dequeues (see [`crate::copy`]).
-    pub fn set_one_copy(&mut self, on: bool) {
-        self.one_copy = on;
+    /// Turns one copy for large frames on (frames of at least `min` bytes; `None`: the default
+    /// [`crate::copy::ONE_COPY_MIN`]) or off (`Some(0)`) for later dequeues. Values below
+    /// [`crate::copy::HEAD_LEN`] + 1 are raised to it (a tail is never empty).
+    pub fn set_one_copy(&mut self, min: Option<usize>) {
+        self.one_copy = match min {
+            Some(0) => 0,
+            Some(n) => n.max(crate::copy::HEAD_LEN + 1),
+            None => crate::copy::ONE_COPY_MIN,
+        };
     }
 
     /// Chains held for deferred tails (see `held`).
@@ -522,7 +528,8 @@ impl Queue {
             Ok(())
         });
         let one_copy = self.one_copy;
-        let r = r.and_then(|()| crate::copy::from_segs(&self.mem, &segs, &self.feat, pool, one_copy));
+        let r =
+            r.and_then(|()| crate::copy::from_segs(&self.mem, &segs, &self.feat, pool, one_copy));
         self.segs = segs;
         r
     }

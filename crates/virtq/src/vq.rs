@@ -51,11 +51,12 @@ impl VirtQueue {
         }
     }
 
-    /// Turns one copy for large frames on or off for later dequeues (split rings; a packed
-    /// ring always copies whole frames in, see [`crate::copy`]).
-    pub fn set_one_copy(&mut self, on: bool) {
-        if let VirtQueue::Split(q) = self {
-            q.set_one_copy(on);
+    /// Turns one copy for large frames on or off for later dequeues (see
+    /// [`Queue::set_one_copy`]).
+    pub fn set_one_copy(&mut self, min: Option<usize>) {
+        match self {
+            VirtQueue::Split(q) => q.set_one_copy(min),
+            VirtQueue::Packed(q) => q.set_one_copy(min),
         }
     }
 
@@ -64,7 +65,7 @@ impl VirtQueue {
     pub fn return_held(&mut self) -> bool {
         match self {
             VirtQueue::Split(q) => q.return_held(),
-            VirtQueue::Packed(_) => false,
+            VirtQueue::Packed(q) => q.return_held(),
         }
     }
 
@@ -72,7 +73,7 @@ impl VirtQueue {
     pub fn held(&self) -> usize {
         match self {
             VirtQueue::Split(q) => q.held(),
-            VirtQueue::Packed(_) => 0,
+            VirtQueue::Packed(q) => q.held(),
         }
     }
 

@@ -193,11 +193,7 @@ pub fn stats_text(rows: &[(String, PortStats)], macs: &BTreeMap<String, MacRow>)
         }
         let _ = writeln!(s, "  budget-cuts={}", st.budget_cuts);
         if st.rx_one_copy + st.tx_one_copy > 0 {
-            let _ = writeln!(
-                s,
-                "  one-copy rx={} tx={}",
-                st.rx_one_copy, st.tx_one_copy
-            );
+            let _ = writeln!(s, "  one-copy rx={} tx={}", st.rx_one_copy, st.tx_one_copy);
         }
         let m = macs.get(name).copied().unwrap_or_default();
         let limit = if m.limit == 0 {

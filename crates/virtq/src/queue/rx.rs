@@ -287,7 +287,8 @@ impl Queue {
                 // partial checksum, or TSO with the MSS), computed by us from the packet.
                 packet::vnet::write_hdr(p.meta.offload(), p.data(), &mut hdr[..10]);
             }
-            let Err(stop) = self.enqueue_one(p.data(), p.tail(), avail, &mut taken, &mut hdr, &mut b)
+            let Err(stop) =
+                self.enqueue_one(p.data(), p.tail(), avail, &mut taken, &mut hdr, &mut b)
             else {
                 continue;
             };
