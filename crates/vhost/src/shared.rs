@@ -436,7 +436,9 @@ impl Device {
         }
         let mut g = self.lock_slot(i);
         let r = g.as_mut()?;
-        let mut b = r.queue.enqueue(pkts.as_slice());
+        let mut b = r
+            .queue
+            .enqueue_from(pkts.as_slice(), pkts.tails().map(|m| &**m));
         if r.queue.mem().poisoned() {
             // Whatever this burst did went to (or was decided from) zero pages the guest
             // never sees: every packet of it is lost.

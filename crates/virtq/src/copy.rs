@@ -22,7 +22,6 @@ use crate::ring::NetFeatures;
 use guestmem::GuestMemory;
 use packet::vnet::Hdr;
 use packet::{Packet, Pool, Tail, MAX_FRAME};
-use std::sync::Arc;
 
 /// Frames at least this long (without virtio-net header) are dequeued with one copy, by
 /// default (a queue's owner may set another threshold, `Queue::set_one_copy`). Measured
@@ -42,13 +41,13 @@ fn wants_one_copy(flen: usize, h: Option<&Hdr>, min: usize) -> bool {
 }
 
 /// Having read the head of a one-copy candidate into `p` (`p.len() == HEAD_LEN`), defers the
-/// `tail` bytes at `gpa` if the head decides the key and the range lies in one region.
+/// `tail` bytes at `gpa` if the head decides the key and the range lies in one region (the
+/// dequeue then makes its batch hold `mem`: `Batch::hold_tails`).
 #[inline]
-fn try_defer(p: &mut Packet, mem: &Arc<GuestMemory>, gpa: u64, tail: usize) -> bool {
+fn try_defer(p: &mut Packet, mem: &GuestMemory, gpa: u64, tail: usize) -> bool {
     wire::extract::key_within(p.data())
         && mem.contains(gpa, tail as u64)
         && p.set_tail(Tail {
-            mem: mem.clone(),
             gpa,
             len: tail as u32,
         })
@@ -92,7 +91,7 @@ fn finish(
 /// module comment).
 #[inline]
 pub(crate) fn from_one(
-    mem: &Arc<GuestMemory>,
+    mem: &GuestMemory,
     addr: u64,
     len: u32,
     feat: &NetFeatures,
@@ -137,7 +136,7 @@ pub(crate) fn from_one(
 /// the head is copied, and the tail deferred if the head decides the key, else copied too.
 #[inline]
 fn one_copy_one(
-    mem: &Arc<GuestMemory>,
+    mem: &GuestMemory,
     data: u64,
     flen: usize,
     pool: &mut Pool,
@@ -196,7 +195,7 @@ fn read_span(
 /// left out) holding header and frame; `one_copy` as for [`from_one`] (the tail must lie in
 /// the last segment).
 pub(crate) fn from_segs(
-    mem: &Arc<GuestMemory>,
+    mem: &GuestMemory,
     segs: &[(u64, u32)],
     feat: &NetFeatures,
     pool: &mut Pool,

@@ -92,7 +92,7 @@ fn split_tx_to_split_rx_moves_tails_guest_to_guest_and_holds_the_chains() {
             bdrv.post_rx(6, MOCK_BUF as u32);
         }
         let mut qb = Queue::new(bdrv.mem(), bdrv.addrs(), feat(mrg), 0, 0).unwrap();
-        let e = qb.enqueue(out.as_slice());
+        let e = qb.enqueue_from(out.as_slice(), out.tails().map(|m| &**m));
         assert_eq!((e.packets, e.one_copy), (6, deferred));
         assert_eq!(e.bytes, total as u64);
         let got: Vec<Vec<u8>> = bdrv.recv(mrg).into_iter().map(|(_, f)| f).collect();
@@ -130,7 +130,7 @@ fn split_tx_to_packed_rx_moves_tails_guest_to_guest() {
         } else {
             pdrv.post_rx(6, MOCK_BUF as u32);
         }
-        let e = qp.enqueue(out.as_slice());
+        let e = qp.enqueue_from(out.as_slice(), out.tails().map(|m| &**m));
         assert_eq!((e.packets, e.one_copy), (6, deferred));
         let got: Vec<Vec<u8>> = pdrv.recv(mrg).into_iter().map(|(_, f)| f).collect();
         assert_eq!(got, frames, "packed, mergeable={mrg}");
@@ -154,7 +154,7 @@ fn what_was_classified_was_copied_and_a_later_write_changes_only_the_payload() {
     let mut bdrv = MockDriver::new(64, 0, 12);
     bdrv.post_rx(1, 4096);
     let mut qb = Queue::new(bdrv.mem(), bdrv.addrs(), feat(false), 0, 0).unwrap();
-    qb.enqueue(out.as_slice());
+    qb.enqueue_from(out.as_slice(), out.tails().map(|m| &**m));
     let got = bdrv.recv(false).remove(0).1;
     assert_eq!(&got[..HEAD_LEN], &f[..HEAD_LEN], "headers as classified");
     assert!(
@@ -196,6 +196,48 @@ fn dropped_packets_and_bad_chains_still_return_every_chain_once() {
     a.send(&eth(300, 0x0800, 4), TxLayout::Single);
     let b = qa.dequeue(&mut pool, &mut out);
     assert_eq!((b.packets, b.one_copy), (1, 0));
+    assert_eq!(a.take_used().len(), 1);
+}
+
+#[test]
+fn a_batch_holds_one_table_for_its_tails_and_never_mixes_two() {
+    let (mut a, mut qa) = source(true);
+    let (mut c, mut qc) = source(true);
+    let fa = eth(1518, 0x0800, 1);
+    let fc = eth(1518, 0x0800, 2);
+    a.send(&fa, TxLayout::Single);
+    c.send(&fc, TxLayout::Single);
+    let mut pool = Pool::new(0, 8);
+    let mut out = Batch::new();
+    assert!(out.tails().is_none());
+    assert_eq!(qa.dequeue(&mut pool, &mut out).one_copy, 1);
+    // The batch holds A's table once for the burst.
+    assert!(out
+        .tails()
+        .is_some_and(|m| std::sync::Arc::ptr_eq(m, &a.mem())));
+    // A second queue's burst into the same batch (another table): its frames come whole.
+    let b = qc.dequeue(&mut pool, &mut out);
+    assert_eq!((b.packets, b.one_copy), (1, 0));
+    assert_eq!(out.as_slice()[1].data(), &fc[..]);
+    assert_eq!(c.take_used().len(), 1, "nothing deferred: returned at once");
+    // An enqueue without the table does not send a packet with a tail: never resolved
+    // against another guest's memory.
+    let mut bdrv = MockDriver::new(64, 0, 12);
+    bdrv.post_rx(2, 4096);
+    let mut qb = Queue::new(bdrv.mem(), bdrv.addrs(), feat(false), 0, 0).unwrap();
+    let e = qb.enqueue(out.as_slice());
+    assert_eq!((e.packets, e.malformed, e.one_copy), (1, 1, 0));
+    let got = bdrv.recv(false);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].1, fc);
+    // With it, the same packet arrives bit-exact.
+    let e = qb.enqueue_from(&out.as_slice()[..1], out.tails().map(|m| &**m));
+    assert_eq!((e.packets, e.one_copy), (1, 1));
+    assert_eq!(bdrv.recv(false)[0].1, fa);
+    // Given back, the batch lets the table go.
+    pool.put_batch(&mut out);
+    assert!(out.tails().is_none());
+    qa.return_held();
     assert_eq!(a.take_used().len(), 1);
 }
 
@@ -253,7 +295,7 @@ fn packed_tx_holds_its_chains_and_its_tails_arrive_whole() {
             bdrv.post_rx(4, 4096);
         }
         let mut qb = Queue::new(bdrv.mem(), bdrv.addrs(), feat(mrg), 0, 0).unwrap();
-        let e = qb.enqueue(out.as_slice());
+        let e = qb.enqueue_from(out.as_slice(), out.tails().map(|m| &**m));
         assert_eq!((e.packets, e.one_copy), (4, 3));
         let got: Vec<Vec<u8>> = bdrv.recv(mrg).into_iter().map(|(_, f)| f).collect();
         assert_eq!(got, frames);
@@ -308,7 +350,7 @@ fn one_copy_cost() {
                 qa.dequeue(&mut pool, &mut out);
                 b.post_rx(32, 2048);
                 let t1 = Instant::now();
-                let e = qb.enqueue(out.as_slice());
+                let e = qb.enqueue_from(out.as_slice(), out.tails().map(|m| &**m));
                 let t2 = Instant::now();
                 pool.put_batch(&mut out);
                 let t3 = Instant::now();

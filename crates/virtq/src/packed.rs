@@ -511,7 +511,7 @@ impl PackedQueue {
     /// the descriptor budget (a chain the budget cuts stays whole for the next burst).
     ///
     /// One copy: as [`crate::Queue::dequeue`], a burst with a deferred tail holds its chains
-    /// until the next call.
+    /// until the next call, and `out` holds this queue's memory table.
     pub fn dequeue(&mut self, pool: &mut Pool, out: &mut Batch) -> Burst {
         let mut b = Burst::default();
         let old = (self.used_idx, self.used_wrap);
@@ -524,6 +524,11 @@ impl PackedQueue {
         }
         self.spent = 0;
         let mut deferred = false;
+        let oc = if out.tails_fit(&self.mem) {
+            self.one_copy
+        } else {
+            0
+        };
         for _ in 0..out.room() {
             let left = BURST_BUDGET - self.spent;
             let Some(head) = self.avail_head(self.last_avail, self.avail_wrap) else {
@@ -537,7 +542,6 @@ impl PackedQueue {
             if head.3 & (DESC_F_NEXT | DESC_F_INDIRECT | DESC_F_WRITE) == 0 && head.1 >= hdr {
                 // Fast path: header and frame in one descriptor (one descriptor read).
                 self.spent += 1;
-                let oc = self.one_copy;
                 match crate::copy::from_one(&self.mem, head.0, head.1, &self.feat, pool, oc) {
                     Ok(p) => {
                         b.packets += 1;
@@ -570,7 +574,6 @@ impl PackedQueue {
                     break;
                 }
             };
-            let oc = self.one_copy;
             let r = match c.bad {
                 Some(_) => Err(ChainError::Malformed),
                 None => crate::copy::from_segs(&self.mem, &self.segs, &self.feat, pool, oc),
@@ -595,7 +598,9 @@ impl PackedQueue {
                 self.advance(self.last_avail, self.avail_wrap, c.ndesc);
         }
         b.descs = self.spent;
-        if !deferred {
+        if deferred {
+            out.hold_tails(&self.mem);
+        } else {
             self.push_held();
         }
         self.flush(old, &mut b);

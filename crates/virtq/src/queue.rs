@@ -39,7 +39,7 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
 mod rx;
-pub(crate) use rx::write_piece;
+pub(crate) use rx::{tail_src, write_piece, TailSrc};
 
 /// Most buffer segments one received packet may be scattered over (mergeable or chained).
 pub const MAX_SEGS: usize = 256;
@@ -495,7 +495,8 @@ impl Queue {
 
     /// Copies the device-readable chain headed by `first` into a packet from `pool`, reading
     /// the virtio-net header once if offloads are on (see [`crate::copy`]). `*walked` counts the
-    /// descriptors read (`left` > 0).
+    /// descriptors read (`left` > 0). Frames of at least `one_copy` bytes (0: none) may keep
+    /// their tail in guest memory.
     #[inline]
     fn read_chain(
         &mut self,
@@ -503,17 +504,13 @@ impl Queue {
         pool: &mut Pool,
         left: u32,
         walked: &mut u32,
+        one_copy: usize,
     ) -> Result<Packet, ChainError> {
         if first.flags == 0 && first.len >= self.feat.hdr_len as u32 {
             // Fast path: header and frame in one descriptor.
             *walked = 1;
             return crate::copy::from_one(
-                &self.mem,
-                first.addr,
-                first.len,
-                &self.feat,
-                pool,
-                self.one_copy,
+                &self.mem, first.addr, first.len, &self.feat, pool, one_copy,
             );
         }
         let mut segs = std::mem::take(&mut self.segs);
@@ -527,7 +524,6 @@ impl Queue {
             }
             Ok(())
         });
-        let one_copy = self.one_copy;
         let r =
             r.and_then(|()| crate::copy::from_segs(&self.mem, &segs, &self.feat, pool, one_copy));
         self.segs = segs;
@@ -569,7 +565,9 @@ impl Queue {
     /// One copy ([`Queue::set_one_copy`]): if a packet of the burst keeps a tail in guest
     /// memory (`Burst::one_copy`), none of the burst's chains is returned now; they are held,
     /// in order (the driver may have negotiated in-order use), and returned first thing by the
-    /// next call, which the PMD makes only after it sent this burst on.
+    /// next call, which the PMD makes only after it sent this burst on. `out` then holds this
+    /// queue's memory table for the tails (`Batch::hold_tails`); if it already holds another
+    /// one, this burst copies every frame whole.
     pub fn dequeue(&mut self, pool: &mut Pool, out: &mut Batch) -> Burst {
         let mut b = Burst::default();
         let old_used = self.used_idx;
@@ -584,6 +582,11 @@ impl Queue {
         let mut spent = 0u32;
         let mut taken = 0u16;
         let mut deferred = false;
+        let one_copy = if out.tails_fit(&self.mem) {
+            self.one_copy
+        } else {
+            0
+        };
         self.prefetch_heads(n, false, &mut b);
         for i in 0..self.pre_n {
             let left = BURST_BUDGET - spent;
@@ -595,7 +598,7 @@ impl Queue {
             let mut walked = 0;
             let r = first
                 .ok_or(ChainError::Malformed)
-                .and_then(|d| self.read_chain(d, pool, left, &mut walked));
+                .and_then(|d| self.read_chain(d, pool, left, &mut walked, one_copy));
             // An unreadable head descriptor still counts as one.
             spent += walked.max(1);
             match r {
@@ -624,7 +627,9 @@ impl Queue {
         b.descs = spent;
         self.last_avail = self.last_avail.wrapping_add(taken);
         self.held_n = taken;
-        if !deferred {
+        if deferred {
+            out.hold_tails(&self.mem);
+        } else {
             self.push_held();
         }
         self.flush(old_used, &mut b);

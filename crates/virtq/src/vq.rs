@@ -45,9 +45,15 @@ impl VirtQueue {
     /// Packets → guest rx (see [`Queue::enqueue`], [`PackedQueue::enqueue`]).
     #[inline]
     pub fn enqueue(&mut self, pkts: &[Packet]) -> Burst {
+        self.enqueue_from(pkts, None)
+    }
+
+    /// Packets with deferred tails in `tails` → guest rx (see [`Queue::enqueue_from`]).
+    #[inline]
+    pub fn enqueue_from(&mut self, pkts: &[Packet], tails: Option<&GuestMemory>) -> Burst {
         match self {
-            VirtQueue::Split(q) => q.enqueue(pkts),
-            VirtQueue::Packed(q) => q.enqueue(pkts),
+            VirtQueue::Split(q) => q.enqueue_from(pkts, tails),
+            VirtQueue::Packed(q) => q.enqueue_from(pkts, tails),
         }
     }
 

@@ -4,8 +4,8 @@
 //!
 //! Threads: the PMD sending to this port, holding the ring's lock for one burst.
 use super::*;
-use crate::queue::write_piece;
-use packet::{Packet, Tail};
+use crate::queue::{tail_src, write_piece, TailSrc};
+use packet::Packet;
 
 /// Why an enqueue burst ended early.
 #[derive(Clone, Copy, Debug)]
@@ -58,8 +58,8 @@ impl PackedQueue {
     }
 
     /// Writes `hdr ++ data ++ tail` over the gathered segments.
-    fn scatter(&self, hdr: &[u8], data: &[u8], tail: Option<&Tail>) -> Result<(), ()> {
-        let total = hdr.len() + data.len() + tail.map_or(0, |t| t.len as usize);
+    fn scatter(&self, hdr: &[u8], data: &[u8], tail: TailSrc) -> Result<(), ()> {
+        let total = hdr.len() + data.len() + tail.map_or(0, |(_, t)| t.len as usize);
         let mut done = 0usize;
         for &(addr, len) in &self.segs {
             if done == total {
@@ -94,12 +94,12 @@ impl PackedQueue {
     fn enqueue_one(
         &mut self,
         data: &[u8],
-        tail: Option<&Tail>,
+        tail: TailSrc,
         hdr: &mut [u8; 12],
         pos: &mut (u16, bool),
         b: &mut Burst,
     ) -> Result<(), Stop> {
-        let tlen = tail.map_or(0, |t| t.len as usize);
+        let tlen = tail.map_or(0, |(_, t)| t.len as usize);
         let need = (self.feat.hdr_len + data.len() + tlen) as u64;
         let start = *pos;
         if let Some((addr, len, id, flags)) = self.avail_head(pos.0, pos.1) {
@@ -112,12 +112,9 @@ impl PackedQueue {
                 hdr[10..12].copy_from_slice(&1u16.to_le_bytes());
                 let h = &hdr[..self.feat.hdr_len];
                 let mut ok = self.mem.write2(addr, h, data).is_ok();
-                if let (true, Some(t)) = (ok, tail) {
+                if let (true, Some((src, t))) = (ok, tail) {
                     let at = addr + (h.len() + data.len()) as u64;
-                    ok = self
-                        .mem
-                        .copy_from(at, &t.mem, t.gpa, t.len as usize)
-                        .is_ok();
+                    ok = self.mem.copy_from(at, src, t.gpa, t.len as usize).is_ok();
                     b.one_copy += u32::from(ok);
                 }
                 if ok {
@@ -163,8 +160,15 @@ impl PackedQueue {
     /// Packets → guest rx: enqueues each packet of `pkts` into the guest's buffers, within the
     /// descriptor budget; stops at the first packet whose buffers cannot be reserved (no
     /// buffer left: it and the rest count as `full`; too big: it counts as `too_big`, the rest
-    /// as `cut`; budget: it and the rest count as `cut`).
+    /// as `cut`; budget: it and the rest count as `cut`). Packets must not carry deferred
+    /// tails (see [`PackedQueue::enqueue_from`]).
     pub fn enqueue(&mut self, pkts: &[Packet]) -> Burst {
+        self.enqueue_from(pkts, None)
+    }
+
+    /// As [`PackedQueue::enqueue`], for packets whose deferred tails lie in `tails` (as
+    /// [`crate::Queue::enqueue_from`]).
+    pub fn enqueue_from(&mut self, pkts: &[Packet], tails: Option<&GuestMemory>) -> Burst {
         let mut b = Burst::default();
         if self.broken.is_some() {
             b.broken_drops = pkts.len() as u32;
@@ -180,7 +184,11 @@ impl PackedQueue {
                 // partial checksum, or TSO with the MSS), computed by us from the packet.
                 packet::vnet::write_hdr(p.meta.offload(), p.data(), &mut hdr[..10]);
             }
-            let Err(stop) = self.enqueue_one(p.data(), p.tail(), &mut hdr, &mut pos, &mut b) else {
+            let Ok(tail) = tail_src(p, tails) else {
+                b.malformed += 1;
+                continue;
+            };
+            let Err(stop) = self.enqueue_one(p.data(), tail, &mut hdr, &mut pos, &mut b) else {
                 continue;
             };
             let rest = (pkts.len() - i) as u32;

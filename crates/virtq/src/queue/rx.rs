@@ -6,6 +6,21 @@
 use super::*;
 use packet::Tail;
 
+/// A packet's deferred tail and the sender's memory table it lies in (the table its batch
+/// holds, `Batch::tails`).
+pub(crate) type TailSrc<'a> = Option<(&'a GuestMemory, Tail)>;
+
+/// The source of `p`'s tail, if it has one: `Err(())` for a tail without its table (a packet
+/// kept past its burst; it is not sent: never resolved against another table).
+#[inline]
+pub(crate) fn tail_src<'a>(p: &Packet, tails: Option<&'a GuestMemory>) -> Result<TailSrc<'a>, ()> {
+    match (p.tail(), tails) {
+        (None, _) => Ok(None),
+        (Some(t), Some(m)) => Ok(Some((m, t))),
+        (Some(_), None) => Err(()),
+    }
+}
+
 /// Writes piece `[at, at + n)` of the stream `hdr ++ data ++ tail` to `gpa` of `mem`: from
 /// our buffers, or (the deferred tail of a one-copy packet) straight from the sender's memory.
 #[inline]
@@ -14,7 +29,7 @@ pub(crate) fn write_piece(
     gpa: u64,
     hdr: &[u8],
     data: &[u8],
-    tail: Option<&Tail>,
+    tail: TailSrc,
     at: usize,
     n: usize,
 ) -> Result<(), MemError> {
@@ -32,7 +47,7 @@ pub(crate) fn write_piece(
             k
         } else {
             let off = a - hdr.len() - data.len();
-            let t = tail.ok_or(MemError::OutOfRange {
+            let (src, t) = tail.ok_or(MemError::OutOfRange {
                 addr: gpa,
                 len: n as u64,
             })?;
@@ -43,7 +58,7 @@ pub(crate) fn write_piece(
                     len: n as u64,
                 });
             }
-            mem.copy_from(gpa + pos as u64, &t.mem, t.gpa + off as u64, k)?;
+            mem.copy_from(gpa + pos as u64, src, t.gpa + off as u64, k)?;
             k
         };
         pos += k;
@@ -75,8 +90,8 @@ impl Queue {
     }
 
     /// Writes `hdr ++ data ++ tail` over the gathered segments.
-    fn scatter(&mut self, hdr: &[u8], data: &[u8], tail: Option<&Tail>) -> Result<(), ChainError> {
-        let total = hdr.len() + data.len() + tail.map_or(0, |t| t.len as usize);
+    fn scatter(&mut self, hdr: &[u8], data: &[u8], tail: TailSrc) -> Result<(), ChainError> {
+        let total = hdr.len() + data.len() + tail.map_or(0, |(_, t)| t.len as usize);
         let mut done = 0usize;
         let mut seg_i = 0usize;
         for &(_, seg_end) in &self.heads {
@@ -168,7 +183,7 @@ impl Queue {
         &mut self,
         hdr: &mut [u8; 12],
         data: &[u8],
-        tail: Option<&Tail>,
+        tail: TailSrc,
         need: u64,
         b: &mut Burst,
     ) {
@@ -197,13 +212,13 @@ impl Queue {
     fn enqueue_one(
         &mut self,
         data: &[u8],
-        tail: Option<&Tail>,
+        tail: TailSrc,
         avail: u16,
         taken: &mut u16,
         hdr: &mut [u8; 12],
         b: &mut Burst,
     ) -> Result<(), Stop> {
-        let tlen = tail.map_or(0, |t| t.len as usize);
+        let tlen = tail.map_or(0, |(_, t)| t.len as usize);
         let need = (self.feat.hdr_len + data.len() + tlen) as u64;
         let start = *taken;
         if *taken == avail {
@@ -227,12 +242,9 @@ impl Queue {
             self.spent += 1;
             let h = &hdr[..self.feat.hdr_len];
             let mut ok = self.mem.write2(first.addr, h, data).is_ok();
-            if let (true, Some(t)) = (ok, tail) {
+            if let (true, Some((src, t))) = (ok, tail) {
                 let at = first.addr + (h.len() + data.len()) as u64;
-                ok = self
-                    .mem
-                    .copy_from(at, &t.mem, t.gpa, t.len as usize)
-                    .is_ok();
+                ok = self.mem.copy_from(at, src, t.gpa, t.len as usize).is_ok();
                 b.one_copy += u32::from(ok);
             }
             if ok {
@@ -267,8 +279,16 @@ impl Queue {
     /// Packets → guest rx: enqueues each packet of `pkts` into the guest's buffers, within the
     /// descriptor budget. Stops at the first packet whose buffers cannot be reserved: no
     /// buffer left (it and the rest count as `full`), too big (it counts as `too_big`, the rest
-    /// as `cut`) or the budget ran out (it and the rest count as `cut`).
+    /// as `cut`) or the budget ran out (it and the rest count as `cut`). Packets must not
+    /// carry deferred tails (see [`Queue::enqueue_from`]).
     pub fn enqueue(&mut self, pkts: &[Packet]) -> Burst {
+        self.enqueue_from(pkts, None)
+    }
+
+    /// As [`Queue::enqueue`], for packets whose deferred tails (one copy) lie in `tails`, the
+    /// memory table their batch holds (`Batch::tails`): each tail is copied straight from
+    /// there. A packet with a tail but no table is not sent (counted `malformed`).
+    pub fn enqueue_from(&mut self, pkts: &[Packet], tails: Option<&GuestMemory>) -> Burst {
         let mut b = Burst::default();
         if self.broken.is_some() {
             b.broken_drops = pkts.len() as u32;
@@ -287,8 +307,11 @@ impl Queue {
                 // partial checksum, or TSO with the MSS), computed by us from the packet.
                 packet::vnet::write_hdr(p.meta.offload(), p.data(), &mut hdr[..10]);
             }
-            let Err(stop) =
-                self.enqueue_one(p.data(), p.tail(), avail, &mut taken, &mut hdr, &mut b)
+            let Ok(tail) = tail_src(p, tails) else {
+                b.malformed += 1;
+                continue;
+            };
+            let Err(stop) = self.enqueue_one(p.data(), tail, avail, &mut taken, &mut hdr, &mut b)
             else {
                 continue;
             };
