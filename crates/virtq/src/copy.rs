@@ -25,8 +25,9 @@ use packet::{Packet, Pool, Tail, MAX_FRAME};
 
 /// Frames at least this long (without virtio-net header) are dequeued with one copy, by
 /// default (a queue's owner may set another threshold, `Queue::set_one_copy`). Measured
-/// (BENCHMARKS.md, "One copy for large frames": the ring layer alone gains 5-15% from 1024
-/// bytes up and loses below): below it the second memcpy is cheaper than the bookkeeping.
+/// (BENCHMARKS.md, "One copy for large frames": the ring layer alone gains 6-22% from 1024
+/// bytes up and loses 6-9% at 512; end to end a few percent at 1024 and 1518 bytes, nothing at
+/// 512): below it the second memcpy is cheaper than reading the tail from the sender.
 pub const ONE_COPY_MIN: usize = 1024;
 
 /// Bytes of a one-copy frame copied into the packet: two VLAN tags, the largest IPv4 header
