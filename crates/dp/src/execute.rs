@@ -20,6 +20,7 @@ use crate::flow::NO_STEAL;
 use crate::meter::{remark_dscp, Verdict};
 use crate::stats::Tally;
 use conntrack::{Conntrack, CtResult, Hint, Outcome};
+use guestmem::GuestMemory;
 use packet::{Batch, Offload, Packet, Pool, MAX_FRAME};
 use ports::Port;
 use std::sync::Arc;
@@ -47,6 +48,8 @@ fn complete_in_place(pkt: &mut Packet) -> bool {
 struct TxSlot {
     port_no: u32,
     port: Arc<dyn Port>,
+    /// The port copies a one-copy packet's tail itself (`Port::takes_tails`).
+    tails: bool,
     batch: Batch,
 }
 
@@ -60,6 +63,10 @@ pub struct TxTable {
     pub(crate) policers: Option<Arc<crate::police::Policers>>,
     /// Scratch for software segmentation (one segment at a time).
     seg: Vec<u8>,
+    /// The memory table the current burst's deferred tails lie in (one copy for large
+    /// frames): taken from the rx batch for the burst ([`TxTable::hold_tails`]), lent to a
+    /// tail-taking port's batch for each `tx_burst`, let go when the burst is flushed.
+    tails: Option<Arc<GuestMemory>>,
 }
 
 impl TxTable {
@@ -72,6 +79,22 @@ impl TxTable {
             txq,
             policers: None,
             seg: Vec::new(),
+            tails: None,
+        }
+    }
+
+    /// Holds `mem`, the table the deferred tails of the burst about to be executed lie in
+    /// (`Batch::take_tails` of the rx batch), until [`TxTable::flush`].
+    #[inline]
+    pub fn hold_tails(&mut self, mem: Option<Arc<GuestMemory>>) {
+        self.tails = mem;
+    }
+
+    /// Copies `pkt`'s deferred tail (if any) in from the burst's table.
+    #[inline]
+    pub fn materialise(&self, pkt: &mut Packet) {
+        if pkt.has_tail() {
+            pkt.materialise(self.tails.as_deref());
         }
     }
 
@@ -93,6 +116,7 @@ impl TxTable {
             self.slots.push(TxSlot {
                 port_no: *no,
                 port: p.clone(),
+                tails: p.takes_tails(),
                 batch: Batch::new(),
             });
             let n = *no as usize;
@@ -127,7 +151,8 @@ impl TxTable {
     }
 
     /// Queues `pkt` for `port_no`; a full batch is sent first. Unknown ports drop (lost). A
-    /// packet carrying an offload the port does not take is finished in software first.
+    /// packet carrying an offload the port does not take is finished in software first; a
+    /// one-copy packet's tail is copied in unless the port copies it itself.
     #[inline(always)]
     pub fn send(&mut self, port_no: u32, mut pkt: Packet, pool: &mut Pool, tally: &mut Tally) {
         let Some(s) = self.slot_of(port_no) else {
@@ -135,6 +160,9 @@ impl TxTable {
             pool.put(pkt);
             return;
         };
+        if pkt.has_tail() && !self.slots[s].tails {
+            pkt.materialise(self.tails.as_deref());
+        }
         if pkt.meta.has_offload() && !self.slots[s].port.tx_offloads().takes(pkt.meta.offload()) {
             match pkt.meta.offload() {
                 Offload::Tso { mss, .. } => return self.send_segments(s, pkt, mss, pool, tally),
@@ -190,7 +218,14 @@ impl TxTable {
         if slot.batch.is_empty() {
             self.dirty.push(s as u16);
         } else if slot.batch.is_full() {
-            flush_slot(slot, txq, pool, tally, self.policers.as_deref());
+            flush_slot(
+                slot,
+                txq,
+                pool,
+                tally,
+                self.policers.as_deref(),
+                &mut self.tails,
+            );
         }
         if let Err(p) = slot.batch.push(pkt) {
             tally.lost += 1;
@@ -198,13 +233,24 @@ impl TxTable {
         }
     }
 
-    /// Sends every pending batch (one `tx_burst` per port) and recycles the buffers.
+    /// Sends every pending batch (one `tx_burst` per port) and recycles the buffers; the
+    /// burst is over, so its tails' table is let go ([`TxTable::hold_tails`]).
     #[inline]
     pub fn flush(&mut self, pool: &mut Pool, tally: &mut Tally) {
         for s in self.dirty.drain(..) {
             if let Some(slot) = self.slots.get_mut(usize::from(s)) {
-                flush_slot(slot, self.txq, pool, tally, self.policers.as_deref());
+                flush_slot(
+                    slot,
+                    self.txq,
+                    pool,
+                    tally,
+                    self.policers.as_deref(),
+                    &mut self.tails,
+                );
             }
+        }
+        if self.tails.is_some() {
+            self.tails = None;
         }
     }
 }
@@ -216,6 +262,7 @@ fn flush_slot(
     pool: &mut Pool,
     tally: &mut Tally,
     policers: Option<&crate::police::Policers>,
+    tails: &mut Option<Arc<GuestMemory>>,
 ) {
     if let Some(pp) = policers.and_then(|p| p.get(slot.port_no)) {
         if let Some(m) = &pp.egress {
@@ -226,7 +273,16 @@ fn flush_slot(
     if n == 0 {
         return;
     }
+    // A tail-taking port reads this burst's tails from the table the batch holds: lent for
+    // the call, no reference-count change. Every tail in the batch came in this burst.
+    let lend = slot.tails && tails.is_some();
+    if lend {
+        slot.batch.swap_tails(tails);
+    }
     let sent = slot.port.tx_burst(txq, &mut slot.batch).min(n);
+    if lend {
+        slot.batch.swap_tails(tails);
+    }
     tally.lost += (n - sent) as u64;
     pool.put_batch(&mut slot.batch);
 }
@@ -285,6 +341,11 @@ pub fn execute(
     // hint is then stale). Conservative: every modifying action counts.
     let mut dirty = false;
     for (j, a) in actions.iter().enumerate() {
+        if pkt.has_tail() && !matches!(a, Action::Output(_)) {
+            // One copy for large frames: only an output to a port that copies the tail itself
+            // leaves it in the sender's memory; every other action sees the whole frame.
+            cx.tx.materialise(pkt);
+        }
         match a {
             Action::Output(p) => {
                 if pkt.meta.has_offload()
@@ -301,9 +362,10 @@ pub fn execute(
                 if j == steal {
                     return *p;
                 }
-                let mut c = cx.pool.get_for(pkt.len());
-                c.set_frame(pkt.data());
-                c.meta = pkt.meta;
+                // A copy for this output (a deferred tail is shared, not copied: each vhost
+                // output copies it from the sender, any other port's `send` copies it in).
+                let mut c = cx.pool.get_for(pkt.frame_len());
+                pkt.copy_into(&mut c);
                 cx.tx.send(*p, c, cx.pool, cx.tally);
             }
             Action::Userspace(cookie) => cx.upcall.userspace(*cookie, key, pkt),

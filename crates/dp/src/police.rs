@@ -110,7 +110,7 @@ impl Policers {
 #[inline]
 pub fn police(meter: &Meter, batch: &mut Batch, pool: &mut Pool, now_ns: u64) {
     batch.retain(
-        |p| meter.apply(p.len(), now_ns) != Verdict::Drop,
+        |p| meter.apply(p.frame_len(), now_ns) != Verdict::Drop,
         |p| pool.put(p),
     );
 }

@@ -27,7 +27,13 @@
 //! Owns: [`Worker`], everything one PMD thread needs to move packets: its caches, flow table,
 //! buffer pool, scratch arrays for a burst, and transmit batches. A burst is processed in
 //! stages (all keys, then all lookups, then all actions, then one `tx_burst` per output port),
-//! with no allocation, no lock and no reference-count change per packet.
+//! with no allocation, no lock and no reference-count change per packet. A large frame a
+//! vhost-user port dequeued with one copy keeps its tail in the sender's memory
+//! (`packet::Tail`, a packed address and length); the rx batch holds that memory table once
+//! per burst, and the worker moves it to its `TxTable` for the burst (lent to each tail-taking
+//! port's `tx_burst`, let go at the flush). Such a packet is seen whole by the pipeline on a
+//! miss and by every action but an output (`TxTable::materialise`; see `execute`), and no
+//! packet with a tail outlives the burst's flush.
 //!
 //! The worker does not know about threads: the PMD loop (`pmd.rs`) drives it, and tests and
 //! benchmarks drive it directly.
@@ -258,6 +264,9 @@ impl Worker {
     #[inline]
     pub fn poll(&mut self, port_no: u32, port: &dyn Port, qid: usize) -> usize {
         let n = port.rx_burst(qid, &mut self.pool, &mut self.rx);
+        // One copy: the table this burst's deferred tails lie in (if any), held (moved, not
+        // counted) until the burst's flush.
+        self.tx.hold_tails(self.rx.take_tails());
         if n > 0 {
             if let Some(pp) = self.policers.as_ref().and_then(|p| p.get(port_no)) {
                 if let Some(m) = &pp.ingress {
@@ -559,6 +568,8 @@ impl Worker {
 
     /// Asks the pipeline about packet `i` and installs the answer (see [`Activity`]).
     fn install_upcall(&mut self, i: usize, key: FlowKey) {
+        // The pipeline (and a controller's packet-in) sees the whole frame.
+        self.tx.materialise(&mut self.rx.as_mut_slice()[i]);
         let pkt = &self.rx.as_slice()[i];
         let up = &*self.upcall;
         let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| up.upcall(&key, pkt)));
@@ -652,7 +663,7 @@ impl Worker {
                     (run_id, run_pkts, run_bytes) = (id, 0, 0);
                 }
                 run_pkts += 1;
-                run_bytes += pkt.len() as u64;
+                run_bytes += pkt.frame_len() as u64;
                 execute(pkt, &f.actions, f.steal, key, &mut cx)
             } else {
                 NO_PORT

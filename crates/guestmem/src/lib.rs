@@ -485,6 +485,32 @@ impl GuestMemory {
         self.write(gpa + a.len() as u64, b)
     }
 
+    /// Copies `len` bytes from guest memory `src` at `src_gpa` into this guest memory at `gpa`
+    /// (one copy between two guests, or within one: the ranges may even overlap, a hostile
+    /// guest can post an rx buffer over its own tx buffer, so the copy is a `memmove`). Each
+    /// range must lie within one region of its table; nothing is copied otherwise.
+    #[inline]
+    pub fn copy_from(
+        &self,
+        gpa: u64,
+        src: &GuestMemory,
+        src_gpa: u64,
+        len: usize,
+    ) -> Result<(), MemError> {
+        let oor = |addr| MemError::OutOfRange {
+            addr,
+            len: len as u64,
+        };
+        let (d, _) = self.lookup(gpa, len as u64).ok_or(oor(gpa))?;
+        let (s, _) = src.lookup(src_gpa, len as u64).ok_or(oor(src_gpa))?;
+        // Guest memory is only ever reached through raw copies; both mappings stay mapped while
+        // `self` and `src` are borrowed.
+        // SAFETY: `lookup` checked that `len` bytes from `s` and from `d` lie in live mappings;
+        // `copy` allows the two ranges to overlap.
+        unsafe { std::ptr::copy(s.as_ptr(), d.as_ptr(), len) };
+        Ok(())
+    }
+
     /// True if `[gpa, gpa + len)` is covered by regions (possibly several adjacent ones).
     fn contains_split(&self, gpa: u64, len: u64) -> bool {
         self.for_each_piece(gpa, len as usize, |_, _, _| {}).is_ok()

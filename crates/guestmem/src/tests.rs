@@ -351,3 +351,25 @@ fn a_table_that_gets_no_slot_is_refused() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn copies_between_two_tables_and_within_one() {
+    let a = GuestMemory::anonymous(&[(0x1000, 8192)]).unwrap();
+    let b = GuestMemory::anonymous(&[(0x4000, 4096)]).unwrap();
+    let pat: Vec<u8> = (0..2000u32).map(|i| (i * 7) as u8).collect();
+    a.write(0x1100, &pat).unwrap();
+    b.copy_from(0x4010, &a, 0x1100, pat.len()).unwrap();
+    let mut got = vec![0u8; pat.len()];
+    b.read(0x4010, &mut got).unwrap();
+    assert_eq!(got, pat);
+    // Out of range on either side: refused, nothing written.
+    assert!(b.copy_from(0x4f00, &a, 0x1100, 512).is_err());
+    assert!(b.copy_from(0x4000, &a, 0x2f00, 512).is_err());
+    b.read(0x4f00, &mut got[..256]).unwrap();
+    assert!(got[..256].iter().all(|&x| x == 0));
+    // Overlapping ranges in one table (a guest's rx buffer over its own tx buffer).
+    a.copy_from(0x1180, &a, 0x1100, pat.len()).unwrap();
+    let mut moved = vec![0u8; pat.len()];
+    a.read(0x1180, &mut moved).unwrap();
+    assert_eq!(moved, pat);
+}

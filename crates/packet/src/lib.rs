@@ -13,7 +13,22 @@
 //!
 //! This crate sits below `ports` and `dp` (DESIGN.md puts buffers in `dp`; ports must fill them
 //! too, so they live one layer down).
+//!
+//! One copy for large frames: a packet may hold only the head of its frame in its buffer and
+//! name the rest as a [`Tail`], a range of the sending guest's memory (still owned by us: the
+//! guest gets that chain back only after the burst's transmit). [`Packet::data`] and
+//! [`Packet::len`] are then the head only; [`Packet::frame_len`] is the whole frame. A
+//! vhost-user port's enqueue copies the tail straight from guest to guest; every other
+//! consumer first calls [`Packet::materialise`], which copies it in. The tail is one packed
+//! word in the packet (address and length, no reference): the memory table it lies in is held
+//! once for the whole burst by the [`Batch`] it was received in ([`Batch::tails`]), and every
+//! tail in a batch lies in that one table. So a `Packet` stays 64 bytes (one cache line) and
+//! a deferred frame costs no atomic operation; in exchange a packet with a tail must not
+//! outlive its burst (the datapath sends or materialises every one before the burst ends).
 #![deny(unsafe_code)]
+
+use guestmem::GuestMemory;
+use std::sync::Arc;
 
 /// Largest burst a port receives or sends in one call.
 pub const BATCH_SIZE: usize = 32;
@@ -169,14 +184,36 @@ impl Meta {
     }
 }
 
-/// One packet: a fixed buffer, the window `[head, head + len)` holding the frame, and metadata.
+/// The part of a frame left in the sending guest's memory (see the crate comment): `len`
+/// bytes at guest-physical `gpa` of the memory table its batch holds ([`Batch::tails`]),
+/// checked to lie in one region of it when it was made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tail {
+    /// Where the tail starts (below [`TAIL_GPA_LIMIT`]).
+    pub gpa: u64,
+    /// Its length (1 to [`MAX_FRAME`]).
+    pub len: u32,
+}
+
+/// Guest-physical addresses a deferred tail may start at lie below this (48 bits: the packed
+/// tail word keeps the length in its top 16 bits). A frame elsewhere is copied whole.
+pub const TAIL_GPA_LIMIT: u64 = 1 << TAIL_LEN_SHIFT;
+const TAIL_LEN_SHIFT: u32 = 48;
+
+/// One packet: a fixed buffer, the window `[head, head + len)` holding the frame (or its head,
+/// with the rest in `tail`), and metadata. 64 bytes, one cache line (checked below): bursts,
+/// transmit batches and free lists move and touch one line per packet.
 pub struct Packet {
     buf: Box<[u8]>,
-    head: usize,
-    len: usize,
+    head: u32,
+    len: u32,
+    /// The deferred tail packed: guest address in bits 0..48, length in bits 48..64; 0: none.
+    tail: u64,
     /// Datapath metadata.
     pub meta: Meta,
 }
+
+const _: () = assert!(std::mem::size_of::<Packet>() == 64);
 
 impl Packet {
     fn alloc() -> Packet {
@@ -186,8 +223,9 @@ impl Packet {
     fn alloc_sized(size: usize) -> Packet {
         Packet {
             buf: vec![0u8; size].into_boxed_slice(),
-            head: HEADROOM,
+            head: HEADROOM as u32,
             len: 0,
+            tail: 0,
             meta: Meta::default(),
         }
     }
@@ -220,22 +258,98 @@ impl Packet {
         self.buf.len() - HEADROOM
     }
 
-    /// The frame bytes.
+    /// The deferred tail, if the frame's end is still in the sender's memory (in the table
+    /// of the batch it came in: [`Batch::tails`]).
+    #[inline]
+    pub fn tail(&self) -> Option<Tail> {
+        (self.tail != 0).then_some(Tail {
+            gpa: self.tail & (TAIL_GPA_LIMIT - 1),
+            len: (self.tail >> TAIL_LEN_SHIFT) as u32,
+        })
+    }
+
+    /// True if the frame's end is still in the sender's memory.
+    #[inline]
+    pub fn has_tail(&self) -> bool {
+        self.tail != 0
+    }
+
+    /// Defers the rest of the frame: `t` follows the bytes in the buffer. The caller checked
+    /// that `t` lies in one region of the table its batch will hold ([`Batch::tails`]). A tail
+    /// that is empty, longer than [`MAX_FRAME`], at or above [`TAIL_GPA_LIMIT`], or that would
+    /// not fit the buffer after the head is refused (`false`, nothing changed).
+    #[inline]
+    pub fn set_tail(&mut self, t: Tail) -> bool {
+        let n = t.len as usize;
+        if n == 0
+            || n > MAX_FRAME
+            || t.gpa >= TAIL_GPA_LIMIT
+            || (self.head + self.len) as usize + n > self.buf.len()
+        {
+            return false;
+        }
+        self.tail = t.gpa | (u64::from(t.len) << TAIL_LEN_SHIFT);
+        true
+    }
+
+    /// Whole frame length: the bytes held plus the deferred tail.
+    #[inline]
+    pub fn frame_len(&self) -> usize {
+        self.len as usize + (self.tail >> TAIL_LEN_SHIFT) as usize
+    }
+
+    /// Copies the deferred tail (if any) from `mem`, the table of the batch the packet came in
+    /// ([`Batch::tails`]), into the buffer after the head, so that [`Packet::data`] is the
+    /// whole frame. The tail was checked to lie in that table when it was made and the batch
+    /// keeps the table, so the read cannot fail; if it did, or if there is no table (a packet
+    /// kept past its burst: a bug), the bytes are zeros: never another guest's.
+    #[inline]
+    pub fn materialise(&mut self, mem: Option<&GuestMemory>) {
+        let Some(t) = self.tail() else { return };
+        self.tail = 0;
+        let at = (self.head + self.len) as usize;
+        let n = t.len as usize;
+        // In the buffer: `set_tail` checked head + tail against it, and pushes and pulls at
+        // the front keep the frame's end where it was.
+        if let Some(dst) = self.buf.get_mut(at..at + n) {
+            if mem.is_none_or(|m| m.read(t.gpa, dst).is_err()) {
+                dst.fill(0);
+            }
+            self.len += n as u32;
+        }
+    }
+
+    /// A copy of this packet's frame (its tail, if deferred, still deferred: the copy names
+    /// the same range) and metadata into `c` (another output of the same packet, in the same
+    /// burst; take `c` with `Pool::get_for(self.frame_len())`).
+    #[inline]
+    pub fn copy_into(&self, c: &mut Packet) {
+        c.set_frame(self.data());
+        c.meta = self.meta;
+        if let Some(t) = self.tail() {
+            c.set_tail(t);
+        }
+    }
+
+    /// The frame bytes (only the head while a tail is deferred: see [`Packet::materialise`]).
     #[inline]
     pub fn data(&self) -> &[u8] {
-        &self.buf[self.head..self.head + self.len]
+        let h = self.head as usize;
+        &self.buf[h..h + self.len as usize]
     }
 
     /// The frame bytes, writable.
     #[inline]
     pub fn data_mut(&mut self) -> &mut [u8] {
-        &mut self.buf[self.head..self.head + self.len]
+        let h = self.head as usize;
+        &mut self.buf[h..h + self.len as usize]
     }
 
-    /// Frame length in bytes.
+    /// Frame length in bytes (the head only while a tail is deferred: see
+    /// [`Packet::frame_len`]).
     #[inline]
     pub fn len(&self) -> usize {
-        self.len
+        self.len as usize
     }
 
     /// True if the frame is empty.
@@ -256,8 +370,9 @@ impl Packet {
     #[inline]
     pub fn reset_for_fill(&mut self, len: usize) -> &mut [u8] {
         let len = len.min(self.buf.len() - HEADROOM);
-        self.head = HEADROOM;
-        self.len = len;
+        self.head = HEADROOM as u32;
+        self.len = len as u32;
+        self.tail = 0;
         self.meta = Meta::default();
         &mut self.buf[HEADROOM..HEADROOM + len]
     }
@@ -268,55 +383,66 @@ impl Packet {
         self.reset_for_fill(n).copy_from_slice(&frame[..n]);
     }
 
-    /// Shortens the frame to `len` bytes (no-op if already shorter).
+    /// Shortens the frame to `len` bytes (no-op if already shorter); a deferred tail is
+    /// shortened or dropped with it.
     #[inline]
     pub fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
+        if let Some(t) = self.tail() {
+            let keep = len.saturating_sub(self.len as usize).min(t.len as usize);
+            self.tail = if keep == 0 {
+                0
+            } else {
+                t.gpa | ((keep as u64) << TAIL_LEN_SHIFT)
+            };
+        }
+        self.len = self.len.min(len.min(u32::MAX as usize) as u32);
     }
 
     /// Grows the frame at the front by `n` bytes (taken from the headroom) and returns the new
     /// front. `None` if the headroom is exhausted.
     pub fn push_front(&mut self, n: usize) -> Option<&mut [u8]> {
-        if n > self.head {
+        if n > self.head as usize {
             return None;
         }
-        self.head -= n;
-        self.len += n;
-        Some(&mut self.buf[self.head..self.head + n])
+        self.head -= n as u32;
+        self.len += n as u32;
+        let h = self.head as usize;
+        Some(&mut self.buf[h..h + n])
     }
 
     /// Removes `n` bytes from the front. `false` (and nothing changed) if the frame is shorter.
     pub fn pull_front(&mut self, n: usize) -> bool {
-        if n > self.len {
+        if n > self.len as usize {
             return false;
         }
-        self.head += n;
-        self.len -= n;
+        self.head += n as u32;
+        self.len -= n as u32;
         true
     }
 
     /// Inserts `n` bytes at offset `at` within the frame, moving the first `at` bytes towards the
     /// front (used to insert a VLAN tag after the MAC addresses). Returns the inserted gap.
     pub fn insert_at(&mut self, at: usize, n: usize) -> Option<&mut [u8]> {
-        if at > self.len || n > self.head {
+        if at > self.len as usize || n > self.head as usize {
             return None;
         }
-        let old = self.head;
+        let old = self.head as usize;
         self.buf.copy_within(old..old + at, old - n);
-        self.head -= n;
-        self.len += n;
-        Some(&mut self.buf[self.head + at..self.head + at + n])
+        self.head -= n as u32;
+        self.len += n as u32;
+        let h = self.head as usize;
+        Some(&mut self.buf[h + at..h + at + n])
     }
 
     /// Removes `n` bytes at offset `at`, moving the first `at` bytes back (VLAN pop).
     pub fn remove_at(&mut self, at: usize, n: usize) -> bool {
-        if at + n > self.len {
+        if at.saturating_add(n) > self.len as usize {
             return false;
         }
-        let old = self.head;
+        let old = self.head as usize;
         self.buf.copy_within(old..old + at, old + n);
-        self.head += n;
-        self.len -= n;
+        self.head += n as u32;
+        self.len -= n as u32;
         true
     }
 }
@@ -325,6 +451,7 @@ impl std::fmt::Debug for Packet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Packet")
             .field("len", &self.len)
+            .field("tail", &self.tail())
             .field("meta", &self.meta)
             .finish()
     }
@@ -332,8 +459,13 @@ impl std::fmt::Debug for Packet {
 
 /// A burst of up to [`BATCH_SIZE`] packets. Its storage is reserved once; pushing never
 /// reallocates.
+///
+/// One copy for large frames: the batch holds the memory table its packets' deferred tails
+/// lie in ([`Batch::tails`]), one reference for the whole burst; every tail in the batch lies
+/// in that table.
 pub struct Batch {
     pkts: Vec<Packet>,
+    tails: Option<Arc<GuestMemory>>,
 }
 
 impl Default for Batch {
@@ -347,7 +479,43 @@ impl Batch {
     pub fn new() -> Batch {
         Batch {
             pkts: Vec::with_capacity(BATCH_SIZE),
+            tails: None,
         }
+    }
+
+    /// The memory table the deferred tails of this batch's packets lie in, if any.
+    #[inline]
+    pub fn tails(&self) -> Option<&Arc<GuestMemory>> {
+        self.tails.as_ref()
+    }
+
+    /// Whether packets whose tails lie in `mem` may join this batch: it holds no table yet or
+    /// holds `mem` (a batch never mixes tails of two tables).
+    #[inline]
+    pub fn tails_fit(&self, mem: &Arc<GuestMemory>) -> bool {
+        self.tails.as_ref().is_none_or(|m| Arc::ptr_eq(m, mem))
+    }
+
+    /// Makes this batch hold `mem` for its packets' tails (one reference per burst; nothing
+    /// if it already does). Call only if [`Batch::tails_fit`].
+    #[inline]
+    pub fn hold_tails(&mut self, mem: &Arc<GuestMemory>) {
+        if self.tails.is_none() {
+            self.tails = Some(Arc::clone(mem));
+        }
+    }
+
+    /// Takes the table out of this batch (to hold it for the burst elsewhere, or to drop it).
+    #[inline]
+    pub fn take_tails(&mut self) -> Option<Arc<GuestMemory>> {
+        self.tails.take()
+    }
+
+    /// Swaps this batch's table with `mem` (lends a burst's table to a transmit batch for one
+    /// `tx_burst`, and takes it back after; no reference-count change).
+    #[inline]
+    pub fn swap_tails(&mut self, mem: &mut Option<Arc<GuestMemory>>) {
+        std::mem::swap(&mut self.tails, mem);
     }
 
     /// Number of packets held.
@@ -482,8 +650,9 @@ impl Pool {
         self.stats.gets += 1;
         match self.free.pop() {
             Some(mut p) => {
-                p.head = HEADROOM;
+                p.head = HEADROOM as u32;
                 p.len = 0;
+                p.tail = 0;
                 p.meta = Meta::default();
                 p
             }
@@ -501,8 +670,9 @@ impl Pool {
         self.large_out += 1;
         match self.free_large.pop() {
             Some(mut p) => {
-                p.head = HEADROOM;
+                p.head = HEADROOM as u32;
                 p.len = 0;
+                p.tail = 0;
                 p.meta = Meta::default();
                 p
             }
@@ -523,7 +693,8 @@ impl Pool {
         }
     }
 
-    /// Gives a buffer back (to the list of its class).
+    /// Gives a buffer back (to the list of its class). A deferred tail is forgotten (`get`
+    /// clears it).
     #[inline]
     pub fn put(&mut self, p: Packet) {
         if p.is_large() {
@@ -534,9 +705,12 @@ impl Pool {
         }
     }
 
-    /// Gives back every packet in `batch`, leaving it empty.
+    /// Gives back every packet in `batch`, leaving it empty (and holding no memory table).
     #[inline]
     pub fn put_batch(&mut self, batch: &mut Batch) {
+        if batch.tails.is_some() {
+            batch.tails = None;
+        }
         if self.large_out == 0 {
             self.free.extend(batch.drain());
             return;
@@ -696,6 +870,90 @@ mod tests {
             })
         );
         assert_eq!(c.shifted(40, 4), None, "an offset inside the moved bytes");
+    }
+
+    #[test]
+    fn a_deferred_tail_is_copied_in_shared_and_truncated() {
+        let mem = Arc::new(GuestMemory::anonymous(&[(0x1000, 8192)]).unwrap());
+        let frame: Vec<u8> = (0..1518u32).map(|i| (i * 13 + 5) as u8).collect();
+        mem.write(0x1000 + 192, &frame[192..]).unwrap();
+        let mut pool = Pool::new(0, 4);
+        let mut p = pool.get();
+        p.set_frame(&frame[..192]);
+        let t = Tail {
+            gpa: 0x1000 + 192,
+            len: 1518 - 192,
+        };
+        assert!(p.set_tail(t));
+        assert_eq!(p.tail(), Some(t));
+        assert_eq!((p.len(), p.frame_len()), (192, 1518));
+        // The batch holds the table once; no packet holds a reference.
+        let mut b = Batch::new();
+        assert!(b.tails_fit(&mem));
+        b.hold_tails(&mem);
+        b.hold_tails(&mem);
+        assert_eq!(Arc::strong_count(&mem), 2);
+        let other = Arc::new(GuestMemory::anonymous(&[(0x1000, 8192)]).unwrap());
+        assert!(!b.tails_fit(&other), "a batch never mixes two tables");
+        // A second output names the same range, still deferred.
+        let mut c = pool.get_for(p.frame_len());
+        p.copy_into(&mut c);
+        assert_eq!((c.tail(), c.frame_len()), (Some(t), 1518));
+        assert_eq!(c.data(), &frame[..192]);
+        c.materialise(b.tails().map(|m| &**m));
+        assert!(!c.has_tail());
+        assert_eq!(c.data(), &frame[..]);
+        // Without the table (a packet kept past its burst) the tail reads as zeros.
+        let mut z = pool.get();
+        z.set_frame(&frame[..192]);
+        assert!(z.set_tail(t));
+        z.materialise(None);
+        assert_eq!(&z.data()[..192], &frame[..192]);
+        assert!(z.data()[192..].iter().all(|&x| x == 0) && z.len() == 1518);
+        // Truncation shortens the tail, or drops it when the cut is in the head.
+        let mut q = pool.get();
+        p.copy_into(&mut q);
+        q.truncate(1000);
+        assert_eq!((q.len(), q.frame_len()), (192, 1000));
+        q.truncate(100);
+        assert_eq!((q.len(), q.frame_len(), q.has_tail()), (100, 100, false));
+        // Given back, a buffer comes out again without a tail; the batch lets its table go.
+        pool.put(q);
+        pool.put(z);
+        pool.put(c);
+        b.push(p).unwrap();
+        pool.put_batch(&mut b);
+        assert!(b.tails().is_none());
+        assert_eq!(Arc::strong_count(&mem), 1);
+        for _ in 0..4 {
+            assert!(!pool.get().has_tail());
+        }
+        // Tails that cannot be packed or do not fit are refused.
+        let mut r = pool.get();
+        r.set_frame(&[0u8; 100]);
+        for bad in [
+            Tail {
+                gpa: 0x1000,
+                len: MAX_FRAME as u32,
+            },
+            Tail {
+                gpa: 0x1000,
+                len: 0,
+            },
+            Tail {
+                gpa: TAIL_GPA_LIMIT,
+                len: 100,
+            },
+        ] {
+            assert!(!r.set_tail(bad), "{bad:?}");
+            assert!(!r.has_tail());
+        }
+        assert!(r.set_tail(Tail {
+            gpa: TAIL_GPA_LIMIT - 1,
+            len: (MAX_FRAME - 100) as u32
+        }));
+        assert_eq!(r.tail().map(|t| t.gpa), Some(TAIL_GPA_LIMIT - 1));
+        assert_eq!(r.frame_len(), MAX_FRAME);
     }
 
     #[test]

@@ -126,6 +126,13 @@ impl Hdr {
         }
     }
 
+    /// True if the header asks for nothing: no partial checksum, no segmentation (then
+    /// [`Hdr::validate`] accepts it without looking at the frame).
+    #[inline]
+    pub fn is_plain(&self) -> bool {
+        self.flags & F_NEEDS_CSUM == 0 && self.gso_type == GSO_NONE
+    }
+
     /// True if the header asks for a large buffer (a GSO frame may exceed [`MAX_FRAME`]).
     #[inline]
     pub fn is_gso(&self) -> bool {

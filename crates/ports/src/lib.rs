@@ -102,6 +102,14 @@ pub trait Port: Send + Sync {
         packet::vnet::Offloads::default()
     }
 
+    /// Whether this port's `tx_burst` takes packets whose frame tail is still in the sending
+    /// guest's memory ([`packet::Packet::tail`]: one copy for large frames) and copies it out
+    /// itself. Default: no, and the datapath copies the tail into the packet
+    /// ([`packet::Packet::materialise`]) before queueing it here.
+    fn takes_tails(&self) -> bool {
+        false
+    }
+
     /// Kind-specific state for `vireoctl show` (negotiated features, peer, ...).
     fn status(&self) -> serde_json::Value {
         serde_json::Value::Null

@@ -89,6 +89,8 @@ struct Shard {
     tx_errors: AtomicU64,
     drops: [AtomicU64; 13],
     budget_cuts: AtomicU64,
+    rx_one_copy: AtomicU64,
+    tx_one_copy: AtomicU64,
 }
 
 /// Live counters of one port, sharded per writing thread and summed on read.
@@ -138,6 +140,18 @@ impl PortCounters {
         self.mine().budget_cuts.fetch_add(1, Relaxed);
     }
 
+    /// Adds packets moved with one copy (vhost-user): received with their tail left in the
+    /// guest's buffer (`rx`), or sent with a tail copied straight from the sender's memory.
+    #[inline]
+    pub fn one_copy(&self, rx: bool, n: u64) {
+        let s = self.mine();
+        if rx {
+            s.rx_one_copy.fetch_add(n, Relaxed);
+        } else {
+            s.tx_one_copy.fetch_add(n, Relaxed);
+        }
+    }
+
     /// Adds a tx error.
     #[inline]
     pub fn tx_error(&self, n: u64) {
@@ -153,6 +167,8 @@ impl PortCounters {
         self.rx_error(s.rx_errors);
         self.tx_error(s.tx_errors);
         self.mine().budget_cuts.fetch_add(s.budget_cuts, Relaxed);
+        self.one_copy(true, s.rx_one_copy);
+        self.one_copy(false, s.tx_one_copy);
         for &(r, n) in &s.drops {
             self.drop(r, n);
         }
@@ -180,6 +196,8 @@ impl PortCounters {
             drops,
             memory_lost: 0,
             budget_cuts: sum(|s| &s.budget_cuts),
+            rx_one_copy: sum(|s| &s.rx_one_copy),
+            tx_one_copy: sum(|s| &s.tx_one_copy),
         }
     }
 }
@@ -206,6 +224,12 @@ pub struct PortStats {
     pub memory_lost: u64,
     /// Bursts the per-burst descriptor budget ended early (a guest posting costly chains).
     pub budget_cuts: u64,
+    /// Packets received with one copy: their tail stayed in the sender's buffer until output
+    /// (vhost-user, frames of at least `virtq::copy::ONE_COPY_MIN` bytes).
+    pub rx_one_copy: u64,
+    /// Packets sent with one copy: their tail went straight from the sender's memory into
+    /// this port's guest.
+    pub tx_one_copy: u64,
 }
 
 impl PortStats {
@@ -237,6 +261,7 @@ mod tests {
         old.tx(2, 200);
         old.drop(DropReason::QueueFull, 4);
         old.budget_cut();
+        old.one_copy(true, 2);
         let carried: PortStats =
             serde_json::from_value(serde_json::to_value(old.snapshot()).unwrap()).unwrap();
         let new = PortCounters::default();
@@ -245,6 +270,7 @@ mod tests {
         new.preload(&carried);
         let s = new.snapshot();
         assert_eq!((s.rx_packets, s.rx_bytes, s.tx_packets), (4, 400, 2));
+        assert_eq!((s.rx_one_copy, s.tx_one_copy), (2, 0));
         assert_eq!(
             (s.drops.clone(), s.budget_cuts),
             (vec![(DropReason::QueueFull, 5)], 1)

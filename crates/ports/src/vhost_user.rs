@@ -150,6 +150,9 @@ impl VhostUserPort {
         if b.budget_cut {
             self.counters.budget_cut();
         }
+        if b.one_copy > 0 {
+            self.counters.one_copy(rx, u64::from(b.one_copy));
+        }
         let vnet = b.vnet.iter().fold(0, |a, n| a | n);
         let bad = b.malformed | b.too_big | b.full | b.broken_drops | b.cut | vnet;
         if bad == 0 {
@@ -241,6 +244,11 @@ impl Port for VhostUserPort {
     #[inline]
     fn tx_offloads(&self) -> packet::vnet::Offloads {
         self.ep.device().guest_offloads()
+    }
+
+    #[inline]
+    fn takes_tails(&self) -> bool {
+        true
     }
 
     fn link(&self) -> Link {

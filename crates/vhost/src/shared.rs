@@ -28,6 +28,18 @@ use std::sync::atomic::{
 use std::sync::{Arc, Mutex, TryLockError};
 use virtq::{Burst, VirtQueue};
 
+/// The one-copy threshold for guest tx queues: `VIREO_ONE_COPY_MIN` (bytes; 0 turns one copy
+/// off) if set, read once, else `None` (virtq's default). A knob for measuring the threshold
+/// (BENCHMARKS.md), not a configuration.
+pub fn one_copy_min() -> Option<usize> {
+    static MIN: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *MIN.get_or_init(|| {
+        std::env::var("VIREO_ONE_COPY_MIN")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+    })
+}
+
 /// A running virtqueue and its interrupt eventfd.
 #[derive(Debug)]
 pub struct Running {
@@ -311,15 +323,30 @@ impl Device {
         f(&self.lock_slot(vring))
     }
 
-    /// Control thread: removes the running queue of `vring`, if any.
+    /// Control thread: removes the running queue of `vring`, if any, with the chains it held
+    /// for one-copy tails returned first (the queue is at rest: its used index is where its
+    /// avail index stands). A packet still holding such a tail keeps the memory table mapped
+    /// by its own `Arc`; the guest may reuse that buffer now, which changes only its own
+    /// payload.
     pub(crate) fn take(&self, vring: usize) -> Option<Running> {
-        let r = self.with_slot(vring, Option::take);
+        let r = self.with_slot(vring, |s| {
+            if let Some(r) = s.as_mut() {
+                r.queue.return_held();
+            }
+            s.take()
+        });
         self.update_pair(vring / 2);
         r
     }
 
-    /// Control thread: installs a running queue.
-    pub(crate) fn install(&self, vring: usize, r: Running) {
+    /// Control thread: installs a running queue (guest tx queues dequeue large frames with one
+    /// copy, see [`one_copy_min`]).
+    pub(crate) fn install(&self, vring: usize, mut r: Running) {
+        r.queue.set_one_copy(if vring % 2 == 1 {
+            one_copy_min()
+        } else {
+            Some(0)
+        });
         let old = self.with_slot(vring, |s| s.replace(r));
         drop(old);
         self.update_pair(vring / 2);
@@ -409,7 +436,9 @@ impl Device {
         }
         let mut g = self.lock_slot(i);
         let r = g.as_mut()?;
-        let mut b = r.queue.enqueue(pkts.as_slice());
+        let mut b = r
+            .queue
+            .enqueue_from(pkts.as_slice(), pkts.tails().map(|m| &**m));
         if r.queue.mem().poisoned() {
             // Whatever this burst did went to (or was decided from) zero pages the guest
             // never sees: every packet of it is lost.

@@ -11,7 +11,7 @@
 //! [`queue`]. No unsafe code: guest memory is reached only through `guestmem`.
 #![deny(unsafe_code)]
 
-mod copy;
+pub mod copy;
 #[cfg(any(test, feature = "mock"))]
 pub mod mock;
 #[cfg(any(test, feature = "mock"))]
@@ -30,6 +30,8 @@ pub use vq::VirtQueue;
 mod budget_tests;
 #[cfg(test)]
 mod offload_tests;
+#[cfg(test)]
+mod one_copy_tests;
 #[cfg(test)]
 mod packed_tests;
 #[cfg(test)]

@@ -31,7 +31,7 @@
 use crate::queue::{Broken, Burst, ChainError, QueueError, BURST_BUDGET, MAX_CHAIN, MAX_SEGS};
 use crate::ring::{NetFeatures, RingAddrs, DESC_SIZE, MAX_INDIRECT, MAX_QUEUE_SIZE};
 use guestmem::{GuestMemory, GuestRange};
-use packet::{Batch, Pool};
+use packet::{Batch, Pool, BATCH_SIZE};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
@@ -151,6 +151,15 @@ pub struct PackedQueue {
     shadow: Vec<(usize, u16)>,
     /// Descriptors walked in the current burst.
     spent: u32,
+    /// One copy for frames of at least this many bytes on dequeue (0: off; see
+    /// [`crate::copy`] and [`crate::Queue::set_one_copy`]).
+    one_copy: usize,
+    /// `(id, ring positions)` of the last dequeue burst's chains, in ring order, not yet
+    /// returned because a packet of that burst still reads its tail from the guest's buffer
+    /// (as [`crate::Queue`]'s: returned by the next dequeue or [`PackedQueue::return_held`]).
+    held: [(u16, u16); BATCH_SIZE],
+    /// Valid entries in `held`.
+    held_n: u16,
 }
 
 impl std::fmt::Debug for PackedQueue {
@@ -209,7 +218,59 @@ impl PackedQueue {
             heads: Vec::with_capacity(MAX_SEGS),
             shadow: Vec::with_capacity(BURST_BUDGET as usize + 1),
             spent: 0,
+            one_copy: 0,
+            held: [(0, 0); BATCH_SIZE],
+            held_n: 0,
         })
+    }
+
+    /// Turns one copy for large frames on or off for later dequeues (as
+    /// [`crate::Queue::set_one_copy`]).
+    pub fn set_one_copy(&mut self, min: Option<usize>) {
+        self.one_copy = match min {
+            Some(0) => 0,
+            Some(n) => n.max(crate::copy::HEAD_LEN + 1),
+            None => crate::copy::ONE_COPY_MIN,
+        };
+    }
+
+    /// Chains held for deferred tails.
+    pub fn held(&self) -> usize {
+        usize::from(self.held_n)
+    }
+
+    /// Returns the chains the last dequeue burst held (used length 0, in ring order) and
+    /// hands them to the driver; whether it wants an interrupt.
+    pub fn return_held(&mut self) -> bool {
+        if self.held_n == 0 {
+            return false;
+        }
+        let old = (self.used_idx, self.used_wrap);
+        self.push_held();
+        let mut b = Burst::default();
+        self.flush(old, &mut b);
+        b.notify
+    }
+
+    #[inline]
+    fn push_held(&mut self) {
+        for i in 0..usize::from(self.held_n) {
+            let (id, ndesc) = self.held[i];
+            self.push_used(id, 0, ndesc);
+        }
+        self.held_n = 0;
+    }
+
+    /// Records a chain this burst consumed, to be returned at its end or held.
+    #[inline]
+    fn hold(&mut self, id: u16, ndesc: u16) {
+        // At most `out.room()` <= BATCH_SIZE chains per burst.
+        if let Some(h) = self.held.get_mut(usize::from(self.held_n)) {
+            *h = (id, ndesc);
+            self.held_n += 1;
+        } else {
+            self.push_used(id, 0, ndesc);
+        }
     }
 
     /// Next descriptor to take, with the avail wrap counter in bit 15 (`GET_VRING_BASE`).
@@ -448,13 +509,26 @@ impl PackedQueue {
 
     /// Guest tx → packets: dequeues up to `out.room()` chains into buffers from `pool`, within
     /// the descriptor budget (a chain the budget cuts stays whole for the next burst).
+    ///
+    /// One copy: as [`crate::Queue::dequeue`], a burst with a deferred tail holds its chains
+    /// until the next call, and `out` holds this queue's memory table.
     pub fn dequeue(&mut self, pool: &mut Pool, out: &mut Batch) -> Burst {
         let mut b = Burst::default();
+        let old = (self.used_idx, self.used_wrap);
+        if self.held_n > 0 {
+            self.push_held();
+        }
         if self.broken.is_some() {
+            self.flush(old, &mut b);
             return b;
         }
-        let old = (self.used_idx, self.used_wrap);
         self.spent = 0;
+        let mut deferred = false;
+        let oc = if out.tails_fit(&self.mem) {
+            self.one_copy
+        } else {
+            0
+        };
         for _ in 0..out.room() {
             let left = BURST_BUDGET - self.spent;
             let Some(head) = self.avail_head(self.last_avail, self.avail_wrap) else {
@@ -468,17 +542,21 @@ impl PackedQueue {
             if head.3 & (DESC_F_NEXT | DESC_F_INDIRECT | DESC_F_WRITE) == 0 && head.1 >= hdr {
                 // Fast path: header and frame in one descriptor (one descriptor read).
                 self.spent += 1;
-                match crate::copy::from_one(&self.mem, head.0, head.1, &self.feat, pool) {
+                match crate::copy::from_one(&self.mem, head.0, head.1, &self.feat, pool, oc) {
                     Ok(p) => {
                         b.packets += 1;
-                        b.bytes += p.len() as u64;
+                        b.bytes += p.frame_len() as u64;
+                        if p.has_tail() {
+                            b.one_copy += 1;
+                            deferred = true;
+                        }
                         if let Err(p) = out.push(p) {
                             pool.put(p);
                         }
                     }
                     Err(e) => e.count(&mut b),
                 }
-                self.push_used(head.2, 0, 1);
+                self.hold(head.2, 1);
                 (self.last_avail, self.avail_wrap) =
                     self.advance(self.last_avail, self.avail_wrap, 1);
                 continue;
@@ -498,12 +576,16 @@ impl PackedQueue {
             };
             let r = match c.bad {
                 Some(_) => Err(ChainError::Malformed),
-                None => crate::copy::from_segs(&self.mem, &self.segs, &self.feat, pool),
+                None => crate::copy::from_segs(&self.mem, &self.segs, &self.feat, pool, oc),
             };
             match r {
                 Ok(p) => {
                     b.packets += 1;
-                    b.bytes += p.len() as u64;
+                    b.bytes += p.frame_len() as u64;
+                    if p.has_tail() {
+                        b.one_copy += 1;
+                        deferred = true;
+                    }
                     // Cannot fail: at most `out.room()` chains are taken.
                     if let Err(p) = out.push(p) {
                         pool.put(p);
@@ -511,11 +593,16 @@ impl PackedQueue {
                 }
                 Err(e) => e.count(&mut b),
             }
-            self.push_used(c.id, 0, c.ndesc);
+            self.hold(c.id, c.ndesc);
             (self.last_avail, self.avail_wrap) =
                 self.advance(self.last_avail, self.avail_wrap, c.ndesc);
         }
         b.descs = self.spent;
+        if deferred {
+            out.hold_tails(&self.mem);
+        } else {
+            self.push_held();
+        }
         self.flush(old, &mut b);
         b
     }

@@ -39,6 +39,7 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
 mod rx;
+pub(crate) use rx::{tail_src, write_piece, TailSrc};
 
 /// Most buffer segments one received packet may be scattered over (mergeable or chained).
 pub const MAX_SEGS: usize = 256;
@@ -109,6 +110,9 @@ pub struct Burst {
     pub cut: u32,
     /// Descriptors walked in this burst (at most [`BURST_BUDGET`]).
     pub descs: u32,
+    /// Packets moved with one copy: dequeue, those whose tail stayed in the guest's buffer;
+    /// enqueue, those whose tail was copied straight from the sender's memory.
+    pub one_copy: u32,
     /// The descriptor budget ended this burst before its work was done.
     pub budget_cut: bool,
     /// The queue broke during this burst.
@@ -174,6 +178,15 @@ pub struct Queue {
     pre_n: u16,
     /// Descriptors walked in the current enqueue burst (against [`BURST_BUDGET`]).
     spent: u32,
+    /// One copy for frames of at least this many bytes on dequeue (see [`crate::copy`]; 0, off,
+    /// until the owner turns it on with [`Queue::set_one_copy`]).
+    one_copy: usize,
+    /// Heads of the last dequeue burst, in avail order, not yet returned because a packet of
+    /// that burst still reads its tail from the guest's buffer: returned by the next
+    /// `dequeue` (after the burst's transmit) or [`Queue::return_held`].
+    held: [u16; BATCH_SIZE],
+    /// Valid entries in `held`.
+    held_n: u16,
 }
 
 impl std::fmt::Debug for Queue {
@@ -230,13 +243,17 @@ impl Queue {
             pre: [(0, None); BATCH_SIZE],
             pre_n: 0,
             spent: 0,
+            one_copy: 0,
+            held: [0; BATCH_SIZE],
+            held_n: 0,
         })
     }
 
     /// Moves both indices to the used index the ring holds in guest memory, if it differs from
     /// where this queue stands; returns whether it moved. Valid only at rest: this device
-    /// returns every buffer it takes within the burst that took it, so at rest the used index
-    /// in memory is exactly where both indices stand. A hostile value only moves the starting
+    /// returns every buffer it takes within the burst that took it (or, one copy, by the next
+    /// burst or [`Queue::return_held`] as the queue stops), so at rest the used index in memory
+    /// is exactly where both indices stand. A hostile value only moves the starting
     /// point; `avail_now` still breaks the queue on an impossible avail index.
     pub fn resync_to_used_ring(&mut self) -> bool {
         match self.used.load_u16_acquire(2) {
@@ -247,6 +264,45 @@ impl Queue {
             }
             _ => false,
         }
+    }
+
+    /// Turns one copy for large frames on (frames of at least `min` bytes; `None`: the default
+    /// [`crate::copy::ONE_COPY_MIN`]) or off (`Some(0)`) for later dequeues. Values below
+    /// [`crate::copy::HEAD_LEN`] + 1 are raised to it (a tail is never empty).
+    pub fn set_one_copy(&mut self, min: Option<usize>) {
+        self.one_copy = match min {
+            Some(0) => 0,
+            Some(n) => n.max(crate::copy::HEAD_LEN + 1),
+            None => crate::copy::ONE_COPY_MIN,
+        };
+    }
+
+    /// Chains held for deferred tails (see `held`).
+    pub fn held(&self) -> usize {
+        usize::from(self.held_n)
+    }
+
+    /// Returns the chains the last dequeue burst held (used length 0, in avail order) and
+    /// publishes the used index; whether the driver wants an interrupt. Called by the next
+    /// dequeue, and by the owner before the queue stops (so a stopped queue is at rest).
+    pub fn return_held(&mut self) -> bool {
+        if self.held_n == 0 {
+            return false;
+        }
+        let old = self.used_idx;
+        self.push_held();
+        let mut b = Burst::default();
+        self.flush(old, &mut b);
+        b.notify
+    }
+
+    #[inline]
+    fn push_held(&mut self) {
+        for i in 0..usize::from(self.held_n) {
+            let head = self.held[i];
+            self.push_used(head, 0);
+        }
+        self.held_n = 0;
     }
 
     /// The avail index the driver has published, as guest memory holds it now (diagnostics).
@@ -439,7 +495,8 @@ impl Queue {
 
     /// Copies the device-readable chain headed by `first` into a packet from `pool`, reading
     /// the virtio-net header once if offloads are on (see [`crate::copy`]). `*walked` counts the
-    /// descriptors read (`left` > 0).
+    /// descriptors read (`left` > 0). Frames of at least `one_copy` bytes (0: none) may keep
+    /// their tail in guest memory.
     #[inline]
     fn read_chain(
         &mut self,
@@ -447,11 +504,14 @@ impl Queue {
         pool: &mut Pool,
         left: u32,
         walked: &mut u32,
+        one_copy: usize,
     ) -> Result<Packet, ChainError> {
         if first.flags == 0 && first.len >= self.feat.hdr_len as u32 {
             // Fast path: header and frame in one descriptor.
             *walked = 1;
-            return crate::copy::from_one(&self.mem, first.addr, first.len, &self.feat, pool);
+            return crate::copy::from_one(
+                &self.mem, first.addr, first.len, &self.feat, pool, one_copy,
+            );
         }
         let mut segs = std::mem::take(&mut self.segs);
         segs.clear();
@@ -464,7 +524,8 @@ impl Queue {
             }
             Ok(())
         });
-        let r = r.and_then(|()| crate::copy::from_segs(&self.mem, &segs, &self.feat, pool));
+        let r =
+            r.and_then(|()| crate::copy::from_segs(&self.mem, &segs, &self.feat, pool, one_copy));
         self.segs = segs;
         r
     }
@@ -500,14 +561,32 @@ impl Queue {
 
     /// Guest tx → packets: dequeues up to `out.room()` chains into buffers from `pool`, within
     /// the descriptor budget (a chain the budget cuts stays whole for the next burst).
+    ///
+    /// One copy ([`Queue::set_one_copy`]): if a packet of the burst keeps a tail in guest
+    /// memory (`Burst::one_copy`), none of the burst's chains is returned now; they are held,
+    /// in order (the driver may have negotiated in-order use), and returned first thing by the
+    /// next call, which the PMD makes only after it sent this burst on. `out` then holds this
+    /// queue's memory table for the tails (`Batch::hold_tails`); if it already holds another
+    /// one, this burst copies every frame whole.
     pub fn dequeue(&mut self, pool: &mut Pool, out: &mut Batch) -> Burst {
         let mut b = Burst::default();
+        let old_used = self.used_idx;
+        if self.held_n > 0 {
+            self.push_held();
+        }
         if self.broken.is_some() {
+            self.flush(old_used, &mut b);
             return b;
         }
         let n = self.avail_now(&mut b).min(out.room() as u16);
-        let old_used = self.used_idx;
         let mut spent = 0u32;
+        let mut taken = 0u16;
+        let mut deferred = false;
+        let one_copy = if out.tails_fit(&self.mem) {
+            self.one_copy
+        } else {
+            0
+        };
         self.prefetch_heads(n, false, &mut b);
         for i in 0..self.pre_n {
             let left = BURST_BUDGET - spent;
@@ -519,13 +598,17 @@ impl Queue {
             let mut walked = 0;
             let r = first
                 .ok_or(ChainError::Malformed)
-                .and_then(|d| self.read_chain(d, pool, left, &mut walked));
+                .and_then(|d| self.read_chain(d, pool, left, &mut walked, one_copy));
             // An unreadable head descriptor still counts as one.
             spent += walked.max(1);
             match r {
                 Ok(p) => {
                     b.packets += 1;
-                    b.bytes += p.len() as u64;
+                    b.bytes += p.frame_len() as u64;
+                    if p.has_tail() {
+                        b.one_copy += 1;
+                        deferred = true;
+                    }
                     // Cannot fail: at most `out.room()` chains are taken.
                     if let Err(p) = out.push(p) {
                         pool.put(p);
@@ -538,12 +621,17 @@ impl Queue {
                 }
                 Err(e) => e.count(&mut b),
             }
-            self.push_used(head, 0);
+            self.held[usize::from(taken)] = head;
+            taken += 1;
         }
         b.descs = spent;
-        self.last_avail = self
-            .last_avail
-            .wrapping_add(self.used_idx.wrapping_sub(old_used));
+        self.last_avail = self.last_avail.wrapping_add(taken);
+        self.held_n = taken;
+        if deferred {
+            out.hold_tails(&self.mem);
+        } else {
+            self.push_held();
+        }
         self.flush(old_used, &mut b);
         b
     }

@@ -45,9 +45,41 @@ impl VirtQueue {
     /// Packets → guest rx (see [`Queue::enqueue`], [`PackedQueue::enqueue`]).
     #[inline]
     pub fn enqueue(&mut self, pkts: &[Packet]) -> Burst {
+        self.enqueue_from(pkts, None)
+    }
+
+    /// Packets with deferred tails in `tails` → guest rx (see [`Queue::enqueue_from`]).
+    #[inline]
+    pub fn enqueue_from(&mut self, pkts: &[Packet], tails: Option<&GuestMemory>) -> Burst {
         match self {
-            VirtQueue::Split(q) => q.enqueue(pkts),
-            VirtQueue::Packed(q) => q.enqueue(pkts),
+            VirtQueue::Split(q) => q.enqueue_from(pkts, tails),
+            VirtQueue::Packed(q) => q.enqueue_from(pkts, tails),
+        }
+    }
+
+    /// Turns one copy for large frames on or off for later dequeues (see
+    /// [`Queue::set_one_copy`]).
+    pub fn set_one_copy(&mut self, min: Option<usize>) {
+        match self {
+            VirtQueue::Split(q) => q.set_one_copy(min),
+            VirtQueue::Packed(q) => q.set_one_copy(min),
+        }
+    }
+
+    /// Returns the chains held for deferred tails (see [`Queue::return_held`]); whether the
+    /// driver wants an interrupt.
+    pub fn return_held(&mut self) -> bool {
+        match self {
+            VirtQueue::Split(q) => q.return_held(),
+            VirtQueue::Packed(q) => q.return_held(),
+        }
+    }
+
+    /// Chains held for deferred tails.
+    pub fn held(&self) -> usize {
+        match self {
+            VirtQueue::Split(q) => q.held(),
+            VirtQueue::Packed(q) => q.held(),
         }
     }
 

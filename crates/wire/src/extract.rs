@@ -196,3 +196,80 @@ fn extract_arp(b: &[u8], k: &mut FlowKey) {
     k.w[5] = FlowKey::mac_to_u64(a.sha());
     k.w[6] = FlowKey::mac_to_u64(a.tha());
 }
+
+/// Bytes past the L3 offset extraction may read, at most: an IPv4 header with options (60)
+/// plus a TCP header with options (60); IPv6 (40) with its L4 header directly after is less.
+const L3_L4_MAX: usize = 60 + 60;
+
+/// True if the key of every frame that begins with `head` is the key of `head` alone: what
+/// extraction reads (L2, up to two VLAN tags, the L3 header and the L4 ports/type) lies within
+/// `head`, whatever follows. One copy for large frames copies only such a head into the
+/// packet buffer before classification (the rest stays in the sender's memory until output).
+/// IPv6 with an extension header is refused: the chain may run on past any fixed head.
+#[inline]
+pub fn key_within(head: &[u8]) -> bool {
+    if head.len() < HEADER_LEN {
+        return false;
+    }
+    let l2 = walk_l2(head);
+    if !l2.complete {
+        // No EtherType (an 802.3 length): nothing past L2 is read. A tag cut short by the
+        // head's end: the head is too short.
+        return l2.ethertype == ethertype::NONE && l2.l3 <= head.len();
+    }
+    let room = head.len() - l2.l3.min(head.len());
+    match l2.ethertype {
+        ethertype::IPV4 => room >= L3_L4_MAX,
+        ethertype::IPV6 => {
+            let nh = head.get(l2.l3 + 6).copied();
+            matches!(
+                nh,
+                Some(proto::TCP | proto::UDP | proto::ICMPV6 | proto::SCTP | 59)
+            ) && room >= L3_L4_MAX
+        }
+        ethertype::ARP => room >= 28,
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod head_tests {
+    use super::*;
+
+    fn eth(t: u16, l3: &[u8], total: usize) -> Vec<u8> {
+        let mut f = vec![0u8; 12];
+        f[0] = 2;
+        f.extend_from_slice(&t.to_be_bytes());
+        f.extend_from_slice(l3);
+        f.resize(total, 0xab);
+        f
+    }
+
+    #[test]
+    fn a_long_enough_head_gives_the_whole_frames_key() {
+        // IPv4 with 40 bytes of options and TCP with 40 bytes of options.
+        let mut ip = vec![0x4f, 0, 0x05, 0xdc, 0, 0, 0, 0, 64, proto::TCP];
+        ip.resize(60, 0);
+        let mut tcp = vec![0x12, 0x34, 0x00, 0x50, 0, 0, 0, 1, 0, 0, 0, 0, 0xf0, 0x18];
+        tcp.resize(60, 0);
+        ip.extend_from_slice(&tcp);
+        let f = eth(ethertype::IPV4, &ip, 1514);
+        for n in [14 + 120, 192, 256] {
+            assert!(key_within(&f[..n]), "{n}");
+            assert_eq!(extract(&f[..n], 1), extract(&f, 1));
+        }
+        assert!(!key_within(&f[..14 + 119]));
+        // IPv6 + UDP directly: yes; with a hop-by-hop header first: never.
+        let mut v6 = vec![0x60, 0, 0, 0, 0x05, 0xb4, proto::UDP, 64];
+        v6.resize(40, 1);
+        v6.extend_from_slice(&[0x04, 0xd2, 0x16, 0x2e, 0x05, 0xb4, 0, 0]);
+        let f6 = eth(ethertype::IPV6, &v6, 1514);
+        assert!(key_within(&f6[..192]));
+        assert_eq!(extract(&f6[..192], 1), extract(&f6, 1));
+        v6[6] = 0;
+        assert!(!key_within(&eth(ethertype::IPV6, &v6, 1514)[..192]));
+        // Other EtherTypes: only L2 is read.
+        assert!(key_within(&eth(0x88b5, &[], 1514)[..64]));
+        assert!(!key_within(&f[..10]));
+    }
+}

@@ -159,6 +159,7 @@ pub fn stats_data(rows: &[(String, PortStats)], macs: &BTreeMap<String, MacRow>)
                     "drops": drops,
                     "memory_lost": s.memory_lost,
                     "budget_cuts": s.budget_cuts,
+                    "one_copy": { "rx": s.rx_one_copy, "tx": s.tx_one_copy },
                     "mac": { "entries": m.entries, "limit": m.limit, "refused": m.refused },
                 })
             })
@@ -191,6 +192,9 @@ pub fn stats_text(rows: &[(String, PortStats)], macs: &BTreeMap<String, MacRow>)
             let _ = writeln!(s, "  memory lost: {} connection(s)", st.memory_lost);
         }
         let _ = writeln!(s, "  budget-cuts={}", st.budget_cuts);
+        if st.rx_one_copy + st.tx_one_copy > 0 {
+            let _ = writeln!(s, "  one-copy rx={} tx={}", st.rx_one_copy, st.tx_one_copy);
+        }
         let m = macs.get(name).copied().unwrap_or_default();
         let limit = if m.limit == 0 {
             "none".to_string()

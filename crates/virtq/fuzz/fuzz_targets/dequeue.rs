@@ -3,7 +3,10 @@
 //! Input: `[size_log][flags][last_avail lo][last_avail hi]` then bytes copied over a 64 KiB
 //! guest (two 32 KiB regions at 0 and 32 KiB, so accesses may straddle them). The rings sit at
 //! fixed addresses inside it; everything else (descriptors, indices, indirect tables) is the
-//! fuzzer's.
+//! fuzzer's. Flag bit 64 turns one copy for large frames on (threshold from the first byte of
+//! the body): packets keep their tail in guest memory, are sent into the same guest's rx ring
+//! (tails copied guest to guest from the table the batch holds, possibly over the very buffers
+//! they come from) and their chains come back with the next burst.
 #![no_main]
 
 use guestmem::GuestMemory;
@@ -51,10 +54,41 @@ fuzz_target!(|data: &[u8]| {
     let Ok(mut q) = Queue::new(Arc::clone(&mem), addrs, feat, last, last) else {
         return;
     };
+    let one_copy = flags & 64 != 0;
+    if one_copy {
+        q.set_one_copy(Some(usize::from(body.first().copied().unwrap_or(0)) * 8));
+    }
+    let mut rx = Queue::new(Arc::clone(&mem), addrs, feat, last, last).ok();
     let mut pool = Pool::new(0, 64);
     let mut out = Batch::new();
     for _ in 0..3 {
         let b = q.dequeue(&mut pool, &mut out);
+        assert!(b.one_copy == 0 || one_copy);
+        assert_eq!(
+            out.as_slice().iter().filter(|p| p.has_tail()).count(),
+            b.one_copy as usize
+        );
+        // The batch holds the queue's table exactly when a tail was deferred.
+        assert_eq!(
+            out.tails().is_some_and(|m| Arc::ptr_eq(m, &mem)),
+            b.one_copy > 0
+        );
+        for p in out.as_slice() {
+            if let Some(t) = p.tail() {
+                // The head decided the key, the whole frame fits a buffer, the tail is in
+                // memory, and every chain of the burst is held.
+                assert_eq!(p.len(), virtq::copy::HEAD_LEN);
+                assert!(p.frame_len() <= packet::MAX_FRAME);
+                assert!(mem.contains(t.gpa, u64::from(t.len)));
+                assert!(!p.meta.has_offload());
+                assert_eq!(q.held(), (b.packets + b.malformed + b.too_big) as usize
+                    + b.vnet.iter().sum::<u32>() as usize);
+            }
+        }
+        if let Some(rx) = rx.as_mut() {
+            let e = rx.enqueue_from(out.as_slice(), out.tails().map(|m| &**m));
+            assert!(e.one_copy <= b.one_copy);
+        }
         assert!(b.packets as usize == out.len());
         assert!(out.as_slice().iter().all(|p| {
             // A frame above a standard buffer only as a checked GSO frame.

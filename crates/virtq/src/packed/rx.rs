@@ -4,6 +4,7 @@
 //!
 //! Threads: the PMD sending to this port, holding the ring's lock for one burst.
 use super::*;
+use crate::queue::{tail_src, write_piece, TailSrc};
 use packet::Packet;
 
 /// Why an enqueue burst ended early.
@@ -56,29 +57,16 @@ impl PackedQueue {
         Ok(true)
     }
 
-    /// Writes `hdr ++ data` over the gathered segments.
-    fn scatter(&self, hdr: &[u8], data: &[u8]) -> Result<(), ()> {
-        let total = hdr.len() + data.len();
+    /// Writes `hdr ++ data ++ tail` over the gathered segments.
+    fn scatter(&self, hdr: &[u8], data: &[u8], tail: TailSrc) -> Result<(), ()> {
+        let total = hdr.len() + data.len() + tail.map_or(0, |(_, t)| t.len as usize);
         let mut done = 0usize;
         for &(addr, len) in &self.segs {
             if done == total {
                 break;
             }
             let n = (len as usize).min(total - done);
-            let mut k = 0usize;
-            while k < n {
-                let at = done + k;
-                let (src, off) = if at < hdr.len() {
-                    (hdr, at)
-                } else {
-                    (data, at - hdr.len())
-                };
-                let m = (src.len() - off).min(n - k);
-                self.mem
-                    .write(addr + k as u64, &src[off..off + m])
-                    .map_err(|_| ())?;
-                k += m;
-            }
+            write_piece(&self.mem, addr, hdr, data, tail, done, n).map_err(|_| ())?;
             done += n;
         }
         Ok(())
@@ -106,11 +94,13 @@ impl PackedQueue {
     fn enqueue_one(
         &mut self,
         data: &[u8],
+        tail: TailSrc,
         hdr: &mut [u8; 12],
         pos: &mut (u16, bool),
         b: &mut Burst,
     ) -> Result<(), Stop> {
-        let need = (self.feat.hdr_len + data.len()) as u64;
+        let tlen = tail.map_or(0, |(_, t)| t.len as usize);
+        let need = (self.feat.hdr_len + data.len() + tlen) as u64;
         let start = *pos;
         if let Some((addr, len, id, flags)) = self.avail_head(pos.0, pos.1) {
             if flags & (DESC_F_NEXT | DESC_F_INDIRECT | DESC_F_WRITE) == DESC_F_WRITE
@@ -120,14 +110,17 @@ impl PackedQueue {
                 // Fast path: the frame fits in one plain buffer (one descriptor read).
                 self.spent += 1;
                 hdr[10..12].copy_from_slice(&1u16.to_le_bytes());
-                if self
-                    .mem
-                    .write2(addr, &hdr[..self.feat.hdr_len], data)
-                    .is_ok()
-                {
+                let h = &hdr[..self.feat.hdr_len];
+                let mut ok = self.mem.write2(addr, h, data).is_ok();
+                if let (true, Some((src, t))) = (ok, tail) {
+                    let at = addr + (h.len() + data.len()) as u64;
+                    ok = self.mem.copy_from(at, src, t.gpa, t.len as usize).is_ok();
+                    b.one_copy += u32::from(ok);
+                }
+                if ok {
                     self.push_used(id, need as u32, 1);
                     b.packets += 1;
-                    b.bytes += data.len() as u64;
+                    b.bytes += (data.len() + tlen) as u64;
                 } else {
                     self.push_used(id, 0, 1);
                     b.malformed += 1;
@@ -140,11 +133,12 @@ impl PackedQueue {
             Ok(true) => {
                 let nbuf = self.heads.len() as u16;
                 hdr[10..12].copy_from_slice(&nbuf.to_le_bytes());
-                let r = self.scatter(&hdr[..self.feat.hdr_len], data);
+                let r = self.scatter(&hdr[..self.feat.hdr_len], data, tail);
                 if r.is_ok() {
                     self.return_heads(need);
                     b.packets += 1;
-                    b.bytes += data.len() as u64;
+                    b.bytes += (data.len() + tlen) as u64;
+                    b.one_copy += u32::from(tail.is_some());
                 } else {
                     self.return_heads(0);
                     b.malformed += 1;
@@ -166,8 +160,15 @@ impl PackedQueue {
     /// Packets → guest rx: enqueues each packet of `pkts` into the guest's buffers, within the
     /// descriptor budget; stops at the first packet whose buffers cannot be reserved (no
     /// buffer left: it and the rest count as `full`; too big: it counts as `too_big`, the rest
-    /// as `cut`; budget: it and the rest count as `cut`).
+    /// as `cut`; budget: it and the rest count as `cut`). Packets must not carry deferred
+    /// tails (see [`PackedQueue::enqueue_from`]).
     pub fn enqueue(&mut self, pkts: &[Packet]) -> Burst {
+        self.enqueue_from(pkts, None)
+    }
+
+    /// As [`PackedQueue::enqueue`], for packets whose deferred tails lie in `tails` (as
+    /// [`crate::Queue::enqueue_from`]).
+    pub fn enqueue_from(&mut self, pkts: &[Packet], tails: Option<&GuestMemory>) -> Burst {
         let mut b = Burst::default();
         if self.broken.is_some() {
             b.broken_drops = pkts.len() as u32;
@@ -183,7 +184,11 @@ impl PackedQueue {
                 // partial checksum, or TSO with the MSS), computed by us from the packet.
                 packet::vnet::write_hdr(p.meta.offload(), p.data(), &mut hdr[..10]);
             }
-            let Err(stop) = self.enqueue_one(p.data(), &mut hdr, &mut pos, &mut b) else {
+            let Ok(tail) = tail_src(p, tails) else {
+                b.malformed += 1;
+                continue;
+            };
+            let Err(stop) = self.enqueue_one(p.data(), tail, &mut hdr, &mut pos, &mut b) else {
                 continue;
             };
             let rest = (pkts.len() - i) as u32;

@@ -4,6 +4,67 @@
 //!
 //! Threads: the PMD sending to this port, holding the ring's lock for one burst.
 use super::*;
+use packet::Tail;
+
+/// A packet's deferred tail and the sender's memory table it lies in (the table its batch
+/// holds, `Batch::tails`).
+pub(crate) type TailSrc<'a> = Option<(&'a GuestMemory, Tail)>;
+
+/// The source of `p`'s tail, if it has one: `Err(())` for a tail without its table (a packet
+/// kept past its burst; it is not sent: never resolved against another table).
+#[inline]
+pub(crate) fn tail_src<'a>(p: &Packet, tails: Option<&'a GuestMemory>) -> Result<TailSrc<'a>, ()> {
+    match (p.tail(), tails) {
+        (None, _) => Ok(None),
+        (Some(t), Some(m)) => Ok(Some((m, t))),
+        (Some(_), None) => Err(()),
+    }
+}
+
+/// Writes piece `[at, at + n)` of the stream `hdr ++ data ++ tail` to `gpa` of `mem`: from
+/// our buffers, or (the deferred tail of a one-copy packet) straight from the sender's memory.
+#[inline]
+pub(crate) fn write_piece(
+    mem: &GuestMemory,
+    gpa: u64,
+    hdr: &[u8],
+    data: &[u8],
+    tail: TailSrc,
+    at: usize,
+    n: usize,
+) -> Result<(), MemError> {
+    let mut pos = 0usize;
+    while pos < n {
+        let a = at + pos;
+        let k = if a < hdr.len() {
+            let k = (hdr.len() - a).min(n - pos);
+            mem.write(gpa + pos as u64, &hdr[a..a + k])?;
+            k
+        } else if a < hdr.len() + data.len() {
+            let off = a - hdr.len();
+            let k = (data.len() - off).min(n - pos);
+            mem.write(gpa + pos as u64, &data[off..off + k])?;
+            k
+        } else {
+            let off = a - hdr.len() - data.len();
+            let (src, t) = tail.ok_or(MemError::OutOfRange {
+                addr: gpa,
+                len: n as u64,
+            })?;
+            let k = (t.len as usize).saturating_sub(off).min(n - pos);
+            if k == 0 {
+                return Err(MemError::OutOfRange {
+                    addr: gpa,
+                    len: n as u64,
+                });
+            }
+            mem.copy_from(gpa + pos as u64, src, t.gpa + off as u64, k)?;
+            k
+        };
+        pos += k;
+    }
+    Ok(())
+}
 
 impl Queue {
     /// Collects the writable segments of the chain headed by `first` into `segs`; returns its
@@ -28,27 +89,16 @@ impl Queue {
         r.map(|_| cap)
     }
 
-    /// Writes `hdr ++ data` over the gathered segments and the used entries per buffer.
-    fn scatter(&mut self, hdr: &[u8], data: &[u8]) -> Result<(), ChainError> {
-        let total = hdr.len() + data.len();
+    /// Writes `hdr ++ data ++ tail` over the gathered segments.
+    fn scatter(&mut self, hdr: &[u8], data: &[u8], tail: TailSrc) -> Result<(), ChainError> {
+        let total = hdr.len() + data.len() + tail.map_or(0, |(_, t)| t.len as usize);
         let mut done = 0usize;
         let mut seg_i = 0usize;
         for &(_, seg_end) in &self.heads {
             while seg_i < seg_end && done < total {
                 let (addr, len) = self.segs[seg_i];
                 let n = (len as usize).min(total - done);
-                let mut pos = 0usize;
-                while pos < n {
-                    let at = done + pos;
-                    let (src, off) = if at < hdr.len() {
-                        (hdr, at)
-                    } else {
-                        (data, at - hdr.len())
-                    };
-                    let k = (src.len() - off).min(n - pos);
-                    self.mem.write(addr + pos as u64, &src[off..off + k])?;
-                    pos += k;
-                }
+                write_piece(&self.mem, addr, hdr, data, tail, done, n)?;
                 done += n;
                 seg_i += 1;
             }
@@ -129,16 +179,24 @@ impl Queue {
     }
 
     /// Writes a packet over the gathered buffers (slow path: chains, mergeable).
-    fn enqueue_gathered(&mut self, hdr: &mut [u8; 12], data: &[u8], need: u64, b: &mut Burst) {
+    fn enqueue_gathered(
+        &mut self,
+        hdr: &mut [u8; 12],
+        data: &[u8],
+        tail: TailSrc,
+        need: u64,
+        b: &mut Burst,
+    ) {
         let nbuf = self.heads.len() as u16;
         hdr[10..12].copy_from_slice(&nbuf.to_le_bytes());
-        let r = self.scatter(&hdr[..self.feat.hdr_len], data);
+        let r = self.scatter(&hdr[..self.feat.hdr_len], data, tail);
         hdr[10..12].copy_from_slice(&1u16.to_le_bytes());
         match r {
             Ok(()) => {
                 self.return_heads_written(need as usize);
                 b.packets += 1;
-                b.bytes += data.len() as u64;
+                b.bytes += need - self.feat.hdr_len as u64;
+                b.one_copy += u32::from(tail.is_some());
             }
             Err(_) => {
                 self.return_heads_empty();
@@ -154,12 +212,14 @@ impl Queue {
     fn enqueue_one(
         &mut self,
         data: &[u8],
+        tail: TailSrc,
         avail: u16,
         taken: &mut u16,
         hdr: &mut [u8; 12],
         b: &mut Burst,
     ) -> Result<(), Stop> {
-        let need = (self.feat.hdr_len + data.len()) as u64;
+        let tlen = tail.map_or(0, |(_, t)| t.len as usize);
+        let need = (self.feat.hdr_len + data.len() + tlen) as u64;
         let start = *taken;
         if *taken == avail {
             return Err(Stop::Full);
@@ -181,10 +241,16 @@ impl Queue {
             // Fast path: the frame fits in one plain buffer.
             self.spent += 1;
             let h = &hdr[..self.feat.hdr_len];
-            if self.mem.write2(first.addr, h, data).is_ok() {
+            let mut ok = self.mem.write2(first.addr, h, data).is_ok();
+            if let (true, Some((src, t))) = (ok, tail) {
+                let at = first.addr + (h.len() + data.len()) as u64;
+                ok = self.mem.copy_from(at, src, t.gpa, t.len as usize).is_ok();
+                b.one_copy += u32::from(ok);
+            }
+            if ok {
                 self.push_used(head, need as u32);
                 b.packets += 1;
-                b.bytes += data.len() as u64;
+                b.bytes += (data.len() + tlen) as u64;
             } else {
                 self.push_used(head, 0);
                 b.malformed += 1;
@@ -192,7 +258,7 @@ impl Queue {
             return Ok(());
         }
         match self.gather_for(need, head, first, avail, taken, b) {
-            Ok(()) => self.enqueue_gathered(hdr, data, need, b),
+            Ok(()) => self.enqueue_gathered(hdr, data, tail, need, b),
             Err(Some(ChainError::Malformed)) => {
                 self.return_heads_empty();
                 b.malformed += 1;
@@ -213,8 +279,16 @@ impl Queue {
     /// Packets → guest rx: enqueues each packet of `pkts` into the guest's buffers, within the
     /// descriptor budget. Stops at the first packet whose buffers cannot be reserved: no
     /// buffer left (it and the rest count as `full`), too big (it counts as `too_big`, the rest
-    /// as `cut`) or the budget ran out (it and the rest count as `cut`).
+    /// as `cut`) or the budget ran out (it and the rest count as `cut`). Packets must not
+    /// carry deferred tails (see [`Queue::enqueue_from`]).
     pub fn enqueue(&mut self, pkts: &[Packet]) -> Burst {
+        self.enqueue_from(pkts, None)
+    }
+
+    /// As [`Queue::enqueue`], for packets whose deferred tails (one copy) lie in `tails`, the
+    /// memory table their batch holds (`Batch::tails`): each tail is copied straight from
+    /// there. A packet with a tail but no table is not sent (counted `malformed`).
+    pub fn enqueue_from(&mut self, pkts: &[Packet], tails: Option<&GuestMemory>) -> Burst {
         let mut b = Burst::default();
         if self.broken.is_some() {
             b.broken_drops = pkts.len() as u32;
@@ -233,7 +307,12 @@ impl Queue {
                 // partial checksum, or TSO with the MSS), computed by us from the packet.
                 packet::vnet::write_hdr(p.meta.offload(), p.data(), &mut hdr[..10]);
             }
-            let Err(stop) = self.enqueue_one(p.data(), avail, &mut taken, &mut hdr, &mut b) else {
+            let Ok(tail) = tail_src(p, tails) else {
+                b.malformed += 1;
+                continue;
+            };
+            let Err(stop) = self.enqueue_one(p.data(), tail, avail, &mut taken, &mut hdr, &mut b)
+            else {
                 continue;
             };
             let rest = (pkts.len() - i) as u32;
