@@ -205,7 +205,7 @@ impl Worker {
             cls: Dpcls::new(),
             flows: FlowTable::new(registry),
             pool: Pool::new(cfg.numa, cfg.pool_prefill),
-            rx: Batch::new(),
+            rx: Batch::taking_tails(),
             keys: [FlowKey::ZERO; BATCH_SIZE],
             ids: [NO_FLOW; BATCH_SIZE],
             dest: [NO_PORT; BATCH_SIZE],
@@ -221,7 +221,7 @@ impl Worker {
             fresh_overflow: false,
             policers: None,
             ct: None,
-            recirc: Batch::new(),
+            recirc: Batch::taking_tails(),
             recirc_keys: Vec::with_capacity(BATCH_SIZE),
             hints: (0..BATCH_SIZE)
                 .map(|_| conntrack::Hint::default())

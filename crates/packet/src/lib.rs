@@ -462,10 +462,13 @@ impl std::fmt::Debug for Packet {
 ///
 /// One copy for large frames: the batch holds the memory table its packets' deferred tails
 /// lie in ([`Batch::tails`]), one reference for the whole burst; every tail in the batch lies
-/// in that table.
+/// in that table. Only a batch made with [`Batch::taking_tails`] (the datapath's, whose
+/// every consumer copies a tail in or sends it guest to guest) is given packets with tails;
+/// any other receiver gets whole frames.
 pub struct Batch {
     pkts: Vec<Packet>,
     tails: Option<Arc<GuestMemory>>,
+    tails_allowed: bool,
 }
 
 impl Default for Batch {
@@ -480,6 +483,17 @@ impl Batch {
         Batch {
             pkts: Vec::with_capacity(BATCH_SIZE),
             tails: None,
+            tails_allowed: false,
+        }
+    }
+
+    /// An empty batch that may be given packets with deferred tails (one copy): for a
+    /// receiver that materialises each tail ([`Packet::materialise`]) or sends it guest to
+    /// guest before the burst ends.
+    pub fn taking_tails() -> Batch {
+        Batch {
+            tails_allowed: true,
+            ..Batch::new()
         }
     }
 
@@ -489,11 +503,12 @@ impl Batch {
         self.tails.as_ref()
     }
 
-    /// Whether packets whose tails lie in `mem` may join this batch: it holds no table yet or
-    /// holds `mem` (a batch never mixes tails of two tables).
+    /// Whether packets whose tails lie in `mem` may join this batch: it takes tails
+    /// ([`Batch::taking_tails`]) and holds no table yet or holds `mem` (a batch never mixes
+    /// tails of two tables).
     #[inline]
     pub fn tails_fit(&self, mem: &Arc<GuestMemory>) -> bool {
-        self.tails.as_ref().is_none_or(|m| Arc::ptr_eq(m, mem))
+        self.tails_allowed && self.tails.as_ref().is_none_or(|m| Arc::ptr_eq(m, mem))
     }
 
     /// Makes this batch hold `mem` for its packets' tails (one reference per burst; nothing
@@ -887,8 +902,10 @@ mod tests {
         assert!(p.set_tail(t));
         assert_eq!(p.tail(), Some(t));
         assert_eq!((p.len(), p.frame_len()), (192, 1518));
+        // A plain batch takes no tails: its receiver gets whole frames.
+        assert!(!Batch::new().tails_fit(&mem));
         // The batch holds the table once; no packet holds a reference.
-        let mut b = Batch::new();
+        let mut b = Batch::taking_tails();
         assert!(b.tails_fit(&mem));
         b.hold_tails(&mem);
         b.hold_tails(&mem);

@@ -68,7 +68,7 @@ fn split_tx_to_split_rx_moves_tails_guest_to_guest_and_holds_the_chains() {
         let (mut a, mut qa) = source(true);
         let (frames, deferred) = send_mix(&mut a);
         let mut pool = Pool::new(0, 64);
-        let mut out = Batch::new();
+        let mut out = Batch::taking_tails();
         let b = qa.dequeue(&mut pool, &mut out);
         assert_eq!((b.packets, b.one_copy), (6, deferred));
         let total: usize = frames.iter().map(Vec::len).sum();
@@ -120,7 +120,7 @@ fn split_tx_to_packed_rx_moves_tails_guest_to_guest() {
         let (mut a, mut qa) = source(true);
         let (frames, deferred) = send_mix(&mut a);
         let mut pool = Pool::new(0, 64);
-        let mut out = Batch::new();
+        let mut out = Batch::taking_tails();
         assert_eq!(qa.dequeue(&mut pool, &mut out).one_copy, deferred);
         let mut pdrv = PackedDriver::new(256, 0, true, 12);
         let base = pdrv.avail_base();
@@ -146,7 +146,7 @@ fn what_was_classified_was_copied_and_a_later_write_changes_only_the_payload() {
     let f = eth(1500, 0x0800, 7);
     let head = a.send(&f, TxLayout::Single);
     let mut pool = Pool::new(0, 8);
-    let mut out = Batch::new();
+    let mut out = Batch::taking_tails();
     assert_eq!(qa.dequeue(&mut pool, &mut out).one_copy, 1);
     // The guest rewrites its whole buffer (headers and payload) while we hold the chain.
     let junk = vec![0xeeu8; 12 + f.len()];
@@ -179,7 +179,7 @@ fn dropped_packets_and_bad_chains_still_return_every_chain_once() {
     a.write_desc(2, bad);
     a.send(&eth(1518, 0x0800, 3), TxLayout::Single);
     let mut pool = Pool::new(0, 8);
-    let mut out = Batch::new();
+    let mut out = Batch::taking_tails();
     let b = qa.dequeue(&mut pool, &mut out);
     assert_eq!((b.packets, b.malformed, b.one_copy), (2, 1, 2));
     assert!(a.take_used().is_empty());
@@ -208,7 +208,7 @@ fn a_batch_holds_one_table_for_its_tails_and_never_mixes_two() {
     a.send(&fa, TxLayout::Single);
     c.send(&fc, TxLayout::Single);
     let mut pool = Pool::new(0, 8);
-    let mut out = Batch::new();
+    let mut out = Batch::taking_tails();
     assert!(out.tails().is_none());
     assert_eq!(qa.dequeue(&mut pool, &mut out).one_copy, 1);
     // The batch holds A's table once for the burst.
@@ -246,7 +246,7 @@ fn off_by_default_and_a_tail_split_over_segments_is_copied_whole() {
     let (mut a, mut qa) = source(false);
     a.send(&eth(1518, 0x0800, 1), TxLayout::Single);
     let mut pool = Pool::new(0, 8);
-    let mut out = Batch::new();
+    let mut out = Batch::taking_tails();
     assert_eq!(qa.dequeue(&mut pool, &mut out).one_copy, 0);
     assert_eq!(a.take_used().len(), 1);
     pool.put_batch(&mut out);
@@ -283,7 +283,7 @@ fn packed_tx_holds_its_chains_and_its_tails_arrive_whole() {
             a.send(f, l);
         }
         let mut pool = Pool::new(0, 16);
-        let mut out = Batch::new();
+        let mut out = Batch::taking_tails();
         let b = qa.dequeue(&mut pool, &mut out);
         assert_eq!((b.packets, b.one_copy), (4, 3));
         assert!(a.take_used().is_empty(), "held while the tails are read");
@@ -336,7 +336,7 @@ fn one_copy_cost() {
             let mut b = MockDriver::new(256, 0, 12);
             let mut qb = Queue::new(b.mem(), b.addrs(), feat(true), 0, 0).unwrap();
             let mut pool = Pool::new(0, 256);
-            let mut out = Batch::new();
+            let mut out = Batch::taking_tails();
             let mut t = [Duration::ZERO; 3];
             let n = 30_000;
             for i in 0..n + 1000 {

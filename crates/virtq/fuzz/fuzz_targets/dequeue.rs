@@ -60,7 +60,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let mut rx = Queue::new(Arc::clone(&mem), addrs, feat, last, last).ok();
     let mut pool = Pool::new(0, 64);
-    let mut out = Batch::new();
+    let mut out = Batch::taking_tails();
     for _ in 0..3 {
         let b = q.dequeue(&mut pool, &mut out);
         assert!(b.one_copy == 0 || one_copy);

@@ -52,7 +52,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let mut pool = Pool::new(0, 64);
-    let mut out = Batch::new();
+    let mut out = Batch::taking_tails();
     for _ in 0..3 {
         let b = q.dequeue(&mut pool, &mut out);
         assert!(b.packets as usize == out.len());
