@@ -30,6 +30,17 @@ use packet::{Packet, Pool, Tail, MAX_FRAME};
 /// 512): below it the second memcpy is cheaper than reading the tail from the sender.
 pub const ONE_COPY_MIN: usize = 1024;
 
+/// The dequeue threshold `set_one_copy(min)` stores: 0 (off) for `Some(0)`, the default
+/// [`ONE_COPY_MIN`] for `None`, otherwise `min` raised to [`HEAD_LEN`] + 1 (a tail is never
+/// empty).
+pub fn threshold(min: Option<usize>) -> usize {
+    match min {
+        Some(0) => 0,
+        Some(n) => n.max(HEAD_LEN + 1),
+        None => ONE_COPY_MIN,
+    }
+}
+
 /// Bytes of a one-copy frame copied into the packet: two VLAN tags, the largest IPv4 header
 /// and the largest TCP header (14 + 8 + 60 + 60 = 142) rounded up to whole cache lines.
 pub const HEAD_LEN: usize = 192;

@@ -227,11 +227,7 @@ impl PackedQueue {
     /// Turns one copy for large frames on or off for later dequeues (as
     /// [`crate::Queue::set_one_copy`]).
     pub fn set_one_copy(&mut self, min: Option<usize>) {
-        self.one_copy = match min {
-            Some(0) => 0,
-            Some(n) => n.max(crate::copy::HEAD_LEN + 1),
-            None => crate::copy::ONE_COPY_MIN,
-        };
+        self.one_copy = crate::copy::threshold(min);
     }
 
     /// Chains held for deferred tails.

@@ -270,11 +270,7 @@ impl Queue {
     /// [`crate::copy::ONE_COPY_MIN`]) or off (`Some(0)`) for later dequeues. Values below
     /// [`crate::copy::HEAD_LEN`] + 1 are raised to it (a tail is never empty).
     pub fn set_one_copy(&mut self, min: Option<usize>) {
-        self.one_copy = match min {
-            Some(0) => 0,
-            Some(n) => n.max(crate::copy::HEAD_LEN + 1),
-            None => crate::copy::ONE_COPY_MIN,
-        };
+        self.one_copy = crate::copy::threshold(min);
     }
 
     /// Chains held for deferred tails (see `held`).
