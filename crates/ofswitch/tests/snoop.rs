@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use testkit::{free_port, have_ofctl};
+use testkit::{have_ofctl, listen_on_free_port};
 
 /// What the snooping ovs-ofctl printed (None: ovs-ofctl missing, the test is skipped).
 fn snoop_sees_the_controller_session(version: Option<&str>) -> Option<String> {
@@ -20,9 +20,9 @@ fn snoop_sees_the_controller_session(version: Option<&str>) -> Option<String> {
         return None;
     }
     let h = start();
-    let port = free_port();
-    h.br.set_controllers(&[format!("ptcp:{port}:127.0.0.1")])
-        .unwrap();
+    let (port, ()) =
+        listen_on_free_port(|port| h.br.set_controllers(&[format!("ptcp:{port}:127.0.0.1")]))
+            .unwrap();
     let snoop_sock = h.sock.with_extension("snoop");
     let out = h.dir.path().join("snoop.txt");
     let file = std::fs::File::create(&out).unwrap();

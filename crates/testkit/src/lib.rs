@@ -145,6 +145,27 @@ pub fn free_port() -> u16 {
     panic!("no free TCP port in {LOW}..{}", LOW + SPAN);
 }
 
+/// Runs `listen` with a [`free_port`] until it does not fail with "Address already in use"
+/// (at most 5 ports): for a listener the code under test opens itself, where a port that was
+/// free a moment ago can be taken in between (seen twice in clean-clone CI runs of the snoop
+/// test). Any other error is returned at once.
+pub fn listen_on_free_port<T, E: std::fmt::Display>(
+    mut listen: impl FnMut(u16) -> Result<T, E>,
+) -> Result<(u16, T), E> {
+    let mut tries = 0;
+    loop {
+        let port = free_port();
+        match listen(port) {
+            Ok(t) => return Ok((port, t)),
+            Err(e) if tries < 4 && e.to_string().contains("Address already in use") => {
+                let _ = writeln!(std::io::stderr(), "port {port}: {e}; another port");
+                tries += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// A helper process (a controller) with its output in a log file, killed on drop.
 pub struct Proc {
     child: Child,
