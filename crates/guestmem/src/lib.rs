@@ -504,9 +504,9 @@ impl GuestMemory {
         let (d, _) = self.lookup(gpa, len as u64).ok_or(oor(gpa))?;
         let (s, _) = src.lookup(src_gpa, len as u64).ok_or(oor(src_gpa))?;
         // Guest memory is only ever reached through raw copies; both mappings stay mapped while
-        // `self` and `src` are borrowed.
-        // SAFETY: `lookup` checked that `len` bytes from `s` and from `d` lie in live mappings;
-        // `copy` allows the two ranges to overlap.
+        // `self` and `src` are borrowed. `lookup` checked that `len` bytes from `s` and from
+        // `d` lie in live mappings.
+        // SAFETY: both ranges are checked and live (above); `copy` allows them to overlap.
         unsafe { std::ptr::copy(s.as_ptr(), d.as_ptr(), len) };
         Ok(())
     }
