@@ -160,8 +160,8 @@ impl TxTable {
             pool.put(pkt);
             return;
         };
-        if pkt.has_tail() && !self.slots[s].tails {
-            pkt.materialise(self.tails.as_deref());
+        if !self.slots[s].tails {
+            self.materialise(&mut pkt);
         }
         if pkt.meta.has_offload() && !self.slots[s].port.tx_offloads().takes(pkt.meta.offload()) {
             match pkt.meta.offload() {
