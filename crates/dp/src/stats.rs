@@ -27,6 +27,9 @@ pub struct Tally {
     pub emc_bypassed: u64,
     /// Signature-match cache hits.
     pub smc_hits: u64,
+    /// Packets past the EMC that did not probe the SMC because the classifier had fewer
+    /// subtables than `DpTuning::smc_min_subtables` (its one probe is cheaper).
+    pub smc_bypassed: u64,
     /// Megaflow classifier hits.
     pub megaflow_hits: u64,
     /// Upcalls (packets that missed every cache).
@@ -55,6 +58,7 @@ pub struct PmdCounters {
     emc_hits: AtomicU64,
     emc_bypassed: AtomicU64,
     smc_hits: AtomicU64,
+    smc_bypassed: AtomicU64,
     megaflow_hits: AtomicU64,
     misses: AtomicU64,
     lost: AtomicU64,
@@ -94,6 +98,7 @@ impl PmdCounters {
         bump(&self.emc_hits, t.emc_hits);
         bump(&self.emc_bypassed, t.emc_bypassed);
         bump(&self.smc_hits, t.smc_hits);
+        bump(&self.smc_bypassed, t.smc_bypassed);
         bump(&self.megaflow_hits, t.megaflow_hits);
         bump(&self.misses, t.misses);
         bump(&self.lost, t.lost);
@@ -125,6 +130,7 @@ impl PmdCounters {
                 emc_hits: self.emc_hits.load(Relaxed),
                 emc_bypassed: self.emc_bypassed.load(Relaxed),
                 smc_hits: self.smc_hits.load(Relaxed),
+                smc_bypassed: self.smc_bypassed.load(Relaxed),
                 megaflow_hits: self.megaflow_hits.load(Relaxed),
                 misses: self.misses.load(Relaxed),
                 lost: self.lost.load(Relaxed),
@@ -152,6 +158,7 @@ impl RawPmdStats {
                 emc_hits: a.emc_hits.saturating_sub(b.emc_hits),
                 emc_bypassed: a.emc_bypassed.saturating_sub(b.emc_bypassed),
                 smc_hits: a.smc_hits.saturating_sub(b.smc_hits),
+                smc_bypassed: a.smc_bypassed.saturating_sub(b.smc_bypassed),
                 megaflow_hits: a.megaflow_hits.saturating_sub(b.megaflow_hits),
                 misses: a.misses.saturating_sub(b.misses),
                 lost: a.lost.saturating_sub(b.lost),
@@ -186,6 +193,8 @@ pub struct PmdStats {
     pub emc_bypassed: u64,
     /// Signature-match cache hits.
     pub smc_hits: u64,
+    /// Packets that skipped the SMC (the classifier has too few subtables for it to pay).
+    pub smc_bypassed: u64,
     /// Megaflow classifier hits.
     pub megaflow_hits: u64,
     /// Upcalls.
@@ -229,6 +238,7 @@ impl PmdStats {
             emc_hits: t.emc_hits,
             emc_bypassed: t.emc_bypassed,
             smc_hits: t.smc_hits,
+            smc_bypassed: t.smc_bypassed,
             megaflow_hits: t.megaflow_hits,
             misses: t.misses,
             lost: t.lost,
@@ -417,6 +427,7 @@ mod tests {
             emc_hits: 7,
             emc_bypassed: 5,
             smc_hits: 1,
+            smc_bypassed: 6,
             megaflow_hits: 1,
             misses: 1,
             lost: 0,

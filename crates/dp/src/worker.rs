@@ -477,6 +477,7 @@ impl Worker {
             let smc_candidate = if self.smc_on {
                 self.smc.lookup(h)
             } else {
+                self.tally.smc_bypassed += 1;
                 None
             };
             if let Some(id) = smc_candidate {

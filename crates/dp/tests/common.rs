@@ -139,7 +139,7 @@ pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     let t = Instant::now();
     while !f() {
         assert!(
-            t.elapsed() < Duration::from_secs(5),
+            t.elapsed() < Duration::from_secs(20),
             "timed out waiting for {what}"
         );
         std::thread::sleep(Duration::from_millis(1));

@@ -204,8 +204,8 @@ fn the_smc_is_used_only_once_the_classifier_has_two_subtables() {
     w.poll(1, &*one, 0);
     let t = w.take_tally();
     assert_eq!(
-        (t.emc_hits, t.smc_hits, t.megaflow_hits),
-        (0, 0, 32),
+        (t.emc_hits, t.smc_hits, t.smc_bypassed, t.megaflow_hits),
+        (0, 0, 32, 32),
         "one subtable: the classifier's probe alone, no SMC"
     );
     // A second mask: the SMC is filled from the classifier's hits, then serves.
@@ -215,8 +215,8 @@ fn the_smc_is_used_only_once_the_classifier_has_two_subtables() {
     w.poll(1, &*one, 0);
     let t = w.take_tally();
     assert_eq!(
-        (t.emc_hits, t.smc_hits, t.megaflow_hits),
-        (0, 32, 0),
+        (t.emc_hits, t.smc_hits, t.smc_bypassed, t.megaflow_hits),
+        (0, 32, 0, 0),
         "two subtables: the SMC serves"
     );
 }
