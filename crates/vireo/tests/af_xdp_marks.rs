@@ -146,6 +146,18 @@ fn marked_packets_are_classified_by_mark_and_follow_rule_changes() {
     // A PMD on core 1: its marks carry tag 1, which the worker must know (not its tx queue).
     let d = Daemon::start_with(&dir.path().join("run"), &["--pmd-cores", "1"]);
     d.ok(&["add-br", "br0", "internal=false"]);
+    let add_pa = [
+        "add-port",
+        "br0",
+        "pa",
+        "type=af-xdp",
+        &format!("ifname={}", a.host_if),
+        "xdp-mode=native",
+        "xdp-mark=on",
+    ];
+    if !common::xdp_mark_usable(|args| d.ctl(args), &add_pa) {
+        return;
+    }
     for (p, v, extra) in [
         ("pa", &a, "xdp-mark=on"),
         ("pb", &b, "xdp-mark=off"),

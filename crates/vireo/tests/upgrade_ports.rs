@@ -550,15 +550,20 @@ fn af_xdp_steering_and_mark_maps_are_handed_over_under_a_ping_flood() {
     if !kernel_ok() {
         return;
     }
+    // Marks only where the kernel lets XDP programs call `bpf_xdp_adjust_meta` (the refusal
+    // itself is checked in af_xdp_marks.rs and af_xdp_steer.rs).
+    let mark = xsk::kernel_allows_meta();
+    if !mark {
+        eprintln!("NOT TESTED HERE: this kernel refuses bpf_xdp_adjust_meta; no xdp-mark=on");
+    }
+    let flags: &[&str] = if mark {
+        &["xdp-steering=on", "xdp-mark=on"]
+    } else {
+        &["xdp-steering=on"]
+    };
     let dir = tempfile::tempdir().unwrap();
-    let (a, b, mut d) = two_namespaces_on_a_bridge_with(
-        dir.path(),
-        's',
-        4,
-        ["af-xdp", "af-xdp"],
-        &["xdp-steering=on", "xdp-mark=on"],
-        &[],
-    );
+    let (a, b, mut d) =
+        two_namespaces_on_a_bridge_with(dir.path(), 's', 4, ["af-xdp", "af-xdp"], flags, &[]);
     let b_mac = b.exec(&["cat", &format!("/sys/class/net/{}/address", b.ns_if)]);
     let b_mac = b_mac.trim();
     d.ok(&["set-mac-numa", b_mac, "0"]);
@@ -580,10 +585,11 @@ fn af_xdp_steering_and_mark_maps_are_handed_over_under_a_ping_flood() {
         .as_array()
         .unwrap()
         .len();
-    // Per port: the queue's socket and one steering socket per node; four maps each.
+    // Per port: the queue's socket and one steering socket per node; four maps each (XSKMAP,
+    // steering map and counters, mark map), three without marks.
     assert_eq!(before.len(), 2 * (1 + nodes), "{before:?}");
     assert_eq!(umems.len(), 2, "{umems:?}");
-    assert_eq!(maps.len(), 8, "{maps:?}");
+    assert_eq!(maps.len(), if mark { 8 } else { 6 }, "{maps:?}");
     let steered_before = steered(&d, "pa");
     let (new, received, text) = flood_across(&mut d, &a, "10.79.4.2", &[]);
     assert_xsk_handed_over(&d, new, &before, &umems, received, &text);
@@ -619,7 +625,7 @@ fn af_xdp_steering_and_mark_maps_are_handed_over_under_a_ping_flood() {
     );
     let marked = d.port("pa")["status"]["rx_marked"].as_u64().unwrap();
     assert!(
-        marked > 0,
+        marked > 0 || !mark,
         "no frame with the program's metadata after the upgrade"
     );
     // A build without this hand-over (state version 3): the ports are opened anew.

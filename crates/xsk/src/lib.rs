@@ -63,7 +63,9 @@ pub use adopt::{Books, DeviceFds, MapFds, QueueFds};
 pub use cost::{program_cost, program_meta_run, ProgramCost};
 pub use device::{Device, DeviceConfig, ModeInUse, ModeRequest, QueueStats, SteerStats};
 pub use frames::{DescError, FramePool, RawDesc};
-pub use mark::{flow_hash, FiveTuple, XdpMeta, MARK_MAP_ENTRIES, META_LEN, META_MAGIC};
+pub use mark::{
+    flow_hash, kernel_allows_meta, FiveTuple, XdpMeta, MARK_MAP_ENTRIES, META_LEN, META_MAGIC,
+};
 pub use socket::{RxBurst, RxSide, TxBurst, TxSide};
 pub use steer::STEER_MAP_ENTRIES;
 

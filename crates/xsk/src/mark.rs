@@ -106,6 +106,20 @@ pub fn flow_hash(frame: &[u8]) -> Option<u32> {
     Some(if h == 0 { 1 } else { h })
 }
 
+/// Whether this kernel's verifier lets an XDP program call `bpf_xdp_adjust_meta`, which
+/// `xdp-mark=on` needs: loads (and drops) a four-instruction program that calls it. Some
+/// kernels refuse the helper to every XDP program ("program of this type cannot use helper
+/// bpf_xdp_adjust_meta#54", seen on 6.18.44-fc-v1300, which allows `bpf_xdp_adjust_head`);
+/// there a port with `xdp-mark=on` is refused with the verifier's words.
+pub fn kernel_allows_meta() -> bool {
+    let mut a = Asm::default();
+    a.movi(2, -(META_LEN as i32))
+        .call(BPF_FUNC_XDP_ADJUST_META)
+        .movi(0, 2) // XDP_PASS
+        .exit();
+    crate::bpf::load(&a.finish()).is_ok()
+}
+
 /// Emits the metadata section (registers: r6 = ctx kept, r7 kept; r8, r9 and r0-r5 used).
 /// Every way out of it goes to the instruction after it.
 pub(crate) fn emit(a: &mut Asm, marks: i32) {

@@ -169,6 +169,32 @@ pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     f()
 }
 
+/// Whether `xdp-mark=on` can work on this kernel (`xsk::kernel_allows_meta`: its verifier lets
+/// XDP programs call `bpf_xdp_adjust_meta`). Where it cannot, checks that vireod refuses the
+/// port `add` (an `add-port` with `xdp-mark=on`, run through `ctl`) with the verifier's
+/// reason, and says on stderr that the marks go untested here; the caller then runs its other
+/// checks without `xdp-mark`.
+pub fn xdp_mark_usable(ctl: impl Fn(&[&str]) -> Out, add: &[&str]) -> bool {
+    if xsk::kernel_allows_meta() {
+        return true;
+    }
+    let o = ctl(add);
+    assert_ne!(
+        o.code, 0,
+        "{add:?} succeeded on a kernel that refuses the helper"
+    );
+    assert!(
+        o.stderr.contains("bpf_xdp_adjust_meta"),
+        "{add:?} was refused without the reason: {}",
+        o.stderr
+    );
+    eprintln!(
+        "NOT TESTED HERE: this kernel's verifier refuses bpf_xdp_adjust_meta, so xdp-mark=on \
+         cannot run (vireod refused {add:?} with the verifier's reason, as it should)"
+    );
+    false
+}
+
 /// A port's entry in `vireoctl show` (its kind's status included).
 pub fn port_status(d: &Daemon, port: &str) -> serde_json::Value {
     let show = d.json(&["show"]);
