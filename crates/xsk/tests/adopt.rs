@@ -155,25 +155,6 @@ fn a_device_handed_over_carries_on_and_bad_fds_are_refused() {
 
 const FRAMES: u32 = xsk::FRAMES_PER_QUEUE;
 
-/// `xdp-mark` needs a kernel that lets XDP programs call `bpf_xdp_adjust_meta`
-/// (`xsk::kernel_allows_meta`). Where it does not, opening a marking device must fail with the
-/// verifier's reason; the caller then stops (the marks go untested on this kernel).
-fn marks_refused(c: &DeviceConfig) -> bool {
-    if xsk::kernel_allows_meta() {
-        return false;
-    }
-    let e = match Device::open(c) {
-        Ok(_) => panic!("a marking device opened on a kernel that refuses the helper"),
-        Err(e) => e.to_string(),
-    };
-    assert!(
-        e.contains("bpf_xdp_adjust_meta"),
-        "refused without the reason: {e}"
-    );
-    eprintln!("NOT TESTED HERE: this kernel's verifier refuses bpf_xdp_adjust_meta (xdp-mark)");
-    true
-}
-
 /// Duplicates of everything a handed-over steering and marking device needs (one queue).
 fn steer_fds(dev: &Device, rx: &RxSide, steered: &[RxSide]) -> DeviceFds {
     let (link, prog, map) = dev.dup_program().unwrap();
@@ -218,7 +199,7 @@ fn a_steering_device_is_handed_over_with_its_maps_and_steering_sockets() {
         marks: true,
         ..cfg(&net.host_if)
     };
-    if marks_refused(&c) {
+    if common::marks_refused(&c) {
         return;
     }
     let mut dev = Device::open(&c).expect("open device");

@@ -79,25 +79,6 @@ fn have_peers() -> bool {
         && testkit::require_peer("ethtool", "ethtool")
 }
 
-/// `xdp-mark` needs a kernel that lets XDP programs call `bpf_xdp_adjust_meta`
-/// (`xsk::kernel_allows_meta`). Where it does not, opening a marking device must fail with the
-/// verifier's reason; the caller then stops (the marks go untested on this kernel).
-fn marks_refused(c: &DeviceConfig) -> bool {
-    if xsk::kernel_allows_meta() {
-        return false;
-    }
-    let e = match Device::open(c) {
-        Ok(_) => panic!("a marking device opened on a kernel that refuses the helper"),
-        Err(e) => e.to_string(),
-    };
-    assert!(
-        e.contains("bpf_xdp_adjust_meta"),
-        "refused without the reason: {e}"
-    );
-    eprintln!("NOT TESTED HERE: this kernel's verifier refuses bpf_xdp_adjust_meta (xdp-mark)");
-    true
-}
-
 /// Frames received per socket: `[q0 own, q0 steer, q1 own, q1 steer]`.
 fn drain_all(own: &mut [RxSide], steer: &mut [Vec<RxSide>]) -> Vec<u64> {
     let mut socks: Vec<&mut RxSide> = Vec::new();
@@ -277,7 +258,7 @@ fn marks(mode: ModeRequest, n: u32) {
         steer_targets: 1,
         marks: true,
     };
-    if marks_refused(&c) {
+    if common::marks_refused(&c) {
         return;
     }
     let mut dev = Device::open(&c).expect("open with steering and marks");
