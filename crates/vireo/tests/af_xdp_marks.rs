@@ -146,32 +146,28 @@ fn marked_packets_are_classified_by_mark_and_follow_rule_changes() {
     // A PMD on core 1: its marks carry tag 1, which the worker must know (not its tx queue).
     let d = Daemon::start_with(&dir.path().join("run"), &["--pmd-cores", "1"]);
     d.ok(&["add-br", "br0", "internal=false"]);
-    let add_pa = [
-        "add-port",
-        "br0",
-        "pa",
-        "type=af-xdp",
-        &format!("ifname={}", a.host_if),
-        "xdp-mode=native",
-        "xdp-mark=on",
-    ];
-    if !common::xdp_mark_usable(|args| d.ctl(args), &add_pa) {
-        return;
-    }
-    for (p, v, extra) in [
-        ("pa", &a, "xdp-mark=on"),
-        ("pb", &b, "xdp-mark=off"),
-        ("pc", &c, "xdp-mark=off"),
-    ] {
-        d.ok(&[
+    let add = |p: &str, v: &NsVeth, extra: &str| {
+        let ifname = format!("ifname={}", v.host_if);
+        [
             "add-port",
             "br0",
             p,
             "type=af-xdp",
-            &format!("ifname={}", v.host_if),
+            &ifname,
             "xdp-mode=native",
             extra,
-        ]);
+        ]
+        .map(String::from)
+    };
+    let pa = add("pa", &a, "xdp-mark=on");
+    let pa: Vec<&str> = pa.iter().map(String::as_str).collect();
+    if !common::xdp_mark_usable(|args| d.ctl(args), &pa) {
+        return;
+    }
+    d.ok(&pa);
+    for (p, v) in [("pb", &b), ("pc", &c)] {
+        let args = add(p, v, "xdp-mark=off");
+        d.ok(&args.each_ref().map(String::as_str));
     }
     d.ok(&["del-flows", "br0"]);
     d.ok(&["add-flow", "br0", "in_port=pa,udp,actions=output:pb"]);
