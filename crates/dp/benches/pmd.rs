@@ -6,7 +6,8 @@
 //! source over that many UDP flows (source address and port) spread over that many
 //! destination ports, each destination port one megaflow (`in_port`, `udp`, `tp_dst`: one
 //! subtable), as `vireo-bench`'s `flows1m` scenario does without the guest rings.
-//! `--smc-min-subtables K` sets `DpTuning::smc_min_subtables`; `--secs S` the measured time.
+//! `--smc-min-subtables K` sets `DpTuning::smc_min_subtables`; `--secs S` the measured time;
+//! `--isa scalar|avx512|auto` the lookup kernels (`dp::simd`, default `auto`).
 use dp::{Action, AssignMode, Datapath, DpConfig, DpTuning, Topology, Upcall, UpcallResult};
 use packet::{Batch, Packet, Pool};
 use ports::{Link, Port, PortStats};
@@ -110,6 +111,12 @@ fn main() {
     let (flows, rules) = (opt("--flows", 1) as u32, opt("--rules", 1) as u32);
     let smc_min_subtables = opt("--smc-min-subtables", 1) as usize;
     let secs = opt("--secs", 1);
+    let isa = args
+        .iter()
+        .position(|a| a == "--isa")
+        .and_then(|i| args.get(i + 1))
+        .map_or("auto", |s| s.as_str());
+    let lookup_isa = dp::simd::Isa::by_name(isa).expect("--isa");
     let mut frame = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
     frame.extend_from_slice(&[
         0x45, 0, 0, 46, 0, 1, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
@@ -125,6 +132,7 @@ fn main() {
     let tuning = DpTuning {
         emc_insert_inv_prob: if flows > 1 { 100 } else { 1 },
         smc_min_subtables,
+        lookup_isa,
         ..DpTuning::default()
     };
     let by_port = flows > 1;

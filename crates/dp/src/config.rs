@@ -75,6 +75,8 @@ pub struct DpTuning {
     /// finds a flow with one hash probe, which an SMC hit would only replace by its own probe
     /// and a check of the candidate (BENCHMARKS.md, *The SMC with one subtable*).
     pub smc_min_subtables: usize,
+    /// The kernels the PMDs' cache lookups use (default: the best this CPU has).
+    pub lookup_isa: crate::simd::Isa,
 }
 
 impl Default for DpTuning {
@@ -88,6 +90,7 @@ impl Default for DpTuning {
             idle_sleep: Duration::from_micros(50),
             measure_interval: Duration::from_secs(10),
             smc_min_subtables: 2,
+            lookup_isa: crate::simd::Isa::detect(),
         }
     }
 }

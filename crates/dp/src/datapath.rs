@@ -411,6 +411,7 @@ impl Inner {
                 txq,
                 idle_sweeps: self.tuning.idle_flow_timeout.as_secs() as u32,
                 smc_min_subtables: self.tuning.smc_min_subtables,
+                isa: self.tuning.lookup_isa,
             },
             idle_sleep: self.tuning.idle_sleep,
             policers: self.policers.clone(),

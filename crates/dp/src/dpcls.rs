@@ -11,8 +11,9 @@
 //! the head words, ten of the key's seventeen: its masked keys have a zero tail, and the head
 //! hash is the full hash of such a key, so both kinds of lookup find the same entries.
 //! Threads: one per PMD, never shared. No locks. Inserting may allocate (miss path only).
+use crate::simd::{self, BurstFn, Isa, Kernels, Scalar};
 use wire::flow::HEAD_WORDS;
-use wire::{FlowKey, KEY_WORDS};
+use wire::FlowKey;
 
 /// A flow id that means "no flow".
 pub const NO_FLOW: u32 = u32::MAX;
@@ -31,17 +32,6 @@ const EMPTY: Entry = Entry {
     id: NO_FLOW,
     key: FlowKey::ZERO,
 };
-
-/// Word-wise, branch-free equality of the first `N` words of a stored key.
-#[inline(always)]
-fn first_eq<const N: usize>(stored: &FlowKey, words: &[u64; N]) -> bool {
-    let (s, _) = stored.w.split_first_chunk::<N>().expect("N <= KEY_WORDS");
-    let mut d = 0u64;
-    for i in 0..N {
-        d |= s[i] ^ words[i];
-    }
-    d == 0
-}
 
 /// Masked key -> flow id, open addressing.
 struct FlowMap {
@@ -62,15 +52,31 @@ impl FlowMap {
         self.entries.len() - 1
     }
 
+    /// The entry holding `key` (control path: any key, compared whole).
     #[inline]
     fn find(&self, key: &FlowKey, hash: u32) -> Option<usize> {
-        self.find_words::<KEY_WORDS>(&key.w, hash)
+        self.probe(hash, |e| e.key == *key)
     }
 
-    /// The entry whose key's first `N` words are `words` (the others must be zero in every
-    /// entry for this to be exact: `N` is the head only for head-only subtables).
+    /// The entry whose key is `key & mask`, compared in the head words only (exact only for a
+    /// head-only subtable: every entry's tail is zero). Entries are stored masked, so this is
+    /// `entry & mask == key & mask`, with no masked copy of `key` built.
     #[inline(always)]
-    fn find_words<const N: usize>(&self, words: &[u64; N], hash: u32) -> Option<usize> {
+    fn find_head<K: Kernels>(
+        &self,
+        k: K,
+        key: &FlowKey,
+        mask: &FlowKey,
+        hash: u32,
+    ) -> Option<usize> {
+        self.probe(hash, |e| {
+            k.eq_masked_head(e.key.head(), key.head(), mask.head())
+        })
+    }
+
+    /// Linear probing from `hash`'s home slot for an entry with this hash that `same` accepts.
+    #[inline(always)]
+    fn probe(&self, hash: u32, same: impl Fn(&Entry) -> bool) -> Option<usize> {
         let m = self.mask();
         let mut i = hash as usize & m;
         loop {
@@ -78,7 +84,7 @@ impl FlowMap {
             if e.id == NO_FLOW {
                 return None;
             }
-            if e.hash == hash && first_eq(&e.key, words) {
+            if e.hash == hash && same(e) {
                 return Some(i);
             }
             i = (i + 1) & m;
@@ -174,13 +180,12 @@ impl Subtable {
         self.head_only
     }
 
-    #[inline]
-    fn lookup(&self, key: &FlowKey) -> u32 {
+    #[inline(always)]
+    fn lookup<K: Kernels>(&self, k: K, key: &FlowKey) -> u32 {
         let found = if self.head_only {
-            let mk = self.masked_head(key);
-            self.map.find_words(&mk, FlowKey::hash_head_words(&mk))
+            self.map.find_head(k, key, &self.mask, self.hash_head(key))
         } else {
-            self.lookup_wide(key)
+            self.lookup_wide(k, key)
         };
         match found {
             Some(i) => self.map.entries[i].id,
@@ -188,41 +193,75 @@ impl Subtable {
         }
     }
 
-    /// The head words of `key` under this subtable's mask.
+    /// The hash of `key`'s head words under this subtable's mask (scalar in every variant:
+    /// the masked words feed the hash's multiplies in general registers).
     #[inline(always)]
-    fn masked_head(&self, key: &FlowKey) -> [u64; HEAD_WORDS] {
+    fn hash_head(&self, key: &FlowKey) -> u32 {
         let mut mk = [0u64; HEAD_WORDS];
         for (i, o) in mk.iter_mut().enumerate() {
             *o = key.w[i] & self.mask.w[i];
         }
-        mk
+        FlowKey::hash_head_words(&mk)
     }
 
     /// A lookup in a subtable whose mask has a tail: every word.
-    #[inline(never)]
-    fn lookup_wide(&self, key: &FlowKey) -> Option<usize> {
-        let mk = key.masked(&self.mask);
-        self.map.find(&mk, mk.hash())
+    #[inline(always)]
+    fn lookup_wide<K: Kernels>(&self, k: K, key: &FlowKey) -> Option<usize> {
+        let hash = key.hash_masked(&self.mask);
+        let m = &self.mask.w;
+        self.map
+            .probe(hash, |e| k.eq_masked_all(&e.key.w, &key.w, m))
     }
 }
 
 /// The classifier.
-#[derive(Default)]
 pub struct Dpcls {
     subtables: Vec<Subtable>,
+    /// The kernels [`Dpcls::lookup_batch`] runs with.
+    isa: Isa,
+}
+
+impl Default for Dpcls {
+    fn default() -> Self {
+        Dpcls::with_isa(Isa::detect())
+    }
+}
+
+/// [`Dpcls::lookup_batch_in`] as a [`BurstFn`].
+struct Batch<'a> {
+    cls: &'a mut Dpcls,
+    keys: &'a [FlowKey],
+    out: &'a mut [u32],
+    todo: u32,
+}
+
+impl BurstFn for Batch<'_> {
+    type Output = u32;
+    #[inline(always)]
+    fn call<K: Kernels>(self, k: K) -> u32 {
+        self.cls.lookup_batch_in(k, self.keys, self.out, self.todo)
+    }
 }
 
 impl Dpcls {
-    /// An empty classifier.
+    /// An empty classifier using the best kernels this CPU has.
     pub fn new() -> Dpcls {
         Dpcls::default()
     }
 
-    /// The flow covering `key`, or [`NO_FLOW`].
+    /// An empty classifier whose [`Dpcls::lookup_batch`] uses `isa`'s kernels.
+    pub fn with_isa(isa: Isa) -> Dpcls {
+        Dpcls {
+            subtables: Vec::new(),
+            isa,
+        }
+    }
+
+    /// The flow covering `key`, or [`NO_FLOW`] (one key: control path and tests).
     #[inline]
     pub fn lookup(&mut self, key: &FlowKey) -> u32 {
         for st in self.subtables.iter_mut() {
-            let id = st.lookup(key);
+            let id = st.lookup(Scalar, key);
             if id != NO_FLOW {
                 st.hits += 1;
                 return id;
@@ -232,11 +271,32 @@ impl Dpcls {
     }
 
     /// Looks up the packets whose bits are set in `todo` (bit i = `keys[i]`), subtable by
-    /// subtable, writing ids into `out`. Returns the bits still unmatched. In a head-only
-    /// subtable every key is masked and hashed and its home entry requested before any is
-    /// probed, so a burst's misses in a large table overlap.
+    /// subtable, writing ids into `out`. Returns the bits still unmatched. Uses the kernels
+    /// this classifier was made with ([`Dpcls::with_isa`]).
     #[inline]
-    pub fn lookup_batch(&mut self, keys: &[FlowKey], out: &mut [u32], mut todo: u32) -> u32 {
+    pub fn lookup_batch(&mut self, keys: &[FlowKey], out: &mut [u32], todo: u32) -> u32 {
+        let isa = self.isa;
+        let f = Batch {
+            cls: self,
+            keys,
+            out,
+            todo,
+        };
+        simd::dispatch(isa, f)
+    }
+
+    /// [`Dpcls::lookup_batch`] with kernels `k`, inlined into the caller (a PMD's burst
+    /// function compiled for `k`'s instruction set). In a head-only subtable every key is
+    /// masked and hashed and its home entry requested before any is probed, so a burst's
+    /// misses in a large table overlap.
+    #[inline(always)]
+    pub fn lookup_batch_in<K: Kernels>(
+        &mut self,
+        k: K,
+        keys: &[FlowKey],
+        out: &mut [u32],
+        mut todo: u32,
+    ) -> u32 {
         let n = keys.len().min(out.len()).min(32);
         if n < 32 {
             todo &= (1u32 << n) - 1;
@@ -251,7 +311,7 @@ impl Dpcls {
                 while bits != 0 {
                     let i = bits.trailing_zeros() as usize;
                     bits &= bits - 1;
-                    let id = st.lookup(&keys[i]);
+                    let id = st.lookup(k, &keys[i]);
                     if id != NO_FLOW {
                         out[i] = id;
                         st.hits += 1;
@@ -264,7 +324,7 @@ impl Dpcls {
             while bits != 0 {
                 let i = bits.trailing_zeros() as usize;
                 bits &= bits - 1;
-                let h = FlowKey::hash_head_words(&st.masked_head(&keys[i]));
+                let h = st.hash_head(&keys[i]);
                 hashes[i] = h;
                 st.map.prefetch(h);
             }
@@ -272,8 +332,7 @@ impl Dpcls {
             while bits != 0 {
                 let i = bits.trailing_zeros() as usize;
                 bits &= bits - 1;
-                let mk = st.masked_head(&keys[i]);
-                if let Some(e) = st.map.find_words(&mk, hashes[i]) {
+                if let Some(e) = st.map.find_head(k, &keys[i], &st.mask, hashes[i]) {
                     out[i] = st.map.entries[e].id;
                     st.hits += 1;
                     todo &= !(1 << i);
@@ -363,7 +422,7 @@ impl Dpcls {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use wire::Field;
+    use wire::{Field, KEY_WORDS};
 
     fn k(dst: u32, port: u16) -> FlowKey {
         let mut k = FlowKey::ZERO;
@@ -474,38 +533,40 @@ mod tests {
             flows in proptest::collection::vec((0u8..64, 0u8..64), 1..24),
             probes in proptest::collection::vec(0u8..64, 1..64),
         ) {
-            let mut c = Dpcls::new();
-            let mut installed: Vec<(FlowKey, FlowKey, u32)> = Vec::new();
-            for (i, (bits, vals)) in flows.iter().enumerate() {
-                let m = ct_mask(*bits);
-                let key = ct_key(*vals).masked(&m);
-                // Overlapping flows are not what the pipeline installs; keep disjoint ones.
-                if installed.iter().any(|(fk, fm, _)| {
-                    (0..KEY_WORDS).all(|w| (fk.w[w] ^ key.w[w]) & fm.w[w] & m.w[w] == 0)
-                }) {
-                    continue;
+            for isa in Isa::available() {
+                let mut c = Dpcls::with_isa(isa);
+                let mut installed: Vec<(FlowKey, FlowKey, u32)> = Vec::new();
+                for (i, (bits, vals)) in flows.iter().enumerate() {
+                    let m = ct_mask(*bits);
+                    let key = ct_key(*vals).masked(&m);
+                    // Overlapping flows are not what the pipeline installs; keep disjoint ones.
+                    if installed.iter().any(|(fk, fm, _)| {
+                        (0..KEY_WORDS).all(|w| (fk.w[w] ^ key.w[w]) & fm.w[w] & m.w[w] == 0)
+                    }) {
+                        continue;
+                    }
+                    if c.insert(&key, &m, i as u32).is_ok() {
+                        installed.push((key, m, i as u32));
+                    }
                 }
-                if c.insert(&key, &m, i as u32).is_ok() {
-                    installed.push((key, m, i as u32));
+                prop_assert!(c.subtables().iter().all(|s| s.head_only() != s.mask().has_tail()));
+                let keys: Vec<FlowKey> = probes.iter().map(|v| ct_key(*v)).collect();
+                for key in &keys {
+                    let covering: Vec<u32> = installed.iter()
+                        .filter(|(fk, m, _)| key.matches(fk, m)).map(|f| f.2).collect();
+                    prop_assert!(covering.len() <= 1);
+                    prop_assert_eq!(c.lookup(key), covering.first().copied().unwrap_or(NO_FLOW));
                 }
-            }
-            prop_assert!(c.subtables().iter().all(|s| s.head_only() != s.mask().has_tail()));
-            let keys: Vec<FlowKey> = probes.iter().map(|v| ct_key(*v)).collect();
-            for key in &keys {
-                let covering: Vec<u32> = installed.iter()
-                    .filter(|(fk, m, _)| key.matches(fk, m)).map(|f| f.2).collect();
-                prop_assert!(covering.len() <= 1);
-                prop_assert_eq!(c.lookup(key), covering.first().copied().unwrap_or(NO_FLOW));
-            }
-            let n = keys.len().min(32);
-            let mut out = [NO_FLOW; 32];
-            let all = if n == 32 { u32::MAX } else { (1u32 << n) - 1 };
-            let left = c.lookup_batch(&keys[..n], &mut out[..n], all);
-            for i in 0..n {
-                let want = installed.iter().find(|(fk, m, _)| keys[i].matches(fk, m));
-                prop_assert_eq!(left & (1 << i) == 0, want.is_some());
-                if let Some(f) = want {
-                    prop_assert_eq!(out[i], f.2);
+                let n = keys.len().min(32);
+                let mut out = [NO_FLOW; 32];
+                let all = if n == 32 { u32::MAX } else { (1u32 << n) - 1 };
+                let left = c.lookup_batch(&keys[..n], &mut out[..n], all);
+                for i in 0..n {
+                    let want = installed.iter().find(|(fk, m, _)| keys[i].matches(fk, m));
+                    prop_assert_eq!(left & (1 << i) == 0, want.is_some());
+                    if let Some(f) = want {
+                        prop_assert_eq!(out[i], f.2);
+                    }
                 }
             }
         }
@@ -526,55 +587,57 @@ mod tests {
             removals in proptest::collection::vec(any::<prop::sample::Index>(), 0..10),
             probes in proptest::collection::vec((any::<u32>(), 0u16..4), 1..64),
         ) {
-            let mut c = Dpcls::new();
-            let mut installed: Vec<(FlowKey, FlowKey, u32)> = Vec::new();
-            for (i, (plen, port, dst, tp)) in flows.iter().enumerate() {
-                let m = mask(*plen, *port);
-                let key = k(*dst, *tp).masked(&m);
-                if c.insert(&key, &m, i as u32).is_ok() {
-                    installed.push((key, m, i as u32));
+            for isa in Isa::available() {
+                let mut c = Dpcls::with_isa(isa);
+                let mut installed: Vec<(FlowKey, FlowKey, u32)> = Vec::new();
+                for (i, (plen, port, dst, tp)) in flows.iter().enumerate() {
+                    let m = mask(*plen, *port);
+                    let key = k(*dst, *tp).masked(&m);
+                    if c.insert(&key, &m, i as u32).is_ok() {
+                        installed.push((key, m, i as u32));
+                    }
                 }
-            }
-            for r in removals {
-                if installed.is_empty() { break; }
-                let (key, m, _) = installed.remove(r.index(installed.len()));
-                prop_assert!(c.remove(&key, &m));
-            }
-            let mut keys = Vec::new();
-            for (j, (dst, tp)) in probes.iter().enumerate() {
-                // Half the probes are derived from installed flows so hits are common.
-                let key = if j % 2 == 0 && !installed.is_empty() {
-                    let (fk, _, _) = installed[j % installed.len()];
-                    let mut x = k(*dst, *tp);
-                    x.set(Field::Ipv4Dst, fk.get(Field::Ipv4Dst) | (u64::from(*dst) & 0xff));
-                    x
-                } else {
-                    k(*dst, *tp)
-                };
-                keys.push(key);
-                let covering: Vec<u32> = installed.iter()
-                    .filter(|(fk, m, _)| key.matches(fk, m)).map(|f| f.2).collect();
-                let got = c.lookup(&key);
-                if covering.is_empty() {
-                    prop_assert_eq!(got, NO_FLOW);
-                } else {
-                    prop_assert!(covering.contains(&got), "got {} want one of {:?}", got, covering);
+                for r in removals.iter() {
+                    if installed.is_empty() { break; }
+                    let (key, m, _) = installed.remove(r.index(installed.len()));
+                    prop_assert!(c.remove(&key, &m));
                 }
-                if covering.len() == 1 {
-                    prop_assert_eq!(got, covering[0]);
+                let mut keys = Vec::new();
+                for (j, (dst, tp)) in probes.iter().enumerate() {
+                    // Half the probes are derived from installed flows so hits are common.
+                    let key = if j % 2 == 0 && !installed.is_empty() {
+                        let (fk, _, _) = installed[j % installed.len()];
+                        let mut x = k(*dst, *tp);
+                        x.set(Field::Ipv4Dst, fk.get(Field::Ipv4Dst) | (u64::from(*dst) & 0xff));
+                        x
+                    } else {
+                        k(*dst, *tp)
+                    };
+                    keys.push(key);
+                    let covering: Vec<u32> = installed.iter()
+                        .filter(|(fk, m, _)| key.matches(fk, m)).map(|f| f.2).collect();
+                    let got = c.lookup(&key);
+                    if covering.is_empty() {
+                        prop_assert_eq!(got, NO_FLOW);
+                    } else {
+                        prop_assert!(covering.contains(&got), "got {} want one of {:?}", got, covering);
+                    }
+                    if covering.len() == 1 {
+                        prop_assert_eq!(got, covering[0]);
+                    }
                 }
-            }
-            c.rerank();
-            let n = keys.len().min(32);
-            let mut out = [NO_FLOW; 32];
-            let all = if n == 32 { u32::MAX } else { (1u32 << n) - 1 };
-            let left = c.lookup_batch(&keys[..n], &mut out[..n], all);
-            for i in 0..n {
-                let any = installed.iter().any(|(fk, m, _)| keys[i].matches(fk, m));
-                prop_assert_eq!(left & (1 << i) == 0, any);
-                if any {
-                    let f = installed.iter().find(|f| f.2 == out[i]).unwrap();
-                    prop_assert!(keys[i].matches(&f.0, &f.1));
+                c.rerank();
+                let n = keys.len().min(32);
+                let mut out = [NO_FLOW; 32];
+                let all = if n == 32 { u32::MAX } else { (1u32 << n) - 1 };
+                let left = c.lookup_batch(&keys[..n], &mut out[..n], all);
+                for i in 0..n {
+                    let any = installed.iter().any(|(fk, m, _)| keys[i].matches(fk, m));
+                    prop_assert_eq!(left & (1 << i) == 0, any);
+                    if any {
+                        let f = installed.iter().find(|f| f.2 == out[i]).unwrap();
+                        prop_assert!(keys[i].matches(&f.0, &f.1));
+                    }
                 }
             }
         }

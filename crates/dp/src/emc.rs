@@ -17,6 +17,7 @@
 //! measuring; at 1 in 4 or more it probes every burst again. Insertion goes on either way (at
 //! its 1/N rate), so the cache refills when the traffic narrows.
 //! Threads: one per PMD, never shared. No locks.
+use crate::simd::{Kernels, Scalar};
 use ksys::huge::HugeTable;
 use wire::flow::{HEAD_WORDS, TAIL};
 use wire::FlowKey;
@@ -134,16 +135,6 @@ fn tail_of(key: &FlowKey) -> &Tail {
     t
 }
 
-/// Word-wise, branch-free equality of the head words.
-#[inline(always)]
-fn head_eq(a: &[u64; HEAD_WORDS], b: &[u64; HEAD_WORDS]) -> bool {
-    let mut d = 0u64;
-    for i in 0..HEAD_WORDS {
-        d |= a[i] ^ b[i];
-    }
-    d == 0
-}
-
 impl Default for Emc {
     fn default() -> Self {
         Emc::new()
@@ -170,11 +161,11 @@ impl Emc {
 
     /// True if slot `i` holds exactly `key` (`key_tail`: whether `key` has a tail).
     #[inline(always)]
-    fn holds(&self, i: usize, key: &FlowKey, hash: u32, key_tail: bool) -> bool {
+    fn holds<K: Kernels>(&self, k: K, i: usize, key: &FlowKey, hash: u32, key_tail: bool) -> bool {
         let e = &self.entries[i];
         e.hash == hash
             && e.flow != EMPTY
-            && head_eq(&e.head, key.head())
+            && k.eq_head(&e.head, key.head())
             && (e.tail != 0) == key_tail
             && (!key_tail || self.tails[i] == *tail_of(key))
     }
@@ -192,11 +183,17 @@ impl Emc {
     /// The (flow id, generation) cached for `key`, whose hash is `hash`.
     #[inline]
     pub fn lookup(&self, key: &FlowKey, hash: u32) -> Option<(u32, u32)> {
+        self.lookup_in(Scalar, key, hash)
+    }
+
+    /// [`Emc::lookup`] with kernels `k` (a PMD's burst function compiled for them).
+    #[inline(always)]
+    pub fn lookup_in<K: Kernels>(&self, k: K, key: &FlowKey, hash: u32) -> Option<(u32, u32)> {
         let key_tail = key.has_tail();
         for i in Self::ways(hash) {
             // `ways` masks to EMC_MASK, and the slices have EMC_ENTRIES entries.
             let i = i & (EMC_ENTRIES - 1);
-            if self.holds(i, key, hash, key_tail) {
+            if self.holds(k, i, key, hash, key_tail) {
                 let e = &self.entries[i];
                 return Some((e.flow, e.gen));
             }
@@ -211,9 +208,9 @@ impl Emc {
         let key_tail = key.has_tail();
         let pick = {
             let (ea, eb) = (&self.entries[a], &self.entries[b]);
-            if self.holds(a, key, hash, key_tail) {
+            if self.holds(Scalar, a, key, hash, key_tail) {
                 a
-            } else if self.holds(b, key, hash, key_tail) {
+            } else if self.holds(Scalar, b, key, hash, key_tail) {
                 b
             } else if ea.flow == EMPTY {
                 a
@@ -251,6 +248,28 @@ impl Emc {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::simd::{self, BurstFn, Isa};
+
+    struct Probe<'a>(&'a Emc, &'a FlowKey, u32);
+    impl BurstFn for Probe<'_> {
+        type Output = Option<(u32, u32)>;
+        fn call<K: Kernels>(self, k: K) -> Self::Output {
+            self.0.lookup_in(k, self.1, self.2)
+        }
+    }
+
+    /// [`Emc::lookup`] with every kernel variant this CPU has, which must agree.
+    fn lookup_all(e: &Emc, key: &FlowKey, hash: u32) -> Option<(u32, u32)> {
+        let got: Vec<_> = Isa::available()
+            .into_iter()
+            .map(|isa| simd::dispatch(isa, Probe(e, key, hash)))
+            .collect();
+        assert!(
+            got.windows(2).all(|w| w[0] == w[1]),
+            "variants disagree: {got:?}"
+        );
+        got[0]
+    }
 
     #[test]
     fn the_gate_closes_on_a_low_hit_rate_samples_and_reopens() {
@@ -291,16 +310,16 @@ mod tests {
     fn insert_lookup_refresh_and_clear() {
         let mut e = Emc::new();
         let k = key(1);
-        assert_eq!(e.lookup(&k, k.hash()), None);
+        assert_eq!(lookup_all(&e, &k, k.hash()), None);
         e.insert(&k, k.hash(), 7, 1);
-        assert_eq!(e.lookup(&k, k.hash()), Some((7, 1)));
+        assert_eq!(lookup_all(&e, &k, k.hash()), Some((7, 1)));
         e.insert(&k, k.hash(), 8, 2);
-        assert_eq!(e.lookup(&k, k.hash()), Some((8, 2)));
+        assert_eq!(lookup_all(&e, &k, k.hash()), Some((8, 2)));
         assert_eq!(e.occupancy(), 1);
         // Same hash, different key: no hit.
-        assert_eq!(e.lookup(&key(2), k.hash()), None);
+        assert_eq!(lookup_all(&e, &key(2), k.hash()), None);
         e.clear();
-        assert_eq!(e.lookup(&k, k.hash()), None);
+        assert_eq!(lookup_all(&e, &k, k.hash()), None);
     }
 
     /// Keys with the same head and different tails (none, or two different ones), and with the
@@ -326,13 +345,17 @@ mod tests {
                 e.insert(a, h, i as u32, 0);
                 for (j, b) in keys.iter().enumerate() {
                     let want = (i == j).then_some((i as u32, 0));
-                    assert_eq!(e.lookup(b, h), want, "entry {i}, probe {j}, hash {h:#x}");
+                    assert_eq!(
+                        lookup_all(&e, b, h),
+                        want,
+                        "entry {i}, probe {j}, hash {h:#x}"
+                    );
                 }
                 // Both ways of a hash share a slot with their keys: insert every other key
                 // with the same hash and check each still finds only its own.
                 for (j, b) in keys.iter().enumerate() {
                     e.insert(b, h, j as u32, 0);
-                    assert_eq!(e.lookup(b, h), Some((j as u32, 0)));
+                    assert_eq!(lookup_all(&e, b, h), Some((j as u32, 0)));
                 }
             }
         }
@@ -342,8 +365,8 @@ mod tests {
         e.insert(&t1, h, 1, 0);
         e.insert(&t2, h, 2, 0);
         e.insert(&plain, h, 3, 0);
-        assert_eq!(e.lookup(&plain, h), Some((3, 0)));
-        assert!(e.lookup(&t1, h).is_none() || e.lookup(&t2, h).is_none());
+        assert_eq!(lookup_all(&e, &plain, h), Some((3, 0)));
+        assert!(lookup_all(&e, &t1, h).is_none() || lookup_all(&e, &t2, h).is_none());
     }
 
     #[test]
@@ -354,7 +377,7 @@ mod tests {
             e.insert(&k, k.hash(), i as u32, 0);
         }
         let hits = (0..4000)
-            .filter(|&i| e.lookup(&key(i), key(i).hash()) == Some((i as u32, 0)))
+            .filter(|&i| lookup_all(&e, &key(i), key(i).hash()) == Some((i as u32, 0)))
             .count();
         assert!(hits > 3000, "only {hits} of 4000 kept");
     }

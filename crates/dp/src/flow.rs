@@ -393,10 +393,16 @@ impl Megaflow {
     /// True if `key` falls under this megaflow.
     #[inline]
     pub fn covers(&self, key: &FlowKey) -> bool {
+        self.covers_in(crate::simd::Scalar, key)
+    }
+
+    /// [`Megaflow::covers`] with kernels `k` (a PMD's burst function compiled for them).
+    #[inline(always)]
+    pub fn covers_in<K: crate::simd::Kernels>(&self, k: K, key: &FlowKey) -> bool {
         if self.head_only {
-            key.matches_head(&self.key, &self.mask)
+            k.eq_masked_head(key.head(), self.key.head(), self.mask.head())
         } else {
-            key.matches(&self.key, &self.mask)
+            k.eq_masked_all(&key.w, &self.key.w, &self.mask.w)
         }
     }
 }

@@ -5,14 +5,15 @@
 //! The action and upcall contract with the pipeline, and meters, live in the leaf crate `dpif`
 //! (re-exported here as [`action`] and [`meter`]).
 //!
-//! Modules, from the packet up: [`emc`], [`smc`], [`dpcls`] (caches), [`flow`] (megaflows),
+//! Modules, from the packet up: [`emc`], [`smc`], [`dpcls`] (caches) with [`simd`] (their key
+//! compare kernels per instruction set), [`flow`] (megaflows),
 //! [`execute`] (actions, tx batching), [`worker`] (one PMD's burst pipeline), `pmd` (the thread
 //! loop), [`sched`] (rx queue assignment), [`topology`] (NUMA), [`stats`], and [`Datapath`]
 //! (the control API the daemon uses).
 //!
 //! Threads: PMD threads own their caches and pools; the control thread publishes new port lists
 //! and rxq assignments with atomic swaps and never blocks a PMD. The only `unsafe` is the TSC
-//! read in `cycles`.
+//! read in `cycles` and the AVX-512 kernels in [`simd`].
 #![deny(unsafe_code)]
 
 pub mod config;
@@ -25,6 +26,7 @@ pub mod flow;
 mod pmd;
 pub mod police;
 pub mod sched;
+pub mod simd;
 pub mod smc;
 pub mod stats;
 pub mod tnl;

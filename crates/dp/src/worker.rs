@@ -44,6 +44,7 @@ use crate::emc::{Emc, EmcGate};
 use crate::execute::{execute, finish, ExecCtx, TxTable, NO_PORT, RECIRC};
 pub use crate::flow::Deps;
 use crate::flow::{mark_id, mark_tag, steal_index, FlowTable, Megaflow, Registry, Tuple5};
+use crate::simd::{self, BurstFn, Isa, Kernels};
 use crate::smc::Smc;
 use crate::stats::Tally;
 use packet::{Batch, Pool, BATCH_SIZE};
@@ -110,6 +111,8 @@ pub struct WorkerConfig {
     /// The SMC is used only while the classifier has at least this many subtables (0 or 1:
     /// always).
     pub smc_min_subtables: usize,
+    /// The kernels the cache lookups use ([`crate::simd`]).
+    pub isa: Isa,
 }
 
 impl Default for WorkerConfig {
@@ -122,7 +125,19 @@ impl Default for WorkerConfig {
             txq: 0,
             idle_sweeps: 10,
             smc_min_subtables: 2,
+            isa: Isa::detect(),
         }
+    }
+}
+
+/// [`Worker::classify_in`] as a [`BurstFn`].
+struct Classify<'a>(&'a mut Worker, usize);
+
+impl BurstFn for Classify<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn call<K: Kernels>(self, k: K) {
+        self.0.classify_in(k, self.1)
     }
 }
 
@@ -202,7 +217,7 @@ impl Worker {
             emc: Emc::new(),
             gate: EmcGate::default(),
             smc: Smc::new(),
-            cls: Dpcls::new(),
+            cls: Dpcls::with_isa(cfg.isa),
             flows: FlowTable::new(registry),
             pool: Pool::new(cfg.numa, cfg.pool_prefill),
             rx: Batch::taking_tails(),
@@ -440,7 +455,15 @@ impl Worker {
     /// the EMC is compared and each miss's SMC candidate
     /// read (its flow slot requested), then the candidates' match words requested, and only then
     /// compared with `covers`.
+    ///
+    /// Compiled once per kernel variant ([`crate::simd`]); `cfg.isa` picks one.
     fn classify(&mut self, n: usize) {
+        simd::dispatch(self.cfg.isa, Classify(self, n));
+    }
+
+    /// [`Worker::classify`] with kernels `k`.
+    #[inline(always)]
+    fn classify_in<K: Kernels>(&mut self, k: K, n: usize) {
         let mut todo = 0u32;
         let mut cand = 0u32;
         let probe = self.gate.probing();
@@ -456,7 +479,7 @@ impl Worker {
             let meta = &self.rx.as_slice()[i].meta;
             let h = meta.hash;
             if let Some(id) = mark_id(meta.mark, self.tag) {
-                if self.flows.get(id).is_some_and(|f| f.covers(key)) {
+                if self.flows.get(id).is_some_and(|f| f.covers_in(k, key)) {
                     self.ids[i] = id;
                     self.tally.mark_hits += 1;
                     continue;
@@ -464,7 +487,7 @@ impl Worker {
             }
             if probe {
                 probed += 1;
-                if let Some((id, gen)) = self.emc.lookup(key, h) {
+                if let Some((id, gen)) = self.emc.lookup_in(k, key, h) {
                     if self.flows.get_gen(id, gen).is_some() {
                         self.ids[i] = id;
                         self.tally.emc_hits += 1;
@@ -504,7 +527,11 @@ impl Worker {
             let i = cand.trailing_zeros() as usize;
             cand &= cand - 1;
             let id = self.ids[i];
-            if self.flows.get(id).is_some_and(|f| f.covers(&self.keys[i])) {
+            if self
+                .flows
+                .get(id)
+                .is_some_and(|f| f.covers_in(k, &self.keys[i]))
+            {
                 self.tally.smc_hits += 1;
                 if self.from_xdp & (1 << i) != 0 {
                     self.note_tuple(i, id);
@@ -519,7 +546,7 @@ impl Worker {
         }
         let left = self
             .cls
-            .lookup_batch(&self.keys[..n], &mut self.ids[..n], todo);
+            .lookup_batch_in(k, &self.keys[..n], &mut self.ids[..n], todo);
         let mut hit = todo & !left;
         while hit != 0 {
             let i = hit.trailing_zeros() as usize;

@@ -4,6 +4,7 @@ mod common;
 
 use common::*;
 use dp::flow::Registry;
+use dp::simd::Isa;
 use dp::worker::{Worker, WorkerConfig};
 use dp::{Action, Upcall, UpcallResult};
 use packet::{Batch, Packet, Pool};
@@ -318,30 +319,33 @@ proptest::proptest! {
         bursts in proptest::collection::vec(
             (proptest::collection::vec((0u8..12, 0u8..4), 1..40), 0u8..4), 1..12),
     ) {
-        let rules: Vec<u8> = rules.into_iter().collect();
-        let input = Arc::new(ports::dummy::DummyPort::new());
-        let output = Arc::new(ports::dummy::DummyPort::new());
-        let cfg = WorkerConfig { emc_insert_inv_prob: 2, idle_sweeps: 1, ..WorkerConfig::default() };
-        let mut w = Worker::new(Arc::new(Rules(rules.clone())), cfg, Registry::default());
-        w.set_ports(&[(1, output.clone() as Arc<dyn Port>)]);
-        for (pkts, op) in bursts {
-            let mut want = Vec::new();
-            for (x, low) in &pkts {
-                input.inject(udp_frame(0x0a00_0000 | u32::from(*x) << 8 | u32::from(*low), 7)).unwrap();
-                if rules.contains(x) {
-                    want.push(1000 + u16::from(*x));
+        // Every lookup variant this CPU has (dp::simd).
+        for isa in Isa::available() {
+            let rules: Vec<u8> = rules.iter().copied().collect();
+            let input = Arc::new(ports::dummy::DummyPort::new());
+            let output = Arc::new(ports::dummy::DummyPort::new());
+            let cfg = WorkerConfig { emc_insert_inv_prob: 2, idle_sweeps: 1, isa, ..WorkerConfig::default() };
+            let mut w = Worker::new(Arc::new(Rules(rules.clone())), cfg, Registry::default());
+            w.set_ports(&[(1, output.clone() as Arc<dyn Port>)]);
+            for (pkts, op) in bursts.iter().cloned() {
+                let mut want = Vec::new();
+                for (x, low) in &pkts {
+                    input.inject(udp_frame(0x0a00_0000 | u32::from(*x) << 8 | u32::from(*low), 7)).unwrap();
+                    if rules.contains(x) {
+                        want.push(1000 + u16::from(*x));
+                    }
                 }
-            }
-            while input.pending() > 0 {
-                w.poll(2, &*input, 0);
-            }
-            let got: Vec<u16> = output.take_captured().iter()
-                .map(|f| wire::extract(f, 1).get(wire::Field::TpDst) as u16).collect();
-            proptest::prop_assert_eq!(got, want);
-            match op {
-                0 => w.flush(),
-                1 => w.housekeep(),
-                _ => {}
+                while input.pending() > 0 {
+                    w.poll(2, &*input, 0);
+                }
+                let got: Vec<u16> = output.take_captured().iter()
+                    .map(|f| wire::extract(f, 1).get(wire::Field::TpDst) as u16).collect();
+                proptest::prop_assert_eq!(got, want);
+                match op {
+                    0 => w.flush(),
+                    1 => w.housekeep(),
+                    _ => {}
+                }
             }
         }
     }

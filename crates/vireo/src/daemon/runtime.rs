@@ -144,8 +144,10 @@ impl std::ops::Deref for Runtime {
 /// `VIREO_PMD_IDLE_SLEEP_US` is set (microseconds slept per empty iteration once a PMD has
 /// been idle about 1 ms; `0`: never sleep, busy-poll as OVS's PMDs do) and the SMC's
 /// subtable threshold when `VIREO_SMC_MIN_SUBTABLES` is set (`DpTuning::smc_min_subtables`;
-/// `1`: always use the SMC). Measurement knobs, read once at start; an unreadable value is
-/// ignored with a warning.
+/// `1`: always use the SMC), and the lookup kernels when `VIREO_LOOKUP_ISA` is set (`scalar`,
+/// `avx512` or `auto`, `dp::simd`; default `auto`, the best this CPU has). Measurement knobs,
+/// read once at start; an unreadable value (or a variant this CPU lacks) is ignored with a
+/// warning.
 fn tuning_from_env() -> DpTuning {
     let mut t = DpTuning::default();
     if let Ok(v) = std::env::var("VIREO_PMD_IDLE_SLEEP_US") {
@@ -160,6 +162,13 @@ fn tuning_from_env() -> DpTuning {
             _ => tracing::warn!(value = %v, "VIREO_SMC_MIN_SUBTABLES is not a number: ignored"),
         }
     }
+    if let Ok(v) = std::env::var("VIREO_LOOKUP_ISA") {
+        match dp::simd::Isa::by_name(v.trim()) {
+            Ok(isa) => t.lookup_isa = isa,
+            Err(e) => tracing::warn!(value = %v, "VIREO_LOOKUP_ISA: {e}: ignored"),
+        }
+    }
+    tracing::info!(lookup_isa = t.lookup_isa.name(), "PMD lookup kernels");
     t
 }
 
