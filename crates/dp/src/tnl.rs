@@ -132,7 +132,12 @@ pub fn push(pkt: &mut Packet, t: &TnlPush) -> bool {
         count(0);
         return false;
     }
-    let hash = pkt.meta.hash;
+    // The flow hash gives the outer source port its entropy; a packet whose burst probed
+    // no cache was not hashed (`worker::process`): hash its key now, as it would have been.
+    let hash = match pkt.meta.hash {
+        0 => wire::extract(pkt.data(), pkt.meta.in_port).hash(),
+        h => h,
+    };
     match pkt.push_front(t.template.len()) {
         Some(_) => {
             t.template.push(pkt.data_mut(), hash);
@@ -346,6 +351,26 @@ mod tests {
             ],
             tlvs: Vec::new(),
         }
+    }
+
+    /// A packet the worker did not hash (its burst probed no cache) gets the source port its
+    /// key's hash gives, so one flow keeps one outer source port and flows spread.
+    #[test]
+    fn an_unhashed_packet_is_hashed_for_its_source_port() {
+        let mut sports = std::collections::BTreeSet::new();
+        for dst in 1..=8u8 {
+            let mut frame = inner();
+            frame[33] = dst;
+            let mut p = Packet::from_slice(&frame);
+            p.meta.in_port = 3;
+            p.meta.hash = 0;
+            assert!(push(&mut p, &template(TunnelKind::Vxlan, 5)));
+            let sport = u16::from_be_bytes([p.data()[34], p.data()[35]]);
+            let want = wire::extract(&frame, 3).hash();
+            assert_eq!(sport, tnl::header::src_port(want));
+            sports.insert(sport);
+        }
+        assert!(sports.len() > 1, "one source port for 8 flows: {sports:?}");
     }
 
     #[test]

@@ -356,8 +356,12 @@ impl Worker {
             } else if p.meta.hash != 0 {
                 from_xdp |= 1 << i;
                 p.meta.hash
-            } else {
+            } else if probe_emc || smc_on {
                 k.hash_head()
+            } else {
+                // Neither cache is probed in this burst: hashed only if needed (`cache`,
+                // `tnl::push`); zero means "not hashed".
+                0
             };
             // Requested now, compared in `classify`: the rest of the burst's extraction
             // overlaps these misses.
@@ -435,15 +439,30 @@ impl Worker {
     }
 
     fn cache(&mut self, i: usize, id: u32, smc: bool) {
-        let h = self.rx.as_slice()[i].meta.hash;
-        if smc && self.smc_on {
+        let smc = smc && self.smc_on;
+        let emc = self.emc_insert_wanted();
+        if !smc && !emc {
+            return;
+        }
+        let h = self.hash_of(i);
+        if smc {
             self.smc.insert(h, id);
         }
-        if self.emc_insert_wanted() {
+        if emc {
             if let Some(gen) = self.flows.gen(id) {
                 self.emc.insert(&self.keys[i], h, id, gen);
             }
         }
+    }
+
+    /// Packet `i`'s cache hash, computed now if `process` left it out (zero).
+    #[inline]
+    fn hash_of(&mut self, i: usize) -> u32 {
+        let meta = &mut self.rx.as_mut_slice()[i].meta;
+        if meta.hash == 0 {
+            meta.hash = self.keys[i].hash();
+        }
+        meta.hash
     }
 
     /// Fills `ids` for the first `n` packets: a verified XDP mark (already filled for a

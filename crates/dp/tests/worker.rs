@@ -105,6 +105,53 @@ fn steady_state_does_not_allocate_buffers_and_uses_the_emc() {
     assert_eq!(w.flow_count(), 8);
 }
 
+/// While the EMC's gate is closed (and the SMC off: one subtable) a burst that does not probe
+/// leaves its packets unhashed; the EMC entries they get are hashed when inserted, at the
+/// place the next sampling burst looks: its probes all hit.
+#[test]
+fn packets_cached_in_a_burst_that_skipped_the_emc_are_found_by_the_next_probe() {
+    let many = LoopPort::new((0..20_000).map(|i| udp_frame(0x0a00_0000 + i, 1)).collect());
+    let few = LoopPort::new((0..4).map(|i| udp_frame(0x0b00_0000 + i, 1)).collect());
+    let pipe = TestPipeline::new(vec![Action::Output(1)]);
+    let cfg = WorkerConfig {
+        emc_insert_inv_prob: 1,
+        ..WorkerConfig::default()
+    };
+    let mut w = Worker::new(pipe, cfg, Registry::default());
+    w.set_ports(&[
+        (1, many.clone() as Arc<dyn Port>),
+        (2, few.clone() as Arc<dyn Port>),
+    ]);
+    for _ in 0..1250 {
+        w.poll(1, &*many, 0);
+    }
+    assert!(w.take_tally().emc_bypassed > 20_000, "the gate closed");
+    // Up to a sampling burst (one in GATE_SAMPLE probes while the gate is closed).
+    let mut polls = 0;
+    loop {
+        w.poll(1, &*many, 0);
+        polls += 1;
+        if w.take_tally().emc_bypassed == 0 {
+            break;
+        }
+        assert!(polls <= dp::emc::GATE_SAMPLE, "no sampling burst");
+    }
+    // The next GATE_SAMPLE - 1 bursts skip the EMC: the four flows are installed and
+    // cached there with hashes computed late.
+    for _ in 1..dp::emc::GATE_SAMPLE {
+        w.poll(2, &*few, 0);
+    }
+    let t = w.take_tally();
+    assert_eq!((t.emc_bypassed, t.emc_hits), (32 * 15, 0), "{t:?}");
+    w.poll(2, &*few, 0);
+    let t = w.take_tally();
+    assert_eq!(
+        (t.emc_bypassed, t.emc_hits),
+        (0, 32),
+        "the sampling burst hit: {t:?}"
+    );
+}
+
 /// With far more flows than EMC entries the EMC's gate closes (packets skip the probe,
 /// counted), every packet still follows its flow; when the traffic narrows to a few flows the
 /// sampled probes hit again and the gate reopens.
