@@ -8,8 +8,10 @@
 //!
 //! A subtable whose mask has a zero tail (`wire::flow`, *Head and tail*: every mask that
 //! matches no conntrack mark, label or original-tuple field) masks, hashes and compares only
-//! the head words, ten of the key's seventeen: its masked keys have a zero tail, and the head
-//! hash is the full hash of such a key, so both kinds of lookup find the same entries.
+//! the head words, ten of the key's twenty-seven: its masked keys have a zero tail, and the
+//! head hash is the full hash of such a key, so both kinds of lookup find the same entries.
+//! Probes compare an entry with the key under the mask using the kernels of [`crate::simd`]
+//! ([`Dpcls::lookup_batch_in`] is inlined into a PMD's burst function compiled for one).
 //! Threads: one per PMD, never shared. No locks. Inserting may allocate (miss path only).
 use crate::simd::{self, BurstFn, Isa, Kernels, Scalar};
 use wire::flow::HEAD_WORDS;
