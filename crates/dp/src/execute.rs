@@ -413,6 +413,11 @@ pub fn execute(
                     }
                     cx.tally.sw_csum += 1;
                 }
+                // The outer source port comes from the flow hash; a packet whose burst probed no
+                // cache was left unhashed (`worker::process`): hash the key it already has.
+                if pkt.meta.hash == 0 {
+                    pkt.meta.hash = key.hash();
+                }
                 if j + 1 == actions.len() {
                     // Last: the packet itself becomes the outer packet.
                     if !crate::tnl::push(pkt, t) {

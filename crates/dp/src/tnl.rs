@@ -132,8 +132,9 @@ pub fn push(pkt: &mut Packet, t: &TnlPush) -> bool {
         count(0);
         return false;
     }
-    // The flow hash gives the outer source port its entropy; a packet whose burst probed
-    // no cache was not hashed (`worker::process`): hash its key now, as it would have been.
+    // The flow hash gives the outer source port its entropy. `execute` hashes an unhashed
+    // packet's key before calling this; a caller that did not gets its frame's key hashed
+    // here (one more extraction).
     let hash = match pkt.meta.hash {
         0 => wire::extract(pkt.data(), pkt.meta.in_port).hash(),
         h => h,
