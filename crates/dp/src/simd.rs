@@ -222,12 +222,6 @@ impl Isa {
     }
 }
 
-impl Default for Isa {
-    fn default() -> Self {
-        Isa::detect()
-    }
-}
-
 /// A burst operation generic over the kernels (a closure cannot be generic).
 pub trait BurstFn {
     /// What it returns.
