@@ -148,15 +148,19 @@ impl PmdShared {
 }
 
 /// Picks up the published configuration and a revalidation request (a full flush, or the
-/// per-flow removals queued in [`PmdShared::reval`]), then acknowledges.
+/// per-flow removals queued in [`PmdShared::reval`]), then acknowledges. The previous
+/// configuration is dropped before the acknowledgment: once the control thread sees it, this
+/// PMD holds no port the new configuration left out.
 fn reload(
     shared: &PmdShared,
     sync: &DpSync,
     worker: &mut Worker,
     seen_reval: &mut u64,
+    cfg_slot: &mut Arc<PmdConfig>,
     g: u64,
-) -> Arc<PmdConfig> {
-    let cfg = shared.cfg.load_full();
+) {
+    *cfg_slot = shared.cfg.load_full();
+    let cfg = &**cfg_slot;
     worker.set_ports(&cfg.ports);
     worker.set_txq(cfg.txq);
     ports::set_thread_shard(cfg.txq + 1);
@@ -169,7 +173,6 @@ fn reload(
         worker.revalidate(req);
     }
     shared.ack.store(g, Release);
-    cfg
 }
 
 /// Polls every rx queue once; returns the packets received.
@@ -217,7 +220,7 @@ fn run(shared: Arc<PmdShared>, sync: Arc<DpSync>, upcall: Arc<dyn Upcall>, opts:
                 shared.ack.store(g, Release);
                 break;
             }
-            cfg = reload(&shared, &sync, &mut worker, &mut seen_reval, g);
+            reload(&shared, &sync, &mut worker, &mut seen_reval, &mut cfg, g);
             seen_gen = g;
         }
         let got = poll_all(&cfg, &mut worker);
