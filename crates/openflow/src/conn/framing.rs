@@ -3,6 +3,7 @@
 //! below 8 (the 16-bit field cannot exceed 65535). Runs on a connection's reader thread.
 
 use std::io::{self, Read};
+use std::time::{Duration, Instant};
 
 use crate::msg::HEADER_LEN;
 
@@ -82,18 +83,50 @@ impl FrameReader {
 
     /// Reads until one whole frame is available and returns it.
     pub fn read_frame<R: Read>(&mut self, r: &mut R) -> Result<Vec<u8>, FrameError> {
+        self.read_frame_spinning(
+            r,
+            |_, _| Err(io::ErrorKind::WouldBlock.into()),
+            Duration::ZERO,
+        )
+    }
+
+    /// As [`FrameReader::read_frame`], but first polls `nowait` (a read of `r` that never
+    /// blocks: `WouldBlock` when nothing is there) for up to `spin`, yielding the core
+    /// between polls, before the blocking read: a peer that sends its next request right
+    /// after our reply then finds this thread awake, and neither side pays a wake-up.
+    pub fn read_frame_spinning<R: Read>(
+        &mut self,
+        r: &mut R,
+        mut nowait: impl FnMut(&mut R, &mut [u8]) -> io::Result<usize>,
+        spin: Duration,
+    ) -> Result<Vec<u8>, FrameError> {
         let mut tmp = [0u8; 16 * 1024];
+        let start = Instant::now();
+        let mut spinning = !spin.is_zero();
         loop {
             if let Some(f) = self.next_frame()? {
                 return Ok(f);
             }
-            match r.read(&mut tmp) {
+            let got = if spinning {
+                nowait(r, &mut tmp)
+            } else {
+                r.read(&mut tmp)
+            };
+            match got {
                 Ok(0) => {
                     return Err(FrameError::Eof {
                         partial: self.pending(),
                     })
                 }
                 Ok(n) => self.push(&tmp[..n]),
+                Err(e) if spinning && e.kind() == io::ErrorKind::WouldBlock => {
+                    if start.elapsed() >= spin {
+                        spinning = false;
+                    } else {
+                        // Yield, not pause: on a small machine the peer may need this core.
+                        std::thread::yield_now();
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(FrameError::Io(e)),
             }
@@ -178,5 +211,99 @@ mod tests {
             fr.read_frame(&mut r),
             Err(FrameError::Eof { partial: 0 })
         ));
+    }
+
+    /// A socket stand-in: what arrives without waiting (after `misses` empty polls), and
+    /// what a blocking read returns, counting the calls of each.
+    struct TwoSpeed {
+        misses: usize,
+        soon: Vec<u8>,
+        later: Vec<u8>,
+        polls: usize,
+        blocking_reads: usize,
+    }
+
+    impl Read for TwoSpeed {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.blocking_reads += 1;
+            let n = self.later.len().min(buf.len());
+            buf[..n].copy_from_slice(&self.later[..n]);
+            self.later.drain(..n);
+            Ok(n)
+        }
+    }
+
+    fn poll(t: &mut TwoSpeed, buf: &mut [u8]) -> io::Result<usize> {
+        t.polls += 1;
+        if t.misses > 0 || t.soon.is_empty() {
+            t.misses = t.misses.saturating_sub(1);
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let n = t.soon.len().min(buf.len());
+        buf[..n].copy_from_slice(&t.soon[..n]);
+        t.soon.drain(..n);
+        Ok(n)
+    }
+
+    #[test]
+    fn a_frame_that_arrives_while_spinning_needs_no_blocking_read() {
+        let mut t = TwoSpeed {
+            misses: 5,
+            soon: vec![4, 20, 0, 8, 0, 0, 0, 1, 4, 21, 0, 8, 0, 0, 0, 1],
+            later: Vec::new(),
+            polls: 0,
+            blocking_reads: 0,
+        };
+        let mut fr = FrameReader::new();
+        let spin = Duration::from_secs(5);
+        let a = fr.read_frame_spinning(&mut t, poll, spin).unwrap();
+        let b = fr.read_frame_spinning(&mut t, poll, spin).unwrap();
+        assert_eq!((a[1], b[1]), (20, 21));
+        assert_eq!(t.polls, 6, "five empty polls, then both frames in one read");
+        assert_eq!(t.blocking_reads, 0);
+    }
+
+    #[test]
+    fn spinning_gives_up_after_its_time_and_blocks() {
+        let mut t = TwoSpeed {
+            misses: 0,
+            soon: Vec::new(),
+            later: vec![4, 2, 0, 9, 0, 0, 0, 3, 0xee],
+            polls: 0,
+            blocking_reads: 0,
+        };
+        let mut fr = FrameReader::new();
+        let spin = Duration::from_millis(2);
+        let start = Instant::now();
+        let f = fr.read_frame_spinning(&mut t, poll, spin).unwrap();
+        assert!(start.elapsed() >= spin);
+        assert_eq!(f, vec![4, 2, 0, 9, 0, 0, 0, 3, 0xee]);
+        assert!(t.polls > 1);
+        assert_eq!(t.blocking_reads, 1);
+        // No spin: straight to the blocking read.
+        t.later = vec![4, 2, 0, 8, 0, 0, 0, 4];
+        let polls = t.polls;
+        fr.read_frame_spinning(&mut t, poll, Duration::ZERO)
+            .unwrap();
+        assert_eq!((t.polls, t.blocking_reads), (polls, 2));
+    }
+
+    #[test]
+    fn a_peer_closing_while_we_spin_is_end_of_stream() {
+        let mut t = TwoSpeed {
+            misses: 0,
+            soon: vec![4, 2, 0, 12],
+            later: Vec::new(),
+            polls: 0,
+            blocking_reads: 0,
+        };
+        let mut fr = FrameReader::new();
+        let closed = |t: &mut TwoSpeed, b: &mut [u8]| match poll(t, b) {
+            Err(_) if t.polls > 1 => Ok(0),
+            r => r,
+        };
+        let r = fr.read_frame_spinning(&mut t, closed, Duration::from_secs(5));
+        assert!(matches!(r, Err(FrameError::Eof { partial: 4 })), "{r:?}");
+        assert_eq!(t.blocking_reads, 0);
     }
 }

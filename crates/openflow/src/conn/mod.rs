@@ -98,6 +98,12 @@ pub struct ConnConfig {
     pub backoff_max: Duration,
     /// Timeout of one TCP connect attempt.
     pub connect_timeout: Duration,
+    /// After each message, the reader thread polls the socket without blocking (yielding the
+    /// core in between) for this long before it sleeps in a blocking read. A peer that waits
+    /// for each reply and then sends its next request (`ovs-ofctl add-flows`: FLOW_MOD +
+    /// BARRIER per rule) finds the thread awake, and neither side pays a wake-up per request.
+    /// Zero: always block.
+    pub read_spin: Duration,
 }
 
 impl Default for ConnConfig {
@@ -109,6 +115,7 @@ impl Default for ConnConfig {
             backoff_initial: Duration::from_secs(1),
             backoff_max: Duration::from_secs(8),
             connect_timeout: Duration::from_secs(5),
+            read_spin: Duration::from_micros(50),
         }
     }
 }

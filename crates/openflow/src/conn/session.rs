@@ -243,8 +243,10 @@ pub(crate) fn run(shared: Arc<Shared>, stream: Stream) -> bool {
 impl Session {
     fn read_loop(&mut self, mut stream: Stream, peer: &str) {
         let mut framer = FrameReader::new();
+        let spin = self.shared.config.read_spin;
         loop {
-            let flow = match framer.read_frame(&mut stream) {
+            let read = framer.read_frame_spinning(&mut stream, |s, b| s.read_nowait(b), spin);
+            let flow = match read {
                 Ok(frame) => {
                     self.last_rx = Instant::now();
                     self.echo_sent = None;

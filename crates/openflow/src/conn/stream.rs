@@ -142,6 +142,17 @@ impl Stream {
         }
     }
 
+    /// Reads what is there without waiting (`MSG_DONTWAIT`): `WouldBlock` when nothing is.
+    pub fn read_nowait(&self, buf: &mut [u8]) -> io::Result<usize> {
+        use nix::sys::socket::{recv, MsgFlags};
+        use std::os::fd::AsRawFd;
+        let fd = match self {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
+        };
+        recv(fd, buf, MsgFlags::MSG_DONTWAIT).map_err(io::Error::from)
+    }
+
     /// A printable peer name for logs.
     pub fn peer_name(&self) -> String {
         match self {
@@ -209,5 +220,25 @@ mod tests {
         assert!(Target::parse_active("ssl:1.2.3.4").is_err());
         assert!(Target::parse_passive("ptcp:x").is_err());
         assert!(Target::parse_active("tcp:1.2.3.4:99999").is_err());
+    }
+
+    #[test]
+    fn read_nowait_never_waits() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let (a, mut b) = (Stream::Unix(a), Stream::Unix(b));
+        // A blocking socket: the plain read would hang here.
+        a.set_read_timeout(None).unwrap();
+        let mut buf = [0u8; 16];
+        let e = a.read_nowait(&mut buf).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        b.write_all(&[1, 2, 3]).unwrap();
+        assert_eq!(a.read_nowait(&mut buf).unwrap(), 3);
+        assert_eq!(&buf[..3], &[1, 2, 3]);
+        b.close();
+        assert_eq!(
+            a.read_nowait(&mut buf).unwrap(),
+            0,
+            "peer gone: end of stream"
+        );
     }
 }
