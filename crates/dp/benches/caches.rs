@@ -1,4 +1,5 @@
-//! Microbenchmarks: EMC hit, SMC hit, dpcls lookup at 1/10/100 subtables, and a whole burst
+//! Microbenchmarks: EMC hit, SMC hit, dpcls lookup at 1/10/100 subtables, dpcls batched
+//! lookups (bursts of 32) in one subtable of 1K/10K/100K flows, and a whole burst
 //! through the worker with EMC hits (port I/O measured separately so it can be subtracted),
 //! and with XDP marks: every packet a mark hit, with and without key extraction (the same
 //! flow but for a TOS match, which rules the skip out).
@@ -84,6 +85,33 @@ fn caches(c: &mut Criterion) {
         assert_eq!(cls.lookup(&probe), n as u32 - 1);
         g.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
             b.iter(|| cls.lookup(black_box(&probe)))
+        });
+    }
+    g.finish();
+
+    // One subtable of n flows (one mask, as `flowsN` scenarios install), bursts of 32 keys
+    // each hitting a different flow, walking the table in a scattered order.
+    let mut g = c.benchmark_group("dpcls/batch32_one_subtable");
+    g.throughput(Throughput::Elements(32));
+    for n in [1_000u32, 10_000, 100_000] {
+        let mut cls = Dpcls::new();
+        let keys: Vec<FlowKey> = (0..n).map(|i| key_from(0x0a00_0000 + i, 7, 9)).collect();
+        for (i, k) in keys.iter().enumerate() {
+            cls.insert(k, &mask(32), i as u32).unwrap();
+        }
+        let order: Vec<usize> = (0..n as usize).map(|i| i * 7919 % n as usize).collect();
+        let mut at = 0usize;
+        let (mut burst, mut out) = ([FlowKey::ZERO; 32], [0u32; 32]);
+        g.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
+            b.iter(|| {
+                for k in burst.iter_mut() {
+                    *k = keys[order[at]];
+                    at = (at + 1) % order.len();
+                }
+                let left = cls.lookup_batch(black_box(&burst), &mut out, u32::MAX);
+                assert_eq!(left, 0);
+                out[0]
+            })
         });
     }
     g.finish();
