@@ -223,6 +223,8 @@ pub struct PmdStats {
     pub rxqs: usize,
     /// The tx queue it sends on (its dense position among the PMDs).
     pub txq: usize,
+    /// The kernels its cache lookups run (`scalar`, `avx512`; `dp::simd`).
+    pub lookup: &'static str,
 }
 
 impl PmdStats {
@@ -257,6 +259,7 @@ impl PmdStats {
             megaflows,
             rxqs,
             txq: 0,
+            lookup: crate::simd::Isa::Scalar.name(),
         }
     }
 }

@@ -508,6 +508,20 @@ fn stats_and_dumps_serialize_to_json() {
     assert!(p1.n_rxq() == 1);
 }
 
+#[test]
+fn pmd_stats_name_the_lookup_kernels() {
+    for isa in dp::simd::Isa::available() {
+        let t = DpTuning {
+            lookup_isa: isa,
+            ..tuning()
+        };
+        let dp = Datapath::with_tuning(config(&[0]), t, TestPipeline::new(vec![])).unwrap();
+        let s = serde_json::to_value(dp.pmd_stats()).unwrap();
+        assert_eq!(s[0]["lookup"], isa.name());
+        dp.shutdown();
+    }
+}
+
 /// A port whose first rx burst panics (a buggy port kind), then behaves.
 struct PanicOnce {
     inner: DummyPort,

@@ -41,6 +41,7 @@ impl Datapath {
                 let cfg = h.shared.cfg.load();
                 PmdStats {
                     txq: cfg.txq,
+                    lookup: self.inner.tuning.lookup_isa.name(),
                     ..PmdStats::new(h.shared.core, h.shared.numa, &s, flows, cfg.rxqs.len())
                 }
             })
