@@ -458,6 +458,19 @@ impl Inner {
         timeout: Duration,
         decisions_only: bool,
     ) -> Result<(), DpError> {
+        self.bump_and_wait_for(pmds, timeout, |h| {
+            !decisions_only || h.shared.activity.may_hold_decisions()
+        })
+    }
+
+    /// Bumps the generation and waits for the PMDs `wait_for` names (asked again on every
+    /// check) to acknowledge it.
+    pub(crate) fn bump_and_wait_for(
+        &self,
+        pmds: &[PmdHandle],
+        timeout: Duration,
+        wait_for: impl Fn(&PmdHandle) -> bool,
+    ) -> Result<(), DpError> {
         let g = self.sync.gen.fetch_add(1, SeqCst) + 1;
         let start = Instant::now();
         let mut spins = 0u32;
@@ -465,7 +478,7 @@ impl Inner {
             let late: Vec<usize> = pmds
                 .iter()
                 .filter(|h| h.shared.ack.load(Acquire) < g && !h.gone())
-                .filter(|h| !decisions_only || h.shared.activity.may_hold_decisions())
+                .filter(|h| wait_for(h))
                 .map(|h| h.shared.core)
                 .collect();
             if late.is_empty() {

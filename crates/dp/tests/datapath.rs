@@ -650,6 +650,91 @@ fn revalidate_waits_only_for_pmds_holding_decisions() {
     );
 }
 
+/// A port whose rx burst stalls the PMD for `stall_ms` while set (a PMD too busy to answer).
+struct Stalling {
+    inner: DummyPort,
+    stall_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Port for Stalling {
+    fn kind(&self) -> &'static str {
+        "dummy"
+    }
+    fn n_rxq(&self) -> usize {
+        1
+    }
+    fn rx_burst(&self, q: usize, pool: &mut packet::Pool, out: &mut packet::Batch) -> usize {
+        let ms = self.stall_ms.load(SeqCst);
+        if ms > 0 {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
+        self.inner.rx_burst(q, pool, out)
+    }
+    fn tx_burst(&self, q: usize, pkts: &mut packet::Batch) -> usize {
+        self.inner.tx_burst(q, pkts)
+    }
+    fn link(&self) -> ports::Link {
+        ports::Link::Up
+    }
+    fn stats(&self) -> ports::PortStats {
+        self.inner.stats()
+    }
+}
+
+/// A per-flow revalidation that finds nothing stale does not wait for a PMD holding flows but
+/// not in an upcall (nothing it holds or installs later predates the change); it waits when
+/// something is stale, and for a PMD inside an upcall even when nothing is.
+#[test]
+fn revalidating_nothing_stale_waits_only_for_a_pmd_in_an_upcall() {
+    let t = DpTuning {
+        ack_timeout: Duration::from_millis(300),
+        ..tuning()
+    };
+    let pipe = TestPipeline::new(vec![Action::Output(2)]);
+    let dp = Datapath::with_tuning(config(&[0]), t, pipe).unwrap();
+    let p1 = Arc::new(Stalling {
+        inner: DummyPort::new(),
+        stall_ms: Default::default(),
+    });
+    let p2 = Arc::new(DummyPort::new());
+    dp.add_port(1, "p1", p1.clone(), &[]).unwrap();
+    dp.add_port(2, "p2", p2.clone(), &[]).unwrap();
+    p1.inner.inject(udp_frame(0x0a00_0002, 1)).unwrap();
+    assert_eq!(collect(&p2, 1).len(), 1);
+    assert_eq!(dp.megaflows().len(), 1);
+    // From now on the PMD answers nothing for seconds at a time.
+    p1.stall_ms.store(2000, SeqCst);
+    std::thread::sleep(Duration::from_millis(50));
+    let t0 = std::time::Instant::now();
+    assert_eq!(dp.revalidate_flows(1, &|_| false), Ok(0));
+    assert!(
+        t0.elapsed() < Duration::from_millis(250),
+        "{:?}",
+        t0.elapsed()
+    );
+    let err = dp.revalidate_flows(2, &|_| true).unwrap_err();
+    assert!(matches!(err, dp::DpError::PmdStuck { .. }), "{err}");
+    p1.stall_ms.store(0, SeqCst);
+    let t0 = std::time::Instant::now();
+    while !dp.megaflows().is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the stale flow never went"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+
+    // A PMD inside an upcall is waited for even when nothing is stale.
+    let stuck = Arc::new(Stuck(Default::default()));
+    let dp = Datapath::with_tuning(config(&[0]), t, stuck.clone()).unwrap();
+    let p = Arc::new(DummyPort::new());
+    dp.add_port(1, "p", p.clone(), &[]).unwrap();
+    p.inject(udp_frame(0x0a00_0002, 1)).unwrap();
+    wait_for("the PMD to enter the upcall", || stuck.0.load(SeqCst));
+    let err = dp.revalidate_flows(1, &|_| false).unwrap_err();
+    assert!(matches!(err, dp::DpError::PmdStuck { .. }), "{err}");
+}
+
 #[test]
 fn execute_runs_packet_out_actions_from_the_control_thread() {
     let pipe = TestPipeline::new(vec![]);

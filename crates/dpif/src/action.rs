@@ -188,6 +188,59 @@ pub struct FlowRef<'a> {
     pub deps: &'a Deps,
 }
 
+/// Which OpenFlow tables (of the bridge its packets enter) a translation looked packets up in,
+/// so that a rule change in a table it never looked in need not re-check it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TablesSeen {
+    /// Tables looked up before any action changed the packet or the registers: the lookup saw
+    /// the packet as it arrived (in_port in OpenFlow numbering), registers zero.
+    pub pristine: [u64; 4],
+    /// Tables looked up after such an action.
+    pub changed: [u64; 4],
+    /// The walk also looked up another bridge's tables (a native tunnel's underlay), or
+    /// recorded nothing: any rule change may matter.
+    pub any: bool,
+}
+
+impl TablesSeen {
+    /// No table looked up yet.
+    pub const NONE: TablesSeen = TablesSeen {
+        pristine: [0; 4],
+        changed: [0; 4],
+        any: false,
+    };
+
+    /// Records a lookup in `table`; `pristine`: before any change to the packet or registers.
+    pub fn note(&mut self, table: u8, pristine: bool) {
+        let (w, b) = (usize::from(table / 64), table % 64);
+        if pristine {
+            self.pristine[w] |= 1 << b;
+        } else {
+            self.changed[w] |= 1 << b;
+        }
+    }
+
+    /// Whether `table` was looked up with the packet as it arrived.
+    pub fn saw_pristine(&self, table: u8) -> bool {
+        self.pristine[usize::from(table / 64)] >> (table % 64) & 1 != 0
+    }
+
+    /// Whether `table` was looked up after the packet or registers changed.
+    pub fn saw_changed(&self, table: u8) -> bool {
+        self.changed[usize::from(table / 64)] >> (table % 64) & 1 != 0
+    }
+}
+
+impl Default for TablesSeen {
+    /// What a translation that recorded nothing must be taken as: it may have seen anything.
+    fn default() -> Self {
+        TablesSeen {
+            any: true,
+            ..TablesSeen::NONE
+        }
+    }
+}
+
 /// What a translation depended on, as the pipeline names it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Deps {
@@ -197,6 +250,8 @@ pub struct Deps {
     /// Opaque tags (e.g. a hash of bridge, VLAN and learned MAC): a change to anything a tag
     /// names invalidates the megaflows carrying it. Sorted, no duplicates.
     pub tags: Box<[u64]>,
+    /// The tables the translation looked up (default: any).
+    pub tables: TablesSeen,
 }
 
 impl Deps {
@@ -207,7 +262,14 @@ impl Deps {
         Deps {
             version,
             tags: tags.into_boxed_slice(),
+            tables: TablesSeen::default(),
         }
+    }
+
+    /// These dependencies, with the tables the translation looked up.
+    pub fn with_tables(mut self, tables: TablesSeen) -> Deps {
+        self.tables = tables;
+        self
     }
 
     /// True if any tag is in `changed` (sorted).
@@ -228,4 +290,41 @@ pub trait Revalidate {
     /// Re-checks every megaflow with [`Upcall::still_valid`] and removes those whose
     /// translation changed (and, as above, those translated before `version`).
     fn revalidate_all(&self, version: u64) -> Result<usize, Self::Error>;
+    /// Removes the megaflows `stale` names (called on this thread, once per megaflow), and,
+    /// as above, those translated before `version`.
+    fn revalidate_where(
+        &self,
+        version: u64,
+        stale: &dyn Fn(&FlowRef<'_>) -> bool,
+    ) -> Result<usize, Self::Error>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TablesSeen;
+
+    #[test]
+    fn tables_seen_records_each_table_in_its_kind() {
+        let mut t = TablesSeen::NONE;
+        for (table, pristine) in [(0, true), (63, false), (64, true), (254, false)] {
+            t.note(table, pristine);
+        }
+        for table in 0..=254u8 {
+            let want = match table {
+                0 | 64 => (true, false),
+                63 | 254 => (false, true),
+                _ => (false, false),
+            };
+            assert_eq!(
+                (t.saw_pristine(table), t.saw_changed(table)),
+                want,
+                "{table}"
+            );
+        }
+        assert!(!t.any);
+        assert!(
+            TablesSeen::default().any,
+            "recorded nothing: may have seen anything"
+        );
+    }
 }

@@ -14,6 +14,8 @@ pub mod action;
 pub mod meter;
 pub mod modify;
 
-pub use action::{Action, Actions, CtSpec, Deps, FlowRef, Revalidate, Upcall, UpcallResult};
+pub use action::{
+    Action, Actions, CtSpec, Deps, FlowRef, Revalidate, TablesSeen, Upcall, UpcallResult,
+};
 pub use conntrack;
 pub use meter::{BandConfig, BandKind, Meter, MeterConfig, MeterRef, MeterStats};

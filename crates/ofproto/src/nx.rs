@@ -46,6 +46,12 @@ impl Regs {
         metadata: 0,
     };
 
+    /// All ones (as a mask: every register bit).
+    pub const ALL: Regs = Regs {
+        reg: [u32::MAX; N_REGS],
+        metadata: u64::MAX,
+    };
+
     /// `self & mask`, field by field.
     #[inline]
     pub fn masked(&self, mask: &Regs) -> Regs {

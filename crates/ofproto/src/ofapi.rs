@@ -38,6 +38,8 @@ impl Pipeline {
         let br = self.bridge(bridge)?;
         let mut tables = write(&br.shared.tables);
         let r = tables.group_mod(gm, Instant::now(), bridge);
+        // A full change: the rules it removed need not be listed.
+        let _ = tables.take_touched();
         self.bump_generation();
         drop(tables);
         Ok(r?)
@@ -50,6 +52,7 @@ impl Pipeline {
         let br = self.bridge(bridge)?;
         let mut tables = write(&br.shared.tables);
         let r = tables.meter_mod(mm, Instant::now(), bridge);
+        let _ = tables.take_touched();
         self.bump_generation();
         drop(tables);
         Ok(r?)

@@ -12,9 +12,11 @@
 //! Every change that could alter a translation bumps [`Pipeline::generation`] (after the change
 //! is visible) and is recorded for [`Pipeline::take_changes`]: a MAC table change as the tags
 //! of the entries it touched (the daemon calls `dp.revalidate_tags`, which removes only the
-//! megaflows carrying them), anything else (rules, groups, ports, liveness, fail mode) as
-//! `full` (the daemon calls `dp.revalidate_all`, which re-translates each megaflow with
-//! [`Pipeline::still_valid_flow`] and removes those whose translation changed).
+//! megaflows carrying them), a flow-mod or timeout as the rules it changed (re-translating
+//! only the megaflows those may affect, see [`crate::revalidate`]), anything else (groups,
+//! meters, ports, liveness, fail mode) as `full` (the daemon calls `dp.revalidate_all`, which
+//! re-translates each megaflow with [`Pipeline::still_valid_flow`] and removes those whose
+//! translation changed).
 
 use crate::bridge::{BridgeShared, BridgeState, PortConfig, PortMap};
 use crate::mac::{
@@ -132,7 +134,7 @@ pub struct Translation {
 #[derive(Clone, Default)]
 pub struct Topology {
     bridges: BTreeMap<String, Arc<BridgeState>>,
-    by_dp: HashMap<u32, (Arc<BridgeState>, OfPort)>,
+    pub(crate) by_dp: HashMap<u32, (Arc<BridgeState>, OfPort)>,
 }
 
 impl Topology {
@@ -162,6 +164,8 @@ pub struct Pipeline {
     packet_in_drops: AtomicU64,
     /// Packets dropped because their translation exceeded a resubmit or work limit.
     xlate_limit_drops: AtomicU64,
+    /// Megaflows re-translated by revalidation ([`Pipeline::still_valid_flow`]).
+    pub(crate) rechecks: AtomicU64,
     /// Native tunneling's hook (see [`crate::native`]); `None`: tunnel ports are plain ports.
     native: RwLock<Option<Arc<dyn crate::native::NativeTunnels>>>,
 }
@@ -210,6 +214,7 @@ impl Pipeline {
             packet_ins: Mutex::new(VecDeque::new()),
             packet_in_drops: AtomicU64::new(0),
             xlate_limit_drops: AtomicU64::new(0),
+            rechecks: AtomicU64::new(0),
             native: RwLock::new(None),
         }
     }
@@ -236,7 +241,17 @@ impl Pipeline {
         self.coarse.fetch_add(1, Ordering::AcqRel);
         let v = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
         let mut c = lock(&self.changes);
-        c.full = true;
+        c.set_full();
+        c.version = c.version.max(v);
+    }
+
+    /// Rules of bridge `bridge_id` changed (flow-mods, timeouts): recorded as such, so that
+    /// revalidation re-checks only the megaflows they may affect (`crate::revalidate`).
+    fn bump_rules(&self, bridge_id: u16, t: crate::tables::Touched) {
+        self.coarse.fetch_add(1, Ordering::AcqRel);
+        let v = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        let mut c = lock(&self.changes);
+        c.add_rules(bridge_id, t.rules, t.overflow);
         c.version = c.version.max(v);
     }
 
@@ -532,7 +547,7 @@ impl Pipeline {
             }
             // Bump while the write lock is held, so an upcall that read the old tables sees a
             // new generation once it is done and does not install its result.
-            self.bump();
+            self.bump_rules(br.id, tables.take_touched());
             drop(tables);
             result?;
         }
@@ -544,7 +559,6 @@ impl Pipeline {
     pub fn expire(&self, now: Instant) -> Vec<RemovedFlow> {
         let t = self.topology();
         let mut out = Vec::new();
-        let mut changed = false;
         for b in t.bridges.values() {
             let ch = {
                 let mut macs = lock(&b.shared.macs);
@@ -553,16 +567,14 @@ impl Pipeline {
             };
             self.note_mac_changes(b.id, &ch);
             // Checked under the read lock first: no writer stalls upcalls when nothing times out.
-            let removed = if read(&b.shared.tables).has_timeouts() {
-                write(&b.shared.tables).expire(now, &b.name)
-            } else {
-                Vec::new()
-            };
-            changed |= !removed.is_empty();
-            out.extend(removed);
-        }
-        if changed {
-            self.bump();
+            if read(&b.shared.tables).has_timeouts() {
+                let mut tables = write(&b.shared.tables);
+                let removed = tables.expire(now, &b.name);
+                if !removed.is_empty() {
+                    self.bump_rules(b.id, tables.take_touched());
+                }
+                out.extend(removed);
+            }
         }
         out
     }
@@ -648,7 +660,7 @@ impl Pipeline {
             mask: x.wc,
             install,
             rules,
-            deps: Deps::new(gen0, x.tags),
+            deps: Deps::new(gen0, x.tags).with_tables(x.seen),
         };
         drop(tables);
         self.note_mac_changes(br.id, &mac_changes);
@@ -666,6 +678,12 @@ impl Pipeline {
     /// actions) and dropped their packet.
     pub fn xlate_limit_drops(&self) -> u64 {
         self.xlate_limit_drops.load(Ordering::Relaxed)
+    }
+
+    /// Megaflows revalidation has re-translated (after rule, group, port or other changes;
+    /// rule changes re-check only the megaflows they may affect).
+    pub fn revalidation_rechecks(&self) -> u64 {
+        self.rechecks.load(Ordering::Relaxed)
     }
 
     /// Packet-ins dropped because the queue was full.

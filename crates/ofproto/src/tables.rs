@@ -19,6 +19,19 @@ use std::time::{Duration, Instant};
 /// Largest number of rules one table accepts.
 pub const MAX_RULES_PER_TABLE: usize = 1_000_000;
 
+/// Rule changes [`FlowTables`] keeps for [`FlowTables::take_touched`] before it only says
+/// "many" (revalidation then re-checks every megaflow).
+pub const TOUCHED_MAX: usize = 256;
+
+/// The rules added, modified or removed since [`FlowTables::take_touched`]: (table, match).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Touched {
+    /// The changed rules, in order.
+    pub rules: Vec<(u8, crate::types::Match)>,
+    /// More than [`TOUCHED_MAX`] changed: `rules` is incomplete.
+    pub overflow: bool,
+}
+
 /// All tables of a bridge.
 pub struct FlowTables {
     tables: Vec<Table>,
@@ -31,6 +44,8 @@ pub struct FlowTables {
     pub(crate) groups: GroupTable,
     /// The bridge's meters (same lock as the rules that use them).
     pub(crate) meters: MeterTable,
+    /// Rules changed since the pipeline last took them (revalidation narrows by them).
+    touched: Touched,
 }
 
 impl Default for FlowTables {
@@ -42,6 +57,7 @@ impl Default for FlowTables {
             controller: HashMap::new(),
             groups: GroupTable::default(),
             meters: MeterTable::default(),
+            touched: Touched::default(),
         }
     }
 }
@@ -374,6 +390,21 @@ impl FlowTables {
         Ok(removed)
     }
 
+    /// Logs a changed rule for [`FlowTables::take_touched`].
+    fn touch(&mut self, table: u8, m: &crate::types::Match) {
+        let t = &mut self.touched;
+        if t.rules.len() < TOUCHED_MAX {
+            t.rules.push((table, *m));
+        } else {
+            t.overflow = true;
+        }
+    }
+
+    /// The rules added, modified or removed since the last call.
+    pub fn take_touched(&mut self) -> Touched {
+        std::mem::take(&mut self.touched)
+    }
+
     fn index(&mut self, rule: &Rule) {
         let dec_ttl = rule.all_actions().any(|a| *a == OfAction::DecTtl);
         let info = rule
@@ -468,6 +499,7 @@ impl FlowTables {
             self.controller.remove(&old.serial);
         }
         self.index(&rule);
+        self.touch(rule.table_id, &rule.match_);
         if timed {
             self.n_timed += 1;
         }
@@ -525,6 +557,7 @@ impl FlowTables {
                 stats,
             };
             self.index(&rule);
+            self.touch(old.table_id, &old.match_);
             self.tables[usize::from(old.table_id)].insert(Arc::new(rule));
         }
         Ok(chosen.len())
@@ -547,6 +580,7 @@ impl FlowTables {
         bridge: &str,
     ) -> Option<RemovedFlow> {
         let removed = self.tables[usize::from(r.table_id)].remove(&r.match_, r.priority)?;
+        self.touch(removed.table_id, &removed.match_);
         if removed.idle_timeout != 0 || removed.hard_timeout != 0 {
             self.n_timed -= 1;
         }

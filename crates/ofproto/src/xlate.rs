@@ -171,6 +171,11 @@ pub struct Xlate<'a> {
         Option<&'a std::collections::HashMap<u32, (std::sync::Arc<BridgeState>, OfPort)>>,
     /// Set when the answer must not be cached (a native encap's neighbour miss).
     pub(crate) no_install: bool,
+    /// An action may have changed the packet or the registers: later lookups no longer see
+    /// the packet as it arrived.
+    modified: bool,
+    /// The tables looked up, and whether before `modified` (rule-change revalidation).
+    pub(crate) seen: dpif::TablesSeen,
 }
 
 impl<'a> Xlate<'a> {
@@ -219,6 +224,8 @@ impl<'a> Xlate<'a> {
             native: None,
             by_dp: None,
             no_install: false,
+            modified: false,
+            seen: dpif::TablesSeen::NONE,
         }
     }
 
@@ -264,6 +271,7 @@ impl<'a> Xlate<'a> {
                 return;
             }
             let tables = self.tables;
+            self.seen.note(table, !self.modified);
             let Some(rule) = tables
                 .table(table)
                 .lookup_regs(&self.key, &self.regs, &mut self.wc)
@@ -355,6 +363,14 @@ impl<'a> Xlate<'a> {
 
     /// Executes one OpenFlow action.
     pub(crate) fn exec(&mut self, a: &OfAction) {
+        // Only outputs, notes and a resubmit that keeps in_port leave the packet and the
+        // registers as they are; anything else may change what a later lookup sees.
+        if !matches!(
+            a,
+            OfAction::Output { .. } | OfAction::Note(_) | OfAction::Resubmit { port: None, .. }
+        ) {
+            self.modified = true;
+        }
         match *a {
             OfAction::Resubmit { port, table } => self.resubmit(port, table),
             OfAction::RegLoad {
@@ -603,6 +619,8 @@ impl<'a> Xlate<'a> {
             wire::extract(&f, local_dp)
         };
         let tables = crate::pipeline::read(&ubr.shared.tables);
+        // Another bridge's tables: this megaflow's table record no longer covers them.
+        self.seen.any = true;
         let mut u = Xlate::new(ubr, &tables, &outer, *u_of, self.now);
         u.learn = false;
         u.run();

@@ -377,7 +377,7 @@ impl Inner {
     /// Pushes table changes into the datapath (see `tables_dirty`).
     pub fn sync_datapath(&self) {
         if self.tables_dirty.swap(false, Ordering::AcqRel) {
-            self.hooks.revalidate();
+            self.hooks.revalidate_changes();
         }
     }
 

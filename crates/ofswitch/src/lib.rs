@@ -61,6 +61,12 @@ pub trait DatapathHooks: Send + Sync + 'static {
     /// Called after every change to the flow tables; returns once no packet follows an old
     /// decision.
     fn revalidate(&self);
+    /// Like [`DatapathHooks::revalidate`], for changes the pipeline recorded itself (flow, group
+    /// and meter mods: `ofproto::Pipeline::take_changes`), so that only what they may affect
+    /// is re-checked. The default re-checks everything.
+    fn revalidate_changes(&self) {
+        self.revalidate();
+    }
     /// Takes the interface behind OpenFlow port `ofport` of `bridge` administratively down or
     /// back up (PORT_MOD with PORT_DOWN). The default does nothing (no interfaces: tests).
     fn set_port_admin(&self, bridge: &str, ofport: u32, up: bool) -> Result<(), String> {

@@ -1,6 +1,7 @@
 //! Per-flow revalidation against a real datapath (one PMD thread, dummy ports): MAC churn on
 //! one port removes no other port's megaflows, a MAC move removes exactly the megaflows that
 //! looked at that MAC, a rule change removes only the megaflows whose translation it changes,
+//! rule changes as the pipeline records them re-translate only the megaflows they may touch,
 //! and the per-port MAC limit keeps a churning port from learning (or revalidating) at all.
 //!
 //! Lives here (not in `ofproto`) because it needs the datapath: `ofproto` depends only on the
@@ -265,6 +266,75 @@ fn a_rule_change_removes_only_the_megaflows_whose_translation_changed() {
     assert_eq!(r.pl.revalidate_datapath(&r.dp, true).unwrap(), 1);
     r.send(3, MAC_C, MAC_D, 5, Some(4));
     assert_eq!(r.flow(MAC_A, MAC_B).map(|f| f.packets), Some(ab + 5));
+}
+
+#[test]
+fn recorded_rule_changes_recheck_only_the_megaflows_they_may_touch() {
+    let r = rig();
+    // p1's packets go through table 0 (seen as they arrived), a register load, then table 1
+    // (seen changed); every other port's only through table 0.
+    r.pl.add_flow(
+        "br0",
+        "priority=300,in_port=1,actions=load:0x1->NXM_NX_REG0[],resubmit(,1)",
+    )
+    .unwrap();
+    r.pl.add_flow("br0", "table=1,priority=1,actions=NORMAL")
+        .unwrap();
+    r.reval();
+    r.learn_a_b();
+    r.send(3, MAC_C, MAC_D, 1, Some(4));
+    r.send(4, MAC_D, MAC_C, 1, Some(3));
+    r.reval();
+    r.send(3, MAC_C, MAC_D, 5, Some(4));
+    r.send(4, MAC_D, MAC_C, 5, Some(3));
+    r.reval();
+    r.drain();
+    let flows: Vec<String> = r.dp.megaflows().iter().map(|f| f.match_.clone()).collect();
+    assert_eq!(flows.len(), 4, "A->B, B->A, C->D, D->C: {flows:#?}");
+    let ba = r.flow(MAC_B, MAC_A).unwrap().packets;
+    let rechecks = |before: &mut u64| {
+        let now = r.pl.revalidation_rechecks();
+        let d = now - *before;
+        *before = now;
+        d
+    };
+    let mut n = r.pl.revalidation_rechecks();
+
+    // A table no translation looked up: nothing to re-check.
+    r.pl.add_flow("br0", "table=7,priority=5,actions=drop")
+        .unwrap();
+    assert_eq!(r.reval(), 0);
+    assert_eq!(rechecks(&mut n), 0, "table 7 is in no megaflow's walk");
+    // Table 0, a port no megaflow came in on: no overlap (every megaflow matches in_port).
+    r.pl.add_flow("br0", "priority=100,in_port=5,actions=drop")
+        .unwrap();
+    r.pl.del_flows("br0", Some("in_port=5"), false).unwrap();
+    assert_eq!(r.reval(), 0);
+    assert_eq!(rechecks(&mut n), 0, "no megaflow came in on port 5");
+    // Table 0, in_port=3: overlaps C->D only, which it changes.
+    r.pl.add_flow("br0", "priority=100,in_port=3,actions=drop")
+        .unwrap();
+    assert_eq!(r.reval(), 1, "C->D is stale");
+    assert_eq!(rechecks(&mut n), 1, "only C->D re-checked");
+    assert!(r.flow(MAC_C, MAC_D).is_none());
+    r.send(3, MAC_C, MAC_D, 5, None);
+    assert!(r.ports[4].take_captured().is_empty(), "C->D now dropped");
+    // Table 1, matching reg0=2: A->B looked table 1 up after the load, so it is re-checked
+    // whatever the rule matches (and stays: reg0 is 1 there).
+    r.pl.add_flow("br0", "table=1,priority=10,reg0=2,actions=drop")
+        .unwrap();
+    assert_eq!(r.reval(), 0);
+    assert_eq!(rechecks(&mut n), 1, "only A->B visits table 1");
+    // Table 1, matching reg0=1: the same re-check, and now A->B changes.
+    r.pl.add_flow("br0", "table=1,priority=10,reg0=1,actions=drop")
+        .unwrap();
+    assert_eq!(r.reval(), 1, "A->B is stale");
+    assert_eq!(rechecks(&mut n), 1);
+    r.send(1, MAC_A, MAC_B, 5, None);
+    assert!(r.ports[2].take_captured().is_empty(), "A->B now dropped");
+    // B->A was never re-checked and still forwards, from its old megaflow.
+    r.send(2, MAC_B, MAC_A, 5, Some(1));
+    assert_eq!(r.flow(MAC_B, MAC_A).map(|f| f.packets), Some(ba + 5));
 }
 
 #[test]

@@ -47,8 +47,20 @@ impl Datapath {
     /// those whose translation changed. Same guarantee as [`Datapath::revalidate_tags`].
     pub fn revalidate_all(&self, version: u64) -> Result<usize, DpError> {
         let up = self.inner.upcall.clone();
+        self.revalidate_flows(version, &|f| !up.still_valid(f))
+    }
+
+    /// Per-flow revalidation by a predicate: removes the megaflows `stale` names (judged on
+    /// this thread, outside every PMD lock), plus, as above, flows installed during the scan
+    /// that were translated before `version`. What the pipeline calls after rule changes it
+    /// can narrow down (`ofproto::Pipeline::revalidate_datapath`).
+    pub fn revalidate_flows(
+        &self,
+        version: u64,
+        stale: &dyn Fn(&crate::FlowRef<'_>) -> bool,
+    ) -> Result<usize, DpError> {
         self.revalidate_where(version, &|f| {
-            !up.still_valid(&crate::FlowRef {
+            stale(&crate::FlowRef {
                 key: &f.key,
                 mask: &f.mask,
                 actions: &f.actions,
@@ -64,7 +76,11 @@ impl Datapath {
     ) -> Result<usize, DpError> {
         let ctl = self.inner.control()?;
         let mut found = 0;
+        let mut posted = Vec::with_capacity(ctl.pmds.len());
         for h in &ctl.pmds {
+            // Read before the snapshot: if no upcall is under way now (after the change), every
+            // flow translated before the change is already in the registry the snapshot reads.
+            let busy = h.shared.activity.in_upcall.load(SeqCst);
             let (since_epoch, flows) = {
                 let mut r = h.shared.registry.lock().unwrap_or_else(|e| e.into_inner());
                 r.snapshot()
@@ -72,14 +88,26 @@ impl Datapath {
             // Judged outside the registry lock: the PMD may install flows meanwhile.
             let kills: Vec<_> = flows.into_iter().filter(|(_, f)| stale(f)).collect();
             found += kills.len();
-            h.shared.post_revalidation(Revalidation {
-                kills,
-                since_epoch,
-                version,
-            });
+            // Nothing stale and no upcall was under way: every flow this PMD installs from
+            // here on was translated after the change; nothing to do, nothing to wait for.
+            let idle = kills.is_empty() && !busy;
+            posted.push(!idle);
+            if !idle {
+                h.shared.post_revalidation(Revalidation {
+                    kills,
+                    since_epoch,
+                    version,
+                });
+            }
         }
-        self.inner
-            .bump_and_wait_filtered(&ctl.pmds, self.inner.tuning.ack_timeout, true)?;
+        if posted.iter().any(|&p| p) {
+            let pmds = &ctl.pmds;
+            self.inner
+                .bump_and_wait_for(pmds, self.inner.tuning.ack_timeout, |h| {
+                    let i = pmds.iter().position(|x| std::ptr::eq(x, h));
+                    i.is_some_and(|i| posted[i]) && h.shared.activity.may_hold_decisions()
+                })?;
+        }
         Ok(found)
     }
 }
@@ -91,5 +119,12 @@ impl crate::Revalidate for Datapath {
     }
     fn revalidate_all(&self, version: u64) -> Result<usize, DpError> {
         Datapath::revalidate_all(self, version)
+    }
+    fn revalidate_where(
+        &self,
+        version: u64,
+        stale: &dyn Fn(&crate::FlowRef<'_>) -> bool,
+    ) -> Result<usize, DpError> {
+        self.revalidate_flows(version, stale)
     }
 }

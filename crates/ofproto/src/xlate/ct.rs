@@ -86,6 +86,8 @@ impl<'a> Xlate<'a> {
             return None;
         }
         self.regs = st.regs;
+        // Registers restored from before the recirculation: not the packet as it arrived.
+        self.modified = true;
         Some(st.table)
     }
 

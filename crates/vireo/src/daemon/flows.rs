@@ -37,7 +37,7 @@ impl Switch {
             ("add-flow", [br, flow]) => {
                 self.need_bridge(br)?;
                 pl.add_flow(br, flow).map_err(|e| CmdError(e.to_string()))?;
-                self.rt.revalidate();
+                self.rt.revalidate_if_changed();
                 Ok(Response::ok("", json!(null)))
             }
             ("add-flow", _) => Err(usage("BR FLOW")),
@@ -46,7 +46,7 @@ impl Switch {
                 let n = pl
                     .add_flows(br, text)
                     .map_err(|e| CmdError(e.to_string()))?;
-                self.rt.revalidate();
+                self.rt.revalidate_if_changed();
                 Ok(Response::ok("", json!({ "added": n })))
             }
             ("add-flows", _) => Err(usage("BR FILE")),
@@ -54,7 +54,7 @@ impl Switch {
                 self.need_bridge(br)?;
                 pl.mod_flows(br, flow, strict)
                     .map_err(|e| CmdError(e.to_string()))?;
-                self.rt.revalidate();
+                self.rt.revalidate_if_changed();
                 Ok(Response::ok("", json!(null)))
             }
             ("mod-flows", _) => Err(usage("[--strict] BR FLOW")),
@@ -63,7 +63,7 @@ impl Switch {
                 let removed = pl
                     .del_flows(br, filter.first().copied(), strict)
                     .map_err(|e| CmdError(e.to_string()))?;
-                self.rt.revalidate();
+                self.rt.revalidate_if_changed();
                 self.rt.flows_removed(&removed);
                 Ok(Response::ok("", json!({ "deleted": removed.len() })))
             }

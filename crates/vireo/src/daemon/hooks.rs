@@ -64,6 +64,12 @@ impl DatapathHooks for Hooks {
         }
     }
 
+    fn revalidate_changes(&self) {
+        if let Ok(shared) = self.shared() {
+            shared.revalidate_if_changed();
+        }
+    }
+
     fn set_port_admin(&self, bridge: &str, ofport: u32, up: bool) -> Result<(), String> {
         let shared = self.shared()?;
         let ofports = shared.pipeline.ports(bridge).map_err(|e| e.to_string())?;

@@ -73,7 +73,8 @@ fn run(shared: &Shared, stop: &AtomicBool) {
             }
             let removed = shared.pipeline.expire(last_expire);
             if !removed.is_empty() {
-                shared.revalidate();
+                // The pipeline recorded which rules went: only what they may affect.
+                shared.revalidate_if_changed();
                 shared.flows_removed(&removed);
             }
         }
