@@ -34,6 +34,7 @@ pub mod recirc;
 pub mod revalidate;
 pub mod tables;
 pub mod types;
+mod upcall;
 pub mod xlate;
 
 pub use bridge::PortConfig;

@@ -1,5 +1,6 @@
 //! The pipeline of every bridge: topology (bridges, ports, datapath port → bridge), the control
-//! API the daemon calls, and the [`dpif::Upcall`] implementation PMD threads call on a miss.
+//! API the daemon calls, and the translation walk; the [`dpif::Upcall`] implementation PMD
+//! threads call on a miss is in `crate::upcall`.
 //!
 //! Publication: the topology is an immutable [`Topology`] behind an `ArcSwap`; control changes
 //! build a new one and swap it (serialized by `ctl`). Flow tables and MAC tables live in each
@@ -28,11 +29,10 @@ use crate::tables::FlowTables;
 use crate::types::{
     ofpp, FlowMod, Instruction, Match, OfAction, OfPort, PacketInReason, RemovedFlow,
 };
-use crate::xlate::{decode_cookie, Xlate};
+use crate::xlate::Xlate;
 use crate::Error;
 use arc_swap::ArcSwap;
-use dpif::{Action, Deps, FlowRef, Upcall, UpcallResult};
-use packet::Packet;
+use dpif::{Action, Deps};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -115,7 +115,7 @@ pub struct PacketIn {
     pub frame: Vec<u8>,
 }
 
-/// The result of translating a packet (the [`UpcallResult`] plus what the caller may want).
+/// The result of translating a packet (the [`dpif::UpcallResult`] plus what the caller may want).
 #[derive(Clone, Debug)]
 pub struct Translation {
     /// Datapath actions.
@@ -133,7 +133,7 @@ pub struct Translation {
 /// Immutable snapshot of all bridges and ports.
 #[derive(Clone, Default)]
 pub struct Topology {
-    bridges: BTreeMap<String, Arc<BridgeState>>,
+    pub(crate) bridges: BTreeMap<String, Arc<BridgeState>>,
     pub(crate) by_dp: HashMap<u32, (Arc<BridgeState>, OfPort)>,
 }
 
@@ -150,7 +150,7 @@ impl Topology {
 
 /// Every bridge's OpenFlow pipeline.
 pub struct Pipeline {
-    topo: ArcSwap<Topology>,
+    pub(crate) topo: ArcSwap<Topology>,
     /// Recirculation ids handed out by `ct(table=N)` (datapath-wide).
     pub(crate) recirc: crate::recirc::RecircTable,
     ctl: Mutex<()>,
@@ -159,11 +159,11 @@ pub struct Pipeline {
     /// installed.
     coarse: AtomicU64,
     pub(crate) changes: Mutex<Changes>,
-    config: PipelineConfig,
-    packet_ins: Mutex<VecDeque<PacketIn>>,
-    packet_in_drops: AtomicU64,
+    pub(crate) config: PipelineConfig,
+    pub(crate) packet_ins: Mutex<VecDeque<PacketIn>>,
+    pub(crate) packet_in_drops: AtomicU64,
     /// Packets dropped because their translation exceeded a resubmit or work limit.
-    xlate_limit_drops: AtomicU64,
+    pub(crate) xlate_limit_drops: AtomicU64,
     /// Megaflows re-translated by revalidation ([`Pipeline::still_valid_flow`]).
     pub(crate) rechecks: AtomicU64,
     /// Native tunneling's hook (see [`crate::native`]); `None`: tunnel ports are plain ports.
@@ -666,83 +666,6 @@ impl Pipeline {
         self.note_mac_changes(br.id, &mac_changes);
         tr
     }
-
-    /// Packet-ins queued by `userspace` since the last call (at most `max`).
-    pub fn take_packet_ins(&self, max: usize) -> Vec<PacketIn> {
-        let mut q = lock(&self.packet_ins);
-        let n = q.len().min(max);
-        q.drain(..n).collect()
-    }
-
-    /// Translations that exceeded a limit (resubmit depth 64, 4096 resubmits, 4096 datapath
-    /// actions) and dropped their packet.
-    pub fn xlate_limit_drops(&self) -> u64 {
-        self.xlate_limit_drops.load(Ordering::Relaxed)
-    }
-
-    /// Megaflows revalidation has re-translated (after rule, group, port or other changes;
-    /// rule changes re-check only the megaflows they may affect).
-    pub fn revalidation_rechecks(&self) -> u64 {
-        self.rechecks.load(Ordering::Relaxed)
-    }
-
-    /// Packet-ins dropped because the queue was full.
-    pub fn packet_in_drops(&self) -> u64 {
-        self.packet_in_drops.load(Ordering::Relaxed)
-    }
-
-    /// Whether the `OFPM_SLOWPATH` meter of the packet's bridge (if it has one) lets one more
-    /// packet through the slow path. In Vireo the slow path is the upcall: a packet that missed
-    /// every datapath cache and needs a translation. The meter caps translations per second per
-    /// bridge, so a flood of new flows costs at most the meter's rate in translations; packets of
-    /// installed megaflows never see it.
-    pub fn slowpath_allows(&self, key: &FlowKey, len: usize) -> bool {
-        let topo = self.topo.load();
-        let Some((br, _)) = topo.by_dp.get(&(key.get(Field::InPort) as u32)) else {
-            return true;
-        };
-        let tables = read(&br.shared.tables);
-        match tables.meters().get(crate::meter::METER_SLOWPATH) {
-            Some(m) => m.meter.apply(len, dpif::meter::now_ns()) != dpif::meter::Verdict::Drop,
-            None => true,
-        }
-    }
-
-    /// Builds the packet-in for a userspace cookie (None if the bridge is gone).
-    pub fn packet_in_for(&self, cookie: u64, key: &FlowKey, frame: &[u8]) -> Option<PacketIn> {
-        let (bid, reason, table_id, serial) = decode_cookie(cookie);
-        let t = self.topo.load();
-        let br = t.bridges.values().find(|b| b.id == bid)?;
-        let (cookie, max_len) = {
-            let tables = read(&br.shared.tables);
-            // OFPM_CONTROLLER meters every packet-in of the bridge.
-            if let Some(m) = tables.meters().get(crate::meter::METER_CONTROLLER) {
-                if m.meter.apply(frame.len(), dpif::meter::now_ns()) == dpif::meter::Verdict::Drop {
-                    return None;
-                }
-            }
-            tables
-                .controller_info(serial)
-                .unwrap_or((u64::MAX, u16::MAX))
-        };
-        let in_dp = key.get(Field::InPort) as u32;
-        let in_port = br
-            .ports
-            .iter()
-            .find(|p| p.dp_port == in_dp)
-            .map_or(ofpp::ANY, |p| p.ofport);
-        let keep = frame.len().min(usize::from(max_len));
-        Some(PacketIn {
-            bridge: br.name.clone(),
-            reason,
-            table_id,
-            cookie,
-            max_len,
-            in_port,
-            data: frame[..keep].to_vec(),
-            frame: frame.to_vec(),
-        })
-    }
 }
 
 fn check_vlans(tag: Option<u16>, trunks: &[u16]) -> Result<(), Error> {
@@ -754,50 +677,4 @@ fn check_vlans(tag: Option<u16>, trunks: &[u16]) -> Result<(), Error> {
         return Err(Error::BadConfig(format!("VLAN {v} out of range 0..4095")));
     }
     Ok(())
-}
-
-impl Upcall for Pipeline {
-    fn upcall(&self, key: &FlowKey, pkt: &Packet) -> UpcallResult {
-        if !self.slowpath_allows(key, pkt.len()) {
-            // Dropped by OFPM_SLOWPATH (counted by its band); not cached, so the flow's next
-            // packet is metered again rather than dropped for good.
-            let mut mask = FlowKey::ZERO;
-            mask.set_exact(Field::InPort);
-            return UpcallResult {
-                actions: Vec::new().into(),
-                mask,
-                install: false,
-                deps: Deps::new(self.generation(), Vec::new()),
-            };
-        }
-        let tr = self.translate(key, pkt.len(), Instant::now());
-        UpcallResult {
-            actions: tr.actions.into(),
-            mask: tr.mask,
-            install: tr.install,
-            deps: tr.deps,
-        }
-    }
-
-    fn still_valid(&self, flow: &FlowRef<'_>) -> bool {
-        self.still_valid_flow(flow.key, flow.mask, flow.actions, &flow.deps.tags)
-    }
-
-    fn userspace(&self, cookie: u64, key: &FlowKey, pkt: &Packet) {
-        let mut q = lock(&self.packet_ins);
-        if q.len() >= self.config.packet_in_queue {
-            self.packet_in_drops.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        drop(q);
-        // A controller reads the frame as it would be on a wire: a partial checksum or a GSO
-        // frame's lengths are finished in a copy first (the datapath's packet stays as it is).
-        let finished = dpif::modify::finished_copy(pkt);
-        let frame = finished.as_deref().unwrap_or(pkt.data());
-        // Built outside the queue lock (takes the table read lock for the rule's cookie).
-        if let Some(pi) = self.packet_in_for(cookie, key, frame) {
-            q = lock(&self.packet_ins);
-            q.push_back(pi);
-        }
-    }
 }
