@@ -522,13 +522,17 @@ fn pmd_stats_name_the_lookup_kernels() {
     }
 }
 
-/// A port whose first rx burst panics (a buggy port kind), then behaves.
-struct PanicOnce {
+/// A port that misbehaves on request: its next rx burst with a frame waiting panics while
+/// `armed` (a buggy port kind), and every rx burst stalls the PMD for `stall_ms` while that is
+/// non-zero (a PMD too busy to answer).
+#[derive(Default)]
+struct Misbehaving {
     inner: DummyPort,
     armed: std::sync::atomic::AtomicBool,
+    stall_ms: std::sync::atomic::AtomicU64,
 }
 
-impl Port for PanicOnce {
+impl Port for Misbehaving {
     fn kind(&self) -> &'static str {
         "dummy"
     }
@@ -538,6 +542,10 @@ impl Port for PanicOnce {
     fn rx_burst(&self, q: usize, pool: &mut packet::Pool, out: &mut packet::Batch) -> usize {
         if self.inner.pending() > 0 && self.armed.swap(false, SeqCst) {
             panic!("port bug");
+        }
+        let ms = self.stall_ms.load(SeqCst);
+        if ms > 0 {
+            std::thread::sleep(Duration::from_millis(ms));
         }
         self.inner.rx_burst(q, pool, out)
     }
@@ -556,10 +564,8 @@ impl Port for PanicOnce {
 fn a_dead_pmd_is_restarted_and_traffic_resumes() {
     let pipe = TestPipeline::new(vec![Action::Output(2)]);
     let dp = start(config(&[0]), pipe);
-    let bad = Arc::new(PanicOnce {
-        inner: DummyPort::new(),
-        armed: std::sync::atomic::AtomicBool::new(true),
-    });
+    let bad = Arc::new(Misbehaving::default());
+    bad.armed.store(true, SeqCst);
     let out = Arc::new(DummyPort::new());
     // Queued before the port is polled at all: the first poll finds it and panics (injected
     // later, a poll could check `pending` just before the frame came and take it without
@@ -650,37 +656,6 @@ fn revalidate_waits_only_for_pmds_holding_decisions() {
     );
 }
 
-/// A port whose rx burst stalls the PMD for `stall_ms` while set (a PMD too busy to answer).
-struct Stalling {
-    inner: DummyPort,
-    stall_ms: std::sync::atomic::AtomicU64,
-}
-
-impl Port for Stalling {
-    fn kind(&self) -> &'static str {
-        "dummy"
-    }
-    fn n_rxq(&self) -> usize {
-        1
-    }
-    fn rx_burst(&self, q: usize, pool: &mut packet::Pool, out: &mut packet::Batch) -> usize {
-        let ms = self.stall_ms.load(SeqCst);
-        if ms > 0 {
-            std::thread::sleep(Duration::from_millis(ms));
-        }
-        self.inner.rx_burst(q, pool, out)
-    }
-    fn tx_burst(&self, q: usize, pkts: &mut packet::Batch) -> usize {
-        self.inner.tx_burst(q, pkts)
-    }
-    fn link(&self) -> ports::Link {
-        ports::Link::Up
-    }
-    fn stats(&self) -> ports::PortStats {
-        self.inner.stats()
-    }
-}
-
 /// A per-flow revalidation that finds nothing stale does not wait for a PMD holding flows but
 /// not in an upcall (nothing it holds or installs later predates the change); it waits when
 /// something is stale, and for a PMD inside an upcall even when nothing is.
@@ -692,10 +667,7 @@ fn revalidating_nothing_stale_waits_only_for_a_pmd_in_an_upcall() {
     };
     let pipe = TestPipeline::new(vec![Action::Output(2)]);
     let dp = Datapath::with_tuning(config(&[0]), t, pipe).unwrap();
-    let p1 = Arc::new(Stalling {
-        inner: DummyPort::new(),
-        stall_ms: Default::default(),
-    });
+    let p1 = Arc::new(Misbehaving::default());
     let p2 = Arc::new(DummyPort::new());
     dp.add_port(1, "p1", p1.clone(), &[]).unwrap();
     dp.add_port(2, "p2", p2.clone(), &[]).unwrap();
