@@ -6,8 +6,11 @@
 //!
 //! The rate comparison within 10% is the benchmark (`scripts/bench/hostile-guest.sh`, release
 //! build, real-time priorities); here, a debug build on a shared 2-core machine, the test
-//! asserts what separates bounded from unbounded walks: the neighbours keep at least half of
-//! their rate (before the budget they fell to about 0.1% of it).
+//! asserts what separates bounded from unbounded walks: the neighbours keep at least a quarter
+//! of their rate (before the budget they fell to about 0.1% of it). Measured 2026-12-07 on the
+//! 2-vCPU EPYC VM, debug build: the neighbours kept 41.6% to 82.0% of their rate over 6 runs
+//! while the attacker's own thread used 4% of a core, so the loss is the PMD's time on the
+//! attacker's budgeted walks, and half was a threshold it could cross.
 mod common;
 
 use common::peers::{missing, Testpmd, VirtioUser};
@@ -119,8 +122,9 @@ fn costly_chains_cost_only_the_attackers_port_under_live_traffic() {
         100.0 * during / before
     );
     assert!(
-        during >= 0.5 * before,
-        "the neighbours lost more than half their rate: {before:.0} -> {during:.0} pps"
+        during >= 0.25 * before,
+        "the neighbours lost more than three quarters of their rate: {before:.0} -> \
+         {during:.0} pps"
     );
     assert!(chains > 1000, "the attacker posted only {chains} chains");
     // Counted on the attacker's port: budget cuts and its over-long chains as malformed.
