@@ -51,6 +51,10 @@ impl Hasher for KeyHasher {
         self.add(v);
     }
     #[inline]
+    fn write_u32(&mut self, v: u32) {
+        self.add(u64::from(v));
+    }
+    #[inline]
     fn write_usize(&mut self, v: usize) {
         self.add(v as u64);
     }

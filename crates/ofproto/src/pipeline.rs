@@ -130,11 +130,16 @@ pub struct Translation {
     pub deps: Deps,
 }
 
+/// Bridges and OpenFlow port numbers by datapath port number (vireod assigns those numbers, so
+/// the fast [`crate::classifier::KeyHash`] serves: every upcall and every megaflow a revalidation scan tests
+/// looks its in_port up here).
+pub(crate) type ByDp = HashMap<u32, (Arc<BridgeState>, OfPort), crate::classifier::KeyHash>;
+
 /// Immutable snapshot of all bridges and ports.
 #[derive(Clone, Default)]
 pub struct Topology {
     pub(crate) bridges: BTreeMap<String, Arc<BridgeState>>,
-    pub(crate) by_dp: HashMap<u32, (Arc<BridgeState>, OfPort)>,
+    pub(crate) by_dp: ByDp,
 }
 
 impl Topology {

@@ -167,8 +167,7 @@ pub struct Xlate<'a> {
     /// Native tunneling's hook (None: tunnel ports are plain outputs).
     pub(crate) native: Option<&'a dyn crate::native::NativeTunnels>,
     /// Bridges by datapath port (for the underlay walk of a native encap).
-    pub(crate) by_dp:
-        Option<&'a std::collections::HashMap<u32, (std::sync::Arc<BridgeState>, OfPort)>>,
+    pub(crate) by_dp: Option<&'a crate::pipeline::ByDp>,
     /// Set when the answer must not be cached (a native encap's neighbour miss).
     pub(crate) no_install: bool,
     /// An action may have changed the packet or the registers: later lookups no longer see
