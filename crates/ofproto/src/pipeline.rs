@@ -130,9 +130,9 @@ pub struct Translation {
     pub deps: Deps,
 }
 
-/// Bridges and OpenFlow port numbers by datapath port number (vireod assigns those numbers, so
-/// the fast [`crate::classifier::KeyHash`] serves: every upcall and every megaflow a revalidation scan tests
-/// looks its in_port up here).
+/// Bridges and OpenFlow port numbers by datapath port number. vireod assigns those numbers, so
+/// the fast [`crate::classifier::KeyHash`] serves; every upcall, and every megaflow a
+/// revalidation scan tests, looks its in_port up here.
 pub(crate) type ByDp = HashMap<u32, (Arc<BridgeState>, OfPort), crate::classifier::KeyHash>;
 
 /// Immutable snapshot of all bridges and ports.
